@@ -1,0 +1,328 @@
+// gemm_bench: loom and cuBLAS (cublasLt, BF16 in, FP32 accumulate, BF16 out,
+// the same TN layout) side by side, in one process, on the same random data.
+//
+// Per shape: inputs rotated across enough buffer sets to exceed twice the L2,
+// warm-up, the median of --iters timed runs of each (CUDA events around each
+// launch), loom's output checked against an FP64 CPU dot product on sampled
+// elements and against cuBLAS. Prints TF/s, the ratio and geometric means;
+// writes JSON with --json.
+//
+//   loom_bench                          # the default shape list
+//   loom_bench --shapes=8192x8192x8192 --ring=both --iters=50
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "device_fill.h"
+#include "loom/ops/host_numeric.h"
+#include "loom/runtime.h"
+#include "loom/status.h"
+
+ABSL_FLAG(std::string, shapes,
+          "4096x4096x4096,6144x6144x6144,8192x8192x8192,16384x16384x16384,2048x28672x4096,"
+          "4096x4096x14336,8192x57344x8192,128x14336x4096,256x14336x4096,1024x14336x4096",
+          "comma-separated MxNxK list");
+ABSL_FLAG(int, iters, 30, "timed runs per implementation and shape (median reported)");
+ABSL_FLAG(int, warmup, 5, "untimed runs first");
+ABSL_FLAG(std::string, ring, "split", "loom ring mode: split, lockstep or both");
+ABSL_FLAG(int, a_stages, 4, "A ring depth");
+ABSL_FLAG(int, b_stages, 4, "B ring depth");
+ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
+
+namespace loom::bench {
+namespace {
+
+#define BENCH_CUDA(call)                                                                            \
+  do {                                                                                              \
+    cudaError_t e = (call);                                                                         \
+    if (e != cudaSuccess) return absl::InternalError(absl::StrFormat("%s: %s", #call, cudaGetErrorString(e))); \
+  } while (0)
+#define BENCH_CUBLAS(call)                                                                      \
+  do {                                                                                          \
+    cublasStatus_t status_ = (call);                                                            \
+    if (status_ != CUBLAS_STATUS_SUCCESS) return absl::InternalError(absl::StrFormat("%s: %d", #call, static_cast<int>(status_))); \
+  } while (0)
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+struct Result {
+  Shape shape;
+  std::string impl;
+  double median_ms = 0;
+  double tflops = 0;
+  double ratio = 0;  // loom / cuBLAS throughput
+  double max_error_ratio = 0;
+  bool correct = false;
+};
+
+struct BufferSet {
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c_loom = nullptr;
+  void* c_cublas = nullptr;
+};
+
+double Median(std::vector<float> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Times `run` (which enqueues one launch) `iters` times with events.
+template <typename Run>
+absl::StatusOr<double> TimeMedianMs(Run&& run, int warmup, int iters, int sets) {
+  for (int i = 0; i < warmup; ++i) LOOM_RETURN_IF_ERROR(run(i % sets));
+  BENCH_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t start, stop;
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    BENCH_CUDA(cudaEventRecord(start));
+    LOOM_RETURN_IF_ERROR(run(i % sets));
+    BENCH_CUDA(cudaEventRecord(stop));
+    BENCH_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return Median(times);
+}
+
+class CublasGemm {
+ public:
+  absl::Status Init(const Shape& s, void* workspace, size_t workspace_bytes) {
+    workspace_ = workspace;
+    workspace_bytes_ = workspace_bytes;
+    BENCH_CUBLAS(cublasLtCreate(&handle_));
+    BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // Row-major C[M,N] = A[M,K] B[N,K]^T is column-major C^T[N,M] = B^T' A', i.e.
+    // cuBLAS "A" = our B (transposed), cuBLAS "B" = our A.
+    cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+    BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_a_, CUDA_R_16BF, s.k, s.n, s.k));
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_b_, CUDA_R_16BF, s.k, s.m, s.k));
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_c_, CUDA_R_16BF, s.n, s.m, s.n));
+    cublasLtMatmulPreference_t preference;
+    BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
+    BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &workspace_bytes_, sizeof(workspace_bytes_)));
+    int found = 0;
+    BENCH_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_a_, layout_b_, layout_c_, layout_c_,
+                                                preference, 1, &heuristic_, &found));
+    cublasLtMatmulPreferenceDestroy(preference);
+    if (found == 0) return absl::InternalError("cublasLt found no algorithm");
+    return absl::OkStatus();
+  }
+  absl::Status Run(const BufferSet& set) {
+    const float alpha = 1.0f, beta = 0.0f;
+    BENCH_CUBLAS(cublasLtMatmul(handle_, desc_, &alpha, set.b, layout_a_, set.a, layout_b_, &beta, set.c_cublas,
+                                layout_c_, set.c_cublas, layout_c_, &heuristic_.algo, workspace_,
+                                workspace_bytes_, nullptr));
+    return absl::OkStatus();
+  }
+  ~CublasGemm() {
+    if (layout_a_) cublasLtMatrixLayoutDestroy(layout_a_);
+    if (layout_b_) cublasLtMatrixLayoutDestroy(layout_b_);
+    if (layout_c_) cublasLtMatrixLayoutDestroy(layout_c_);
+    if (desc_) cublasLtMatmulDescDestroy(desc_);
+    if (handle_) cublasLtDestroy(handle_);
+  }
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t layout_a_ = nullptr, layout_b_ = nullptr, layout_c_ = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic_ = {};
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+// Checks `samples` random elements of loom's C against an FP64 dot product of
+// the bf16 inputs (TESTING.md tolerance), and records the worst error/bound.
+absl::Status CheckSamples(const Shape& s, const BufferSet& set, int samples, Result& result) {
+  std::mt19937_64 rng(s.m * 31 + s.n * 17 + s.k);
+  std::vector<uint16_t> a_row(s.k), b_row(s.k);
+  uint16_t c_loom = 0, c_cublas = 0;
+  double worst = 0;
+  for (int i = 0; i < samples; ++i) {
+    const int64_t r = static_cast<int64_t>(rng() % s.m), c = static_cast<int64_t>(rng() % s.n);
+    BENCH_CUDA(cudaMemcpy(a_row.data(), static_cast<uint16_t*>(set.a) + r * s.k, s.k * 2, cudaMemcpyDeviceToHost));
+    BENCH_CUDA(cudaMemcpy(b_row.data(), static_cast<uint16_t*>(set.b) + c * s.k, s.k * 2, cudaMemcpyDeviceToHost));
+    BENCH_CUDA(cudaMemcpy(&c_loom, static_cast<uint16_t*>(set.c_loom) + r * s.n + c, 2, cudaMemcpyDeviceToHost));
+    BENCH_CUDA(cudaMemcpy(&c_cublas, static_cast<uint16_t*>(set.c_cublas) + r * s.n + c, 2, cudaMemcpyDeviceToHost));
+    double ref = 0, magnitude = 0;
+    for (int64_t k = 0; k < s.k; ++k) {
+      const double x = ops::BF16ToFloat(a_row[k]), y = ops::BF16ToFloat(b_row[k]);
+      ref += x * y;
+      magnitude += std::fabs(x * y);
+    }
+    const double bound = 2 * 0x1p-8 * std::fabs(ref) + 4 * std::sqrt(static_cast<double>(s.k)) * 0x1p-24 * magnitude;
+    const double out = ops::BF16ToFloat(c_loom);
+    if (!std::isfinite(out)) {
+      worst = INFINITY;
+      break;
+    }
+    worst = std::max(worst, std::fabs(out - ref) / bound);
+  }
+  result.max_error_ratio = worst;
+  result.correct = worst <= 1.0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Shape& s, const std::string& ring) {
+  const int64_t set_bytes = 2 * (s.m * s.k + s.n * s.k + 2 * s.m * s.n);
+  const int sets = static_cast<int>(std::max<int64_t>(1, (2 * runtime.device().l2_bytes + set_bytes - 1) / set_bytes));
+  std::vector<BufferSet> buffers(sets);
+  for (int i = 0; i < sets; ++i) {
+    BENCH_CUDA(cudaMalloc(&buffers[i].a, s.m * s.k * 2));
+    BENCH_CUDA(cudaMalloc(&buffers[i].b, s.n * s.k * 2));
+    BENCH_CUDA(cudaMalloc(&buffers[i].c_loom, s.m * s.n * 2));
+    BENCH_CUDA(cudaMalloc(&buffers[i].c_cublas, s.m * s.n * 2));
+    BENCH_CUDA(FillUniformBf16(buffers[i].a, s.m * s.k, 2 * i + 1, nullptr));
+    BENCH_CUDA(FillUniformBf16(buffers[i].b, s.n * s.k, 2 * i + 2, nullptr));
+    BENCH_CUDA(cudaMemset(buffers[i].c_loom, 0xFF, s.m * s.n * 2));  // poison
+  }
+  const size_t workspace_bytes = 64 << 20;
+  void* workspace = nullptr;
+  BENCH_CUDA(cudaMalloc(&workspace, workspace_bytes));
+
+  std::vector<Result> results;
+  const double flops = 2.0 * s.m * s.n * s.k;
+  CublasGemm cublas;
+  LOOM_RETURN_IF_ERROR(cublas.Init(s, workspace, workspace_bytes));
+  LOOM_ASSIGN_OR_RETURN(double cublas_ms, TimeMedianMs([&](int i) { return cublas.Run(buffers[i]); },
+                                                       absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_iters), sets));
+  results.push_back(Result{s, "cublas", cublas_ms, flops / cublas_ms / 1e9, 1.0, 0, true});
+
+  std::vector<RingMode> modes;
+  if (ring == "split" || ring == "both") modes.push_back(RingMode::kSplit);
+  if (ring == "lockstep" || ring == "both") modes.push_back(RingMode::kLockstep);
+  for (RingMode mode : modes) {
+    CompileOptions options;
+    options.ring_mode = mode;
+    options.a_stages = absl::GetFlag(FLAGS_a_stages);
+    options.b_stages = mode == RingMode::kLockstep ? options.a_stages : absl::GetFlag(FLAGS_b_stages);
+    std::vector<Plan> plans;
+    for (int i = 0; i < sets; ++i) {
+      GemmGraph graph;
+      graph.AddGemm("gemm", TensorView::Dense("A", buffers[i].a, DType::kBF16, s.m, s.k),
+                    TensorView::Dense("B", buffers[i].b, DType::kBF16, s.n, s.k),
+                    TensorView::Dense("C", buffers[i].c_loom, DType::kBF16, s.m, s.n));
+      LOOM_ASSIGN_OR_RETURN(Plan plan, runtime.Compile(graph, options));
+      plans.push_back(std::move(plan));
+    }
+    LOOM_ASSIGN_OR_RETURN(double loom_ms, TimeMedianMs([&](int i) { return plans[i].Launch(nullptr); },
+                                                        absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_iters), sets));
+    for (Plan& plan : plans) LOOM_RETURN_IF_ERROR(plan.Synchronize(nullptr));
+    Result result{s, mode == RingMode::kSplit ? "loom-split" : "loom-lockstep", loom_ms, flops / loom_ms / 1e9,
+                  cublas_ms / loom_ms, 0, false};
+    LOOM_RETURN_IF_ERROR(CheckSamples(s, buffers[0], 256, result));
+    results.push_back(result);
+  }
+  for (BufferSet& set : buffers) {
+    cudaFree(set.a);
+    cudaFree(set.b);
+    cudaFree(set.c_loom);
+    cudaFree(set.c_cublas);
+  }
+  cudaFree(workspace);
+  return results;
+}
+
+int Main() {
+  absl::StatusOr<Runtime> runtime = Runtime::Create(0);
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "loom_bench needs a Hopper GPU: %s\n", runtime.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<Shape> shapes;
+  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> parts = absl::StrSplit(text, 'x');
+    Shape s;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &s.m) || !absl::SimpleAtoi(parts[1], &s.n) ||
+        !absl::SimpleAtoi(parts[2], &s.k)) {
+      std::fprintf(stderr, "bad shape '%.*s' (want MxNxK)\n", static_cast<int>(text.size()), text.data());
+      return 2;
+    }
+    shapes.push_back(s);
+  }
+  std::vector<Result> all;
+  for (const Shape& s : shapes) {
+    absl::StatusOr<std::vector<Result>> results = BenchShape(*runtime, s, absl::GetFlag(FLAGS_ring));
+    if (!results.ok()) {
+      std::fprintf(stderr, "%ldx%ldx%ld: %s\n", s.m, s.n, s.k, results.status().ToString().c_str());
+      return 1;
+    }
+    for (const Result& r : *results) {
+      std::printf("%6ld x %6ld x %6ld  %-14s %9.3f ms %8.1f TF/s  ratio %.3f  %s\n", r.shape.m, r.shape.n, r.shape.k,
+                  r.impl.c_str(), r.median_ms, r.tflops, r.ratio,
+                  r.impl == "cublas" ? "" : (r.correct ? absl::StrFormat("ok (err/bound %.2f)", r.max_error_ratio).c_str()
+                                                       : "WRONG"));
+      std::fflush(stdout);
+    }
+    all.insert(all.end(), results->begin(), results->end());
+  }
+  // Geometric means of loom/cuBLAS per loom variant: square shapes and all.
+  std::printf("\nsummary (ratio = loom TF/s / cuBLAS TF/s, same process, same data):\n");
+  for (const std::string impl : {"loom-split", "loom-lockstep"}) {
+    double log_square = 0, log_all = 0;
+    int n_square = 0, n_all = 0;
+    bool all_correct = true;
+    for (const Result& r : all) {
+      if (r.impl != impl) continue;
+      all_correct &= r.correct;
+      log_all += std::log(r.ratio);
+      ++n_all;
+      if (r.shape.m == r.shape.n && r.shape.n == r.shape.k) {
+        log_square += std::log(r.ratio);
+        ++n_square;
+      }
+    }
+    if (n_all == 0) continue;
+    std::printf("  %-14s geomean square %.3f (%d shapes), all %.3f (%d shapes), correctness %s\n", impl.c_str(),
+                n_square ? std::exp(log_square / n_square) : 0.0, n_square, std::exp(log_all / n_all), n_all,
+                all_correct ? "all ok" : "FAILURES");
+  }
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    FILE* f = std::fopen(absl::GetFlag(FLAGS_json).c_str(), "w");
+    if (f != nullptr) {
+      std::fprintf(f, "[\n");
+      for (size_t i = 0; i < all.size(); ++i) {
+        const Result& r = all[i];
+        std::fprintf(f,
+                     "  {\"m\": %ld, \"n\": %ld, \"k\": %ld, \"impl\": \"%s\", \"median_ms\": %.5f, \"tflops\": %.2f, "
+                     "\"ratio\": %.4f, \"correct\": %s, \"err_over_bound\": %.3f}%s\n",
+                     r.shape.m, r.shape.n, r.shape.k, r.impl.c_str(), r.median_ms, r.tflops, r.ratio,
+                     r.correct ? "true" : "false", r.max_error_ratio, i + 1 < all.size() ? "," : "");
+      }
+      std::fprintf(f, "]\n");
+      std::fclose(f);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace loom::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return loom::bench::Main();
+}

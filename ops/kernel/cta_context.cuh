@@ -1,0 +1,143 @@
+// cta_context.cuh: what every role of one CTA shares, the shared-memory rings
+// and barriers, and the protocols between them.
+//
+// Warp roles (384 threads, three warpgroups):
+//   warpgroup 0 (producer, 40 registers)
+//     warp 0 lane 0  A loader   (in lockstep mode: loads A and B)
+//     warp 1 lane 0  B loader   (idle in lockstep mode)
+//     warp 2 lane 0  store      (TMA stores of staged output, tile flags)
+//     warp 3 lane 0  scheduler  (cluster rank 0 only: takes jobs from the queue)
+//   warpgroups 1, 2 (consumers, 232 registers): wgmma + fused epilogue,
+//     each owning 64 rows of the 128 x 256 tile.
+//
+// Job slots (kJobSlots deep; slot data lives in every CTA of the cluster,
+// job_empty only in rank 0):
+//   scheduler: wait job_empty[s] (parity ph ^ 1)
+//              -> idx = atomicAdd(cursor) -> st.shared::cluster idx into slot s of each CTA
+//              -> mbarrier.arrive.release.cluster on job_full[s] of each CTA     (count 1)
+//   readers:   wait job_full[s] (acquire.cluster: the slot was written remotely) -> read idx
+//              -> arrive on rank 0's job_empty[s]   (count kJobReleasesPerCta * cluster)
+//   idx < 0 ends the stream. Phase bits flip when s wraps.
+//
+// Operand rings (A: a_stages slots, B: b_stages slots), per slot s:
+//   loader:    wait x_empty[s] (parity ph ^ 1: a fresh barrier passes at once)
+//              -> arrive.expect_tx(x_full[s], bytes of the whole slot)
+//              -> TMA load (its half multicast to both CTAs when the cluster
+//                 shares this operand, else both halves locally)
+//   consumer:  wait x_full[s] (parity ph) -> wgmma ... commit
+//              -> after wgmma.wait_group<1> says slot s's reads are done,
+//                 lane 0 of each consumer warp arrives on x_empty[s] of EVERY
+//                 CTA in the cluster (count kReleasingWarpsPerCta * cluster):
+//                 a peer may multicast into this slot, so it must wait for both
+//                 CTAs' consumers.
+//   Lockstep mode: A's barriers guard both operands (one expect_tx of A+B bytes).
+//
+// Staging (per consumer warpgroup w, kStagingBuffers panels):
+//   consumer:  wait staging_empty[w][b] -> st.shared the panel -> fence.proxy.async.shared::cta
+//              -> arrive staging_full[w][b]                     (count 128)
+//   store:     wait staging_full[w][b] -> TMA store -> commit -> wait_group.read 0
+//              -> arrive staging_empty[w][b]                    (count 1)
+//   After a tile's last panel: cp.async.bulk.wait_group 0 (the writes are done,
+//   not just the reads) -> fence.proxy.async.global (async-proxy writes visible
+//   to generic-proxy readers) -> st.release.gpu flag = epoch.
+#ifndef LOOM_OPS_KERNEL_CTA_CONTEXT_CUH_
+#define LOOM_OPS_KERNEL_CTA_CONTEXT_CUH_
+
+#include <cuda/ptx>
+
+#include <cstdint>
+
+#include "kernel_config.h"
+#include "kernel_params.h"
+#include "ptx.cuh"
+#include "watchdog.cuh"
+
+namespace loom::kernel {
+
+// A position in a ring of barriers: the slot index and the parity of the
+// phase being waited for. The parity flips each time the index wraps.
+struct RingCursor {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void Advance(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+struct CtaContext {
+  const KernelParams& params;
+  SmemBarriers* barriers;
+  uint8_t* a_ring;    // [a_stages][kBlockM][kBlockK] bf16, 128B swizzle
+  uint8_t* b_ring;    // [b_stages][kBlockN][kBlockK] bf16, 128B swizzle
+  uint8_t* staging;   // [2 warpgroups][kStagingBuffers][64 rows][128 B], 128B swizzle
+  int32_t* job_slots; // [kJobSlots]
+  uint32_t rank;      // CTA rank in the cluster
+  uint32_t epoch;     // this launch's epoch (flags equal to it are done)
+  Watchdog watchdog;
+
+  __device__ uint8_t* a_stage(int s) const { return a_ring + s * KernelConfig::kAStageBytes; }
+  __device__ uint8_t* b_stage(int s) const { return b_ring + s * KernelConfig::kBStageBytes; }
+  __device__ uint8_t* staging_panel(int warpgroup, int buffer) const {
+    return staging +
+           (warpgroup * KernelConfig::kStagingBuffers + buffer) * KernelConfig::kStagingPanelBytes;
+  }
+
+  // Releases a ring slot: arrives on the barrier at the same offset in every
+  // CTA of the cluster.
+  __device__ void ArriveOnEveryCta(uint64_t* barrier) const {
+    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
+    for (int r = 0; r < params.cluster_size; ++r) {
+      ptx::mbarrier_arrive_remote(ptx::mapa_shared_cluster(local, r));
+    }
+  }
+};
+
+// The stream of job indices a role of this CTA receives from the scheduler.
+class JobStream {
+ public:
+  // The next queue index, or -1 at the end of the queue (or on abort). Called
+  // by every thread of the role; `releasing` threads free the slot afterwards
+  // (one per warp, after the warp has read it).
+  __device__ int Next(const CtaContext& ctx, bool releasing) {
+    const int s = cursor_.stage;
+    if (!ctx.watchdog.WaitBarrier(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1,
+                                  Watchdog::kClusterScope)) {
+      return -1;
+    }
+    const int index = *reinterpret_cast<volatile int32_t*>(&ctx.job_slots[s]);
+    __syncwarp(__activemask());
+    if (releasing && index >= 0) {
+      const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(&ctx.barriers->job_empty[s]));
+      ptx::mbarrier_arrive_cluster(ptx::mapa_shared_cluster(local, 0));
+    }
+    cursor_.Advance(KernelConfig::kJobSlots);
+    return index;
+  }
+
+ private:
+  RingCursor cursor_;
+};
+
+// The CTA tile a job gives this CTA, and whether any of it is inside the output.
+struct CtaWork {
+  const sched::TileJob* job;
+  const KernelNode* node;
+  int32_t m_block;
+  int32_t n_block;
+  bool in_range;
+};
+
+__device__ inline CtaWork ResolveJob(const CtaContext& ctx, int index) {
+  const sched::TileJob* job = &ctx.params.queue[index];
+  const KernelNode* node = &ctx.params.nodes[job->node];
+  const sched::CtaTile tile = sched::CtaTileOf(*job, node->schedule.share, static_cast<int>(ctx.rank));
+  const bool in_range = tile.m_block < node->schedule.m_blocks && tile.n_block < node->schedule.n_blocks;
+  return CtaWork{job, node, tile.m_block, tile.n_block, in_range};
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_CTA_CONTEXT_CUH_

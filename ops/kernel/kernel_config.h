@@ -1,0 +1,112 @@
+// kernel_config.h: the compile-time shape of loom's persistent GEMM kernel and
+// the shared-memory layout derived from it. Host and device code both include
+// it: the runtime sizes shared memory and refuses plans that do not fit, the
+// kernel carves its shared memory with the same function.
+#ifndef LOOM_OPS_KERNEL_KERNEL_CONFIG_H_
+#define LOOM_OPS_KERNEL_KERNEL_CONFIG_H_
+
+#include <cstdint>
+
+#include "loom/scheduler/schedule.h"
+
+namespace loom::kernel {
+
+struct KernelConfig {
+  // CTA tile: two consumer warpgroups, each owns 64 rows x 256 columns of FP32
+  // accumulators (wgmma m64n256k16, 128 registers per thread).
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = 256;
+  static constexpr int kBlockK = 64;  // 64 bf16 = 128 bytes = one 128B swizzle row
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kRowsPerConsumer = kBlockM / kConsumerWarpgroups;  // 64
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);        // 384
+  static constexpr int kMaxClusterSize = 2;
+
+  // Register split (setmaxnreg): producer warpgroup low, consumers high.
+  // NOTE: setmaxnreg moves registers within what the CTA got at launch
+  // (__launch_bounds__(384, 1) caps that at 168 per thread), and an .inc that
+  // cannot be satisfied blocks forever. 72/216 fills it exactly and is the
+  // split with no spills (the loaders' dependency code spills under 64).
+  static constexpr int kLaunchRegisters = (65536 / kThreads) / 8 * 8;  // 168
+  static constexpr int kProducerRegisters = 72;
+  static constexpr int kConsumerRegisters = 216;
+
+  static constexpr int kMaxStages = 8;   // per ring
+  static constexpr int kJobSlots = 4;    // jobs fetched ahead of the loaders
+  // Arrivals per CTA that free a job slot: the A loader, the B loader and the
+  // store warp (one thread each), and every consumer warp.
+  static constexpr int kJobReleasesPerCta = 3 + 4 * kConsumerWarpgroups;
+  // Each consumer warp releases ring slots on its own (lane 0 arrives after the
+  // warp's own wgmma.wait_group).
+  static constexpr int kReleasingWarpsPerCta = 4 * kConsumerWarpgroups;
+
+  // Epilogue staging: per consumer warpgroup, kStagingBuffers panels of
+  // 64 rows x 128 bytes (64 bf16 or 32 fp32 columns), 128B swizzled.
+  static constexpr int kStagingBuffers = 2;
+  static constexpr int kPanelBytes = 128;
+  static constexpr int kStagingPanelBytes = kRowsPerConsumer * kPanelBytes;  // 8 KiB
+
+  // TMA boxes: half-tiles, so a cluster peer can load its half for both CTAs.
+  static constexpr int kABoxRows = kBlockM / 2;  // 64
+  static constexpr int kBBoxRows = kBlockN / 2;  // 128
+  static constexpr uint32_t kAStageBytes = kBlockM * kBlockK * 2;  // 16 KiB
+  static constexpr uint32_t kBStageBytes = kBlockN * kBlockK * 2;  // 32 KiB
+
+  static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
+
+  static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
+  static_assert(128 * kProducerRegisters + 128 * kConsumerWarpgroups * kConsumerRegisters <=
+                    kLaunchRegisters * kThreads,
+                "register split exceeds the registers the CTA holds at launch: setmaxnreg.inc would hang");
+  static_assert(kProducerRegisters % 8 == 0 && kConsumerRegisters % 8 == 0,
+                "setmaxnreg takes multiples of 8");
+};
+
+// Byte offsets into the dynamic shared memory of one CTA.
+struct SmemLayout {
+  uint32_t a_ring = 0;       // [a_stages][kBlockM][kBlockK] bf16, 128B swizzle
+  uint32_t b_ring = 0;       // [b_stages][kBlockN][kBlockK] bf16, 128B swizzle
+  uint32_t staging = 0;      // [kConsumerWarpgroups][kStagingBuffers][64][128 B], 128B swizzle
+  uint32_t barriers = 0;     // uint64_t mbarriers, see SmemBarriers
+  uint32_t job_slots = 0;    // int32_t [kJobSlots]
+  uint32_t epoch = 0;        // uint32_t: this launch's epoch, read once by thread 0
+  uint32_t total = 0;        // bytes to request, including 1 KiB of alignment slack
+};
+
+// The mbarriers, in this order, from SmemLayout::barriers.
+struct SmemBarriers {
+  uint64_t a_full[KernelConfig::kMaxStages];
+  uint64_t a_empty[KernelConfig::kMaxStages];
+  uint64_t b_full[KernelConfig::kMaxStages];
+  uint64_t b_empty[KernelConfig::kMaxStages];
+  uint64_t job_full[KernelConfig::kJobSlots];
+  uint64_t job_empty[KernelConfig::kJobSlots];
+  uint64_t staging_full[KernelConfig::kConsumerWarpgroups][KernelConfig::kStagingBuffers];
+  uint64_t staging_empty[KernelConfig::kConsumerWarpgroups][KernelConfig::kStagingBuffers];
+};
+
+LOOM_HOST_DEVICE constexpr SmemLayout ComputeSmemLayout(int a_stages, int b_stages) {
+  SmemLayout layout;
+  uint32_t offset = 0;
+  layout.a_ring = offset;
+  offset += static_cast<uint32_t>(a_stages) * KernelConfig::kAStageBytes;
+  layout.b_ring = offset;
+  offset += static_cast<uint32_t>(b_stages) * KernelConfig::kBStageBytes;
+  layout.staging = offset;
+  offset += KernelConfig::kConsumerWarpgroups * KernelConfig::kStagingBuffers *
+            KernelConfig::kStagingPanelBytes;
+  layout.barriers = offset;
+  offset += sizeof(SmemBarriers);
+  layout.job_slots = offset;
+  offset += KernelConfig::kJobSlots * sizeof(int32_t);
+  layout.epoch = offset;
+  offset += sizeof(uint32_t);
+  // The dynamic shared memory base is only guaranteed 16-byte aligned; 128B
+  // swizzled tiles need 1024. The kernel rounds the base up, so ask for slack.
+  layout.total = offset + 1024;
+  return layout;
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_KERNEL_CONFIG_H_

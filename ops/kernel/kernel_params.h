@@ -1,0 +1,81 @@
+// kernel_params.h: what the host hands the persistent kernel. Built by the
+// runtime from a Plan (runtime/src/plan_builder.cc), copied to device memory
+// once per Plan; the kernel takes one KernelParams by value.
+#ifndef LOOM_OPS_KERNEL_KERNEL_PARAMS_H_
+#define LOOM_OPS_KERNEL_KERNEL_PARAMS_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "loom/scheduler/schedule.h"
+
+namespace loom::kernel {
+
+enum class EpilogueActivation : uint8_t { kNone = 0, kReLU = 1, kGELU = 2, kSiLU = 3, kSwiGLU = 4 };
+enum class ElementType : uint8_t { kBF16 = 0, kFP32 = 1 };
+
+// One GEMM node as the kernel sees it (CUtensorMap carries its own 64-byte alignment).
+struct KernelNode {
+  CUtensorMap a_map;  // A [M, K] bf16, box {kBlockK, kABoxRows}, 128B swizzle
+  CUtensorMap b_map;  // B [N, K] bf16, box {kBlockK, kBBoxRows}, 128B swizzle
+  CUtensorMap c_map;  // C [M, N_out], box {128 B of columns, 64 rows}, 128B swizzle
+  sched::NodeSchedule schedule;
+  const void* bias = nullptr;      // [N] (accumulator columns), bias_type
+  const void* residual = nullptr;  // [M, N_out], residual_type
+  int64_t residual_stride = 0;     // elements
+  EpilogueActivation activation = EpilogueActivation::kNone;
+  ElementType out_type = ElementType::kBF16;
+  ElementType bias_type = ElementType::kFP32;
+  ElementType residual_type = ElementType::kBF16;
+  uint8_t has_dependents = 0;      // some node waits on this node's tile flags
+};
+
+// Per-Plan device state that survives launches. Zeroed when the Plan is built.
+struct LaunchState {
+  uint32_t epoch;          // the epoch of the last completed launch
+  uint32_t cursor;         // next queue index to hand out
+  uint32_t finished_ctas;  // CTAs of the current launch that have finished
+  uint32_t abort;          // set when any wait timed out: every role winds down
+};
+
+// Written (host-mapped memory) by the first wait that times out.
+enum class WaitKind : int32_t {
+  kNone = 0,
+  kDependencyFlag = 1,
+  kRingFull = 2,
+  kRingEmpty = 3,
+  kJobSlot = 4,
+  kStaging = 5,
+  kClusterPeer = 6,
+};
+struct DeviceTimeoutRecord {
+  int32_t timed_out;  // 0 or 1; claimed with atomicCAS by the first waiter
+  int32_t sm;
+  int32_t job;
+  int32_t flag;
+  uint32_t expected;
+  uint32_t seen;
+  int32_t wait_kind;  // WaitKind
+  int32_t block;
+};
+
+struct KernelParams {
+  const KernelNode* nodes;
+  const sched::TileJob* queue;
+  const sched::DependencyEdge* dependencies;  // grouped by consumer node
+  int32_t num_jobs;
+  int32_t cluster_size;
+  int32_t a_stages;
+  int32_t b_stages;
+  int32_t lockstep;        // 1: one ring (A's barriers) carries A and B
+  uint32_t* flags;         // [num_flags] epoch of the last completion of each tile
+  float* workspace;        // split-K partials
+  LaunchState* state;
+  DeviceTimeoutRecord* timeout;  // host-mapped
+  uint64_t spin_timeout_ns;
+};
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_KERNEL_PARAMS_H_

@@ -1,0 +1,206 @@
+// loader_role.cuh: the A and B loaders. Each is one thread that walks the job
+// stream and feeds its ring with TMA loads (protocol: cta_context.cuh).
+//
+// The A loader also owns dependencies: before each k-block it waits until the
+// producer tiles holding that slice of A are done this launch (acquire), then
+// fences the async proxy so its TMA load sees the producer's TMA stores. The B
+// loader has its own ring, so the weight stream runs ahead while A waits.
+//
+// Cluster sharing: boxes are half tiles. When the cluster shares an operand,
+// each CTA loads its half once and multicasts it into both CTAs (same smem
+// offset, each CTA's own full barrier gets complete_tx). Otherwise a CTA loads
+// both halves itself. Either way each CTA's full barrier expects the whole slot.
+#ifndef LOOM_OPS_KERNEL_LOADER_ROLE_CUH_
+#define LOOM_OPS_KERNEL_LOADER_ROLE_CUH_
+
+#include "cta_context.cuh"
+
+namespace loom::kernel {
+
+// Waits until every producer tile that elements [row_begin, row_end) x
+// [col_begin, col_end) of `operand` read is complete in this epoch. The memo
+// remembers the last box known complete, so the k-blocks that fall inside one
+// producer tile poll its flag once.
+struct DependencyMemo {
+  int dependency = -1;
+  sched::TileBox satisfied;
+  __device__ void Reset() { dependency = -1; }
+  __device__ bool Covers(int d, const sched::TileBox& box) const {
+    return d == dependency && box.m_begin >= satisfied.m_begin && box.m_end <= satisfied.m_end &&
+           box.n_begin >= satisfied.n_begin && box.n_end <= satisfied.n_end;
+  }
+};
+
+__device__ inline bool WaitForProducers(const CtaContext& ctx, const KernelNode& node, int job_index,
+                                        sched::DependencyOperand operand, int64_t row_begin,
+                                        int64_t row_end, int64_t col_begin, int64_t col_end,
+                                        DependencyMemo& memo) {
+  const sched::NodeSchedule& schedule = node.schedule;
+  bool waited = false;
+  for (int d = 0; d < schedule.dependency_count; ++d) {
+    const sched::DependencyEdge& edge = ctx.params.dependencies[schedule.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(operand)) continue;
+    const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
+    const sched::TileBox box =
+        sched::ProducerTiles(producer, KernelConfig::tile(), edge, row_begin, row_end, col_begin, col_end);
+    if (box.empty()) continue;
+    if (memo.Covers(d, box)) continue;
+    for (int mb = box.m_begin; mb < box.m_end; ++mb) {
+      for (int nb = box.n_begin; nb < box.n_end; ++nb) {
+        const int flag_index = sched::OutputFlagIndex(producer, mb, nb);
+        const uint32_t* flag = &ctx.params.flags[flag_index];
+        const uint32_t epoch = ctx.epoch;
+        const bool done = ctx.watchdog.SpinUntil(
+            [&] {
+              if (static_cast<int32_t>(ptx::ld_acquire_gpu(flag) - epoch) >= 0) return true;
+              __nanosleep(64);
+              return false;
+            },
+            WaitKind::kDependencyFlag, job_index, flag_index, epoch, flag);
+        if (!done) return false;
+      }
+    }
+    memo.dependency = d;
+    memo.satisfied = box;
+    waited = true;
+  }
+  // The producer wrote through the async proxy (TMA store) and released the
+  // flag after a proxy fence; this fence orders our acquire before the TMA
+  // loads (async proxy) we are about to issue.
+  if (waited) cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+  return true;
+}
+
+// Issues the TMA loads of one operand slot: rows [row0, row0 + 2 * box_rows)
+// at k offset `k0`, into `slot` (two boxes of box_rows x 128 B each).
+__device__ inline void LoadOperandSlot(const CtaContext& ctx, const CUtensorMap* map, uint8_t* slot,
+                                       uint64_t* full_barrier, int32_t k0, int32_t row0,
+                                       int32_t box_rows, bool shared_by_cluster) {
+  const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * KernelConfig::kPanelBytes;
+  if (shared_by_cluster) {
+    const int32_t coords[2] = {k0, row0 + static_cast<int32_t>(ctx.rank) * box_rows};
+    const uint16_t every_cta = static_cast<uint16_t>((1u << ctx.params.cluster_size) - 1);
+    cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                    slot + ctx.rank * box_bytes, map, coords, full_barrier, every_cta);
+  } else {
+    for (int half = 0; half < 2; ++half) {
+      const int32_t coords[2] = {k0, row0 + half * box_rows};
+      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                      slot + half * box_bytes, map, coords, full_barrier);
+    }
+  }
+}
+
+__device__ inline bool SharesOperand(const CtaContext& ctx, const KernelNode& node,
+                                     sched::ClusterShare operand) {
+  return ctx.params.cluster_size > 1 && node.schedule.share == operand;
+}
+
+// The A loader. In lockstep mode it also loads B into the same slot index,
+// under A's barriers.
+__device__ inline void RunALoader(const CtaContext& ctx) {
+  constexpr int kBlockK = KernelConfig::kBlockK;
+  const bool lockstep = ctx.params.lockstep != 0;
+  const uint32_t slot_bytes = KernelConfig::kAStageBytes + (lockstep ? KernelConfig::kBStageBytes : 0);
+  JobStream jobs;
+  RingCursor ring;
+  DependencyMemo memo;
+  for (;;) {
+    const int index = jobs.Next(ctx, /*releasing=*/true);
+    if (index < 0) return;
+    const CtaWork work = ResolveJob(ctx, index);
+    // NOTE: job and node fields are copied into registers once per job: the
+    // loop's asm statements clobber memory, so fields read through pointers
+    // would be reloaded from global memory on every k-block.
+    const sched::TileJob job = *work.job;
+    if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
+    const KernelNode& node = *work.node;
+    const sched::NodeSchedule& schedule = node.schedule;
+    const bool has_dependencies = schedule.dependency_count > 0;
+    const bool share_a = SharesOperand(ctx, node, sched::ClusterShare::kShareA);
+    const bool share_b = SharesOperand(ctx, node, sched::ClusterShare::kShareB);
+    const int32_t row0 = work.m_block * KernelConfig::kBlockM;
+    const int32_t n_row0 = work.n_block * KernelConfig::kBlockN;
+    memo.Reset();
+    if (has_dependencies) {
+      // The epilogue reads bias and residual: wait for them before the first
+      // load, so the consumers find them complete (ordered through a_full).
+      const int64_t out_col0 = static_cast<int64_t>(work.n_block) * schedule.out_tile_n;
+      if (!WaitForProducers(ctx, node, index, sched::DependencyOperand::kResidual, row0,
+                            row0 + KernelConfig::kBlockM, out_col0, out_col0 + schedule.out_tile_n, memo) ||
+          !WaitForProducers(ctx, node, index, sched::DependencyOperand::kBias, 0, 1, n_row0,
+                            n_row0 + KernelConfig::kBlockN, memo)) {
+        return;
+      }
+    }
+    for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
+      const int32_t k0 = kb * kBlockK;
+      if (has_dependencies &&
+          !WaitForProducers(ctx, node, index, sched::DependencyOperand::kA, row0,
+                            row0 + KernelConfig::kBlockM, k0, k0 + kBlockK, memo)) {
+        return;
+      }
+      if (!ctx.watchdog.WaitBarrier(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1,
+                                    WaitKind::kRingEmpty, index)) {
+        return;
+      }
+      uint64_t* full = &ctx.barriers->a_full[ring.stage];
+      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                           cuda::ptx::space_shared, full, slot_bytes);
+      LoadOperandSlot(ctx, &node.a_map, ctx.a_stage(ring.stage), full, k0, row0, KernelConfig::kABoxRows,
+                      share_a);
+      if (lockstep) {
+        LoadOperandSlot(ctx, &node.b_map, ctx.b_stage(ring.stage), full, k0, n_row0, KernelConfig::kBBoxRows,
+                        share_b);
+      }
+      ring.Advance(ctx.params.a_stages);
+    }
+  }
+}
+
+// The B loader (split-ring mode only). B normally has no producer in the
+// graph, so this thread runs ahead of A by up to b_stages slots, across job
+// boundaries and across A's dependency waits.
+__device__ inline void RunBLoader(const CtaContext& ctx) {
+  constexpr int kBlockK = KernelConfig::kBlockK;
+  const bool lockstep = ctx.params.lockstep != 0;
+  JobStream jobs;
+  RingCursor ring;
+  DependencyMemo memo;
+  for (;;) {
+    const int index = jobs.Next(ctx, /*releasing=*/true);
+    if (index < 0) return;
+    if (lockstep) continue;  // the A loader carries B
+    const CtaWork work = ResolveJob(ctx, index);
+    const sched::TileJob job = *work.job;  // in registers; see the A loader
+    if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
+    const KernelNode& node = *work.node;
+    const bool has_dependencies = node.schedule.dependency_count > 0;
+    const bool share_b = SharesOperand(ctx, node, sched::ClusterShare::kShareB);
+    const int32_t n_row0 = work.n_block * KernelConfig::kBlockN;
+    memo.Reset();
+    for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
+      const int32_t k0 = kb * kBlockK;
+      if (has_dependencies &&
+          !WaitForProducers(ctx, node, index, sched::DependencyOperand::kB, n_row0,
+                            n_row0 + KernelConfig::kBlockN, k0, k0 + kBlockK, memo)) {
+        return;
+      }
+      if (!ctx.watchdog.WaitBarrier(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1,
+                                    WaitKind::kRingEmpty, index)) {
+        return;
+      }
+      uint64_t* full = &ctx.barriers->b_full[ring.stage];
+      const uint32_t slot_bytes = KernelConfig::kBStageBytes;
+      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                           cuda::ptx::space_shared, full, slot_bytes);
+      LoadOperandSlot(ctx, &node.b_map, ctx.b_stage(ring.stage), full, k0, n_row0, KernelConfig::kBBoxRows,
+                      share_b);
+      ring.Advance(ctx.params.b_stages);
+    }
+  }
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_LOADER_ROLE_CUH_

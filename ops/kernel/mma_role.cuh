@@ -1,0 +1,71 @@
+// mma_role.cuh: the consumer warpgroups' main loop. Each of the two consumer
+// warpgroups multiplies its 64 rows of the A slot by the whole 256-row B slot
+// (four wgmma m64n256k16 per k-block) into 128 FP32 registers per thread.
+//
+// Release policy: the wgmmas of k-block i are committed as one group; after
+// wgmma.wait_group<1> (only group i may still be running) the slots of k-block
+// i - 1 are no longer read, so each warp's lane 0 releases them to every CTA of
+// the cluster. One MMA group stays in flight while the next slot is awaited.
+// The SS (shared-memory A) form reads A until the group retires, so A cannot
+// be released earlier than B here; the split rings still let B run ahead.
+#ifndef LOOM_OPS_KERNEL_MMA_ROLE_CUH_
+#define LOOM_OPS_KERNEL_MMA_ROLE_CUH_
+
+#include "cta_context.cuh"
+#include "wgmma.cuh"
+
+namespace loom::kernel {
+
+// Runs the k-blocks of one job. Returns false when the launch is aborting.
+__device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, int job_index,
+                                   int warpgroup, RingCursor& a_ring, RingCursor& b_ring,
+                                   float (&accumulators)[128]) {
+  const bool lockstep = ctx.params.lockstep != 0;
+  const int a_stages = ctx.params.a_stages;
+  const int b_stages = ctx.params.b_stages;
+  const bool release_lane = (threadIdx.x % 32) == 0;
+  const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
+  const uint32_t a_ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring)) +
+                               warpgroup * KernelConfig::kRowsPerConsumer * KernelConfig::kPanelBytes;
+  const uint32_t b_ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+
+  RingCursor previous_a = a_ring, previous_b = b_ring;
+  bool ok = true;
+  for (int i = 0; i < k_blocks; ++i) {
+    ok &= ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, job_index);
+    if (!lockstep) ok &= ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull, job_index);
+    const uint64_t desc_a =
+        MakeSwizzle128Descriptor(a_ring_base + a_ring.stage * KernelConfig::kAStageBytes);
+    // Lockstep mode keeps B in the slot of the same index as A.
+    const int b_stage = lockstep ? a_ring.stage : b_ring.stage;
+    const uint64_t desc_b = MakeSwizzle128Descriptor(b_ring_base + b_stage * KernelConfig::kBStageBytes);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < KernelConfig::kBlockK / 16; ++k16) {
+      wgmma_m64n256k16_bf16(accumulators, AdvanceDescriptorK16(desc_a, k16),
+                            AdvanceDescriptorK16(desc_b, k16), /*accumulate=*/i > 0 || k16 > 0);
+    }
+    ptx::wgmma_commit_group();
+    if (i > 0) {
+      ptx::wgmma_wait_group<1>();
+      if (release_lane) {
+        ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[previous_a.stage]);
+        if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[previous_b.stage]);
+      }
+    }
+    previous_a = a_ring;
+    previous_b = b_ring;
+    a_ring.Advance(a_stages);
+    if (!lockstep) b_ring.Advance(b_stages);
+  }
+  ptx::wgmma_wait_group<0>();
+  if (k_blocks > 0 && release_lane) {
+    ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[previous_a.stage]);
+    if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[previous_b.stage]);
+  }
+  return true;
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_MMA_ROLE_CUH_

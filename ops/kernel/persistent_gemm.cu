@@ -1,0 +1,170 @@
+// persistent_gemm.cu: loom's persistent kernel. One CTA per SM (clusters of
+// two), warp-specialised roles, jobs pulled from the device queue until it is
+// empty. The roles and their protocols: cta_context.cuh; each role reads top
+// to bottom in its own file.
+//
+// Deadlock freedom, the invariant every change must keep:
+//   (a) jobs are handed out in queue order, which is topological;
+//   (b) the grid never exceeds the co-resident clusters (the host asks the
+//       occupancy API), so every job handed out is held by a running CTA;
+//   (c) no role that finishes a job (consumers, store) waits on a later job.
+// Then the lowest-numbered unfinished job has all its producers finished and
+// its CTA's roles have nothing older to wait for, so it completes; by
+// induction every job does. Waits are still bounded (watchdog.cuh) so a broken
+// invariant reports instead of hanging.
+#include "persistent_gemm.h"
+
+#include <cuda/ptx>
+
+#include "epilogue_role.cuh"
+#include "loader_role.cuh"
+#include "mma_role.cuh"
+#include "scheduler_role.cuh"
+
+namespace loom::kernel {
+namespace {
+
+// Thread 0 of each CTA initialises every barrier of the CTA.
+__device__ void InitBarriers(SmemBarriers* barriers, const KernelParams& params) {
+  const uint32_t cluster = static_cast<uint32_t>(params.cluster_size);
+  for (int s = 0; s < params.a_stages; ++s) {
+    cuda::ptx::mbarrier_init(&barriers->a_full[s], 1);
+    cuda::ptx::mbarrier_init(&barriers->a_empty[s], KernelConfig::kReleasingWarpsPerCta * cluster);
+  }
+  for (int s = 0; s < params.b_stages; ++s) {
+    cuda::ptx::mbarrier_init(&barriers->b_full[s], 1);
+    cuda::ptx::mbarrier_init(&barriers->b_empty[s], KernelConfig::kReleasingWarpsPerCta * cluster);
+  }
+  for (int s = 0; s < KernelConfig::kJobSlots; ++s) {
+    cuda::ptx::mbarrier_init(&barriers->job_full[s], 1);
+    cuda::ptx::mbarrier_init(&barriers->job_empty[s], KernelConfig::kJobReleasesPerCta * cluster);
+  }
+  for (int w = 0; w < KernelConfig::kConsumerWarpgroups; ++w) {
+    for (int b = 0; b < KernelConfig::kStagingBuffers; ++b) {
+      cuda::ptx::mbarrier_init(&barriers->staging_full[w][b], 128);
+      cuda::ptx::mbarrier_init(&barriers->staging_empty[w][b], 1);
+    }
+  }
+  // Make the initialisation visible to the async proxy and to the peer CTA
+  // before anyone (TMA, remote arrivals) touches the barriers.
+  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+}
+
+__device__ void ClusterSync() {
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+}
+
+// The last CTA of the launch to finish resets the queue cursor and publishes
+// the epoch, so the next launch (a CUDA-graph replay too) needs no host work.
+__device__ void FinishLaunch(const KernelParams& params, uint32_t epoch) {
+  __threadfence();
+  const uint32_t finished = atomicAdd(&params.state->finished_ctas, 1u) + 1;
+  if (finished == gridDim.x) {
+    params.state->cursor = 0;
+    params.state->finished_ctas = 0;
+    params.state->abort = 0;
+    params.state->epoch = epoch;
+    __threadfence();
+  }
+}
+
+__global__ void __launch_bounds__(KernelConfig::kThreads, 1)
+    PersistentGemmKernel(const __grid_constant__ KernelParams params) {
+  extern __shared__ uint8_t dynamic_smem[];
+  // 128B-swizzled tiles need 1024-byte alignment; the layout reserved slack.
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+  uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
+  const SmemLayout layout = ComputeSmemLayout(params.a_stages, params.b_stages);
+  auto* barriers = reinterpret_cast<SmemBarriers*>(smem + layout.barriers);
+  auto* epoch_slot = reinterpret_cast<uint32_t*>(smem + layout.epoch);
+
+  if (threadIdx.x == 0) {
+    InitBarriers(barriers, params);
+    *epoch_slot = params.state->epoch + 1;
+  }
+  ClusterSync();
+
+  const CtaContext ctx{params,
+                       barriers,
+                       smem + layout.a_ring,
+                       smem + layout.b_ring,
+                       smem + layout.staging,
+                       reinterpret_cast<int32_t*>(smem + layout.job_slots),
+                       cuda::ptx::get_sreg_cluster_ctarank(),
+                       *epoch_slot,
+                       Watchdog(params)};
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    ptx::setmaxnreg_dec<KernelConfig::kProducerRegisters>();
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) {
+      switch (warp) {
+        case 0:
+          RunALoader(ctx);
+          break;
+        case 1:
+          RunBLoader(ctx);
+          break;
+        case 2:
+          RunStore(ctx);
+          break;
+        case 3:
+          if (ctx.rank == 0) RunScheduler(ctx);
+          break;
+      }
+    }
+    __syncwarp();
+  } else {
+    ptx::setmaxnreg_inc<KernelConfig::kConsumerRegisters>();
+    RunConsumer(ctx, warpgroup - 1);
+  }
+
+  // No CTA may leave while its peer can still arrive on its barriers or
+  // multicast into its shared memory.
+  ClusterSync();
+  if (threadIdx.x == 0) FinishLaunch(params, ctx.epoch);
+}
+
+cudaError_t ConfigureKernel(uint32_t smem_bytes) {
+  return cudaFuncSetAttribute(PersistentGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem_bytes));
+}
+
+cudaLaunchConfig_t MakeLaunchConfig(int ctas, uint32_t smem_bytes, cudaStream_t stream,
+                                    cudaLaunchAttribute* attribute, int cluster_size) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
+  config.blockDim = dim3(KernelConfig::kThreads, 1, 1);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
+}  // namespace
+
+cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, int* clusters) {
+  const uint32_t smem_bytes = SharedMemoryBytes(a_stages, b_stages);
+  if (cudaError_t error = ConfigureKernel(smem_bytes); error != cudaSuccess) return error;
+  cudaLaunchAttribute attribute;
+  cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, &attribute, cluster_size);
+  return cudaOccupancyMaxActiveClusters(clusters, PersistentGemmKernel, &config);
+}
+
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, cudaStream_t stream) {
+  const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages);
+  if (cudaError_t error = ConfigureKernel(smem_bytes); error != cudaSuccess) return error;
+  cudaLaunchAttribute attribute;
+  cudaLaunchConfig_t config =
+      MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, &attribute, params.cluster_size);
+  return cudaLaunchKernelEx(&config, PersistentGemmKernel, params);
+}
+
+}  // namespace loom::kernel

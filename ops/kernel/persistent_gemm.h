@@ -1,0 +1,27 @@
+// persistent_gemm.h: the host entry points of loom's persistent kernel. Plain
+// host code may include this; the kernel itself lives in persistent_gemm.cu.
+#ifndef LOOM_OPS_KERNEL_PERSISTENT_GEMM_H_
+#define LOOM_OPS_KERNEL_PERSISTENT_GEMM_H_
+
+#include <cuda_runtime_api.h>
+
+#include "kernel_config.h"
+#include "kernel_params.h"
+
+namespace loom::kernel {
+
+// Dynamic shared memory one CTA needs for these ring depths.
+inline uint32_t SharedMemoryBytes(int a_stages, int b_stages) {
+  return ComputeSmemLayout(a_stages, b_stages).total;
+}
+
+// Clusters of `cluster_size` CTAs of the kernel that can be resident at once
+// on the current device with this shared memory (occupancy API).
+cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, int* clusters);
+
+// Launches the persistent kernel: `clusters` clusters of params.cluster_size CTAs.
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, cudaStream_t stream);
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_PERSISTENT_GEMM_H_

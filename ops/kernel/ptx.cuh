@@ -1,0 +1,112 @@
+// ptx.cuh: the few PTX instructions that CUDA 13.0's cuda::ptx does not wrap.
+// One small function per instruction, each saying what it guarantees. Every
+// other TMA / mbarrier / fence operation in the kernel goes through cuda::ptx.
+#ifndef LOOM_OPS_KERNEL_PTX_CUH_
+#define LOOM_OPS_KERNEL_PTX_CUH_
+
+#include <cstdint>
+
+namespace loom::kernel::ptx {
+
+// wgmma.fence: orders this warpgroup's earlier register writes (accumulators
+// touched by other instructions) before the wgmma operations that follow.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+// wgmma.commit_group: closes the group of wgmma operations issued so far.
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// wgmma.wait_group N: returns once at most N committed groups are still in
+// flight; their accumulators are then readable and their shared memory reads done.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// setmaxnreg: moves this warpgroup's per-thread register budget up or down.
+// Every warp of the warpgroup must execute it.
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// mapa: the shared::cluster address of the same shared-memory offset in
+// cluster CTA `rank`.
+__device__ __forceinline__ uint32_t mapa_shared_cluster(uint32_t smem_address, uint32_t rank) {
+  uint32_t result;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(result) : "r"(smem_address), "r"(rank));
+  return result;
+}
+
+// mbarrier.arrive with release semantics at cluster scope, on a barrier named
+// by its shared::cluster address (local or in the peer CTA): the caller's
+// earlier memory operations are visible to whoever acquires that phase.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t cluster_address) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_address)
+               : "memory");
+}
+
+// mbarrier.arrive with the default semantics (release at CTA scope) on a
+// barrier named by its shared::cluster address. For ring slots: the reads that
+// the arrival releases were made by wgmma and completed by wgmma.wait_group,
+// so no generic-proxy ordering at cluster scope is needed (and the cluster-
+// scope release costs a fence on every k-block).
+__device__ __forceinline__ void mbarrier_arrive_remote(uint32_t cluster_address) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_address) : "memory");
+}
+
+// st.shared::cluster: a 32-bit store into a cluster CTA's shared memory.
+__device__ __forceinline__ void st_shared_cluster(uint32_t cluster_address, int32_t value) {
+  asm volatile("st.shared::cluster.s32 [%0], %1;\n" ::"r"(cluster_address), "r"(value) : "memory");
+}
+
+// ld.acquire.gpu: a load that later loads of this thread cannot be reordered
+// before; pairs with st.release.gpu of the writer.
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* address) {
+  uint32_t value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+// st.release.gpu: a store that this thread's earlier memory operations are
+// ordered before, for any thread that acquires the value.
+__device__ __forceinline__ void st_release_gpu(uint32_t* address, uint32_t value) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
+}
+
+// ld.volatile: a load that is never cached in registers across iterations.
+__device__ __forceinline__ uint32_t ld_volatile(const uint32_t* address) {
+  return *reinterpret_cast<const volatile uint32_t*>(address);
+}
+
+// %globaltimer: nanoseconds, coarse (about 1 us ticks); good for time-outs.
+__device__ __forceinline__ uint64_t globaltimer() {
+  uint64_t value;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(value));
+  return value;
+}
+
+// cp.async.bulk.prefetch.tensor: asks L2 to fetch a box of a tensor map ahead
+// of its TMA load. No completion, no ordering; a hint.
+__device__ __forceinline__ void prefetch_tensor_2d(const void* tensor_map, int32_t x, int32_t y) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(tensor_map),
+               "r"(x), "r"(y)
+               : "memory");
+}
+
+// prefetch.tensormap: brings a tensor map (in global memory) into the cache
+// the TMA unit reads descriptors from.
+__device__ __forceinline__ void prefetch_tensormap(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");
+}
+
+}  // namespace loom::kernel::ptx
+
+#endif  // LOOM_OPS_KERNEL_PTX_CUH_

@@ -1,0 +1,103 @@
+// loom/graph.h: a graph of GEMMs, described on the host.
+//
+// Each node computes C = epilogue(A · Bᵀ) with A [M, K] and B [N, K] row-major,
+// K contiguous (the nn.Linear weight layout), and C [M, N_out]. Edges are not
+// declared: a node that reads memory another node writes depends on it, down to
+// the rows and columns it reads. Every element is written by at most one node,
+// and a node may only read what nodes added before it wrote (no cycles, no
+// write-after-read or write-after-write hazards); Validate() enforces this.
+//
+//   loom::GemmGraph g;
+//   g.AddGemm("up", x, w_gate_up, h, {.activation = loom::Activation::kSwiGLU});
+//   g.AddGemm("down", h, w_down, y, {.residual = x});
+//   LOOM_RETURN_IF_ERROR(g.Validate());
+#ifndef LOOM_GRAPH_H_
+#define LOOM_GRAPH_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "loom/tensor.h"
+
+namespace loom {
+
+// The activation applied to (accumulator + bias).
+//   kSwiGLU: the GEMM's output columns interleave gate and up, column 2j is
+//   gate_j and 2j+1 is up_j (so B's rows interleave the gate and up weights);
+//   output column j = silu(gate_j) * up_j and C is N / 2 wide.
+//   kGELU is the exact (erf) form.
+enum class Activation : uint8_t { kNone, kReLU, kGELU, kSiLU, kSwiGLU };
+
+// "none", "relu", "gelu", "silu", "swiglu".
+std::string_view ActivationName(Activation activation);
+
+// out = cast(activation(A·Bᵀ + bias) + residual), evaluated in FP32.
+struct Epilogue {
+  Activation activation = Activation::kNone;
+  std::optional<TensorView> bias = std::nullopt;   // [1, N], bf16 or fp32; N before SwiGLU halving
+  std::optional<TensorView> residual = std::nullopt;  // [M, N_out], bf16 or fp32
+};
+
+struct GemmNode {
+  std::string name;
+  TensorView a;  // [M, K]
+  TensorView b;  // [N, K]
+  TensorView c;  // [M, N_out]
+  Epilogue epilogue;
+
+  int64_t m() const { return a.rows; }
+  int64_t n() const { return b.rows; }  // accumulator columns
+  int64_t k() const { return a.cols; }
+  // Output columns: N, or N / 2 for SwiGLU.
+  int64_t out_cols() const {
+    return epilogue.activation == Activation::kSwiGLU ? n() / 2 : n();
+  }
+};
+
+// Which input of a node reads memory written by another node.
+enum class Operand : uint8_t { kA, kB, kBias, kResidual };
+std::string_view OperandName(Operand operand);
+
+// `consumer` reads, through `operand`, memory that `producer` writes. Element
+// (r, c) of the operand is element (r + row_offset, c + col_offset) of the
+// producer's C. When the two views do not share a row stride the mapping is not
+// a translation; then `whole_tensor` is set and the consumer waits for all of
+// the producer's tiles.
+struct DataDependency {
+  int consumer = 0;
+  int producer = 0;
+  Operand operand = Operand::kA;
+  int64_t row_offset = 0;
+  int64_t col_offset = 0;
+  bool whole_tensor = false;
+};
+
+class GemmGraph {
+ public:
+  // Appends a node and returns its index. Nothing is checked here: Validate()
+  // (and Runtime::Compile) check the whole graph.
+  int AddGemm(std::string name, TensorView a, TensorView b, TensorView c,
+              Epilogue epilogue = {});
+
+  const std::vector<GemmNode>& nodes() const { return nodes_; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+
+  // Checks every rule of a well-formed graph; the first violation is returned
+  // as InvalidArgument naming the node or tensor, the rule and the value.
+  absl::Status Validate() const;
+
+  // The data dependencies between nodes, derived from the tensors' memory.
+  // Meaningful for a graph that passed Validate().
+  std::vector<DataDependency> Dependencies() const;
+
+ private:
+  std::vector<GemmNode> nodes_;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_GRAPH_H_

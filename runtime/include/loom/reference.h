@@ -1,0 +1,62 @@
+// loom/reference.h: the CPU reference executor of a lowered GEMM graph.
+//
+// RunReference executes a Schedule job by job, exactly as the persistent
+// kernel would, on tensors in HOST memory (the graph's TensorView pointers are
+// host pointers): FP64 accumulation, the epilogue of loom/ops/reference.h,
+// outputs rounded once to C's dtype. Split-K partials live in a host FP64
+// workspace and are reduced in split order 0..split_k-1. While it runs it
+// checks the schedule: every output tile is computed exactly once, each job's
+// k-blocks cover the node's K, and no job reads a producer tile (or a split-K
+// partial) that is not done yet. A broken schedule is an Internal error.
+// A node with K == 0 that the schedule leaves without tiles gets
+// C = epilogue(0) written up front, as the runtime does before a launch.
+//
+// With options.simulated_sms > 0, that many virtual SMs pull jobs from a
+// cursor in a seeded random interleaving; a job runs only once the producer
+// tiles it reads are done, and a state where no SM can move is reported as a
+// deadlock (Internal) instead of hanging.
+//
+// RunNaiveGraph is the independent check: each node as one triple loop, in
+// node order, with the same epilogue.
+//
+//   loom::GemmGraph graph = ...;  // views of host buffers
+//   absl::StatusOr<loom::Plan> plan =
+//       loom::Runtime::ForDescription(loom::DeviceDescription::H200()).Compile(graph);
+//   LOOM_RETURN_IF_ERROR(loom::RunReference(*plan, {.simulated_sms = 132, .seed = 7}));
+#ifndef LOOM_REFERENCE_H_
+#define LOOM_REFERENCE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "loom/graph.h"
+#include "loom/runtime.h"
+#include "loom/scheduler/schedule.h"
+
+namespace loom {
+
+struct ReferenceOptions {
+  // 0: run the queue in order. > 0: that many virtual SMs interleave the jobs.
+  int simulated_sms = 0;
+  // Seeds the interleaving of the virtual SMs (ignored for queue order).
+  uint64_t seed = 0;
+};
+
+// Runs `schedule` (lowered from `graph`) on the graph's host tensors.
+// InvalidArgument if the schedule does not describe this graph (node count or
+// shapes differ); Internal if the schedule is inconsistent (a tile computed
+// twice or never, k-blocks that do not cover K, a job that reads unfinished
+// data in queue order, a deadlock of the virtual SMs).
+absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
+                          const ReferenceOptions& options = {});
+
+// RunReference(plan.graph(), plan.schedule(), options).
+absl::Status RunReference(const Plan& plan, const ReferenceOptions& options = {});
+
+// Computes every node in node order with one FP64 triple loop each; needs no
+// schedule. The same epilogue and output rounding as RunReference.
+absl::Status RunNaiveGraph(const GemmGraph& graph);
+
+}  // namespace loom
+
+#endif  // LOOM_REFERENCE_H_

@@ -1,0 +1,140 @@
+// loom/runtime.h: compiling a GemmGraph into a Plan and launching it as one
+// persistent kernel.
+//
+//   absl::StatusOr<loom::Runtime> rt = loom::Runtime::Create(/*device_ordinal=*/0);
+//   absl::StatusOr<loom::Plan> plan = rt->Compile(graph);
+//   LOOM_RETURN_IF_ERROR(plan->Launch(stream));      // one kernel launch
+//   LOOM_RETURN_IF_ERROR(plan->Synchronize(stream)); // reports device time-outs
+//   std::cout << plan->Explain();
+//
+// Lowering is host work and needs no GPU: Runtime::ForDescription gives a
+// runtime for a described device, whose plans can be explained and run by the
+// CPU reference (loom/reference.h) but not launched.
+#ifndef LOOM_RUNTIME_H_
+#define LOOM_RUNTIME_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "loom/graph.h"
+#include "loom/scheduler/schedule.h"
+
+namespace loom {
+
+class Plan;
+namespace internal {
+absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node);  // tests only
+}  // namespace internal
+
+// The facts about a GPU that lowering depends on.
+struct DeviceDescription {
+  std::string name;
+  int sm_count = 0;
+  int64_t shared_memory_per_block = 0;  // opt-in maximum, bytes
+  int64_t l2_bytes = 0;
+  bool cluster_launch = false;
+  // Clusters of loom's kernel that can be co-resident (occupancy API); 0 when
+  // unknown, then sm_count / cluster size is assumed.
+  int max_coresident_clusters = 0;
+
+  // The H200 this project measures on (132 SMs, 232448 B, 60 MB L2).
+  static DeviceDescription H200();
+};
+
+// How the A and B operands flow through shared memory.
+//   kSplit: separate A and B rings with their own barriers and loaders; B (the
+//           weights) runs ahead while A waits on a dependency.
+//   kLockstep: one ring, one loader, one barrier pair per stage for A and B.
+enum class RingMode : uint8_t { kSplit, kLockstep };
+
+struct CompileOptions {
+  RingMode ring_mode = RingMode::kSplit;
+  int a_stages = 4;  // A ring depth
+  int b_stages = 4;  // B ring depth (must equal a_stages for kLockstep)
+  // Clusters to launch; 0: every co-resident cluster. More than are co-resident
+  // is refused (a spin-waiting CTA must never keep a producer from running).
+  int max_clusters = 0;
+  int split_k = 0;     // 0: per node, chosen by the scheduler; >= 1: forced
+  int group_size = 0;  // 0: chosen by the scheduler
+  // A device spin wait gives up after this long and reports a time-out.
+  int64_t spin_timeout_ns = 2'000'000'000;
+};
+
+// Why a launch stopped early: filled in by the kernel when a bounded wait ran
+// out, returned to the host inside a DeadlineExceeded status.
+struct TimeoutRecord {
+  int sm = -1;
+  int job = -1;          // queue index of the job that waited
+  int flag = -1;         // flag index waited on (-1: not a dependency flag)
+  uint32_t expected = 0; // epoch the waiter needed
+  uint32_t seen = 0;     // value it last read
+  std::string what;      // the wait that timed out
+};
+
+class Plan {
+ public:
+  Plan(Plan&&) noexcept;
+  Plan& operator=(Plan&&) noexcept;
+  ~Plan();
+
+  // Enqueues one launch of the persistent kernel on `stream`. Needs no host
+  // work beyond the launch itself, so it can be captured in a CUDA graph.
+  absl::Status Launch(cudaStream_t stream = nullptr);
+  // Waits for `stream`; turns a device time-out into DeadlineExceeded naming
+  // the SM, job, flag, expected and seen values.
+  absl::Status Synchronize(cudaStream_t stream = nullptr);
+  // The record of the last time-out, if one happened.
+  std::optional<TimeoutRecord> last_timeout() const;
+
+  // A readable account of the schedule: nodes, tile and cluster shapes, job
+  // counts, queue order, dependencies.
+  std::string Explain() const;
+
+  const GemmGraph& graph() const;
+  const sched::Schedule& schedule() const;
+  const CompileOptions& options() const;
+  int grid_clusters() const;  // clusters the kernel is launched with
+
+  struct Impl;
+
+ private:
+  friend class Runtime;
+  friend absl::Status internal::SuppressFlagPublishingForTesting(Plan& plan, int node);
+  explicit Plan(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class Runtime {
+ public:
+  // A runtime on GPU `device_ordinal`. FailedPrecondition if there is no such
+  // GPU or it is not Hopper (sm_90).
+  static absl::StatusOr<Runtime> Create(int device_ordinal = 0);
+  // A host-only runtime for a described device: Compile and Explain work,
+  // Launch returns FailedPrecondition.
+  static Runtime ForDescription(DeviceDescription device);
+
+  // Validates the graph and lowers it into a Plan. InvalidArgument for a bad
+  // graph; FailedPrecondition when the options exceed the device's limits
+  // (shared memory per block, co-resident clusters).
+  absl::StatusOr<Plan> Compile(const GemmGraph& graph, const CompileOptions& options = {}) const;
+
+  const DeviceDescription& device() const { return device_; }
+  bool has_gpu() const { return device_ordinal_ >= 0; }
+  int device_ordinal() const { return device_ordinal_; }
+
+ private:
+  Runtime(DeviceDescription device, int device_ordinal)
+      : device_(std::move(device)), device_ordinal_(device_ordinal) {}
+  DeviceDescription device_;
+  int device_ordinal_ = -1;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_H_

@@ -1,0 +1,37 @@
+// plan_impl.h (internal): what a Plan owns.
+#ifndef LOOM_RUNTIME_INTERNAL_PLAN_IMPL_H_
+#define LOOM_RUNTIME_INTERNAL_PLAN_IMPL_H_
+
+#include <optional>
+#include <vector>
+
+#include "kernel_params.h"
+#include "loom/runtime.h"
+
+namespace loom {
+
+struct Plan::Impl {
+  GemmGraph graph;
+  CompileOptions options;
+  DeviceDescription device;
+  sched::Schedule schedule;
+  int device_ordinal = -1;  // -1: host-only plan
+  int grid_clusters = 0;
+  std::optional<TimeoutRecord> last_timeout;
+
+  // Device resources (device_ordinal >= 0 and the schedule has jobs).
+  kernel::KernelParams params = {};
+  kernel::KernelNode* nodes = nullptr;
+  sched::TileJob* queue = nullptr;
+  sched::DependencyEdge* dependencies = nullptr;
+  uint32_t* flags = nullptr;
+  float* workspace = nullptr;
+  kernel::LaunchState* state = nullptr;
+  kernel::DeviceTimeoutRecord* timeout_host = nullptr;  // pinned, mapped
+
+  ~Impl();
+};
+
+}  // namespace loom
+
+#endif  // LOOM_RUNTIME_INTERNAL_PLAN_IMPL_H_

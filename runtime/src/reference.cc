@@ -1,0 +1,577 @@
+// reference.cc: the CPU reference executor (loom/reference.h).
+//
+// A ReferenceExecutor holds, per node, a done bit for every output tile and
+// for every split-K partial (the host mirror of the kernel's flags) and an
+// FP64 partial workspace. A job is "ready" when every producer tile it reads
+// is done; executing a job computes its CTA tiles and sets their bits. The
+// queue-order run requires each job to be ready when its turn comes (the queue
+// must be topological); the simulated run lets virtual SMs hold jobs that are
+// not ready yet and spin, like the GPU's CTAs do.
+#include "loom/reference.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "loom/graph.h"
+#include "loom/ops/reference.h"
+#include "loom/runtime.h"
+#include "loom/scheduler/schedule.h"
+#include "loom/status.h"
+
+namespace loom {
+namespace {
+
+using sched::JobKind;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The part of a node's problem one CTA tile covers, clipped to the node.
+struct TileExtent {
+  int64_t row_begin = 0, row_end = 0;          // rows of A and C
+  int64_t acc_col_begin = 0, acc_col_end = 0;  // accumulator columns (rows of B)
+  int64_t out_col_begin = 0, out_col_end = 0;  // columns of C
+  int64_t k_begin = 0, k_end = 0;              // the job's k range, in elements
+};
+
+absl::Status CheckHostView(const GemmNode& node, const TensorView& view) {
+  if (!view.empty() && view.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "node \"%s\": tensor \"%s\" is %dx%d but has no host data", node.name, view.name,
+        view.rows, view.cols));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckHostViews(const GemmNode& node) {
+  LOOM_RETURN_IF_ERROR(CheckHostView(node, node.a));
+  LOOM_RETURN_IF_ERROR(CheckHostView(node, node.b));
+  LOOM_RETURN_IF_ERROR(CheckHostView(node, node.c));
+  if (node.epilogue.bias) LOOM_RETURN_IF_ERROR(CheckHostView(node, *node.epilogue.bias));
+  if (node.epilogue.residual) LOOM_RETURN_IF_ERROR(CheckHostView(node, *node.epilogue.residual));
+  return absl::OkStatus();
+}
+
+// C = epilogue(0): the output of a node with K == 0.
+void WriteEpilogueOfZero(const GemmNode& node) {
+  const std::vector<double> zeros(static_cast<size_t>(node.n()), 0.0);
+  for (int64_t row = 0; row < node.m(); ++row) {
+    ops::StoreEpilogueRow(node, row, 0, zeros.data(), node.n());
+  }
+}
+
+class ReferenceExecutor {
+ public:
+  ReferenceExecutor(const GemmGraph& graph, const sched::Schedule& schedule)
+      : graph_(graph), schedule_(schedule) {}
+
+  // Checks that the schedule describes the graph and allocates the state.
+  absl::Status Prepare();
+  // Whether every producer tile and partial `job` reads is done. If not,
+  // `blocker` (when non-null) says which one is missing.
+  bool Ready(const sched::TileJob& job, std::string* blocker) const;
+  // Computes the CTA tiles of queue entry `index`.
+  absl::Status Execute(size_t index);
+  // Every output tile of every node was computed.
+  absl::Status CheckComplete() const;
+
+  std::string DescribeJob(size_t index) const;
+
+ private:
+  struct NodeState {
+    std::vector<uint8_t> tile_done;     // [m_blocks * n_blocks]
+    std::vector<uint8_t> partial_done;  // [tiles * split_k]
+    // [tiles * split_k]: the k-blocks each partial covers.
+    std::vector<std::pair<int32_t, int32_t>> partial_k_blocks;
+    std::vector<double> workspace;      // [split_k][m][n] FP64 partials (split_k > 1)
+  };
+
+  const sched::NodeSchedule& node_schedule(int node) const { return schedule_.nodes[node]; }
+  // The CTA tile of `job` at cluster rank `rank`; false when it lies outside the node.
+  bool TileOf(const sched::TileJob& job, int rank, sched::CtaTile* tile, TileExtent* extent) const;
+  bool ProducerTilesDone(const sched::DependencyEdge& edge, int64_t row_begin, int64_t row_end,
+                         int64_t col_begin, int64_t col_end, std::string* blocker) const;
+  bool TileReadsReady(const sched::TileJob& job, const sched::CtaTile& tile,
+                      const TileExtent& extent, std::string* blocker) const;
+
+  absl::Status ComputeTile(const sched::TileJob& job, const sched::CtaTile& tile,
+                           const TileExtent& extent, size_t index);
+  absl::Status ComputePartial(const sched::TileJob& job, const sched::CtaTile& tile,
+                              const TileExtent& extent, size_t index);
+  absl::Status ReduceTile(const sched::TileJob& job, const sched::CtaTile& tile,
+                          const TileExtent& extent, size_t index);
+
+  const GemmGraph& graph_;
+  const sched::Schedule& schedule_;
+  std::vector<NodeState> state_;
+};
+
+absl::Status ReferenceExecutor::Prepare() {
+  const sched::TileShape& t = schedule_.tile;
+  if (static_cast<int>(schedule_.nodes.size()) != graph_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "schedule has %d nodes but the graph has %d", schedule_.nodes.size(), graph_.size()));
+  }
+  if (t.m <= 0 || t.n <= 0 || t.k <= 0 || schedule_.cluster_size < 1) {
+    return absl::InternalError(absl::StrFormat(
+        "schedule: tile %dx%dx%d with cluster size %d is not a valid tiling", t.m, t.n, t.k,
+        schedule_.cluster_size));
+  }
+  state_.resize(schedule_.nodes.size());
+  for (int i = 0; i < graph_.size(); ++i) {
+    const GemmNode& node = graph_.nodes()[i];
+    const sched::NodeSchedule& ns = schedule_.nodes[i];
+    LOOM_RETURN_IF_ERROR(CheckHostViews(node));
+    if (ns.m != node.m() || ns.n != node.n() || ns.k != node.k() ||
+        ns.out_cols != node.out_cols()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "node %d \"%s\": graph shape M=%d N=%d K=%d (out %d) but schedule says M=%d N=%d "
+          "K=%d (out %d)",
+          i, node.name, node.m(), node.n(), node.k(), node.out_cols(), ns.m, ns.n, ns.k,
+          ns.out_cols));
+    }
+    const int64_t expected_out_tile_n = node.epilogue.activation == Activation::kSwiGLU ? t.n / 2 : t.n;
+    // A node with K == 0 may have no tiles at all (the scheduler's choice: its
+    // output is epilogue(0), which the runtime writes outside the kernel).
+    const bool tileless = ns.k == 0 && ns.m_blocks == 0 && ns.n_blocks == 0;
+    if ((!tileless && (ns.m_blocks != CeilDiv(ns.m, t.m) || ns.n_blocks != CeilDiv(ns.n, t.n))) ||
+        ns.k_blocks != CeilDiv(ns.k, t.k) || ns.out_tile_n != expected_out_tile_n ||
+        ns.split_k < 1) {
+      return absl::InternalError(absl::StrFormat(
+          "schedule: node %d \"%s\" has m/n/k blocks %d/%d/%d, out tile n %d, split_k %d; "
+          "tile %dx%dx%d gives %d/%d/%d, out tile n %d",
+          i, node.name, ns.m_blocks, ns.n_blocks, ns.k_blocks, ns.out_tile_n, ns.split_k, t.m,
+          t.n, t.k, CeilDiv(ns.m, t.m), CeilDiv(ns.n, t.n), CeilDiv(ns.k, t.k),
+          expected_out_tile_n));
+    }
+    if (ns.dependency_begin < 0 || ns.dependency_count < 0 ||
+        static_cast<size_t>(ns.dependency_begin) + ns.dependency_count >
+            schedule_.dependencies.size()) {
+      return absl::InternalError(absl::StrFormat(
+          "schedule: node %d \"%s\" has dependencies [%d, %d) of %d", i, node.name,
+          ns.dependency_begin, ns.dependency_begin + ns.dependency_count,
+          schedule_.dependencies.size()));
+    }
+    for (int d = 0; d < ns.dependency_count; ++d) {
+      const sched::DependencyEdge& edge = schedule_.dependencies[ns.dependency_begin + d];
+      if (edge.producer < 0 || edge.producer >= i) {
+        return absl::InternalError(absl::StrFormat(
+            "schedule: node %d \"%s\" depends on node %d, which is not an earlier node", i,
+            node.name, edge.producer));
+      }
+    }
+    if (tileless) WriteEpilogueOfZero(node);
+    NodeState& s = state_[i];
+    const size_t tiles = static_cast<size_t>(ns.m_blocks) * ns.n_blocks;
+    s.tile_done.assign(tiles, 0);
+    if (ns.split_k > 1) {
+      s.partial_done.assign(tiles * ns.split_k, 0);
+      s.partial_k_blocks.assign(tiles * ns.split_k, {0, 0});
+      // NaN, so a partial read before it is written cannot go unnoticed.
+      s.workspace.assign(static_cast<size_t>(ns.split_k * ns.m * ns.n),
+                         std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool ReferenceExecutor::TileOf(const sched::TileJob& job, int rank, sched::CtaTile* tile,
+                               TileExtent* extent) const {
+  const sched::NodeSchedule& ns = node_schedule(job.node);
+  const sched::TileShape& t = schedule_.tile;
+  *tile = sched::CtaTileOf(job, ns.share, rank);
+  if (tile->m_block < 0 || tile->m_block >= ns.m_blocks || tile->n_block < 0 ||
+      tile->n_block >= ns.n_blocks) {
+    return false;
+  }
+  extent->row_begin = static_cast<int64_t>(tile->m_block) * t.m;
+  extent->row_end = std::min<int64_t>(extent->row_begin + t.m, ns.m);
+  extent->acc_col_begin = static_cast<int64_t>(tile->n_block) * t.n;
+  extent->acc_col_end = std::min<int64_t>(extent->acc_col_begin + t.n, ns.n);
+  extent->out_col_begin = static_cast<int64_t>(tile->n_block) * ns.out_tile_n;
+  extent->out_col_end = std::min<int64_t>(extent->out_col_begin + ns.out_tile_n, ns.out_cols);
+  extent->k_begin = std::min<int64_t>(static_cast<int64_t>(job.k_block_begin) * t.k, ns.k);
+  extent->k_end = std::min<int64_t>(static_cast<int64_t>(job.k_block_end) * t.k, ns.k);
+  return true;
+}
+
+bool ReferenceExecutor::ProducerTilesDone(const sched::DependencyEdge& edge, int64_t row_begin,
+                                          int64_t row_end, int64_t col_begin, int64_t col_end,
+                                          std::string* blocker) const {
+  if (row_begin >= row_end || col_begin >= col_end) return true;
+  const sched::NodeSchedule& producer = node_schedule(edge.producer);
+  const sched::TileBox box =
+      sched::ProducerTiles(producer, schedule_.tile, edge, row_begin, row_end, col_begin, col_end);
+  const NodeState& s = state_[edge.producer];
+  for (int32_t mb = box.m_begin; mb < box.m_end; ++mb) {
+    for (int32_t nb = box.n_begin; nb < box.n_end; ++nb) {
+      if (!s.tile_done[static_cast<size_t>(mb) * producer.n_blocks + nb]) {
+        if (blocker != nullptr) {
+          *blocker = absl::StrFormat("tile (m_block %d, n_block %d) of node %d \"%s\"", mb, nb,
+                                     edge.producer, graph_.nodes()[edge.producer].name);
+        }
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool ReferenceExecutor::TileReadsReady(const sched::TileJob& job, const sched::CtaTile& tile,
+                                       const TileExtent& e, std::string* blocker) const {
+  const sched::NodeSchedule& ns = node_schedule(job.node);
+  const bool reads_operands = job.kind == static_cast<uint8_t>(JobKind::kGemm);
+  const bool runs_epilogue = job.kind == static_cast<uint8_t>(JobKind::kReduce) || ns.split_k == 1;
+  if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
+    const NodeState& s = state_[job.node];
+    const size_t tile_index = static_cast<size_t>(tile.m_block) * ns.n_blocks + tile.n_block;
+    for (int split = 0; split < ns.split_k; ++split) {
+      if (!s.partial_done[tile_index * ns.split_k + split]) {
+        if (blocker != nullptr) {
+          *blocker = absl::StrFormat("split-K partial %d of its own tile (m_block %d, n_block %d)",
+                                     split, tile.m_block, tile.n_block);
+        }
+        return false;
+      }
+    }
+  }
+  for (int d = 0; d < ns.dependency_count; ++d) {
+    const sched::DependencyEdge& edge = schedule_.dependencies[ns.dependency_begin + d];
+    bool done = true;
+    switch (static_cast<sched::DependencyOperand>(edge.operand)) {
+      case sched::DependencyOperand::kA:
+        if (reads_operands)
+          done = ProducerTilesDone(edge, e.row_begin, e.row_end, e.k_begin, e.k_end, blocker);
+        break;
+      case sched::DependencyOperand::kB:
+        if (reads_operands)
+          done = ProducerTilesDone(edge, e.acc_col_begin, e.acc_col_end, e.k_begin, e.k_end, blocker);
+        break;
+      case sched::DependencyOperand::kBias:
+        if (runs_epilogue)
+          done = ProducerTilesDone(edge, 0, 1, e.acc_col_begin, e.acc_col_end, blocker);
+        break;
+      case sched::DependencyOperand::kResidual:
+        if (runs_epilogue)
+          done = ProducerTilesDone(edge, e.row_begin, e.row_end, e.out_col_begin, e.out_col_end,
+                                   blocker);
+        break;
+    }
+    if (!done) return false;
+  }
+  return true;
+}
+
+bool ReferenceExecutor::Ready(const sched::TileJob& job, std::string* blocker) const {
+  // A malformed job is "ready": Execute reports what is wrong with it.
+  if (job.node >= schedule_.nodes.size()) return true;
+  const sched::NodeSchedule& ns = node_schedule(job.node);
+  const bool reduce = job.kind == static_cast<uint8_t>(JobKind::kReduce);
+  if ((job.kind != static_cast<uint8_t>(JobKind::kGemm) && !reduce) || (reduce && ns.split_k == 1)) {
+    return true;
+  }
+  for (int rank = 0; rank < schedule_.cluster_size; ++rank) {
+    sched::CtaTile tile;
+    TileExtent extent;
+    if (!TileOf(job, rank, &tile, &extent)) continue;
+    if (!TileReadsReady(job, tile, extent, blocker)) return false;
+  }
+  return true;
+}
+
+std::string ReferenceExecutor::DescribeJob(size_t index) const {
+  const sched::TileJob& job = schedule_.queue[index];
+  const std::string node_name =
+      job.node < graph_.nodes().size() ? graph_.nodes()[job.node].name : "?";
+  return absl::StrFormat("job %d (node %d \"%s\", %s, split %d, m_block %d, n_block %d, "
+                         "k-blocks [%d, %d))",
+                         index, job.node, node_name,
+                         job.kind == static_cast<uint8_t>(JobKind::kReduce) ? "reduce" : "gemm",
+                         job.split, job.m_block, job.n_block, job.k_block_begin, job.k_block_end);
+}
+
+absl::Status ReferenceExecutor::Execute(size_t index) {
+  const sched::TileJob& job = schedule_.queue[index];
+  if (job.node >= schedule_.nodes.size()) {
+    return absl::InternalError(absl::StrCat("schedule: ", DescribeJob(index),
+                                            " names a node the graph does not have"));
+  }
+  const sched::NodeSchedule& ns = node_schedule(job.node);
+  if (job.kind != static_cast<uint8_t>(JobKind::kGemm) &&
+      job.kind != static_cast<uint8_t>(JobKind::kReduce)) {
+    return absl::InternalError(
+        absl::StrCat("schedule: ", DescribeJob(index), " has unknown kind ", job.kind));
+  }
+  if (job.kind == static_cast<uint8_t>(JobKind::kReduce) && ns.split_k == 1) {
+    return absl::InternalError(
+        absl::StrCat("schedule: ", DescribeJob(index), " reduces a node without split-K"));
+  }
+  if (job.kind == static_cast<uint8_t>(JobKind::kGemm)) {
+    if (job.k_block_begin > job.k_block_end || job.k_block_end > ns.k_blocks) {
+      return absl::InternalError(absl::StrFormat("schedule: %s: k-blocks out of [0, %d)",
+                                                 DescribeJob(index), ns.k_blocks));
+    }
+    if (job.split >= ns.split_k) {
+      return absl::InternalError(absl::StrFormat("schedule: %s: split %d of split_k %d",
+                                                 DescribeJob(index), job.split, ns.split_k));
+    }
+  }
+  for (int rank = 0; rank < schedule_.cluster_size; ++rank) {
+    sched::CtaTile tile;
+    TileExtent extent;
+    if (!TileOf(job, rank, &tile, &extent)) continue;
+    if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
+      LOOM_RETURN_IF_ERROR(ReduceTile(job, tile, extent, index));
+    } else if (ns.split_k > 1) {
+      LOOM_RETURN_IF_ERROR(ComputePartial(job, tile, extent, index));
+    } else {
+      LOOM_RETURN_IF_ERROR(ComputeTile(job, tile, extent, index));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// FP64 accumulator of one CTA tile over the extent's k range, [rows][cols].
+std::vector<double> AccumulateExtent(const GemmNode& node, const TileExtent& e) {
+  const int64_t rows = e.row_end - e.row_begin;
+  const int64_t cols = e.acc_col_end - e.acc_col_begin;
+  const int64_t k = e.k_end - e.k_begin;
+  std::vector<double> acc(static_cast<size_t>(rows * cols), 0.0);
+  if (k == 0) return acc;
+  const std::vector<double> a = ops::LoadBlock(node.a, e.row_begin, rows, e.k_begin, k);
+  const std::vector<double> b = ops::LoadBlock(node.b, e.acc_col_begin, cols, e.k_begin, k);
+  ops::AccumulateTile(a.data(), k, b.data(), k, rows, cols, k, acc.data(), cols);
+  return acc;
+}
+
+absl::Status ReferenceExecutor::ComputeTile(const sched::TileJob& job, const sched::CtaTile& tile,
+                                            const TileExtent& e, size_t index) {
+  const sched::NodeSchedule& ns = node_schedule(job.node);
+  const GemmNode& node = graph_.nodes()[job.node];
+  if (job.k_block_begin != 0 || job.k_block_end != ns.k_blocks) {
+    return absl::InternalError(absl::StrFormat(
+        "schedule: %s covers k-blocks [%d, %d) of a node without split-K (k_blocks %d)",
+        DescribeJob(index), job.k_block_begin, job.k_block_end, ns.k_blocks));
+  }
+  uint8_t& done = state_[job.node].tile_done[static_cast<size_t>(tile.m_block) * ns.n_blocks +
+                                            tile.n_block];
+  if (done) {
+    return absl::InternalError(absl::StrFormat("schedule: %s computes tile (%d, %d) a second time",
+                                               DescribeJob(index), tile.m_block, tile.n_block));
+  }
+  const std::vector<double> acc = AccumulateExtent(node, e);
+  const int64_t cols = e.acc_col_end - e.acc_col_begin;
+  for (int64_t r = e.row_begin; r < e.row_end; ++r) {
+    ops::StoreEpilogueRow(node, r, e.acc_col_begin, &acc[static_cast<size_t>((r - e.row_begin) * cols)],
+                          cols);
+  }
+  done = 1;
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceExecutor::ComputePartial(const sched::TileJob& job,
+                                               const sched::CtaTile& tile, const TileExtent& e,
+                                               size_t index) {
+  const sched::NodeSchedule& ns = node_schedule(job.node);
+  NodeState& s = state_[job.node];
+  const size_t slot =
+      (static_cast<size_t>(tile.m_block) * ns.n_blocks + tile.n_block) * ns.split_k + job.split;
+  if (s.partial_done[slot]) {
+    return absl::InternalError(absl::StrFormat(
+        "schedule: %s computes split %d of tile (%d, %d) a second time", DescribeJob(index),
+        job.split, tile.m_block, tile.n_block));
+  }
+  const std::vector<double> acc = AccumulateExtent(graph_.nodes()[job.node], e);
+  const int64_t cols = e.acc_col_end - e.acc_col_begin;
+  double* partial = s.workspace.data() + static_cast<size_t>(job.split) * ns.m * ns.n;
+  for (int64_t r = e.row_begin; r < e.row_end; ++r) {
+    for (int64_t c = e.acc_col_begin; c < e.acc_col_end; ++c) {
+      partial[r * ns.n + c] = acc[static_cast<size_t>((r - e.row_begin) * cols + (c - e.acc_col_begin))];
+    }
+  }
+  s.partial_done[slot] = 1;
+  s.partial_k_blocks[slot] = {job.k_block_begin, job.k_block_end};
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceExecutor::ReduceTile(const sched::TileJob& job, const sched::CtaTile& tile,
+                                           const TileExtent& e, size_t index) {
+  const sched::NodeSchedule& ns = node_schedule(job.node);
+  const GemmNode& node = graph_.nodes()[job.node];
+  NodeState& s = state_[job.node];
+  const size_t tile_index = static_cast<size_t>(tile.m_block) * ns.n_blocks + tile.n_block;
+  if (s.tile_done[tile_index]) {
+    return absl::InternalError(absl::StrFormat("schedule: %s reduces tile (%d, %d) a second time",
+                                               DescribeJob(index), tile.m_block, tile.n_block));
+  }
+  // The partials must exist and cover the k-blocks [0, k_blocks) in split order.
+  int32_t next_k_block = 0;
+  for (int split = 0; split < ns.split_k; ++split) {
+    const size_t slot = tile_index * ns.split_k + split;
+    if (!s.partial_done[slot]) {
+      return absl::InternalError(absl::StrFormat(
+          "schedule: %s reduces tile (%d, %d) before its split %d is computed",
+          DescribeJob(index), tile.m_block, tile.n_block, split));
+    }
+    const auto [begin, end] = s.partial_k_blocks[slot];
+    if (begin != next_k_block) {
+      return absl::InternalError(absl::StrFormat(
+          "schedule: tile (%d, %d) of node %d \"%s\": split %d covers k-blocks [%d, %d), "
+          "expected to start at %d",
+          tile.m_block, tile.n_block, job.node, node.name, split, begin, end, next_k_block));
+    }
+    next_k_block = end;
+  }
+  if (next_k_block != ns.k_blocks) {
+    return absl::InternalError(absl::StrFormat(
+        "schedule: tile (%d, %d) of node %d \"%s\": splits cover k-blocks [0, %d) of %d",
+        tile.m_block, tile.n_block, job.node, node.name, next_k_block, ns.k_blocks));
+  }
+  const int64_t cols = e.acc_col_end - e.acc_col_begin;
+  std::vector<double> acc(static_cast<size_t>(cols));
+  for (int64_t r = e.row_begin; r < e.row_end; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      double sum = 0.0;
+      for (int split = 0; split < ns.split_k; ++split) {
+        sum += s.workspace[static_cast<size_t>((split * ns.m + r) * ns.n + e.acc_col_begin + c)];
+      }
+      acc[static_cast<size_t>(c)] = sum;
+    }
+    ops::StoreEpilogueRow(node, r, e.acc_col_begin, acc.data(), cols);
+  }
+  s.tile_done[tile_index] = 1;
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceExecutor::CheckComplete() const {
+  for (int i = 0; i < graph_.size(); ++i) {
+    const sched::NodeSchedule& ns = node_schedule(i);
+    for (int32_t mb = 0; mb < ns.m_blocks; ++mb) {
+      for (int32_t nb = 0; nb < ns.n_blocks; ++nb) {
+        if (!state_[i].tile_done[static_cast<size_t>(mb) * ns.n_blocks + nb]) {
+          return absl::InternalError(absl::StrFormat(
+              "schedule: tile (m_block %d, n_block %d) of node %d \"%s\" is never computed", mb,
+              nb, i, graph_.nodes()[i].name));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunInQueueOrder(ReferenceExecutor& executor, const sched::Schedule& schedule) {
+  for (size_t i = 0; i < schedule.queue.size(); ++i) {
+    std::string blocker;
+    if (!executor.Ready(schedule.queue[i], &blocker)) {
+      return absl::InternalError(absl::StrCat("schedule: the queue is not a topological order: ",
+                                              executor.DescribeJob(i), " reads ", blocker,
+                                              " before it is done"));
+    }
+    LOOM_RETURN_IF_ERROR(executor.Execute(i));
+  }
+  return absl::OkStatus();
+}
+
+// Virtual SMs: each is idle or holds one dequeued job. A step picks, uniformly
+// at random, one SM that can move: an idle SM dequeues the next job (the
+// global cursor), a holding SM whose job is ready runs it. A held job that is
+// not ready keeps its SM spinning, as a CTA does on the GPU.
+absl::Status RunOnVirtualSms(ReferenceExecutor& executor, const sched::Schedule& schedule,
+                             const ReferenceOptions& options) {
+  constexpr int kIdle = -1;
+  std::mt19937_64 random(options.seed);
+  const size_t num_sms = static_cast<size_t>(options.simulated_sms);
+  std::vector<int64_t> held(num_sms, kIdle);
+  // Cached readiness of each held job: 1 ready, 0 not, -1 unknown. Only a
+  // finished job can make another ready, so the cache is cleared after each.
+  std::vector<int8_t> ready(num_sms, -1);
+  size_t cursor = 0;
+  size_t finished = 0;
+  std::vector<size_t> movable;
+  movable.reserve(num_sms);
+  while (finished < schedule.queue.size()) {
+    movable.clear();
+    for (size_t sm = 0; sm < num_sms; ++sm) {
+      if (held[sm] == kIdle) {
+        if (cursor < schedule.queue.size()) movable.push_back(sm);
+        continue;
+      }
+      if (ready[sm] < 0) ready[sm] = executor.Ready(schedule.queue[held[sm]], nullptr) ? 1 : 0;
+      if (ready[sm] == 1) movable.push_back(sm);
+    }
+    if (movable.empty()) {
+      std::string waits;
+      int listed = 0;
+      for (size_t sm = 0; sm < num_sms && listed < 4; ++sm) {
+        if (held[sm] == kIdle) continue;
+        std::string blocker;
+        executor.Ready(schedule.queue[held[sm]], &blocker);
+        absl::StrAppend(&waits, listed++ ? "; " : "", "SM ", sm, " holds ",
+                        executor.DescribeJob(static_cast<size_t>(held[sm])), " waiting for ",
+                        blocker);
+      }
+      return absl::InternalError(absl::StrFormat(
+          "simulated run on %d SMs (seed %d) deadlocked after %d of %d jobs: %s", num_sms,
+          options.seed, finished, schedule.queue.size(), waits));
+    }
+    const size_t sm = movable[std::uniform_int_distribution<size_t>(0, movable.size() - 1)(random)];
+    if (held[sm] == kIdle) {
+      held[sm] = static_cast<int64_t>(cursor++);
+      ready[sm] = -1;
+      continue;
+    }
+    LOOM_RETURN_IF_ERROR(executor.Execute(static_cast<size_t>(held[sm])));
+    held[sm] = kIdle;
+    ++finished;
+    std::fill(ready.begin(), ready.end(), int8_t{-1});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
+                          const ReferenceOptions& options) {
+  if (options.simulated_sms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("simulated_sms must be >= 0, got ", options.simulated_sms));
+  }
+  ReferenceExecutor executor(graph, schedule);
+  LOOM_RETURN_IF_ERROR(executor.Prepare());
+  if (options.simulated_sms == 0) {
+    LOOM_RETURN_IF_ERROR(RunInQueueOrder(executor, schedule));
+  } else {
+    LOOM_RETURN_IF_ERROR(RunOnVirtualSms(executor, schedule, options));
+  }
+  return executor.CheckComplete();
+}
+
+absl::Status RunReference(const Plan& plan, const ReferenceOptions& options) {
+  return RunReference(plan.graph(), plan.schedule(), options);
+}
+
+absl::Status RunNaiveGraph(const GemmGraph& graph) {
+  for (const GemmNode& node : graph.nodes()) {
+    LOOM_RETURN_IF_ERROR(CheckHostViews(node));
+    const int64_t m = node.m(), n = node.n(), k = node.k();
+    if (m == 0 || n == 0) continue;
+    const std::vector<double> a = ops::LoadBlock(node.a, 0, m, 0, k);
+    const std::vector<double> b = ops::LoadBlock(node.b, 0, n, 0, k);
+    std::vector<double> acc(static_cast<size_t>(n));
+    for (int64_t row = 0; row < m; ++row) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      ops::AccumulateTile(a.data() + row * k, k, b.data(), k, 1, n, k, acc.data(), n);
+      ops::StoreEpilogueRow(node, row, 0, acc.data(), n);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom

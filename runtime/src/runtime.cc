@@ -1,0 +1,389 @@
+// runtime.cc: Runtime (device discovery), Compile (validation, lowering,
+// device resources) and Plan (launch, synchronize, explain).
+#include "loom/runtime.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "internal/cuda_status.h"
+#include "internal/plan_impl.h"
+#include "internal/tensor_maps.h"
+#include "internal/testing_hooks.h"
+#include "kernel_config.h"
+#include "loom/scheduler/explain.h"
+#include "loom/status.h"
+#include "persistent_gemm.h"
+
+namespace loom {
+namespace {
+
+using kernel::KernelConfig;
+
+constexpr int kClusterSize = 2;
+
+kernel::ElementType ElementTypeOf(DType dtype) {
+  return dtype == DType::kFP32 ? kernel::ElementType::kFP32 : kernel::ElementType::kBF16;
+}
+
+kernel::EpilogueActivation ActivationOf(Activation activation) {
+  switch (activation) {
+    case Activation::kNone:
+      return kernel::EpilogueActivation::kNone;
+    case Activation::kReLU:
+      return kernel::EpilogueActivation::kReLU;
+    case Activation::kGELU:
+      return kernel::EpilogueActivation::kGELU;
+    case Activation::kSiLU:
+      return kernel::EpilogueActivation::kSiLU;
+    case Activation::kSwiGLU:
+      return kernel::EpilogueActivation::kSwiGLU;
+  }
+  return kernel::EpilogueActivation::kNone;
+}
+
+sched::DependencyOperand DependencyOperandOf(Operand operand) {
+  switch (operand) {
+    case Operand::kA:
+      return sched::DependencyOperand::kA;
+    case Operand::kB:
+      return sched::DependencyOperand::kB;
+    case Operand::kBias:
+      return sched::DependencyOperand::kBias;
+    case Operand::kResidual:
+      return sched::DependencyOperand::kResidual;
+  }
+  return sched::DependencyOperand::kA;
+}
+
+std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph) {
+  std::vector<sched::NodeProblem> problems(graph.nodes().size());
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const GemmNode& node = graph.nodes()[i];
+    problems[i].m = node.m();
+    problems[i].n = node.n();
+    problems[i].k = node.k();
+    problems[i].swiglu = node.epilogue.activation == Activation::kSwiGLU;
+  }
+  for (const DataDependency& dependency : graph.Dependencies()) {
+    sched::DependencyEdge edge;
+    edge.producer = dependency.producer;
+    edge.operand = static_cast<uint8_t>(DependencyOperandOf(dependency.operand));
+    edge.whole_tensor = dependency.whole_tensor ? 1 : 0;
+    edge.row_offset = dependency.row_offset;
+    edge.col_offset = dependency.col_offset;
+    problems[dependency.consumer].dependencies.push_back(edge);
+  }
+  return problems;
+}
+
+absl::Status CheckOptions(const CompileOptions& options, const DeviceDescription& device) {
+  for (auto [name, stages] : {std::pair{"a_stages", options.a_stages}, std::pair{"b_stages", options.b_stages}}) {
+    if (stages < 1 || stages > KernelConfig::kMaxStages) {
+      return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.%s: %d is outside [1, %d]", name, stages,
+                                                        KernelConfig::kMaxStages));
+    }
+  }
+  if (options.ring_mode == RingMode::kLockstep && options.a_stages != options.b_stages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions: lockstep rings need a_stages == b_stages, got %d and %d", options.a_stages,
+        options.b_stages));
+  }
+  if (options.max_clusters < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CompileOptions.max_clusters: %d is negative", options.max_clusters));
+  }
+  if (options.spin_timeout_ns <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CompileOptions.spin_timeout_ns: %d is not positive", options.spin_timeout_ns));
+  }
+  const int64_t smem = kernel::SharedMemoryBytes(options.a_stages, options.b_stages);
+  if (smem > device.shared_memory_per_block) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shared memory: a_stages=%d, b_stages=%d need %d bytes per block, but %s allows %d", options.a_stages,
+        options.b_stages, smem, device.name, device.shared_memory_per_block));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status Upload(const std::vector<T>& host, T** device) {
+  if (host.empty()) return absl::OkStatus();
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(device), host.size() * sizeof(T)));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(*device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& graph,
+                                                              const sched::Schedule& schedule) {
+  std::vector<kernel::KernelNode> nodes(graph.nodes().size());
+  std::vector<bool> has_dependents(nodes.size(), false);
+  for (const sched::DependencyEdge& edge : schedule.dependencies) has_dependents[edge.producer] = true;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const GemmNode& node = graph.nodes()[i];
+    kernel::KernelNode& out = nodes[i];
+    out.schedule = schedule.nodes[i];
+    out.has_dependents = has_dependents[i] ? 1 : 0;
+    out.activation = ActivationOf(node.epilogue.activation);
+    out.out_type = ElementTypeOf(node.c.dtype);
+    if (node.epilogue.bias) {
+      out.bias = node.epilogue.bias->data;
+      out.bias_type = ElementTypeOf(node.epilogue.bias->dtype);
+    }
+    if (node.epilogue.residual) {
+      out.residual = node.epilogue.residual->data;
+      out.residual_type = ElementTypeOf(node.epilogue.residual->dtype);
+      out.residual_stride = node.epilogue.residual->row_stride;
+    }
+    if (node.m() == 0 || node.n() == 0 || node.k() == 0) continue;  // no jobs, no tensor maps
+    LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
+    LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
+    const uint32_t panel_cols = KernelConfig::kPanelBytes / static_cast<uint32_t>(node.c.element_size());
+    LOOM_RETURN_IF_ERROR(
+        internal::EncodeTensorMap(node.c, panel_cols, KernelConfig::kRowsPerConsumer, &out.c_map));
+  }
+  return nodes;
+}
+
+absl::Status AllocateDeviceResources(Plan::Impl& impl) {
+  LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl.device_ordinal));
+  LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes, KernelNodesOf(impl.graph, impl.schedule));
+  LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes));
+  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue));
+  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies));
+  const size_t flag_count = std::max<int64_t>(impl.schedule.num_flags, 1);
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.flags), flag_count * sizeof(uint32_t)));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.flags, 0, flag_count * sizeof(uint32_t)));
+  if (impl.schedule.workspace_elements > 0) {
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.workspace), impl.schedule.workspace_elements * sizeof(float)));
+  }
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.state), sizeof(kernel::LaunchState)));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.state, 0, sizeof(kernel::LaunchState)));
+  LOOM_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(reinterpret_cast<void**>(&impl.timeout_host), sizeof(kernel::DeviceTimeoutRecord), cudaHostAllocMapped));
+  std::memset(impl.timeout_host, 0, sizeof(kernel::DeviceTimeoutRecord));
+  kernel::DeviceTimeoutRecord* timeout_device = nullptr;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&timeout_device), impl.timeout_host, 0));
+
+  kernel::KernelParams& params = impl.params;
+  params.nodes = impl.nodes;
+  params.queue = impl.queue;
+  params.dependencies = impl.dependencies;
+  params.num_jobs = static_cast<int32_t>(impl.schedule.queue.size());
+  params.cluster_size = impl.schedule.cluster_size;
+  params.a_stages = impl.options.a_stages;
+  params.b_stages = impl.options.b_stages;
+  params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
+  params.flags = impl.flags;
+  params.workspace = impl.workspace;
+  params.state = impl.state;
+  params.timeout = timeout_device;
+  params.spin_timeout_ns = static_cast<uint64_t>(impl.options.spin_timeout_ns);
+  return absl::OkStatus();
+}
+
+const char* WaitKindName(int32_t kind) {
+  switch (static_cast<kernel::WaitKind>(kind)) {
+    case kernel::WaitKind::kDependencyFlag:
+      return "dependency flag";
+    case kernel::WaitKind::kRingFull:
+      return "operand ring full barrier";
+    case kernel::WaitKind::kRingEmpty:
+      return "operand ring empty barrier";
+    case kernel::WaitKind::kJobSlot:
+      return "job slot barrier";
+    case kernel::WaitKind::kStaging:
+      return "epilogue staging barrier";
+    case kernel::WaitKind::kClusterPeer:
+      return "cluster peer";
+    default:
+      return "unknown wait";
+  }
+}
+
+}  // namespace
+
+DeviceDescription DeviceDescription::H200() {
+  DeviceDescription device;
+  device.name = "NVIDIA H200 (described)";
+  device.sm_count = 132;
+  device.shared_memory_per_block = 232448;
+  device.l2_bytes = 60 * 1024 * 1024;
+  device.cluster_launch = true;
+  device.max_coresident_clusters = 66;
+  return device;
+}
+
+absl::StatusOr<Runtime> Runtime::Create(int device_ordinal) {
+  int count = 0;
+  if (cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess || count == 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "no CUDA GPU available (%s)", error == cudaSuccess ? "0 devices" : cudaGetErrorString(error)));
+  }
+  if (device_ordinal < 0 || device_ordinal >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("device ordinal %d: only %d CUDA devices", device_ordinal, count));
+  }
+  cudaDeviceProp properties;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, device_ordinal));
+  if (properties.major != 9) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "device %d (%s) is sm_%d%d; loom's kernel needs Hopper (sm_90)", device_ordinal, properties.name,
+        properties.major, properties.minor));
+  }
+  DeviceDescription device;
+  device.name = properties.name;
+  device.sm_count = properties.multiProcessorCount;
+  device.shared_memory_per_block = static_cast<int64_t>(properties.sharedMemPerBlockOptin);
+  device.l2_bytes = properties.l2CacheSize;
+  int cluster_launch = 0;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device_ordinal));
+  device.cluster_launch = cluster_launch != 0;
+  return Runtime(std::move(device), device_ordinal);
+}
+
+Runtime Runtime::ForDescription(DeviceDescription device) { return Runtime(std::move(device), -1); }
+
+absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptions& options) const {
+  LOOM_RETURN_IF_ERROR(graph.Validate());
+  LOOM_RETURN_IF_ERROR(CheckOptions(options, device_));
+
+  int coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
+                                                       : device_.sm_count / kClusterSize;
+  if (has_gpu()) {
+    LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
+    LOOM_CUDA_RETURN_IF_ERROR(
+        kernel::MaxCoresidentClusters(options.a_stages, options.b_stages, kClusterSize, &coresident));
+    if (coresident < 1) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: not even one cluster of %d CTAs with %d bytes of shared memory fits", device_.name, kClusterSize,
+          kernel::SharedMemoryBytes(options.a_stages, options.b_stages)));
+    }
+  }
+  if (options.max_clusters > coresident) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "grid: max_clusters %d exceeds the %d clusters that can be co-resident on %s (a spin-waiting CTA "
+        "must never keep a producer from running)",
+        options.max_clusters, coresident, device_.name));
+  }
+
+  auto impl = std::make_unique<Plan::Impl>();
+  impl->graph = graph;
+  impl->options = options;
+  impl->device = device_;
+  impl->device_ordinal = device_ordinal_;
+  impl->grid_clusters = options.max_clusters > 0 ? options.max_clusters : coresident;
+
+  sched::SchedulerOptions scheduler_options;
+  scheduler_options.tile = KernelConfig::tile();
+  scheduler_options.cluster_size = kClusterSize;
+  scheduler_options.num_sms = device_.sm_count;
+  scheduler_options.max_clusters = impl->grid_clusters;
+  // NOTE: the kernel does not run split-K reduce jobs yet, so every node is
+  // lowered unsplit on this path (the scheduler and the CPU reference support it).
+  scheduler_options.split_k = 1;
+  scheduler_options.group_size = options.group_size;
+  LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph), scheduler_options));
+
+  if (has_gpu() && !impl->schedule.queue.empty()) LOOM_RETURN_IF_ERROR(AllocateDeviceResources(*impl));
+  return Plan(std::move(impl));
+}
+
+Plan::Impl::~Impl() {
+  cudaFree(nodes);
+  cudaFree(queue);
+  cudaFree(dependencies);
+  cudaFree(flags);
+  cudaFree(workspace);
+  cudaFree(state);
+  if (timeout_host != nullptr) cudaFreeHost(timeout_host);
+}
+
+Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Plan::Plan(Plan&&) noexcept = default;
+Plan& Plan::operator=(Plan&&) noexcept = default;
+Plan::~Plan() = default;
+
+absl::Status Plan::Launch(cudaStream_t stream) {
+  if (impl_->device_ordinal < 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Plan::Launch: this plan was compiled for %s without a GPU (Runtime::ForDescription); it can be "
+        "explained or run by the CPU reference, not launched",
+        impl_->device.name));
+  }
+  if (impl_->schedule.queue.empty()) return absl::OkStatus();  // zero-size graph: nothing to do
+  return internal::CudaStatus(kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, stream),
+                              "launching the persistent kernel");
+}
+
+absl::Status Plan::Synchronize(cudaStream_t stream) {
+  if (impl_->device_ordinal < 0) {
+    return absl::FailedPreconditionError("Plan::Synchronize: host-only plan");
+  }
+  LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (impl_->timeout_host == nullptr) return absl::OkStatus();
+  volatile kernel::DeviceTimeoutRecord* record = impl_->timeout_host;
+  if (record->timed_out == 0) return absl::OkStatus();
+  TimeoutRecord timeout;
+  timeout.sm = record->sm;
+  timeout.job = record->job;
+  timeout.flag = record->flag;
+  timeout.expected = record->expected;
+  timeout.seen = record->seen;
+  timeout.what = WaitKindName(record->wait_kind);
+  impl_->last_timeout = timeout;
+  std::memset(impl_->timeout_host, 0, sizeof(kernel::DeviceTimeoutRecord));
+  std::string job = "?";
+  if (timeout.job >= 0 && timeout.job < static_cast<int>(impl_->schedule.queue.size())) {
+    const sched::TileJob& tile_job = impl_->schedule.queue[timeout.job];
+    job = absl::StrFormat("%d (node \"%s\", m-block %d, n-block %d)", timeout.job,
+                          impl_->graph.nodes()[tile_job.node].name, tile_job.m_block, tile_job.n_block);
+  } else if (timeout.job >= 0) {
+    job = absl::StrCat(timeout.job);
+  }
+  return absl::DeadlineExceededError(absl::StrFormat(
+      "device wait timed out after %d ns: SM %d, job %s waited on %s, flag %d, expected epoch %u, saw %u",
+      impl_->options.spin_timeout_ns, timeout.sm, job, timeout.what, timeout.flag, timeout.expected,
+      timeout.seen));
+}
+
+std::optional<TimeoutRecord> Plan::last_timeout() const { return impl_->last_timeout; }
+
+std::string Plan::Explain() const {
+  std::vector<std::string> names;
+  for (const GemmNode& node : impl_->graph.nodes()) names.push_back(node.name);
+  return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages, B %d stages)\n",
+                         impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
+                         impl_->options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
+                         impl_->options.a_stages, impl_->options.b_stages) +
+         sched::ExplainSchedule(impl_->schedule, names);
+}
+
+const GemmGraph& Plan::graph() const { return impl_->graph; }
+const sched::Schedule& Plan::schedule() const { return impl_->schedule; }
+const CompileOptions& Plan::options() const { return impl_->options; }
+int Plan::grid_clusters() const { return impl_->grid_clusters; }
+
+}  // namespace loom
+
+namespace loom::internal {
+
+absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node) {
+  Plan::Impl& impl = *plan.impl_;
+  if (impl.nodes == nullptr || node < 0 || node >= impl.graph.size()) {
+    return absl::InvalidArgumentError("SuppressFlagPublishingForTesting: no such device node");
+  }
+  const uint8_t zero = 0;
+  return CudaStatus(cudaMemcpy(reinterpret_cast<uint8_t*>(&impl.nodes[node]) +
+                                   offsetof(kernel::KernelNode, has_dependents),
+                               &zero, 1, cudaMemcpyHostToDevice),
+                    "clearing has_dependents");
+}
+
+}  // namespace loom::internal

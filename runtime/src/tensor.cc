@@ -1,0 +1,60 @@
+// tensor.cc: names of element types and the sub-view helpers of TensorView.
+//
+// Sub-views are pure pointer arithmetic: nothing is checked here (a view is
+// only checked when the graph that uses it is validated), and nothing is
+// dereferenced, so views of device memory are built on the host freely.
+#include "loom/tensor.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace loom {
+namespace {
+
+// The address `elements` elements past `view`'s base. Computed on integers so a
+// sub-view of a null (empty) view stays well-defined.
+void* Advance(const TensorView& view, int64_t elements) {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(view.data);
+  const int64_t bytes = elements * static_cast<int64_t>(view.element_size());
+  return reinterpret_cast<void*>(base + static_cast<uintptr_t>(bytes));
+}
+
+}  // namespace
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kFP16:
+      return "fp16";
+    case DType::kFP8E4M3:
+      return "fp8_e4m3";
+    case DType::kFP32:
+      return "fp32";
+  }
+  return "unknown";
+}
+
+TensorView TensorView::Columns(int64_t first, int64_t count) const {
+  TensorView view = *this;
+  view.data = Advance(*this, first);
+  view.cols = count;
+  return view;
+}
+
+TensorView TensorView::Rows(int64_t first, int64_t count) const {
+  TensorView view = *this;
+  view.data = Advance(*this, first * row_stride);
+  view.rows = count;
+  return view;
+}
+
+TensorView TensorView::Named(std::string new_name) const {
+  TensorView view = *this;
+  view.name = std::move(new_name);
+  return view;
+}
+
+}  // namespace loom

@@ -1,0 +1,70 @@
+#include "internal/tensor_maps.h"
+
+#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
+
+#include "absl/strings/str_format.h"
+
+namespace loom::internal {
+namespace {
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point, so loom
+// links only cudart.
+PFN_cuTensorMapEncodeTiled_v12000 EncodeFunction() {
+  static PFN_cuTensorMapEncodeTiled_v12000 function = [] {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult result;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault,
+                                         &result) != cudaSuccess ||
+        result != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
+  }();
+  return function;
+}
+
+CUtensorMapDataType DataTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::kFP16:
+      return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case DType::kFP8E4M3:
+      return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    case DType::kFP32:
+      return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  }
+  return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+}
+
+}  // namespace
+
+absl::Status EncodeTensorMap(const TensorView& view, uint32_t box_cols, uint32_t box_rows, CUtensorMap* map) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeFunction();
+  if (encode == nullptr) {
+    return absl::FailedPreconditionError("the CUDA driver has no cuTensorMapEncodeTiled (driver too old?)");
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(view.cols), static_cast<cuuint64_t>(view.rows)};
+  // A single-row view's stride is never used and is not validated: give TMA a
+  // legal one (the row's own size, rounded up to 16 bytes).
+  int64_t stride_bytes = view.row_stride_bytes();
+  if (view.rows <= 1) {
+    stride_bytes = (view.cols * static_cast<int64_t>(view.element_size()) + 15) / 16 * 16;
+  }
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride_bytes)};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result =
+      encode(map, DataTypeOf(view.dtype), 2, view.data, dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrFormat(
+        "%s: cuTensorMapEncodeTiled refused [%d, %d] (stride %d bytes, box %dx%d): CUresult %d", view.name,
+        view.rows, view.cols, stride_bytes, box_rows, box_cols, static_cast<int>(result)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::internal

@@ -1,0 +1,98 @@
+// loom/scheduler/job_access.h: what a tile job reads from other jobs and what
+// it publishes. The single definition the queue order, the queue checker and
+// the simulator share (and the kernel's waits must match).
+//
+// Operand regions, in the consumer's element coordinates, of CTA tile
+// (mb, nb) of a node over k-blocks [kb0, kb1):
+//   A        [M, K]         rows [mb*tile.m, +tile.m)   cols [kb0*tile.k, kb1*tile.k)
+//   B        [N, K]         rows [nb*tile.n, +tile.n)   cols [kb0*tile.k, kb1*tile.k)
+//   bias     [1, N]         rows [0, 1)                 cols [nb*tile.n, +tile.n)   (accumulator columns)
+//   residual [M, out_cols]  rows [mb*tile.m, +tile.m)   cols [nb*out_tile_n, +out_tile_n)
+// each clipped to the operand's extent. A and B are read per k-block by the
+// kGemm jobs; bias and residual are read by the job that runs the epilogue
+// (the kGemm job when split_k == 1, else the kReduce job). A kReduce job first
+// reads the split-K partials of its tiles (partial flags, all splits).
+//
+//   std::vector<loom::sched::FlagRead> reads;
+//   loom::sched::AppendOperandReads(schedule, job, k_block, k_block + 1,
+//                                   loom::sched::ReadPhase::kMainLoop, &reads);
+#ifndef LOOM_SCHEDULER_JOB_ACCESS_H_
+#define LOOM_SCHEDULER_JOB_ACCESS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/scheduler/schedule.h"
+
+namespace loom::sched {
+
+// A rectangle of elements [row_begin, row_end) x [col_begin, col_end).
+struct ElementBox {
+  int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+};
+
+// The elements of `operand` that CTA tile `cta` of `node` reads over k-blocks
+// [k_block_begin, k_block_end) (ignored for bias and residual). See above.
+ElementBox OperandRegion(const NodeSchedule& node, const TileShape& tile, DependencyOperand operand,
+                         CtaTile cta, int32_t k_block_begin, int32_t k_block_end);
+
+// ProducerTiles(), additionally clipped to the producer's tile grid (empty for
+// a producer without tiles).
+TileBox ClippedProducerTiles(const NodeSchedule& producer, const TileShape& tile,
+                             const DependencyEdge& edge, const ElementBox& region);
+
+// Whether CTA tile `cta` lies inside the node's tile grid (a cluster job's
+// second tile may not: the kernel skips it).
+bool CtaTileInRange(const NodeSchedule& node, CtaTile cta);
+
+// Whether `job` runs the epilogue (and so reads bias / residual and publishes
+// output flags): kGemm jobs of unsplit nodes, and kReduce jobs.
+bool JobRunsEpilogue(const NodeSchedule& node, const TileJob& job);
+
+// One producer tile a job needs: the flag the kernel waits on, and the
+// producer's tile coordinates (so a checker can verify against the data, not
+// only against the flag).
+struct FlagRead {
+  int32_t flag = 0;
+  int32_t producer = 0;   // node index
+  int32_t m_block = 0;
+  int32_t n_block = 0;
+  int32_t split = -1;     // >= 0: a split-K partial of the job's own node
+};
+
+enum class ReadPhase : uint8_t {
+  kMainLoop,   // A and B dependencies over the given k-blocks (kGemm jobs)
+  kPartials,   // the split-K partials of a kReduce job's tiles
+  kEpilogue,   // bias and residual dependencies (epilogue jobs)
+};
+
+// The producer tiles one edge makes a job read, as a box (one entry per edge
+// and in-range CTA tile; empty boxes left out). Not for kPartials.
+struct ProducerBox {
+  int32_t producer = 0;
+  TileBox box;
+};
+void AppendJobReadBoxes(const Schedule& schedule, const TileJob& job, int32_t k_block_begin,
+                        int32_t k_block_end, ReadPhase phase, std::vector<ProducerBox>* boxes);
+
+// Appends what `job` reads in `phase` (k-blocks [k_block_begin, k_block_end)
+// for kMainLoop), for each of its in-range CTA tiles, edge by edge. May contain
+// duplicates. Nothing for a phase the job does not have.
+void AppendJobReads(const Schedule& schedule, const TileJob& job, int32_t k_block_begin,
+                    int32_t k_block_end, ReadPhase phase, std::vector<FlagRead>* reads);
+
+// One flag a job publishes when it completes.
+struct FlagWrite {
+  int32_t flag = 0;
+  int32_t m_block = 0;
+  int32_t n_block = 0;
+  int32_t split = -1;  // >= 0: a split-K partial
+};
+
+// Appends what `job` publishes when done: the output flags of its in-range CTA
+// tiles if it runs the epilogue, else the partial flags of its split.
+void AppendJobWrites(const Schedule& schedule, const TileJob& job, std::vector<FlagWrite>* writes);
+
+}  // namespace loom::sched
+
+#endif  // LOOM_SCHEDULER_JOB_ACCESS_H_

@@ -1,0 +1,176 @@
+// loom/scheduler/schedule.h: the lowered form of a GEMM graph that the
+// persistent kernel consumes, and the pure functions that produce it.
+//
+// Plain C++: the structs and the LOOM_HOST_DEVICE functions compile for the
+// host and the device alike; nothing here calls the CUDA runtime. Everything is
+// a pure function of the problem and the options, so it is tested on the CPU.
+//
+//   std::vector<loom::sched::NodeProblem> problems = ...;  // one per GEMM node
+//   loom::sched::SchedulerOptions options{.num_sms = 132, .max_clusters = 66};
+//   absl::StatusOr<loom::sched::Schedule> s = loom::sched::Lower(problems, options);
+//   // s->queue is a topological order of cluster tile jobs; s->nodes[i] says
+//   // how node i was tiled; flags live at s->nodes[i].flag_base + tile index.
+#ifndef LOOM_SCHEDULER_SCHEDULE_H_
+#define LOOM_SCHEDULER_SCHEDULE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#if defined(__CUDACC__)
+#define LOOM_HOST_DEVICE __host__ __device__
+#else
+#define LOOM_HOST_DEVICE
+#endif
+
+namespace loom::sched {
+
+// One CTA's output tile and k-block size, in elements. `n` counts accumulator
+// columns (a SwiGLU node's tile writes n / 2 output columns).
+struct TileShape {
+  int32_t m = 128;
+  int32_t n = 256;
+  int32_t k = 64;
+};
+
+// Which operand the CTAs of a cluster share (and TMA multicasts). A cluster job
+// covers `cluster_size` CTA tiles side by side:
+//   kShareB: CTA rank r computes m-block (job.m_block + r), same n-block; B is shared.
+//   kShareA: CTA rank r computes n-block (job.n_block + r), same m-block; A is shared.
+enum class ClusterShare : uint8_t { kShareB = 0, kShareA = 1 };
+
+// The direction in which consecutive jobs of one swizzle group advance:
+//   kAlongM: down a column of cluster tiles `group_size` clusters wide in N... see
+//   RasterizeClusterTiles for the exact order.
+enum class RasterOrder : uint8_t { kAlongM = 0, kAlongN = 1 };
+
+enum class JobKind : uint8_t {
+  kGemm = 0,    // accumulate A·Bᵀ over [k_block_begin, k_block_end); epilogue if split_k == 1
+  kReduce = 1,  // sum the split-K partials of a tile in split order, then the epilogue
+};
+
+// One cluster tile job. 16 bytes, stored in device memory in queue order.
+struct TileJob {
+  uint16_t node = 0;
+  uint8_t kind = 0;           // JobKind
+  uint8_t split = 0;          // kGemm: split-K index; kReduce: 0
+  uint32_t m_block = 0;       // the cluster's first m-block
+  uint32_t n_block = 0;       // the cluster's first n-block
+  uint16_t k_block_begin = 0; // [begin, end), in k-blocks of TileShape::k
+  uint16_t k_block_end = 0;
+};
+static_assert(sizeof(TileJob) == 16, "TileJob must stay a 16-byte record");
+
+// A dependency of a node on a producer node, device-friendly form of
+// loom::DataDependency: element (r, c) of the consumer's operand is element
+// (r + row_offset, c + col_offset) of the producer's output.
+enum class DependencyOperand : uint8_t { kA = 0, kB = 1, kBias = 2, kResidual = 3 };
+struct DependencyEdge {
+  int32_t producer = 0;
+  uint8_t operand = 0;       // DependencyOperand
+  uint8_t whole_tensor = 0;  // 1: wait for every tile of the producer
+  int64_t row_offset = 0;
+  int64_t col_offset = 0;
+};
+
+// What the scheduler needs to know of one GEMM node.
+struct NodeProblem {
+  int64_t m = 0;
+  int64_t n = 0;  // accumulator columns
+  int64_t k = 0;
+  bool swiglu = false;                     // output is n / 2 columns wide
+  std::vector<DependencyEdge> dependencies;  // producers have smaller indices
+};
+
+// How one node was lowered.
+struct NodeSchedule {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t out_cols = 0;        // n, or n / 2 for SwiGLU
+  int32_t out_tile_n = 0;      // output columns per CTA tile
+  int32_t m_blocks = 0;        // ceil(m / tile.m)
+  int32_t n_blocks = 0;        // ceil(n / tile.n)
+  int32_t k_blocks = 0;        // ceil(k / tile.k)
+  ClusterShare share = ClusterShare::kShareB;
+  RasterOrder raster = RasterOrder::kAlongM;
+  int32_t group_size = 1;      // swizzle group width, in cluster tiles
+  int32_t split_k = 1;         // number of K splits (1: none)
+  int32_t flag_base = 0;       // output tile (mb, nb) has flag flag_base + mb * n_blocks + nb
+  int32_t partial_flag_base = -1;  // split-K: tile t, split s -> partial_flag_base + t * split_k + s
+  int64_t workspace_offset = -1;   // split-K: fp32 partials, [split_k][m_blocks*tile.m][n_blocks*tile.n]
+  int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
+  int32_t dependency_count = 0;
+};
+
+struct SchedulerOptions {
+  TileShape tile;
+  int32_t cluster_size = 2;   // CTAs per cluster (1 or 2)
+  int32_t num_sms = 132;      // SMs of the device (for wave and split-K decisions)
+  int32_t max_clusters = 66;  // co-resident clusters the kernel will run
+  int32_t split_k = 0;        // 0: the scheduler decides per node; >= 1: forced for every node
+  int32_t group_size = 0;     // 0: the scheduler decides per node
+};
+
+struct Schedule {
+  TileShape tile;
+  int32_t cluster_size = 2;
+  std::vector<NodeSchedule> nodes;
+  std::vector<DependencyEdge> dependencies;  // grouped by consumer node
+  std::vector<TileJob> queue;                // topological, wavefront order
+  int32_t num_flags = 0;                     // output-tile flags + split-K partial flags
+  int64_t workspace_elements = 0;            // fp32 elements of split-K partials
+};
+
+// Lowers a graph (nodes in a valid topological order, as GemmGraph keeps them)
+// into a Schedule. InvalidArgument for problems it cannot lower (a dimension
+// past the job encoding's range, a dependency on a later node).
+absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
+                               const SchedulerOptions& options);
+
+// --- Functions shared by the host, the kernel and the CPU reference. ---
+
+// The CTA tile that cluster rank `rank` computes for `job`.
+struct CtaTile {
+  int32_t m_block;
+  int32_t n_block;
+};
+LOOM_HOST_DEVICE inline CtaTile CtaTileOf(const TileJob& job, ClusterShare share, int rank) {
+  return share == ClusterShare::kShareB
+             ? CtaTile{static_cast<int32_t>(job.m_block) + rank, static_cast<int32_t>(job.n_block)}
+             : CtaTile{static_cast<int32_t>(job.m_block), static_cast<int32_t>(job.n_block) + rank};
+}
+
+// A half-open box of producer tiles: m-blocks [m_begin, m_end) x n-blocks [n_begin, n_end).
+struct TileBox {
+  int32_t m_begin = 0, m_end = 0, n_begin = 0, n_end = 0;
+  LOOM_HOST_DEVICE bool empty() const { return m_begin >= m_end || n_begin >= n_end; }
+};
+
+// The producer's output tiles that hold the consumer operand's elements
+// [row_begin, row_end) x [col_begin, col_end) under `edge`, clipped to the
+// producer's output. Every tile of the producer when edge.whole_tensor is set.
+LOOM_HOST_DEVICE inline TileBox ProducerTiles(const NodeSchedule& producer, const TileShape& tile,
+                                              const DependencyEdge& edge, int64_t row_begin,
+                                              int64_t row_end, int64_t col_begin, int64_t col_end) {
+  if (edge.whole_tensor) return TileBox{0, producer.m_blocks, 0, producer.n_blocks};
+  int64_t r0 = row_begin + edge.row_offset, r1 = row_end + edge.row_offset;
+  int64_t c0 = col_begin + edge.col_offset, c1 = col_end + edge.col_offset;
+  if (r0 < 0) r0 = 0;
+  if (c0 < 0) c0 = 0;
+  if (r1 > producer.m) r1 = producer.m;
+  if (c1 > producer.out_cols) c1 = producer.out_cols;
+  if (r0 >= r1 || c0 >= c1) return TileBox{};
+  return TileBox{static_cast<int32_t>(r0 / tile.m), static_cast<int32_t>((r1 - 1) / tile.m + 1),
+                 static_cast<int32_t>(c0 / producer.out_tile_n),
+                 static_cast<int32_t>((c1 - 1) / producer.out_tile_n + 1)};
+}
+
+LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_t m_block,
+                                                int32_t n_block) {
+  return node.flag_base + m_block * node.n_blocks + n_block;
+}
+
+}  // namespace loom::sched
+
+#endif  // LOOM_SCHEDULER_SCHEDULE_H_

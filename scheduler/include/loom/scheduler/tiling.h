@@ -1,0 +1,85 @@
+// loom/scheduler/tiling.h: how one GEMM node is cut into CTA tiles, grouped
+// into cluster tiles and split along K. The per-node pieces of Lower(), exposed
+// so each decision can be tested (and printed) on its own.
+//
+//   loom::sched::SchedulerOptions options{.tile = {128, 256, 64}, .cluster_size = 2};
+//   absl::StatusOr<loom::sched::NodeSchedule> node =
+//       loom::sched::TileNode(problem, /*node_index=*/3, options);
+//   // node->m_blocks, n_blocks, k_blocks, share, raster, group_size, split_k are
+//   // set; flags, workspace and dependencies are left to Lower().
+//   loom::sched::ClusterGrid grid = loom::sched::ClusterGridOf(*node, 2);
+//   loom::sched::KBlockRange r = loom::sched::SplitKRange(node->k_blocks, node->split_k, 0);
+#ifndef LOOM_SCHEDULER_TILING_H_
+#define LOOM_SCHEDULER_TILING_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "loom/scheduler/schedule.h"
+
+namespace loom::sched {
+
+// Limits of the 16-byte TileJob encoding.
+inline constexpr int64_t kMaxNodes = 65535;        // TileJob::node is 16-bit
+inline constexpr int64_t kMaxKBlocks = 65535;      // TileJob::k_block_end is 16-bit
+inline constexpr int32_t kMaxSplitK = 256;         // TileJob::split is 8-bit (0..255)
+inline constexpr int64_t kMaxBlocksPerDim = INT32_MAX;  // NodeSchedule::m_blocks is int32
+
+// Checks the options Lower() depends on: positive tile sizes, cluster_size 1 or
+// 2, positive num_sms / max_clusters, split_k in [0, 256], group_size >= 0.
+// InvalidArgument naming the option, the rule and the value.
+absl::Status ValidateOptions(const SchedulerOptions& options);
+
+// Tiles node `node_index`: copies m, n, k; sets out_cols, out_tile_n,
+// m/n/k_blocks, share, raster, group_size and split_k. Leaves flag_base,
+// partial_flag_base, workspace_offset and the dependency range to Lower().
+//
+// NOTE: a node with m, n or k == 0 has no tiles: m_blocks = n_blocks = 0 (so it
+// has no jobs and no flags, and any consumer box of it is empty). For k == 0
+// with m, n > 0 this departs from ceil(m / tile.m) on purpose: the output is
+// epilogue(0), which the runtime materialises outside the kernel (or treats as a
+// no-op), so the kernel must never wait on a flag for it.
+//
+// InvalidArgument naming the node for: negative dimensions; SwiGLU with odd n
+// or odd tile.n; k_blocks past 65535; m_blocks or n_blocks past INT32_MAX.
+absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,
+                                      const SchedulerOptions& options);
+
+// kShareB when the node has at least two m-blocks (the cluster's CTAs take
+// consecutive m-blocks and share the weight tile B), else kShareA.
+ClusterShare ChooseShare(int32_t m_blocks);
+
+// The grid of cluster tiles of a node: `rows` along M, `cols` along N.
+//   kShareB: rows = ceil(m_blocks / cluster_size), cols = n_blocks.
+//   kShareA: rows = m_blocks, cols = ceil(n_blocks / cluster_size).
+struct ClusterGrid {
+  int32_t rows = 0;
+  int32_t cols = 0;
+  int64_t size() const { return int64_t{rows} * cols; }
+};
+ClusterGrid ClusterGridOf(const NodeSchedule& node, int32_t cluster_size);
+
+// The first CTA tile of cluster tile (row, col): (row * cluster_size, col) for
+// kShareB, (row, col * cluster_size) for kShareA.
+CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row, int32_t col);
+
+// Split-K for one node. `forced` >= 1 forces it (clamped to k_blocks, because a
+// split without k-blocks would do no work). forced == 0 decides: when the node
+// has at most half a wave of cluster tiles (2 * clusters <= max_clusters), split
+// so that clusters * split_k is about one wave, each split keeping >= 4
+// k-blocks; otherwise 1. Never more than kMaxSplitK.
+int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced);
+
+// The k-blocks of split `split` of `split_k`: contiguous ranges that partition
+// [0, k_blocks) in order, sizes differing by at most one (the first
+// k_blocks % split_k splits get the extra block).
+struct KBlockRange {
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split);
+
+}  // namespace loom::sched
+
+#endif  // LOOM_SCHEDULER_TILING_H_

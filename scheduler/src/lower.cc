@@ -1,0 +1,97 @@
+// Lower(): a graph of GEMM nodes -> the Schedule the persistent kernel runs.
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "loom/scheduler/queue.h"
+#include "loom/scheduler/schedule.h"
+#include "loom/scheduler/tiling.h"
+
+namespace loom::sched {
+
+absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
+                               const SchedulerOptions& options) {
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (static_cast<int64_t>(problems.size()) > kMaxNodes) {
+    return absl::InvalidArgumentError(absl::StrCat("graph: ", problems.size(), " nodes exceed ", kMaxNodes,
+                                                   ", the TileJob node field's range"));
+  }
+
+  Schedule schedule;
+  schedule.tile = options.tile;
+  schedule.cluster_size = options.cluster_size;
+  schedule.nodes.reserve(problems.size());
+  for (int i = 0; i < static_cast<int>(problems.size()); ++i) {
+    absl::StatusOr<NodeSchedule> node = TileNode(problems[i], i, options);
+    if (!node.ok()) return node.status();
+    schedule.nodes.push_back(*node);
+  }
+
+  // Flags: every node's output tiles, node after node; then the split-K
+  // partial flags of split nodes. Workspace: split nodes' partials, in order.
+  int64_t flags = 0;
+  for (NodeSchedule& node : schedule.nodes) {
+    node.flag_base = static_cast<int32_t>(flags);
+    flags += int64_t{node.m_blocks} * node.n_blocks;
+    if (flags > std::numeric_limits<int32_t>::max()) break;
+  }
+  int64_t workspace = 0;
+  for (int i = 0; i < static_cast<int>(schedule.nodes.size()) && flags <= INT32_MAX; ++i) {
+    NodeSchedule& node = schedule.nodes[i];
+    const int64_t tiles = int64_t{node.m_blocks} * node.n_blocks;
+    if (node.split_k <= 1 || tiles == 0) continue;
+    node.partial_flag_base = static_cast<int32_t>(flags);
+    flags += tiles * node.split_k;
+    node.workspace_offset = workspace;
+    workspace += int64_t{node.split_k} * node.m_blocks * options.tile.m * node.n_blocks * options.tile.n;
+  }
+  if (flags > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("graph: more than ", std::numeric_limits<int32_t>::max(),
+                                                   " tile flags (output tiles + split-K partials)"));
+  }
+  schedule.num_flags = static_cast<int32_t>(flags);
+  schedule.workspace_elements = workspace;
+
+  // Dependencies, grouped by consumer. An edge on a producer without tiles
+  // (zero-size) is dropped: there is no flag to wait for, the runtime provides
+  // that output before the launch.
+  for (int i = 0; i < static_cast<int>(problems.size()); ++i) {
+    NodeSchedule& node = schedule.nodes[i];
+    node.dependency_begin = static_cast<int32_t>(schedule.dependencies.size());
+    const std::vector<DependencyEdge>& edges = problems[i].dependencies;
+    for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
+      const DependencyEdge& edge = edges[e];
+      if (edge.producer < 0 || edge.producer >= i) {
+        return absl::InvalidArgumentError(absl::StrCat("node ", i, ": dependency ", e, " has producer ",
+                                                       edge.producer, ", which is not an earlier node"));
+      }
+      if (edge.operand > static_cast<uint8_t>(DependencyOperand::kResidual)) {
+        return absl::InvalidArgumentError(absl::StrCat("node ", i, ": dependency ", e, " has operand ",
+                                                       static_cast<int>(edge.operand), ", not one of A, B, bias, residual"));
+      }
+      const NodeSchedule& producer = schedule.nodes[edge.producer];
+      if (int64_t{producer.m_blocks} * producer.n_blocks == 0) continue;
+      schedule.dependencies.push_back(edge);
+    }
+    node.dependency_count = static_cast<int32_t>(schedule.dependencies.size()) - node.dependency_begin;
+  }
+
+  // Deadlock freedom rests on (a) this queue being topological, (b) all
+  // clusters co-resident, (c) no epilogue waiting on a later job. A consumer
+  // is placed about one wave (max_clusters jobs) behind what it reads.
+  schedule.queue = OrderQueue(schedule, options.max_clusters);
+  int64_t expected_jobs = 0;
+  for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
+    expected_jobs += NodeJobCount(schedule, i);
+  }
+  if (static_cast<int64_t>(schedule.queue.size()) != expected_jobs) {
+    return absl::InternalError(absl::StrCat("scheduler: queued ", schedule.queue.size(), " of ",
+                                            expected_jobs, " jobs"));
+  }
+  return schedule;
+}
+
+}  // namespace loom::sched

@@ -1,0 +1,293 @@
+// Per-node job lists, the wavefront queue order and its checker (see queue.h).
+#include "loom/scheduler/queue.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "loom/scheduler/job_access.h"
+#include "loom/scheduler/raster.h"
+#include "loom/scheduler/tiling.h"
+
+namespace loom::sched {
+
+std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
+  const NodeSchedule& node = schedule.nodes[node_index];
+  const ClusterGrid grid = ClusterGridOf(node, schedule.cluster_size);
+  std::vector<TileJob> jobs;
+  if (grid.size() <= 0) return jobs;
+  const int32_t split_k = std::max(node.split_k, 1);
+  jobs.reserve(static_cast<size_t>(grid.size() * (split_k == 1 ? 1 : split_k + 1)));
+  for (int64_t i = 0; i < grid.size(); ++i) {
+    const ClusterCoord c = RasterizedClusterTile(i, grid, node.raster, node.group_size);
+    const CtaTile first = FirstTileOfCluster(node.share, schedule.cluster_size, c.row, c.col);
+    TileJob job;
+    job.node = static_cast<uint16_t>(node_index);
+    job.m_block = static_cast<uint32_t>(first.m_block);
+    job.n_block = static_cast<uint32_t>(first.n_block);
+    job.kind = static_cast<uint8_t>(JobKind::kGemm);
+    if (split_k == 1) {
+      job.k_block_begin = 0;
+      job.k_block_end = static_cast<uint16_t>(node.k_blocks);
+      jobs.push_back(job);
+      continue;
+    }
+    for (int32_t s = 0; s < split_k; ++s) {
+      const KBlockRange range = SplitKRange(node.k_blocks, split_k, s);
+      job.split = static_cast<uint8_t>(s);
+      job.k_block_begin = static_cast<uint16_t>(range.begin);
+      job.k_block_end = static_cast<uint16_t>(range.end);
+      jobs.push_back(job);
+    }
+    job.kind = static_cast<uint8_t>(JobKind::kReduce);
+    job.split = 0;
+    job.k_block_begin = 0;
+    job.k_block_end = static_cast<uint16_t>(node.k_blocks);
+    jobs.push_back(job);
+  }
+  return jobs;
+}
+
+int64_t NodeJobCount(const Schedule& schedule, int node_index) {
+  const NodeSchedule& node = schedule.nodes[node_index];
+  const int64_t clusters = std::max<int64_t>(ClusterGridOf(node, schedule.cluster_size).size(), 0);
+  return clusters * (node.split_k <= 1 ? 1 : node.split_k + 1);
+}
+
+namespace {
+
+// Depth (longest path from a source, in edges) and height (longest path to a
+// sink, in jobs, this node's included) of each node. Producers have smaller
+// indices than consumers, so one pass each way suffices.
+void NodeDepthAndHeight(const Schedule& schedule, const std::vector<int64_t>& job_counts,
+                        std::vector<int32_t>* depth, std::vector<int64_t>* height) {
+  const int num_nodes = static_cast<int>(schedule.nodes.size());
+  depth->assign(num_nodes, 0);
+  height->assign(num_nodes, 0);
+  for (int i = 0; i < num_nodes; ++i) {
+    const NodeSchedule& node = schedule.nodes[i];
+    for (int32_t e = 0; e < node.dependency_count; ++e) {
+      const int32_t p = schedule.dependencies[node.dependency_begin + e].producer;
+      (*depth)[i] = std::max((*depth)[i], (*depth)[p] + 1);
+    }
+  }
+  std::vector<int64_t> below(num_nodes, 0);  // max height over consumers
+  for (int i = num_nodes - 1; i >= 0; --i) {
+    (*height)[i] = job_counts[i] + below[i];
+    const NodeSchedule& node = schedule.nodes[i];
+    for (int32_t e = 0; e < node.dependency_count; ++e) {
+      const int32_t p = schedule.dependencies[node.dependency_begin + e].producer;
+      below[p] = std::max(below[p], (*height)[i]);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
+  const int num_nodes = static_cast<int>(schedule.nodes.size());
+
+  // All jobs, node by node, each node's in raster order.
+  std::vector<TileJob> jobs;
+  std::vector<int64_t> job_counts(num_nodes, 0);
+  for (int i = 0; i < num_nodes; ++i) {
+    std::vector<TileJob> node_jobs = NodeJobs(schedule, i);
+    job_counts[i] = static_cast<int64_t>(node_jobs.size());
+    jobs.insert(jobs.end(), node_jobs.begin(), node_jobs.end());
+  }
+  const int64_t num_jobs = static_cast<int64_t>(jobs.size());
+
+  // Units a job can wait on: each flag, and "all output tiles of node p"
+  // (num_flags + p) for a box that covers the whole producer.
+  const int64_t num_units = int64_t{schedule.num_flags} + num_nodes;
+  std::vector<int64_t> need_begin(num_jobs + 1, 0);
+  std::vector<int64_t> needs;  // units, per job, sorted and unique
+  std::vector<ProducerBox> boxes;
+  std::vector<FlagRead> partials;
+  std::vector<int64_t> job_units;
+  for (int64_t j = 0; j < num_jobs; ++j) {
+    const TileJob& job = jobs[j];
+    boxes.clear();
+    partials.clear();
+    job_units.clear();
+    AppendJobReadBoxes(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &boxes);
+    AppendJobReadBoxes(schedule, job, 0, 0, ReadPhase::kEpilogue, &boxes);
+    AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &partials);
+    for (const ProducerBox& pb : boxes) {
+      const NodeSchedule& producer = schedule.nodes[pb.producer];
+      const int64_t area = int64_t{pb.box.m_end - pb.box.m_begin} * (pb.box.n_end - pb.box.n_begin);
+      if (area == int64_t{producer.m_blocks} * producer.n_blocks) {
+        job_units.push_back(schedule.num_flags + pb.producer);
+        continue;
+      }
+      for (int32_t mb = pb.box.m_begin; mb < pb.box.m_end; ++mb) {
+        for (int32_t nb = pb.box.n_begin; nb < pb.box.n_end; ++nb) {
+          job_units.push_back(OutputFlagIndex(producer, mb, nb));
+        }
+      }
+    }
+    for (const FlagRead& r : partials) job_units.push_back(r.flag);
+    std::sort(job_units.begin(), job_units.end());
+    job_units.erase(std::unique(job_units.begin(), job_units.end()), job_units.end());
+    needs.insert(needs.end(), job_units.begin(), job_units.end());
+    need_begin[j + 1] = static_cast<int64_t>(needs.size());
+  }
+
+  // Reverse index: unit -> jobs waiting on it (CSR).
+  std::vector<int64_t> waiter_begin(num_units + 1, 0);
+  for (int64_t u : needs) ++waiter_begin[u + 1];
+  for (int64_t u = 0; u < num_units; ++u) waiter_begin[u + 1] += waiter_begin[u];
+  std::vector<int64_t> waiters(needs.size());
+  {
+    std::vector<int64_t> fill(waiter_begin.begin(), waiter_begin.end() - 1);
+    for (int64_t j = 0; j < num_jobs; ++j) {
+      for (int64_t i = need_begin[j]; i < need_begin[j + 1]; ++i) waiters[fill[needs[i]]++] = j;
+    }
+  }
+
+  std::vector<int32_t> depth;
+  std::vector<int64_t> height;
+  NodeDepthAndHeight(schedule, job_counts, &depth, &height);
+
+  // Ready jobs not yet eligible, by the position from which they are
+  // (min-heap); eligible jobs per node, by job index (= raster order, min-heap);
+  // nodes with eligible jobs, by priority: deepest, then longest remaining
+  // critical path, then lowest index.
+  using Pending = std::pair<int64_t, int64_t>;  // (eligible_from, job)
+  std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending;
+  std::vector<std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>>> eligible(num_nodes);
+  using NodeKey = std::tuple<int32_t, int64_t, int32_t>;  // (-depth, -height, node)
+  std::set<NodeKey> eligible_nodes;
+  auto node_key = [&](int32_t i) { return NodeKey{-depth[i], -height[i], i}; };
+  auto make_eligible = [&](int64_t j) {
+    const int32_t node = jobs[j].node;
+    if (eligible[node].empty()) eligible_nodes.insert(node_key(node));
+    eligible[node].push(j);
+  };
+
+  std::vector<int64_t> missing(num_jobs);
+  std::vector<int64_t> latest_producer(num_jobs, -1);  // queue position of the last unit it needs
+  for (int64_t j = 0; j < num_jobs; ++j) {
+    missing[j] = need_begin[j + 1] - need_begin[j];
+    if (missing[j] == 0) pending.push({0, j});
+  }
+  auto release_unit = [&](int64_t unit, int64_t position) {
+    for (int64_t i = waiter_begin[unit]; i < waiter_begin[unit + 1]; ++i) {
+      const int64_t j = waiters[i];
+      latest_producer[j] = std::max(latest_producer[j], position);
+      if (--missing[j] == 0) pending.push({latest_producer[j] + lag, j});
+    }
+  };
+
+  std::vector<int64_t> output_tiles_left(num_nodes);
+  for (int i = 0; i < num_nodes; ++i) {
+    output_tiles_left[i] = int64_t{schedule.nodes[i].m_blocks} * schedule.nodes[i].n_blocks;
+  }
+
+  std::vector<TileJob> queue;
+  queue.reserve(jobs.size());
+  std::vector<FlagWrite> writes;
+  for (int64_t position = 0; position < num_jobs; ++position) {
+    while (!pending.empty() && pending.top().first <= position) {
+      make_eligible(pending.top().second);
+      pending.pop();
+    }
+    if (eligible_nodes.empty()) {
+      if (pending.empty()) break;  // inconsistent schedule; CheckQueue reports it
+      make_eligible(pending.top().second);  // nothing else to do: take the earliest
+      pending.pop();
+    }
+    const int32_t node = std::get<2>(*eligible_nodes.begin());
+    const int64_t j = eligible[node].top();
+    eligible[node].pop();
+    if (eligible[node].empty()) eligible_nodes.erase(eligible_nodes.begin());
+
+    queue.push_back(jobs[j]);
+    writes.clear();
+    AppendJobWrites(schedule, jobs[j], &writes);
+    for (const FlagWrite& w : writes) {
+      release_unit(w.flag, position);
+      if (w.split < 0 && --output_tiles_left[node] == 0) {
+        release_unit(schedule.num_flags + node, position);
+      }
+    }
+  }
+  return queue;
+}
+
+namespace {
+
+auto JobKey(const TileJob& j) {
+  return std::make_tuple(j.node, j.kind, j.split, j.m_block, j.n_block, j.k_block_begin, j.k_block_end);
+}
+
+std::string DescribeJob(const TileJob& j) {
+  return absl::StrCat("node ", j.node, j.kind == static_cast<uint8_t>(JobKind::kReduce) ? " reduce" : " gemm",
+                      " split ", j.split, " m_block ", j.m_block, " n_block ", j.n_block, " k-blocks [",
+                      j.k_block_begin, ", ", j.k_block_end, ")");
+}
+
+}  // namespace
+
+absl::Status CheckQueue(const Schedule& schedule) {
+  // Same jobs as the nodes define, each exactly once.
+  std::vector<TileJob> expected;
+  for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
+    std::vector<TileJob> node_jobs = NodeJobs(schedule, i);
+    expected.insert(expected.end(), node_jobs.begin(), node_jobs.end());
+  }
+  std::vector<TileJob> actual = schedule.queue;
+  auto less = [](const TileJob& a, const TileJob& b) { return JobKey(a) < JobKey(b); };
+  std::sort(expected.begin(), expected.end(), less);
+  std::sort(actual.begin(), actual.end(), less);
+  for (size_t i = 0; i < std::max(expected.size(), actual.size()); ++i) {
+    if (i >= actual.size()) {
+      return absl::InternalError(absl::StrCat("queue lacks job ", DescribeJob(expected[i])));
+    }
+    if (i >= expected.size() || JobKey(actual[i]) != JobKey(expected[i])) {
+      const bool duplicate = i > 0 && JobKey(actual[i]) == JobKey(actual[i - 1]);
+      return absl::InternalError(absl::StrCat("queue has ", duplicate ? "a duplicate of " : "an unexpected ",
+                                              "job ", DescribeJob(actual[i])));
+    }
+  }
+
+  // Topological: every flag a job waits on is written by an earlier job.
+  std::vector<char> written(static_cast<size_t>(std::max(schedule.num_flags, 0)), 0);
+  std::vector<FlagRead> reads;
+  std::vector<FlagWrite> writes;
+  for (size_t position = 0; position < schedule.queue.size(); ++position) {
+    const TileJob& job = schedule.queue[position];
+    reads.clear();
+    AppendJobReads(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &reads);
+    AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &reads);
+    AppendJobReads(schedule, job, 0, 0, ReadPhase::kEpilogue, &reads);
+    for (const FlagRead& r : reads) {
+      if (r.flag < 0 || r.flag >= schedule.num_flags || !written[r.flag]) {
+        return absl::InternalError(absl::StrCat(
+            "queue position ", position, " (", DescribeJob(job), ") reads node ", r.producer, " tile (",
+            r.m_block, ", ", r.n_block, ")", r.split >= 0 ? absl::StrCat(" split ", r.split) : "",
+            " (flag ", r.flag, ") before any job that writes it"));
+      }
+    }
+    writes.clear();
+    AppendJobWrites(schedule, job, &writes);
+    for (const FlagWrite& w : writes) {
+      if (w.flag < 0 || w.flag >= schedule.num_flags) {
+        return absl::InternalError(absl::StrCat("queue position ", position, " (", DescribeJob(job),
+                                                ") writes flag ", w.flag, " outside [0, ",
+                                                schedule.num_flags, ")"));
+      }
+      written[w.flag] = 1;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::sched

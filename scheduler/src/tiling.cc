@@ -1,0 +1,147 @@
+// Per-node tiling, cluster grouping and split-K choices (see tiling.h).
+#include "loom/scheduler/tiling.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "loom/scheduler/raster.h"
+
+namespace loom::sched {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+absl::Status NodeError(int node_index, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("node ", node_index, ": ", what));
+}
+
+}  // namespace
+
+absl::Status ValidateOptions(const SchedulerOptions& options) {
+  const TileShape& t = options.tile;
+  if (t.m <= 0) return absl::InvalidArgumentError(absl::StrCat("options: tile.m must be positive, got ", t.m));
+  if (t.n <= 0) return absl::InvalidArgumentError(absl::StrCat("options: tile.n must be positive, got ", t.n));
+  if (t.k <= 0) return absl::InvalidArgumentError(absl::StrCat("options: tile.k must be positive, got ", t.k));
+  if (options.cluster_size != 1 && options.cluster_size != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options: cluster_size must be 1 or 2, got ", options.cluster_size));
+  }
+  if (options.num_sms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("options: num_sms must be positive, got ", options.num_sms));
+  }
+  if (options.max_clusters <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options: max_clusters must be positive, got ", options.max_clusters));
+  }
+  if (options.split_k < 0 || options.split_k > kMaxSplitK) {
+    return absl::InvalidArgumentError(absl::StrCat("options: split_k must be in [0, ", kMaxSplitK,
+                                                   "] (the TileJob split field is 8-bit), got ",
+                                                   options.split_k));
+  }
+  if (options.group_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options: group_size must be >= 0, got ", options.group_size));
+  }
+  return absl::OkStatus();
+}
+
+ClusterShare ChooseShare(int32_t m_blocks) {
+  return m_blocks >= 2 ? ClusterShare::kShareB : ClusterShare::kShareA;
+}
+
+ClusterGrid ClusterGridOf(const NodeSchedule& node, int32_t cluster_size) {
+  if (node.share == ClusterShare::kShareB) {
+    return ClusterGrid{static_cast<int32_t>(CeilDiv(node.m_blocks, cluster_size)), node.n_blocks};
+  }
+  return ClusterGrid{node.m_blocks, static_cast<int32_t>(CeilDiv(node.n_blocks, cluster_size))};
+}
+
+CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row, int32_t col) {
+  return share == ClusterShare::kShareB ? CtaTile{row * cluster_size, col}
+                                        : CtaTile{row, col * cluster_size};
+}
+
+int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced) {
+  if (k_blocks <= 1 || cluster_tiles <= 0) return 1;
+  if (forced >= 1) return std::min({forced, k_blocks, kMaxSplitK});
+  // Split only when the node alone leaves most of a wave idle; a node that
+  // fills half a wave or more is better served by other nodes filling the rest
+  // than by paying for a reduction.
+  if (2 * cluster_tiles > max_clusters) return 1;
+  const int64_t to_fill_wave = max_clusters / cluster_tiles;
+  const int64_t keeping_4_blocks = k_blocks / 4;  // floor(k_blocks / s) >= 4
+  const int64_t split = std::min<int64_t>({to_fill_wave, keeping_4_blocks, kMaxSplitK});
+  return static_cast<int32_t>(std::max<int64_t>(split, 1));
+}
+
+KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split) {
+  const int32_t base = k_blocks / split_k;
+  const int32_t extra = k_blocks % split_k;  // the first `extra` splits get base + 1
+  const int32_t begin = split * base + std::min(split, extra);
+  return KBlockRange{begin, begin + base + (split < extra ? 1 : 0)};
+}
+
+absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,
+                                      const SchedulerOptions& options) {
+  const TileShape& tile = options.tile;
+  if (problem.m < 0) return NodeError(node_index, absl::StrCat("M must be >= 0, got ", problem.m));
+  if (problem.n < 0) return NodeError(node_index, absl::StrCat("N must be >= 0, got ", problem.n));
+  if (problem.k < 0) return NodeError(node_index, absl::StrCat("K must be >= 0, got ", problem.k));
+  if (problem.swiglu && problem.n % 2 != 0) {
+    return NodeError(node_index, absl::StrCat("SwiGLU needs an even N (gate/up pairs), got N = ", problem.n));
+  }
+  if (problem.swiglu && tile.n % 2 != 0) {
+    return NodeError(node_index,
+                     absl::StrCat("SwiGLU needs an even tile.n (whole gate/up pairs per tile), got tile.n = ",
+                                  tile.n));
+  }
+
+  NodeSchedule node;
+  node.m = problem.m;
+  node.n = problem.n;
+  node.k = problem.k;
+  node.out_cols = problem.swiglu ? problem.n / 2 : problem.n;
+  node.out_tile_n = problem.swiglu ? tile.n / 2 : tile.n;
+
+  const int64_t k_blocks = CeilDiv(problem.k, tile.k);
+  if (k_blocks > kMaxKBlocks) {
+    return NodeError(node_index, absl::StrCat("k_blocks = ", k_blocks, " (K = ", problem.k, ", tile.k = ", tile.k,
+                                              ") exceeds ", kMaxKBlocks, ", the TileJob k-block range"));
+  }
+  const bool empty = problem.m == 0 || problem.n == 0 || problem.k == 0;
+  const int64_t m_blocks = empty ? 0 : CeilDiv(problem.m, tile.m);
+  const int64_t n_blocks = empty ? 0 : CeilDiv(problem.n, tile.n);
+  if (m_blocks > kMaxBlocksPerDim) {
+    return NodeError(node_index, absl::StrCat("m_blocks = ", m_blocks, " (M = ", problem.m, ") exceeds ",
+                                              kMaxBlocksPerDim));
+  }
+  if (n_blocks > kMaxBlocksPerDim) {
+    return NodeError(node_index, absl::StrCat("n_blocks = ", n_blocks, " (N = ", problem.n, ") exceeds ",
+                                              kMaxBlocksPerDim));
+  }
+  node.m_blocks = static_cast<int32_t>(m_blocks);
+  node.n_blocks = static_cast<int32_t>(n_blocks);
+  node.k_blocks = static_cast<int32_t>(k_blocks);
+  node.share = ChooseShare(node.m_blocks);
+
+  const ClusterGrid grid = ClusterGridOf(node, options.cluster_size);
+  node.raster = ChooseRaster(grid);
+  if (options.group_size > 0) {
+    node.group_size = options.group_size;
+  } else {
+    // The cross panel: one band step's tiles of the operand that stays in L2
+    // (B tiles when walking along M, A tiles along N), bf16, whole K.
+    const int64_t cross_extent =
+        node.raster == RasterOrder::kAlongM
+            ? int64_t{tile.n} * (node.share == ClusterShare::kShareA ? options.cluster_size : 1)
+            : int64_t{tile.m} * (node.share == ClusterShare::kShareB ? options.cluster_size : 1);
+    node.group_size = ChooseGroupSize(grid, node.raster, options.max_clusters,
+                                      cross_extent * std::max<int64_t>(problem.k, 1) * 2);
+  }
+  node.split_k = ChooseSplitK(grid.size(), node.k_blocks, options.max_clusters, options.split_k);
+  return node;
+}
+
+}  // namespace loom::sched

@@ -1,0 +1,238 @@
+// GPU tests of the persistent kernel: single GEMMs over the tile and cluster
+// edge cases, fused epilogues, both ring modes, independent batches in one
+// launch, replay determinism, and the bounded-wait time-out. Each compares
+// against the FP64 CPU reference on fresh random data with poisoned outputs
+// and guard bands. Skips (saying why) without a Hopper GPU.
+#include <cstring>
+#include <tuple>
+
+#include "gpu_harness.h"
+#include "gtest/gtest.h"
+#include "internal/testing_hooks.h"  // runtime/internal
+#include "loom/runtime.h"
+
+namespace loom::testbed {
+namespace {
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+std::string ShapeName(const Shape& s) {
+  return "M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" + std::to_string(s.k);
+}
+
+class SingleGemmTest : public ::testing::TestWithParam<std::tuple<Shape, DType>> {};
+
+TEST_P(SingleGemmTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [shape, out_type] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", DType::kBF16, shape.m, shape.k, rng);
+  h.Input("B", DType::kBF16, shape.n, shape.k, rng);
+  h.Output("C", out_type, shape.m, shape.n);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectMatchesReference();
+}
+
+// M, N from TESTING.md's edge list; K around one ring's worth of k-blocks
+// (64 * 4 stages +- 8), tiny K and a long K.
+INSTANTIATE_TEST_SUITE_P(
+    EdgeShapes, SingleGemmTest,
+    ::testing::Combine(::testing::Values(Shape{1, 1, 8}, Shape{3, 63, 16}, Shape{63, 64, 248},
+                                         Shape{64, 65, 264}, Shape{65, 127, 64}, Shape{127, 129, 4096},
+                                         Shape{129, 1000, 264}, Shape{1000, 3, 4096}, Shape{1000, 1000, 248},
+                                         Shape{256, 512, 1024}, Shape{129, 257, 520}),
+                       ::testing::Values(DType::kBF16, DType::kFP32)),
+    [](const auto& info) {
+      return ShapeName(std::get<0>(info.param)) + (std::get<1>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
+    });
+
+// 0.5, 1.25 and 2.5 waves of CTA tiles with the grid capped at 8 clusters (16 CTAs).
+class WavesTest : public ::testing::TestWithParam<Shape> {};
+TEST_P(WavesTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const Shape shape = GetParam();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", DType::kBF16, shape.m, shape.k, rng);
+  h.Input("B", DType::kBF16, shape.n, shape.k, rng);
+  h.Output("C", DType::kBF16, shape.m, shape.n);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  CompileOptions options;
+  options.max_clusters = 8;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectMatchesReference();
+}
+INSTANTIATE_TEST_SUITE_P(Waves, WavesTest,
+                         ::testing::Values(Shape{512, 512, 512}, Shape{640, 1024, 512}, Shape{1280, 1024, 512}),
+                         [](const auto& info) { return ShapeName(info.param); });
+
+TEST(GemmTest, IntegerDataIsExact) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  // |sum| <= 4 * 520 = 2080: exact in FP32 accumulation and in the fp32 output.
+  h.Input("A", DType::kBF16, 300, 520, rng, /*integers=*/true);
+  h.Input("B", DType::kBF16, 700, 520, rng, /*integers=*/true);
+  h.Output("C", DType::kFP32, 300, 700);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectMatchesReference(/*exact=*/true);
+}
+
+class EpilogueTest : public ::testing::TestWithParam<std::tuple<Activation, bool, bool, DType>> {};
+TEST_P(EpilogueTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [activation, with_bias, with_residual, out_type] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t m = 200, n = 520, k = 320;
+  const int64_t out_cols = activation == Activation::kSwiGLU ? n / 2 : n;
+  h.Input("A", DType::kBF16, m, k, rng);
+  h.Input("B", DType::kBF16, n, k, rng);
+  h.Input("bias", DType::kFP32, 1, n, rng);
+  h.Input("residual", DType::kBF16, m, out_cols, rng);
+  h.Output("C", out_type, m, out_cols);
+  h.Build([&](const auto& t, GemmGraph& g) {
+    Epilogue epilogue;
+    epilogue.activation = activation;
+    if (with_bias) epilogue.bias = t("bias");
+    if (with_residual) epilogue.residual = t("residual");
+    g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectMatchesReference();
+}
+INSTANTIATE_TEST_SUITE_P(
+    Epilogues, EpilogueTest,
+    ::testing::Combine(::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU,
+                                         Activation::kSiLU, Activation::kSwiGLU),
+                       ::testing::Bool(), ::testing::Bool(), ::testing::Values(DType::kBF16, DType::kFP32)));
+
+TEST(GemmTest, LockstepRingMatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", DType::kBF16, 513, 1000, rng);
+  h.Input("B", DType::kBF16, 777, 1000, rng);
+  h.Output("C", DType::kBF16, 513, 777);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  CompileOptions options;
+  options.ring_mode = RingMode::kLockstep;
+  options.a_stages = options.b_stages = 3;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectMatchesReference();
+}
+
+TEST(GemmTest, IndependentBatchInOneLaunch) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  const Shape shapes[] = {{100, 300, 200}, {1, 4000, 512}, {700, 64, 1000}, {256, 256, 64}, {65, 1500, 72}};
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = std::to_string(i);
+    h.Input("A" + id, DType::kBF16, shapes[i].m, shapes[i].k, rng);
+    h.Input("B" + id, DType::kBF16, shapes[i].n, shapes[i].k, rng);
+    h.Output("C" + id, i % 2 == 0 ? DType::kBF16 : DType::kFP32, shapes[i].m, shapes[i].n);
+  }
+  h.Build([](const auto& t, GemmGraph& g) {
+    for (int i = 0; i < 5; ++i) {
+      const std::string id = std::to_string(i);
+      g.AddGemm("gemm" + id, t("A" + id), t("B" + id), t("C" + id));
+    }
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectMatchesReference();
+}
+
+TEST(GemmTest, ReplayIsBitIdentical) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", DType::kBF16, 1000, 2000, rng);
+  h.Input("B", DType::kBF16, 1500, 2000, rng);
+  h.Output("C", DType::kFP32, 1000, 1500);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  const HostMatrix& c = h.host("C");
+  std::vector<std::byte> first(c.data(), c.data() + c.body_bytes());
+  // Poison the device output, replay the same Plan, compare bits.
+  Poison(h.host("C"));
+  LOOM_ASSERT_OK(h.device("C").CopyFrom(h.host("C")));
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  LOOM_ASSERT_OK(h.plan().Synchronize(nullptr));
+  LOOM_ASSERT_OK(h.CopyOutputsBack());
+  EXPECT_EQ(0, std::memcmp(first.data(), c.data(), first.size()));
+  h.ExpectMatchesReference();
+}
+
+TEST(GemmTest, ModelShapeSampledRows) {
+  LOOM_SKIP_WITHOUT_GPU();
+  // hidden 4096 -> intermediate 14336 at 128 tokens; the CPU checks all of it
+  // (7.5 G multiply-adds in FP64 take a few seconds).
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", DType::kBF16, 128, 4096, rng);
+  h.Input("w", DType::kBF16, 14336, 4096, rng);
+  h.Output("y", DType::kBF16, 128, 14336);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("up", t("x"), t("w"), t("y")); });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectMatchesReference();
+}
+
+// A dependency that is never satisfied: the producer is told not to publish
+// its tile flags, so the consumer's loader waits until the watchdog fires.
+TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", DType::kBF16, 128, 256, rng);
+  h.Input("w1", DType::kBF16, 256, 256, rng);
+  h.Input("w2", DType::kBF16, 256, 256, rng);
+  h.Output("h", DType::kBF16, 128, 256);
+  h.Output("y", DType::kBF16, 128, 256);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("first", t("x"), t("w1"), t("h"));
+    g.AddGemm("second", t("h"), t("w2"), t("y"));
+  });
+  CompileOptions options;
+  options.spin_timeout_ns = 20'000'000;  // 20 ms
+  // Run once normally to build the plan, then break it and replay.
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  const absl::Status status = h.plan().Synchronize(nullptr);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(std::string(status.message()).find("dependency flag"), std::string::npos) << status;
+  EXPECT_NE(std::string(status.message()).find("node \"second\""), std::string::npos) << status;
+  ASSERT_TRUE(h.plan().last_timeout().has_value());
+  EXPECT_GE(h.plan().last_timeout()->flag, 0);
+  EXPECT_GE(h.plan().last_timeout()->sm, 0);
+  // The context is still usable: a fresh plan of the same graph runs and is right.
+  GpuHarness again;
+  again.Input("x", DType::kBF16, 128, 256, rng);
+  again.Input("w", DType::kBF16, 256, 256, rng);
+  again.Output("y", DType::kBF16, 128, 256);
+  again.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("x"), t("w"), t("y")); });
+  LOOM_ASSERT_OK(again.Run(TestRuntime()));
+  again.ExpectMatchesReference();
+}
+
+TEST(GemmTest, TooManyClustersIsRefused) {
+  LOOM_SKIP_WITHOUT_GPU();
+  GemmGraph g;
+  g.AddGemm("gemm", TensorView::Dense("A", reinterpret_cast<void*>(0x10000), DType::kBF16, 64, 64),
+            TensorView::Dense("B", reinterpret_cast<void*>(0x20000), DType::kBF16, 64, 64),
+            TensorView::Dense("C", reinterpret_cast<void*>(0x30000), DType::kBF16, 64, 64));
+  CompileOptions options;
+  options.max_clusters = 100000;
+  const absl::StatusOr<Plan> plan = TestRuntime().Compile(g, options);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(plan.status().message()).find("100000"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::testbed

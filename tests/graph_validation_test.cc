@@ -1,0 +1,537 @@
+// graph_validation_test.cc: GemmGraph::Validate (CPU only).
+//
+// Every refusal rule has its own case in RefusalTest: the status must be
+// InvalidArgument and its message must name the node and/or tensor, the rule
+// and the offending value. The positive tests cover the graphs loom is built
+// for (chains, diamonds, an MLP block, column-slice producers, zero-size
+// nodes). Tensors point at fake device addresses; nothing is dereferenced.
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "loom/graph.h"
+#include "loom/tensor.h"
+
+namespace loom {
+namespace {
+
+// Fake device regions, far enough apart that the tensors of a test never meet
+// unless the test means them to.
+constexpr uintptr_t kX = 0x1000000;
+constexpr uintptr_t kW = 0x2000000;
+constexpr uintptr_t kY = 0x3000000;
+constexpr uintptr_t kBias = 0x4000000;
+constexpr uintptr_t kResidual = 0x5000000;
+constexpr uintptr_t kH = 0x6000000;
+constexpr uintptr_t kW2 = 0x7000000;
+constexpr uintptr_t kZ = 0x8000000;
+
+void* At(uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+// Epilogues, spelled out: GCC 12's -Wextra warns about designated initialisers
+// that leave out Epilogue's optional members.
+Epilogue WithActivation(Activation activation) {
+  Epilogue epilogue;
+  epilogue.activation = activation;
+  return epilogue;
+}
+Epilogue WithBias(TensorView bias) {
+  Epilogue epilogue;
+  epilogue.bias = std::move(bias);
+  return epilogue;
+}
+Epilogue WithResidual(TensorView residual) {
+  Epilogue epilogue;
+  epilogue.residual = std::move(residual);
+  return epilogue;
+}
+Epilogue WithBiasAndResidual(TensorView bias, TensorView residual) {
+  Epilogue epilogue;
+  epilogue.bias = std::move(bias);
+  epilogue.residual = std::move(residual);
+  return epilogue;
+}
+
+TensorView Typed(std::string name, uintptr_t address, DType dtype, int64_t rows, int64_t cols) {
+  return TensorView::Dense(std::move(name), At(address), dtype, rows, cols);
+}
+TensorView Bf16(std::string name, uintptr_t address, int64_t rows, int64_t cols) {
+  return Typed(std::move(name), address, DType::kBF16, rows, cols);
+}
+TensorView Strided(std::string name, uintptr_t address, int64_t rows, int64_t cols,
+                   int64_t row_stride) {
+  return TensorView{std::move(name), At(address), DType::kBF16, rows, cols, row_stride};
+}
+
+// The default node "proj": x [64, 128] · w [256, 128]ᵀ -> y [64, 256].
+TensorView X() { return Bf16("x", kX, 64, 128); }
+TensorView W() { return Bf16("w", kW, 256, 128); }
+TensorView Y() { return Bf16("y", kY, 64, 256); }
+
+GemmGraph Single(TensorView a, TensorView b, TensorView c, Epilogue epilogue = {}) {
+  GemmGraph graph;
+  graph.AddGemm("proj", std::move(a), std::move(b), std::move(c), std::move(epilogue));
+  return graph;
+}
+
+// --- Refusals: one case per rule. ---
+
+struct RefusalCase {
+  std::string name;
+  std::function<GemmGraph()> build;
+  std::vector<std::string> must_contain;           // node/tensor names, the rule, the value
+  std::vector<std::string> must_not_contain = {};  // e.g. a cycle is not a hazard
+};
+
+void PrintTo(const RefusalCase& refusal, std::ostream* os) { *os << refusal.name; }
+
+std::vector<RefusalCase> RefusalCases() {
+  std::vector<RefusalCase> cases;
+  // Dtype tuples.
+  cases.push_back({"DTypeFp8Inputs",
+                   [] {
+                     return Single(Typed("x", kX, DType::kFP8E4M3, 64, 128),
+                                   Typed("w", kW, DType::kFP8E4M3, 256, 128), Y());
+                   },
+                   {"node \"proj\": dtype tuple (A fp8_e4m3, B fp8_e4m3, C bf16) is not "
+                    "supported; supported: A=B=bf16, C in {bf16, fp32}"}});
+  cases.push_back({"DTypeFp16Inputs",
+                   [] {
+                     return Single(Typed("x", kX, DType::kFP16, 64, 128),
+                                   Typed("w", kW, DType::kFP16, 256, 128), Y());
+                   },
+                   {"node \"proj\"", "(A fp16, B fp16, C bf16) is not supported"}});
+  cases.push_back({"DTypeMixedInputs",
+                   [] {
+                     return Single(X(), Typed("w", kW, DType::kFP16, 256, 128),
+                                   Typed("y", kY, DType::kFP32, 64, 256));
+                   },
+                   {"node \"proj\"", "(A bf16, B fp16, C fp32) is not supported"}});
+  cases.push_back({"DTypeFp8Output",
+                   [] { return Single(X(), W(), Typed("y", kY, DType::kFP8E4M3, 64, 256)); },
+                   {"node \"proj\"", "(A bf16, B bf16, C fp8_e4m3) is not supported"}});
+  cases.push_back({"DTypeFp16Output",
+                   [] { return Single(X(), W(), Typed("y", kY, DType::kFP16, 64, 256)); },
+                   {"node \"proj\"", "(A bf16, B bf16, C fp16) is not supported"}});
+  cases.push_back(
+      {"DTypeBias",
+       [] { return Single(X(), W(), Y(), WithBias(Typed("b", kBias, DType::kFP16, 1, 256))); },
+       {"node \"proj\": bias \"b\": dtype fp16 is not supported; supported: bf16, "
+        "fp32"}});
+  cases.push_back({"DTypeResidual",
+                   [] {
+                     return Single(X(), W(), Y(),
+                                   WithResidual(Typed("r", kResidual, DType::kFP8E4M3, 64, 256)));
+                   },
+                   {"node \"proj\": residual \"r\": dtype fp8_e4m3 is not supported"}});
+
+  // Well-formed views.
+  cases.push_back({"NegativeM",
+                   [] { return Single(Strided("x", kX, -1, 128, 128), W(), Y()); },
+                   {"node \"proj\": A \"x\": rows -1 is negative"}});
+  cases.push_back({"NegativeN",
+                   [] { return Single(X(), Strided("w", kW, -2, 128, 128), Y()); },
+                   {"node \"proj\": B \"w\": rows -2 is negative"}});
+  cases.push_back({"NegativeK",
+                   [] { return Single(Strided("x", kX, 64, -3, 128), W(), Y()); },
+                   {"node \"proj\": A \"x\": cols -3 is negative"}});
+  cases.push_back({"NegativeRowStride",
+                   [] { return Single(X(), W(), Strided("y", kY, 64, 256, -256)); },
+                   {"node \"proj\": C \"y\": row stride -256 elements is negative"}});
+  cases.push_back({"RowStrideBelowCols",
+                   [] { return Single(Strided("x", kX, 64, 128, 64), W(), Y()); },
+                   {"node \"proj\": A \"x\": row stride 64 elements is less than cols 128"}});
+  cases.push_back(
+      {"NullData",
+       [] { return Single(X(), TensorView::Dense("w", nullptr, DType::kBF16, 256, 128), Y()); },
+       {"node \"proj\": B \"w\": data is null for a non-empty [256, 128] view"}});
+  cases.push_back(
+      {"WrapsAddressSpace",
+       [] { return Single(Bf16("x", 0xfffffffffffff000, 64, 128), W(), Y()); },
+       {"node \"proj\": A \"x\"", "16384 bytes", "runs past the end of the address space"}});
+
+  // TMA limits.
+  cases.push_back({"RowsPastTmaLimit",
+                   [] {
+                     const int64_t m = int64_t{1} << 31;
+                     return Single(Bf16("x", kX, m, 128), W(), Bf16("y", kY, m, 256));
+                   },
+                   {"node \"proj\": A \"x\": rows 2147483648 exceeds TMA's limit of 2147483647"}});
+  cases.push_back({"ColsPastTmaLimit",
+                   [] {
+                     const int64_t k = int64_t{1} << 31;
+                     return Single(Bf16("x", kX, 64, k), Bf16("w", kW, 256, k), Y());
+                   },
+                   {"node \"proj\": A \"x\": cols 2147483648 exceeds TMA's limit of 2147483647"}});
+  cases.push_back({"BaseNotAligned",
+                   [] { return Single(Bf16("x", kX + 2, 64, 128), W(), Y()); },
+                   {"node \"proj\": A \"x\": base address 0x1000002 is not 16-byte aligned"}});
+  cases.push_back({"OutputBaseNotAligned",
+                   [] { return Single(X(), W(), Bf16("y", kY + 8, 64, 256)); },
+                   {"node \"proj\": C \"y\": base address 0x3000008 is not 16-byte aligned"}});
+  cases.push_back(
+      {"ResidualBaseNotAligned",
+       [] { return Single(X(), W(), Y(), WithResidual(Bf16("r", kResidual + 4, 64, 256))); },
+       {"node \"proj\": residual \"r\": base address 0x5000004 is not 16-byte "
+        "aligned"}});
+  cases.push_back({"BiasNotAligned",
+                   [] { return Single(X(), W(), Y(), WithBias(Bf16("b", kBias + 2, 1, 256))); },
+                   {"node \"proj\": bias \"b\": base address 0x4000002 is not 4-byte aligned"}});
+  cases.push_back({"RowStrideNotMultipleOf16",
+                   [] {
+                     GemmGraph graph;
+                     graph.AddGemm("down", Bf16("h", kH, 64, 2048),
+                                   Strided("w_down", kW, 256, 2048, 2049), Y());
+                     return graph;
+                   },
+                   {"node \"down\": B \"w_down\": row stride 4098 bytes is not a multiple of 16"}});
+  cases.push_back({"RowStridePastTmaLimit",
+                   [] {
+                     return Single(Strided("x", kX, 2, 8, int64_t{1} << 39), Bf16("w", kW, 256, 8),
+                                   Bf16("y", kY, 2, 256));
+                   },
+                   {"node \"proj\": A \"x\": row stride 1099511627776 bytes is not below TMA's "
+                    "limit of 2^40 bytes"}});
+  cases.push_back({"KPastJobEncoding",
+                   [] {
+                     const int64_t k = 65535 * 64 + 1;
+                     const int64_t padded = 65535 * 64 + 8;  // keeps strides 16-byte multiples
+                     return Single(Strided("x", kX, 64, k, padded),
+                                   Strided("w", 0x100000000, 256, k, padded), Y());
+                   },
+                   {"node \"proj\": K 4194241 exceeds the limit of 4194240"}});
+
+  // Shapes.
+  cases.push_back({"KMismatch",
+                   [] { return Single(X(), Bf16("w", kW, 256, 96), Y()); },
+                   {"node \"proj\": shapes do not chain: A \"x\" has K = 128 columns but B \"w\" "
+                    "has K = 96"}});
+  cases.push_back({"OutputRowsMismatch",
+                   [] { return Single(X(), W(), Bf16("y", kY, 32, 256)); },
+                   {"node \"proj\": shapes do not chain: C \"y\" has 32 rows, expected M = 64"}});
+  cases.push_back({"OutputColsMismatch",
+                   [] { return Single(X(), W(), Bf16("y", kY, 64, 128)); },
+                   {"node \"proj\": shapes do not chain: C \"y\" has 128 columns, expected "
+                    "N_out = 256"}});
+  cases.push_back({"SwiGLUOutputNotHalved",
+                   [] { return Single(X(), W(), Y(), WithActivation(Activation::kSwiGLU)); },
+                   {"node \"proj\": shapes do not chain: C \"y\" has 256 columns, expected "
+                    "N_out = 128 (N = 256 halved by swiglu)"}});
+  cases.push_back({"SwiGLUOddN",
+                   [] {
+                     return Single(X(), Bf16("w", kW, 255, 128), Bf16("y", kY, 64, 127),
+                                   WithActivation(Activation::kSwiGLU));
+                   },
+                   {"node \"proj\": swiglu needs an even N", "B \"w\" has N = 255 rows"}});
+  cases.push_back({"BiasShape",
+                   [] { return Single(X(), W(), Y(), WithBias(Bf16("b", kBias, 1, 128))); },
+                   {"node \"proj\": shapes do not chain: bias \"b\" is [1, 128], expected "
+                    "[1, N] = [1, 256]"}});
+  cases.push_back({"BiasTwoRows",
+                   [] { return Single(X(), W(), Y(), WithBias(Bf16("b", kBias, 2, 256))); },
+                   {"node \"proj\"", "bias \"b\" is [2, 256], expected [1, N] = [1, 256]"}});
+  cases.push_back(
+      {"ResidualShape",
+       [] { return Single(X(), W(), Y(), WithResidual(Bf16("r", kResidual, 64, 128))); },
+       {"node \"proj\": shapes do not chain: residual \"r\" is [64, 128], expected "
+        "[M, N_out] = [64, 256]"}});
+
+  // Graph rules.
+  cases.push_back({"InPlace",
+                   [] {
+                     const TensorView y = Y();
+                     return Single(y.Columns(0, 128).Named("y.left"), W(), y);
+                   },
+                   {"node \"proj\": reads A \"y.left\"", "writes C \"y\"", "0x3000000",
+                    "in-place GEMMs are not supported"}});
+  cases.push_back({"InPlaceResidual",
+                   [] { return Single(X(), W(), Y(), WithResidual(Y())); },
+                   {"node \"proj\": reads residual \"y\"", "writes C \"y\"",
+                    "in-place GEMMs are not supported"}});
+  cases.push_back({"WrittenByTwoNodes",
+                   [] {
+                     GemmGraph graph;
+                     graph.AddGemm("first", X(), W(), Y());
+                     graph.AddGemm("second", X().Rows(32, 32), W(),
+                                   Y().Rows(32, 32).Named("y.bottom"));
+                     return graph;
+                   },
+                   {"node \"second\": tensor written by two nodes: C \"y.bottom\"",
+                    "overlaps C \"y\"", "of node \"first\"", "0x3004000"}});
+  cases.push_back({"WrittenByTwoNodesOverlappingColumns",
+                   [] {
+                     const TensorView buffer = Bf16("buf", kY, 64, 512);
+                     GemmGraph graph;
+                     graph.AddGemm("first", X(), W(), buffer.Columns(0, 256).Named("buf.a"));
+                     graph.AddGemm("second", X(), W(), buffer.Columns(128, 256).Named("buf.b"));
+                     return graph;
+                   },
+                   {"node \"second\": tensor written by two nodes: C \"buf.b\"",
+                    "overlaps C \"buf.a\"", "of node \"first\""}});
+  cases.push_back({"TwoNodeCycle",
+                   [] {
+                     GemmGraph graph;
+                     graph.AddGemm("a", Bf16("t1", kX, 64, 128), Bf16("w", kW, 128, 128),
+                                   Bf16("t2", kY, 64, 128));
+                     graph.AddGemm("b", Bf16("t2", kY, 64, 128), Bf16("w", kW, 128, 128),
+                                   Bf16("t1", kX, 64, 128));
+                     return graph;
+                   },
+                   {"cycle in the data dependencies: node \"a\" -> node \"b\" -> node \"a\""},
+                   {"hazard"}});
+  cases.push_back({"ThreeNodeCycleInsertedOutOfOrder",
+                   [] {
+                     // Data flow a -> b -> c -> a, inserted as b, c, a.
+                     const TensorView w = Bf16("w", kW, 128, 128);
+                     const TensorView t1 = Bf16("t1", kX, 64, 128);
+                     const TensorView t2 = Bf16("t2", kY, 64, 128);
+                     const TensorView t3 = Bf16("t3", kH, 64, 128);
+                     GemmGraph graph;
+                     graph.AddGemm("b", t2, w, t3);
+                     graph.AddGemm("c", t3, w, t1);
+                     graph.AddGemm("a", t1, w, t2);
+                     return graph;
+                   },
+                   {"cycle in the data dependencies: node \"b\" -> node \"c\" -> node \"a\" -> "
+                    "node \"b\""},
+                   {"hazard"}});
+  cases.push_back({"CycleThroughResidual",
+                   [] {
+                     const TensorView w = Bf16("w", kW, 128, 128);
+                     GemmGraph graph;
+                     graph.AddGemm("a", X(), w, Bf16("t", kY, 64, 128),
+                                   WithResidual(Bf16("u", kH, 64, 128)));
+                     graph.AddGemm("b", Bf16("t", kY, 64, 128), w, Bf16("u", kH, 64, 128));
+                     return graph;
+                   },
+                   {"cycle in the data dependencies: node \"a\" -> node \"b\" -> node \"a\""},
+                   {"hazard"}});
+  cases.push_back(
+      {"WriteAfterRead",
+       [] {
+         // "b" overwrites x, which "a" (added earlier) reads.
+         GemmGraph graph;
+         graph.AddGemm("a", X(), W(), Y());
+         graph.AddGemm("b", Bf16("h", kH, 64, 256), Bf16("w2", kW2, 128, 256), X());
+         return graph;
+       },
+       {"node \"b\": hazard (write after read): writes C \"x\"", "overlaps A \"x\"",
+        "read by node \"a\", added earlier", "node \"a\" would read the new value", "0x1000000"}});
+  cases.push_back({"WriteAfterReadOfWeights",
+                   [] {
+                     GemmGraph graph;
+                     graph.AddGemm("a", X(), W(), Y());
+                     graph.AddGemm("b", Bf16("h", kH, 256, 64), Bf16("w2", kW2, 128, 64),
+                                   W().Named("w.new"));
+                     return graph;
+                   },
+                   {"node \"b\": hazard (write after read): writes C \"w.new\"", "overlaps B \"w\"",
+                    "read by node \"a\""}});
+  return cases;
+}
+
+class RefusalTest : public ::testing::TestWithParam<RefusalCase> {};
+
+TEST_P(RefusalTest, IsInvalidArgumentNamingTheCulprit) {
+  const absl::Status status = GetParam().build().Validate();
+  ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  const std::string message(status.message());
+  for (const std::string& part : GetParam().must_contain) {
+    EXPECT_PRED_FORMAT2(::testing::IsSubstring, part, message);
+  }
+  for (const std::string& part : GetParam().must_not_contain) {
+    EXPECT_PRED_FORMAT2(::testing::IsNotSubstring, part, message);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, RefusalTest, ::testing::ValuesIn(RefusalCases()),
+                         [](const ::testing::TestParamInfo<RefusalCase>& info) {
+                           return info.param.name;
+                         });
+
+TEST(ValidateTest, ReportsTheFirstViolation) {
+  GemmGraph graph;
+  graph.AddGemm("ok", X(), W(), Y());
+  // Two violations in one node: the malformed view comes before the dtype.
+  graph.AddGemm("bad", Typed("h", kH, DType::kFP16, -1, 128), W(), Bf16("z", kZ, 64, 256));
+  graph.AddGemm("worse", X(), Bf16("w", kW, 256, 96), Bf16("u", kW2, 64, 256));
+  const absl::Status status = graph.Validate();
+  ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "node \"bad\": A \"h\": rows -1 is negative");
+}
+
+TEST(ValidateTest, ExactMessageForMisalignedStride) {
+  GemmGraph graph;
+  graph.AddGemm("down", Bf16("h", kH, 64, 2048), Strided("w_down", kW, 256, 2048, 2049), Y());
+  EXPECT_EQ(graph.Validate(),
+            absl::InvalidArgumentError(
+                "node \"down\": B \"w_down\": row stride 4098 bytes is not a multiple of 16"));
+}
+
+// --- Graphs that must pass. ---
+
+TEST(ValidateTest, EmptyGraph) { EXPECT_TRUE(GemmGraph().Validate().ok()); }
+
+TEST(ValidateTest, SingleNodeVariants) {
+  EXPECT_TRUE(Single(X(), W(), Y()).Validate().ok());
+  EXPECT_TRUE(Single(X(), W(), Typed("y", kY, DType::kFP32, 64, 256)).Validate().ok());
+  for (Activation activation :
+       {Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU}) {
+    EXPECT_TRUE(Single(X(), W(), Y(), WithActivation(activation)).Validate().ok())
+        << ActivationName(activation);
+  }
+  // Bias only needs 4-byte alignment; bf16 and fp32 biases and residuals.
+  EXPECT_TRUE(Single(X(), W(), Y(), WithBias(Bf16("b", kBias + 4, 1, 256))).Validate().ok());
+  EXPECT_TRUE(Single(X(), W(), Y(),
+                     WithBiasAndResidual(Typed("b", kBias + 4, DType::kFP32, 1, 256),
+                                         Typed("r", kResidual, DType::kFP32, 64, 256)))
+                  .Validate()
+                  .ok());
+  // A Gram matrix reads one tensor twice.
+  EXPECT_TRUE(Single(X(), X().Named("x.again"), Bf16("g", kY, 64, 64)).Validate().ok());
+}
+
+TEST(ValidateTest, PaddedRowStride) {
+  // Rows padded to 136 elements (272 bytes, a multiple of 16).
+  EXPECT_TRUE(Single(Strided("x", kX, 64, 128, 136), W(), Y()).Validate().ok());
+}
+
+TEST(ValidateTest, SingleRowViewIgnoresItsStride) {
+  // With one row the stride is never used: 129 elements (258 bytes) is fine.
+  EXPECT_TRUE(
+      Single(Strided("x", kX, 1, 128, 129), W(), Strided("y", kY, 1, 256, 0)).Validate().ok());
+}
+
+TEST(ValidateTest, LargestK) {
+  const int64_t k = 65535 * 64;
+  // x spans 512 MiB and w 2 GiB: keep y clear of both.
+  const absl::Status status =
+      Single(Bf16("x", kX, 64, k), Bf16("w", 0x100000000, 256, k), Bf16("y", 0x200000000, 64, 256))
+          .Validate();
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(ValidateTest, Chain) {
+  GemmGraph graph;
+  graph.AddGemm("l1", X(), W(), Bf16("h1", kH, 64, 256));
+  graph.AddGemm("l2", Bf16("h1", kH, 64, 256), Bf16("w2", kW2, 128, 256), Bf16("h2", kZ, 64, 128));
+  graph.AddGemm("l3", Bf16("h2", kZ, 64, 128), Bf16("w3", 0x9000000, 256, 128), Y());
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+}
+
+TEST(ValidateTest, Diamond) {
+  // p -> {c1, c2} -> d: two consumers of one producer, one consumer of two.
+  const TensorView w = Bf16("w", kW, 128, 128);
+  const TensorView h = Bf16("h", kH, 64, 128);
+  const TensorView u = Bf16("u", kY, 64, 128);
+  const TensorView v = Bf16("v", kZ, 64, 128);
+  GemmGraph graph;
+  graph.AddGemm("p", X(), w, h);
+  graph.AddGemm("c1", h, w, u);
+  graph.AddGemm("c2", h, w, v, WithBias(Bf16("b", kBias, 1, 128)));
+  graph.AddGemm("d", u, w, Bf16("out", kResidual, 64, 128), WithResidual(v));
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+}
+
+TEST(ValidateTest, MlpWithSwiGLUAndResidual) {
+  // Llama-style block at real sizes: hidden 4096, intermediate 14336.
+  constexpr int64_t kTokens = 64, kHidden = 4096, kIntermediate = 14336;
+  constexpr uintptr_t kGiB = uintptr_t{1} << 30;
+  const TensorView x = Bf16("x", 1 * kGiB, kTokens, kHidden);
+  const TensorView w_gate_up = Bf16("w_gate_up", 2 * kGiB, 2 * kIntermediate, kHidden);
+  const TensorView h = Bf16("h", 3 * kGiB, kTokens, kIntermediate);
+  const TensorView w_down = Bf16("w_down", 4 * kGiB, kHidden, kIntermediate);
+  const TensorView y = Bf16("y", 5 * kGiB, kTokens, kHidden);
+  GemmGraph graph;
+  EXPECT_EQ(graph.AddGemm("up", x, w_gate_up, h, WithActivation(Activation::kSwiGLU)), 0);
+  EXPECT_EQ(graph.AddGemm("down", h, w_down, y, WithResidual(x)), 1);
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+}
+
+TEST(ValidateTest, ColumnSliceProducersWriteDisjointHalves) {
+  // Left and right halves of one buffer share its byte range, not its elements.
+  const TensorView buffer = Bf16("buf", kY, 64, 512);
+  GemmGraph graph;
+  graph.AddGemm("left", X(), W(), buffer.Columns(0, 256).Named("buf.left"));
+  graph.AddGemm("right", X(), Bf16("w2", kW2, 256, 128),
+                buffer.Columns(256, 256).Named("buf.right"));
+  graph.AddGemm("consumer", buffer, Bf16("w3", kZ, 128, 512), Bf16("out", kH, 64, 128));
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+}
+
+TEST(ValidateTest, RowSliceProducersWriteDisjointHalves) {
+  const TensorView buffer = Bf16("buf", kY, 64, 256);
+  GemmGraph graph;
+  graph.AddGemm("top", X().Rows(0, 32), W(), buffer.Rows(0, 32).Named("buf.top"));
+  graph.AddGemm("bottom", X().Rows(32, 32), W(), buffer.Rows(32, 32).Named("buf.bottom"));
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+}
+
+TEST(ValidateTest, InterleavedColumnSlicesOfPaddedBuffer) {
+  // Three column slices of a padded buffer, each a different width.
+  const TensorView buffer = Strided("buf", kY, 64, 384, 400);
+  GemmGraph graph;
+  graph.AddGemm("a", X(), Bf16("wa", kW, 128, 128), buffer.Columns(0, 128).Named("buf.a"));
+  graph.AddGemm("b", X(), Bf16("wb", kW2, 192, 128), buffer.Columns(128, 192).Named("buf.b"));
+  graph.AddGemm("c", X(), Bf16("wc", kZ, 64, 128), buffer.Columns(320, 64).Named("buf.c"));
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+}
+
+TEST(ValidateTest, ZeroSizeNodesAreNoOps) {
+  GemmGraph graph;
+  // M = 0: A and C empty (and null).
+  graph.AddGemm("m0", TensorView::Dense("x0", nullptr, DType::kBF16, 0, 128), W(),
+                TensorView::Dense("y0", nullptr, DType::kBF16, 0, 256));
+  // N = 0.
+  graph.AddGemm("n0", X(), TensorView::Dense("w0", nullptr, DType::kBF16, 0, 128),
+                TensorView::Dense("c0", nullptr, DType::kBF16, 64, 0));
+  // K = 0 (C is written, with the epilogue of a zero accumulator).
+  graph.AddGemm("k0", TensorView::Dense("a0", nullptr, DType::kBF16, 64, 0),
+                TensorView::Dense("b0", nullptr, DType::kBF16, 256, 0), Y());
+  // An empty view at a misaligned address is never touched.
+  graph.AddGemm("m0_misaligned", Bf16("x1", kX + 2, 0, 128), W(), Bf16("y1", kZ + 2, 0, 256));
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+}
+
+TEST(ValidateTest, ZeroSizeNodesMustStillChain) {
+  GemmGraph graph;
+  graph.AddGemm("m0", Bf16("x0", kX, 0, 128), Bf16("w", kW, 256, 64), Bf16("y0", kY, 0, 256));
+  const absl::Status status = graph.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "node \"m0\": shapes do not chain",
+                      std::string(status.message()));
+}
+
+// --- AddGemm and the names. ---
+
+TEST(GemmGraphTest, AddGemmAppendsWithoutChecking) {
+  GemmGraph graph;
+  EXPECT_EQ(graph.AddGemm("a", X(), W(), Y()), 0);
+  EXPECT_EQ(graph.AddGemm("b", Strided("bad", 0, -1, -1, -1), W(), Y()), 1);
+  ASSERT_EQ(graph.size(), 2);
+  EXPECT_EQ(graph.nodes()[0].name, "a");
+  EXPECT_EQ(graph.nodes()[0].m(), 64);
+  EXPECT_EQ(graph.nodes()[0].n(), 256);
+  EXPECT_EQ(graph.nodes()[0].k(), 128);
+  EXPECT_EQ(graph.nodes()[1].a.name, "bad");
+}
+
+TEST(GemmGraphTest, Names) {
+  EXPECT_EQ(ActivationName(Activation::kNone), "none");
+  EXPECT_EQ(ActivationName(Activation::kReLU), "relu");
+  EXPECT_EQ(ActivationName(Activation::kGELU), "gelu");
+  EXPECT_EQ(ActivationName(Activation::kSiLU), "silu");
+  EXPECT_EQ(ActivationName(Activation::kSwiGLU), "swiglu");
+  EXPECT_EQ(OperandName(Operand::kA), "A");
+  EXPECT_EQ(OperandName(Operand::kB), "B");
+  EXPECT_EQ(OperandName(Operand::kBias), "bias");
+  EXPECT_EQ(OperandName(Operand::kResidual), "residual");
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,880 @@
+// reference_test.cc: the CPU reference executor (loom/reference.h) against the
+// naive per-node loop, and the test bed's own checks. CPU only.
+//
+// How results are compared:
+//  * Without split-K the executor and the naive loop must agree bit for bit:
+//    both accumulate each output element in FP64 in k order 0..K-1 through the
+//    same routine (ops::AccumulateTile) and apply the same epilogue, so any
+//    difference is a scheduling bug (a tile computed from unfinished data, a
+//    missed or doubled tile, a wrong k range).
+//  * With split-K the executor sums split partials (each an FP64 sum in k
+//    order) in split order, the naive loop one straight FP64 sum: the two FP64
+//    values differ by at most ~2 K 2^-53 sum_k |a_k b_k|, which is far below
+//    one ulp of the fp32 / bf16 output. After the output rounding they are
+//    therefore equal unless a rounding boundary falls between them; then they
+//    differ by exactly one output ulp. Accepted: every element within one ulp
+//    of the output dtype, and at most 0.1% of elements (in practice none)
+//    differing at all. Integer-valued data makes every partial sum exact, and
+//    then split-K results must be bit-identical too.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "loom/graph.h"
+#include "loom/ops/host_numeric.h"
+#include "loom/ops/reference.h"
+#include "loom/reference.h"
+#include "loom/runtime.h"
+#include "loom/scheduler/schedule.h"
+#include "testbed/testbed.h"
+
+namespace loom {
+namespace {
+
+using testbed::HostMatrix;
+using testbed::Rng;
+
+constexpr int64_t kRaggedSizes[] = {1, 3, 63, 64, 65, 127, 129};
+
+// Small tiles so ragged sizes up to 129 span several tiles and clusters.
+sched::SchedulerOptions SmallTiles(int32_t split_k = 1, int32_t cluster_size = 2) {
+  return sched::SchedulerOptions{.tile = {.m = 64, .n = 64, .k = 32},
+                                 .cluster_size = cluster_size,
+                                 .num_sms = 132,
+                                 .max_clusters = 66,
+                                 .split_k = split_k,
+                                 .group_size = 0};
+}
+
+// Lowers `graph` with sched::Lower, the edges taken from GemmGraph::Dependencies().
+absl::StatusOr<sched::Schedule> LowerGraph(const GemmGraph& graph,
+                                           const sched::SchedulerOptions& options) {
+  std::vector<sched::NodeProblem> problems;
+  for (const GemmNode& node : graph.nodes()) {
+    problems.push_back(sched::NodeProblem{.m = node.m(),
+                                          .n = node.n(),
+                                          .k = node.k(),
+                                          .swiglu = node.epilogue.activation == Activation::kSwiGLU,
+                                          .dependencies = {}});
+  }
+  for (const DataDependency& d : graph.Dependencies()) {
+    problems[d.consumer].dependencies.push_back(
+        sched::DependencyEdge{.producer = d.producer,
+                              .operand = static_cast<uint8_t>(d.operand),
+                              .whole_tensor = static_cast<uint8_t>(d.whole_tensor ? 1 : 0),
+                              .row_offset = d.row_offset,
+                              .col_offset = d.col_offset});
+  }
+  return sched::Lower(problems, options);
+}
+
+// A row stride whose byte size is a multiple of 16 (TMA's rule, which
+// GemmGraph::Validate enforces), so ragged shapes stay valid graphs.
+int64_t PaddedStride(DType dtype, int64_t cols) {
+  const int64_t per_16_bytes = 16 / static_cast<int64_t>(DTypeSize(dtype));
+  return std::max<int64_t>(per_16_bytes, (cols + per_16_bytes - 1) / per_16_bytes * per_16_bytes);
+}
+
+// A graph over host tensors, with helpers to run both executors on it.
+class HostGraph {
+ public:
+  explicit HostGraph(Rng& rng, bool integers = false) : rng_(rng), integers_(integers) {}
+
+  // A filled input (random in [-1, 1], or integers in [-2, 2]).
+  TensorView Input(const std::string& name, DType dtype, int64_t rows, int64_t cols) {
+    TensorView v = tensors_.Add(name, dtype, rows, cols, PaddedStride(dtype, cols));
+    if (integers_) {
+      testbed::FillIntegers(v, rng_);
+    } else {
+      testbed::FillRandom(v, rng_);
+    }
+    return v;
+  }
+  // An output (or intermediate) tensor, poisoned.
+  TensorView Output(const std::string& name, DType dtype, int64_t rows, int64_t cols) {
+    TensorView v = tensors_.Add(name, dtype, rows, cols, PaddedStride(dtype, cols));
+    testbed::Poison(v);
+    return v;
+  }
+
+  GemmGraph& graph() { return graph_; }
+  testbed::HostTensors& tensors() { return tensors_; }
+
+  void PoisonOutputs() {
+    for (const GemmNode& node : graph_.nodes()) testbed::Poison(node.c);
+  }
+
+  // Runs RunNaiveGraph and keeps a copy of every node's output.
+  std::vector<HostMatrix> NaiveOutputs() {
+    PoisonOutputs();
+    const absl::Status status = RunNaiveGraph(graph_);
+    EXPECT_TRUE(status.ok()) << status;
+    std::vector<HostMatrix> outputs;
+    for (const GemmNode& node : graph_.nodes()) {
+      outputs.emplace_back(node.c.dtype, node.c.rows, node.c.cols);
+      for (int64_t r = 0; r < node.c.rows; ++r) {
+        for (int64_t c = 0; c < node.c.cols; ++c) {
+          outputs.back().set(r, c, ops::LoadElement(node.c, r, c));
+        }
+      }
+    }
+    return outputs;
+  }
+
+  // Poisons the outputs, runs the executor, and expects every node's output to
+  // equal `expected` exactly, with nothing outside the outputs touched.
+  void ExpectExecutorMatches(const sched::Schedule& schedule, const ReferenceOptions& options,
+                             const std::vector<HostMatrix>& expected) {
+    SCOPED_TRACE(::testing::Message() << "simulated_sms " << options.simulated_sms << " seed "
+                                      << options.seed);
+    PoisonOutputs();
+    const absl::Status status = RunReference(graph_, schedule, options);
+    ASSERT_TRUE(status.ok()) << status;
+    for (int i = 0; i < graph_.size(); ++i) {
+      const GemmNode& node = graph_.nodes()[i];
+      EXPECT_TRUE(testbed::CompareExactly(node.c, expected[i].view(node.c.name)))
+          << "node " << i << " \"" << node.name << "\"";
+    }
+    ExpectGuardsIntact();
+  }
+
+  void ExpectGuardsIntact() {
+    for (const auto& [name, matrix] : tensors_.all()) {
+      EXPECT_TRUE(testbed::CheckGuards(*matrix, name));
+    }
+  }
+
+ private:
+  Rng& rng_;
+  bool integers_;
+  testbed::HostTensors tensors_;
+  GemmGraph graph_;
+};
+
+// The value one ulp above |x| minus |x|, in `dtype` (bf16 or fp32).
+double UlpOf(DType dtype, double x) {
+  const float f = static_cast<float>(std::fabs(x));
+  if (dtype == DType::kFP32) return std::nextafter(f, INFINITY) - f;
+  const uint16_t bits = ops::DoubleToBF16(std::fabs(x));
+  return ops::BF16ToFloat(static_cast<uint16_t>(bits + 1)) - ops::BF16ToFloat(bits);
+}
+
+// Split-K vs no split, as justified at the top of this file: every element
+// within one output ulp, at most 0.1% of them different at all.
+void ExpectWithinOneUlp(const TensorView& out, const TensorView& expected) {
+  ASSERT_EQ(out.rows, expected.rows);
+  ASSERT_EQ(out.cols, expected.cols);
+  int64_t differing = 0;
+  for (int64_t r = 0; r < out.rows; ++r) {
+    for (int64_t c = 0; c < out.cols; ++c) {
+      const double o = ops::LoadElement(out, r, c), e = ops::LoadElement(expected, r, c);
+      ASSERT_FALSE(std::isnan(o)) << out.name << " (" << r << ", " << c << ") is NaN";
+      if (o == e) continue;
+      ++differing;
+      EXPECT_LE(std::fabs(o - e), UlpOf(out.dtype, std::max(std::fabs(o), std::fabs(e))))
+          << out.name << " (" << r << ", " << c << "): " << o << " vs " << e;
+    }
+  }
+  EXPECT_LE(differing, std::max<int64_t>(1, out.rows * out.cols / 1000)) << out.name;
+}
+
+// --- The naive loop against hand-computed values -------------------------------
+
+TEST(NaiveGraphTest, MatchesHandComputedProduct) {
+  // A = [[1, 2, 3], [4, 5, 6]], B = [[1, 0, -1], [2, 1, 0]]: C = A·Bᵀ = [[-2, 4], [-2, 13]].
+  HostMatrix a(DType::kBF16, 2, 3), b(DType::kBF16, 2, 3), c(DType::kFP32, 2, 2);
+  const double av[2][3] = {{1, 2, 3}, {4, 5, 6}}, bv[2][3] = {{1, 0, -1}, {2, 1, 0}};
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 3; ++k) {
+      a.set(r, k, av[r][k]);
+      b.set(r, k, bv[r][k]);
+    }
+  }
+  GemmGraph graph;
+  graph.AddGemm("g", a.view("a"), b.view("b"), c.view("c"));
+  ASSERT_TRUE(RunNaiveGraph(graph).ok());
+  EXPECT_EQ(c.at(0, 0), -2.0);
+  EXPECT_EQ(c.at(0, 1), 4.0);
+  EXPECT_EQ(c.at(1, 0), -2.0);
+  EXPECT_EQ(c.at(1, 1), 13.0);
+}
+
+TEST(NaiveGraphTest, RejectsMissingHostData) {
+  GemmGraph graph;
+  graph.AddGemm("g", TensorView::Dense("a", nullptr, DType::kBF16, 4, 8),
+                TensorView::Dense("b", nullptr, DType::kBF16, 4, 8),
+                TensorView::Dense("c", nullptr, DType::kFP32, 4, 4));
+  const absl::Status status = RunNaiveGraph(graph);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("\"a\""), std::string::npos) << status;
+}
+
+// --- Ragged shapes: one GEMM, every (M, N, K) of the ragged set ----------------
+
+class RaggedShapeTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+
+TEST_P(RaggedShapeTest, ExecutorMatchesNaiveLoop) {
+  const auto [m, n, k] = GetParam();
+  Rng rng;
+  HostGraph g(rng);
+  g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, m, k), g.Input("b", DType::kBF16, n, k),
+                    g.Output("c", DType::kBF16, m, n));
+  ASSERT_TRUE(g.graph().Validate().ok()) << g.graph().Validate();
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  // The naive loop itself: within TESTING.md's tolerance of an FP64 product
+  // (a sanity check of the comparison; bf16 output rounding only).
+  EXPECT_TRUE(testbed::CompareToReference(expected[0].view("naive"), expected[0].view("naive"),
+                                          g.tensors().view("a"), g.tensors().view("b")));
+  for (int32_t cluster : {1, 2}) {
+    absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(1, cluster));
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    g.ExpectExecutorMatches(*schedule, {}, expected);
+    g.ExpectExecutorMatches(*schedule, {.simulated_sms = 3, .seed = rng.seed()}, expected);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRagged, RaggedShapeTest,
+                         ::testing::Combine(::testing::ValuesIn(kRaggedSizes),
+                                            ::testing::ValuesIn(kRaggedSizes),
+                                            ::testing::ValuesIn(kRaggedSizes)),
+                         [](const auto& info) {
+                           return absl::StrCat("M", std::get<0>(info.param), "_N",
+                                               std::get<1>(info.param), "_K", std::get<2>(info.param));
+                         });
+
+// --- Every epilogue, bf16 and fp32 outputs, with and without split-K ---------
+
+struct EpilogueCase {
+  std::string name;
+  Activation activation = Activation::kNone;
+  bool bias = false;
+  DType bias_dtype = DType::kBF16;
+  bool residual = false;
+  DType residual_dtype = DType::kBF16;
+};
+
+std::vector<EpilogueCase> EpilogueCases() {
+  return {
+      {.name = "plain"},
+      {.name = "bias_bf16", .bias = true},
+      {.name = "bias_fp32", .bias = true, .bias_dtype = DType::kFP32},
+      {.name = "relu", .activation = Activation::kReLU},
+      {.name = "gelu", .activation = Activation::kGELU},
+      {.name = "silu", .activation = Activation::kSiLU},
+      {.name = "swiglu", .activation = Activation::kSwiGLU},
+      {.name = "swiglu_bias", .activation = Activation::kSwiGLU, .bias = true},
+      {.name = "residual_bf16", .residual = true},
+      {.name = "residual_fp32", .residual = true, .residual_dtype = DType::kFP32},
+      {.name = "bias_gelu_residual", .activation = Activation::kGELU, .bias = true,
+       .bias_dtype = DType::kFP32, .residual = true},
+      {.name = "swiglu_bias_residual", .activation = Activation::kSwiGLU, .bias = true,
+       .residual = true, .residual_dtype = DType::kFP32},
+  };
+}
+
+class EpilogueTest : public ::testing::TestWithParam<std::tuple<EpilogueCase, DType>> {};
+
+TEST_P(EpilogueTest, ExecutorMatchesNaiveLoopWithAndWithoutSplitK) {
+  const auto& [epilogue_case, out_dtype] = GetParam();
+  constexpr int64_t m = 129, n = 130, k = 127;  // N even for SwiGLU
+  const bool swiglu = epilogue_case.activation == Activation::kSwiGLU;
+  const int64_t out_cols = swiglu ? n / 2 : n;
+  Rng rng;
+  HostGraph g(rng);
+  Epilogue epilogue{.activation = epilogue_case.activation, .bias = {}, .residual = {}};
+  if (epilogue_case.bias) epilogue.bias = g.Input("bias", epilogue_case.bias_dtype, 1, n);
+  if (epilogue_case.residual) {
+    epilogue.residual = g.Input("residual", epilogue_case.residual_dtype, m, out_cols);
+  }
+  const int node = g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, m, k),
+                                     g.Input("b", DType::kBF16, n, k),
+                                     g.Output("c", out_dtype, m, out_cols), epilogue);
+  ASSERT_TRUE(g.graph().Validate().ok()) << g.graph().Validate();
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  EXPECT_EQ(testbed::CountUnwritten(expected[0].view()), 0);
+
+  absl::StatusOr<sched::Schedule> plain = LowerGraph(g.graph(), SmallTiles(1));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  g.ExpectExecutorMatches(*plain, {}, expected);
+
+  for (int32_t split_k : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "split_k " << split_k);
+    absl::StatusOr<sched::Schedule> split = LowerGraph(g.graph(), SmallTiles(split_k));
+    ASSERT_TRUE(split.ok()) << split.status();
+    ASSERT_EQ(split->nodes[node].split_k, split_k);
+    for (const ReferenceOptions& options :
+         {ReferenceOptions{}, ReferenceOptions{.simulated_sms = 5, .seed = rng.seed()}}) {
+      g.PoisonOutputs();
+      const absl::Status status = RunReference(g.graph(), *split, options);
+      ASSERT_TRUE(status.ok()) << status;
+      ExpectWithinOneUlp(g.graph().nodes()[node].c, expected[0].view("naive"));
+    }
+  }
+  g.ExpectGuardsIntact();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllEpilogues, EpilogueTest,
+                         ::testing::Combine(::testing::ValuesIn(EpilogueCases()),
+                                            ::testing::Values(DType::kBF16, DType::kFP32)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param).name, "_",
+                                               std::string(DTypeName(std::get<1>(info.param))));
+                         });
+
+// --- Split-K over ragged shapes ----------------------------------------------
+
+class SplitKTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int32_t>> {};
+
+TEST_P(SplitKTest, SameResultAsWithoutSplitWithinOneUlp) {
+  const auto [m, k, split_k] = GetParam();
+  constexpr int64_t n = 129;
+  Rng rng;
+  HostGraph g(rng);
+  g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, m, k), g.Input("b", DType::kBF16, n, k),
+                    g.Output("c", DType::kFP32, m, n));
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(split_k));
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  for (uint64_t seed : {uint64_t{0}, uint64_t{1}, rng.seed()}) {
+    g.PoisonOutputs();
+    const ReferenceOptions options{.simulated_sms = seed == 0 ? 0 : 7, .seed = seed};
+    const absl::Status status = RunReference(g.graph(), *schedule, options);
+    ASSERT_TRUE(status.ok()) << status;
+    ExpectWithinOneUlp(g.graph().nodes()[0].c, expected[0].view("naive"));
+  }
+  g.ExpectGuardsIntact();
+}
+
+INSTANTIATE_TEST_SUITE_P(RaggedSplits, SplitKTest,
+                         ::testing::Combine(::testing::Values(1, 3, 65, 129),
+                                            ::testing::Values(63, 64, 65, 129, 1000),
+                                            ::testing::Values(2, 3, 4, 7)),
+                         [](const auto& info) {
+                           return absl::StrCat("M", std::get<0>(info.param), "_K",
+                                               std::get<1>(info.param), "_split",
+                                               std::get<2>(info.param));
+                         });
+
+// --- Integer-valued data: exact, with and without split-K ----------------------
+
+TEST(IntegerDataTest, ExactWithAndWithoutSplitK) {
+  Rng rng;
+  for (int64_t m : {3, 65, 129}) {
+    for (int64_t k : {1, 63, 129, 300}) {
+      for (DType out_dtype : {DType::kFP32, DType::kBF16}) {
+        SCOPED_TRACE(::testing::Message() << "M " << m << " K " << k << " out "
+                                          << DTypeName(out_dtype));
+        constexpr int64_t n = 65;
+        HostGraph g(rng, /*integers=*/true);
+        const TensorView a = g.Input("a", DType::kBF16, m, k);
+        const TensorView b = g.Input("b", DType::kBF16, n, k);
+        const TensorView bias = g.Input("bias", DType::kBF16, 1, n);
+        const TensorView residual = g.Input("residual", DType::kFP32, m, n);
+        const TensorView c = g.Output("c", out_dtype, m, n);
+        g.graph().AddGemm("gemm", a, b, c, {.activation = Activation::kReLU, .bias = bias,
+                                            .residual = residual});
+        // The exact result in integers, rounded once to the output dtype.
+        HostMatrix exact(out_dtype, m, n);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            int64_t sum = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              sum += static_cast<int64_t>(ops::LoadElement(a, i, kk)) *
+                     static_cast<int64_t>(ops::LoadElement(b, j, kk));
+            }
+            sum += static_cast<int64_t>(ops::LoadElement(bias, 0, j));
+            sum = std::max<int64_t>(sum, 0) + static_cast<int64_t>(ops::LoadElement(residual, i, j));
+            exact.set(i, j, static_cast<double>(sum));
+          }
+        }
+        const std::vector<HostMatrix> naive = g.NaiveOutputs();
+        EXPECT_TRUE(testbed::CompareExactly(naive[0].view("naive"), exact.view("exact")));
+        EXPECT_TRUE(testbed::CompareToReference(naive[0].view("naive"), exact.view("exact"), a, b,
+                                                {.exact = true}));
+        for (int32_t split_k : {1, 2, 5}) {
+          absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(split_k));
+          ASSERT_TRUE(schedule.ok()) << schedule.status();
+          g.ExpectExecutorMatches(*schedule, {}, naive);
+          g.ExpectExecutorMatches(*schedule, {.simulated_sms = 4, .seed = rng.seed() + split_k}, naive);
+        }
+      }
+    }
+  }
+}
+
+// --- Multi-node graphs ---------------------------------------------------------
+
+// Runs the graph's schedule (plain and split-K) in queue order and on virtual
+// SMs of several counts and seeds; every run must equal the naive loop.
+void ExpectGraphMatchesNaive(HostGraph& g, Rng& rng) {
+  ASSERT_TRUE(g.graph().Validate().ok()) << g.graph().Validate();
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  for (int i = 0; i < g.graph().size(); ++i) {
+    EXPECT_EQ(testbed::CountUnwritten(expected[i].view()), 0) << g.graph().nodes()[i].name;
+  }
+  for (int32_t cluster : {1, 2}) {
+    absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(1, cluster));
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    ASSERT_FALSE(schedule->dependencies.empty());
+    g.ExpectExecutorMatches(*schedule, {}, expected);
+    for (int sms : {1, 2, 7, 132}) {
+      for (uint64_t seed : {uint64_t{1}, uint64_t{2}, rng.seed()}) {
+        g.ExpectExecutorMatches(*schedule, {.simulated_sms = sms, .seed = seed}, expected);
+      }
+    }
+  }
+  // Split-K everywhere: within one ulp of the naive loop, node by node.
+  absl::StatusOr<sched::Schedule> split = LowerGraph(g.graph(), SmallTiles(3));
+  ASSERT_TRUE(split.ok()) << split.status();
+  for (const ReferenceOptions& options :
+       {ReferenceOptions{}, ReferenceOptions{.simulated_sms = 9, .seed = rng.seed()}}) {
+    g.PoisonOutputs();
+    const absl::Status status = RunReference(g.graph(), *split, options);
+    ASSERT_TRUE(status.ok()) << status;
+    // Later nodes read earlier outputs that may differ by an ulp, so compare
+    // the first node exactly-within-ulp and the rest with TESTING.md's bound.
+    ExpectWithinOneUlp(g.graph().nodes()[0].c, expected[0].view("naive"));
+    for (int i = 1; i < g.graph().size(); ++i) {
+      const GemmNode& node = g.graph().nodes()[i];
+      EXPECT_TRUE(testbed::CompareNodeToReference(node, node.c, expected[i].view("naive")))
+          << node.name;
+    }
+  }
+  g.ExpectGuardsIntact();
+}
+
+TEST(GraphTest, Chain) {
+  Rng rng;
+  HostGraph g(rng);
+  const TensorView x = g.Input("x", DType::kBF16, 129, 96);
+  const TensorView h1 = g.Output("h1", DType::kBF16, 129, 130);
+  const TensorView h2 = g.Output("h2", DType::kBF16, 129, 65);
+  const TensorView y = g.Output("y", DType::kFP32, 129, 63);
+  g.graph().AddGemm("l1", x, g.Input("w1", DType::kBF16, 130, 96), h1,
+                    {.activation = Activation::kGELU, .bias = g.Input("b1", DType::kFP32, 1, 130),
+                     .residual = {}});
+  g.graph().AddGemm("l2", h1, g.Input("w2", DType::kBF16, 65, 130), h2,
+                    {.activation = Activation::kReLU, .bias = {}, .residual = {}});
+  g.graph().AddGemm("l3", h2, g.Input("w3", DType::kBF16, 63, 65), y);
+  ExpectGraphMatchesNaive(g, rng);
+}
+
+TEST(GraphTest, Diamond) {
+  // p feeds two consumers through column halves; q and r meet in one node
+  // (q as A, r as the residual).
+  Rng rng;
+  HostGraph g(rng);
+  const TensorView x = g.Input("x", DType::kBF16, 127, 64);
+  const TensorView p = g.Output("p", DType::kBF16, 127, 160);
+  const TensorView q = g.Output("q", DType::kBF16, 127, 72);
+  const TensorView r = g.Output("r", DType::kBF16, 127, 65);
+  const TensorView y = g.Output("y", DType::kBF16, 127, 65);
+  g.graph().AddGemm("p", x, g.Input("wp", DType::kBF16, 160, 64), p);
+  g.graph().AddGemm("q", p.Columns(0, 80).Named("p.left"), g.Input("wq", DType::kBF16, 72, 80), q,
+                    {.activation = Activation::kSiLU, .bias = {}, .residual = {}});
+  g.graph().AddGemm("r", p.Columns(80, 80).Named("p.right"), g.Input("wr", DType::kBF16, 65, 80),
+                    r);
+  g.graph().AddGemm("y", q, g.Input("wy", DType::kBF16, 65, 72), y,
+                    {.activation = Activation::kNone, .bias = {}, .residual = r});
+  ExpectGraphMatchesNaive(g, rng);
+}
+
+TEST(GraphTest, MlpBlock) {
+  // Llama-style: h = swiglu(x · W_gate_upᵀ), y = h · W_downᵀ + x.
+  Rng rng;
+  HostGraph g(rng);
+  constexpr int64_t tokens = 65, hidden = 128, intermediate = 192;
+  const TensorView x = g.Input("x", DType::kBF16, tokens, hidden);
+  const TensorView h = g.Output("h", DType::kBF16, tokens, intermediate);
+  const TensorView y = g.Output("y", DType::kBF16, tokens, hidden);
+  g.graph().AddGemm("gate_up", x, g.Input("w_gate_up", DType::kBF16, 2 * intermediate, hidden), h,
+                    {.activation = Activation::kSwiGLU, .bias = {}, .residual = {}});
+  g.graph().AddGemm("down", h, g.Input("w_down", DType::kBF16, hidden, intermediate), y,
+                    {.activation = Activation::kNone, .bias = {}, .residual = x});
+  ExpectGraphMatchesNaive(g, rng);
+}
+
+TEST(GraphTest, EveryOperandProducedInGraph) {
+  // The consumer's A, B, bias and residual all come from other nodes; two of
+  // them write the column halves of one tensor (a concat) read as A.
+  Rng rng;
+  HostGraph g(rng);
+  constexpr int64_t m = 65, k = 48, n = 72;
+  const TensorView x = g.Input("x", DType::kBF16, m, 40);
+  const TensorView a = g.Output("a", DType::kBF16, m, k);
+  const TensorView b = g.Output("b", DType::kBF16, n, k);
+  const TensorView bias = g.Output("bias", DType::kFP32, 1, n);
+  const TensorView res = g.Output("res", DType::kBF16, m, n);
+  const TensorView y = g.Output("y", DType::kFP32, m, n);
+  g.graph().AddGemm("a.left", x, g.Input("wa0", DType::kBF16, 24, 40), a.Columns(0, 24).Named("a.left"));
+  g.graph().AddGemm("a.right", x, g.Input("wa1", DType::kBF16, 24, 40),
+                    a.Columns(24, 24).Named("a.right"));
+  g.graph().AddGemm("b", g.Input("u", DType::kBF16, n, 16), g.Input("wb", DType::kBF16, k, 16), b);
+  g.graph().AddGemm("bias", g.Input("ones", DType::kBF16, 1, 8), g.Input("wbias", DType::kBF16, n, 8),
+                    bias);
+  g.graph().AddGemm("res", x, g.Input("wres", DType::kBF16, n, 40), res);
+  g.graph().AddGemm("y", a, b, y, {.activation = Activation::kGELU, .bias = bias, .residual = res});
+  ExpectGraphMatchesNaive(g, rng);
+}
+
+TEST(GraphTest, IndependentBatch) {
+  Rng rng;
+  HostGraph g(rng);
+  for (int i = 0; i < 4; ++i) {
+    const int64_t m = kRaggedSizes[i + 2], n = kRaggedSizes[6 - i], k = 64 + 8 * i;
+    g.graph().AddGemm(absl::StrCat("g", i), g.Input(absl::StrCat("x", i), DType::kBF16, m, k),
+                      g.Input(absl::StrCat("w", i), DType::kBF16, n, k),
+                      g.Output(absl::StrCat("y", i), DType::kBF16, m, n));
+  }
+  // No dependencies here, so ExpectGraphMatchesNaive's edge check does not
+  // apply; run the pieces directly.
+  ASSERT_TRUE(g.graph().Validate().ok()) << g.graph().Validate();
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(1));
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  g.ExpectExecutorMatches(*schedule, {}, expected);
+  for (uint64_t seed : {uint64_t{3}, rng.seed()}) {
+    g.ExpectExecutorMatches(*schedule, {.simulated_sms = 5, .seed = seed}, expected);
+  }
+}
+
+TEST(GraphTest, ZeroKWritesEpilogueOfZero) {
+  Rng rng;
+  HostGraph g(rng);
+  HostMatrix empty(DType::kBF16, 1, 1);  // a valid address for the K = 0 views
+  const TensorView a = TensorView{"a", empty.data(), DType::kBF16, 65, 0, 8};
+  const TensorView b = TensorView{"b", empty.data(), DType::kBF16, 63, 0, 8};
+  const TensorView bias = g.Input("bias", DType::kFP32, 1, 63);
+  g.graph().AddGemm("zero_k", a, b, g.Output("c", DType::kFP32, 65, 63),
+                    {.activation = Activation::kReLU, .bias = bias, .residual = {}});
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  EXPECT_EQ(expected[0].at(64, 62), std::max(0.0, ops::LoadElement(bias, 0, 62)));
+  absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(1));
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  g.ExpectExecutorMatches(*schedule, {}, expected);
+}
+
+// --- A Plan compiled for a described H200 (no GPU needed) ----------------------
+
+// Runs a compiled plan in queue order and on 66 / 132 virtual SMs.
+void RunPlanAndCompare(HostGraph& g, const Plan& plan, const std::vector<HostMatrix>& expected,
+                       Rng& rng) {
+  for (const ReferenceOptions& options :
+       {ReferenceOptions{}, ReferenceOptions{.simulated_sms = 66, .seed = rng.seed()},
+        ReferenceOptions{.simulated_sms = 132, .seed = rng.seed() + 1}}) {
+    SCOPED_TRACE(::testing::Message() << "simulated_sms " << options.simulated_sms);
+    g.PoisonOutputs();
+    const absl::Status status = RunReference(plan, options);
+    ASSERT_TRUE(status.ok()) << status;
+    ExpectWithinOneUlp(g.graph().nodes()[0].c, expected[0].view("naive"));
+    const GemmNode& down = g.graph().nodes()[1];
+    EXPECT_TRUE(testbed::CompareNodeToReference(down, down.c, expected[1].view("naive")));
+  }
+  g.ExpectGuardsIntact();
+}
+
+TEST(PlanTest, RunReferenceOnCompiledPlan) {
+  // Decode-sized MLP: few output tiles, so the scheduler is free to split K.
+  Rng rng;
+  HostGraph g(rng);
+  constexpr int64_t tokens = 3, hidden = 512, intermediate = 768;
+  const TensorView x = g.Input("x", DType::kBF16, tokens, hidden);
+  const TensorView h = g.Output("h", DType::kBF16, tokens, intermediate);
+  const TensorView y = g.Output("y", DType::kBF16, tokens, hidden);
+  g.graph().AddGemm("gate_up", x, g.Input("w_gate_up", DType::kBF16, 2 * intermediate, hidden), h,
+                    {.activation = Activation::kSwiGLU, .bias = {}, .residual = {}});
+  g.graph().AddGemm("down", h, g.Input("w_down", DType::kBF16, hidden, intermediate), y,
+                    {.activation = Activation::kNone, .bias = {}, .residual = x});
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  for (int split_k : {0, 4}) {  // 0: the scheduler's choice
+    SCOPED_TRACE(::testing::Message() << "CompileOptions::split_k " << split_k);
+    absl::StatusOr<Plan> plan = runtime.Compile(g.graph(), {.split_k = split_k});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (const sched::NodeSchedule& node : plan->schedule().nodes) {
+      std::printf("[ loom     ] plan node %dx%dx%d: split_k %d (%d jobs in the queue)\n",
+                  static_cast<int>(node.m), static_cast<int>(node.n), static_cast<int>(node.k),
+                  node.split_k, static_cast<int>(plan->schedule().queue.size()));
+    }
+    RunPlanAndCompare(g, *plan, expected, rng);
+  }
+}
+
+// --- Broken schedules are reported, never silently computed -------------------
+
+class BrokenScheduleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_ = std::make_unique<HostGraph>(rng_);
+    const TensorView x = g_->Input("x", DType::kBF16, 129, 64);
+    const TensorView h = g_->Output("h", DType::kBF16, 129, 128);
+    g_->graph().AddGemm("up", x, g_->Input("w1", DType::kBF16, 128, 64), h);
+    g_->graph().AddGemm("down", h, g_->Input("w2", DType::kBF16, 64, 128),
+                        g_->Output("y", DType::kFP32, 129, 64));
+    absl::StatusOr<sched::Schedule> s = LowerGraph(g_->graph(), SmallTiles(1));
+    ASSERT_TRUE(s.ok()) << s.status();
+    schedule_ = *std::move(s);
+  }
+  // The queue index of the first job of `node`.
+  size_t FirstJobOf(int node) const {
+    for (size_t i = 0; i < schedule_.queue.size(); ++i) {
+      if (schedule_.queue[i].node == node) return i;
+    }
+    return schedule_.queue.size();
+  }
+
+  Rng rng_;
+  std::unique_ptr<HostGraph> g_;
+  sched::Schedule schedule_;
+};
+
+void ExpectInternal(const absl::Status& status, const std::string& needle) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_NE(status.message().find(needle), std::string::npos) << status;
+}
+
+TEST_F(BrokenScheduleTest, ConsumerBeforeProducerIsNotTopological) {
+  // Move the first "down" job to the front of the queue.
+  const size_t consumer = FirstJobOf(1);
+  ASSERT_LT(consumer, schedule_.queue.size());
+  std::rotate(schedule_.queue.begin(), schedule_.queue.begin() + consumer,
+              schedule_.queue.begin() + consumer + 1);
+  ExpectInternal(RunReference(g_->graph(), schedule_), "not a topological order");
+  // One virtual SM holding that job can never proceed: a deadlock, reported.
+  ExpectInternal(RunReference(g_->graph(), schedule_, {.simulated_sms = 1, .seed = 5}),
+                 "deadlocked");
+  // With enough SMs the GPU would get through it (the producer jobs are
+  // dequeued by other SMs), and so does the simulation.
+  EXPECT_TRUE(RunReference(g_->graph(), schedule_, {.simulated_sms = 64, .seed = 5}).ok());
+}
+
+TEST_F(BrokenScheduleTest, DuplicateJobIsReported) {
+  schedule_.queue.push_back(schedule_.queue.front());
+  ExpectInternal(RunReference(g_->graph(), schedule_), "a second time");
+}
+
+TEST_F(BrokenScheduleTest, MissingJobIsReported) {
+  schedule_.queue.pop_back();
+  ExpectInternal(RunReference(g_->graph(), schedule_), "never computed");
+}
+
+TEST_F(BrokenScheduleTest, PartialKRangeIsReported) {
+  schedule_.queue.front().k_block_end = 1;
+  ExpectInternal(RunReference(g_->graph(), schedule_), "without split-K");
+}
+
+TEST_F(BrokenScheduleTest, MalformedJobsAreReported) {
+  sched::Schedule reduce = schedule_;
+  reduce.queue.front().kind = static_cast<uint8_t>(sched::JobKind::kReduce);
+  ExpectInternal(RunReference(g_->graph(), reduce), "reduces a node without split-K");
+  ExpectInternal(RunReference(g_->graph(), reduce, {.simulated_sms = 4, .seed = 1}),
+                 "reduces a node without split-K");
+  sched::Schedule node = schedule_;
+  node.queue.front().node = 7;
+  ExpectInternal(RunReference(g_->graph(), node), "names a node the graph does not have");
+  sched::Schedule kind = schedule_;
+  kind.queue.front().kind = 9;
+  ExpectInternal(RunReference(g_->graph(), kind), "unknown kind");
+}
+
+TEST_F(BrokenScheduleTest, MissingDependencyEdgeReadsPoison) {
+  // Without its edges, "down" may run before "up": the executor cannot tell,
+  // but it reads the poisoned h and the NaNs show in y.
+  schedule_.nodes[1].dependency_count = 0;
+  const size_t consumer = FirstJobOf(1);
+  std::rotate(schedule_.queue.begin(), schedule_.queue.begin() + consumer,
+              schedule_.queue.begin() + consumer + 1);
+  g_->PoisonOutputs();
+  ASSERT_TRUE(RunReference(g_->graph(), schedule_).ok());
+  const GemmNode& down = g_->graph().nodes()[1];
+  int64_t nan_count = 0;
+  for (int64_t r = 0; r < down.c.rows; ++r) {
+    for (int64_t c = 0; c < down.c.cols; ++c) nan_count += std::isnan(ops::LoadElement(down.c, r, c));
+  }
+  EXPECT_GT(nan_count, 0);
+}
+
+TEST_F(BrokenScheduleTest, ScheduleOfAnotherGraphIsInvalidArgument) {
+  sched::Schedule other = schedule_;
+  other.nodes.pop_back();
+  EXPECT_EQ(RunReference(g_->graph(), other).code(), absl::StatusCode::kInvalidArgument);
+  other = schedule_;
+  other.nodes[0].k += 1;
+  const absl::Status status = RunReference(g_->graph(), other);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("\"up\""), std::string::npos) << status;
+}
+
+TEST(BrokenSplitScheduleTest, ReduceBeforePartialsAndBadSplitRanges) {
+  Rng rng;
+  HostGraph g(rng);
+  g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, 64, 128), g.Input("b", DType::kBF16, 64, 128),
+                    g.Output("c", DType::kFP32, 64, 64));
+  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), SmallTiles(2, 1));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 3u);  // split 0, split 1, reduce
+  sched::Schedule reduce_first = *s;
+  std::rotate(reduce_first.queue.begin(), reduce_first.queue.begin() + 2, reduce_first.queue.end());
+  ExpectInternal(RunReference(g.graph(), reduce_first), "split-K partial 0");
+  sched::Schedule gap = *s;
+  gap.queue[1].k_block_begin += 1;  // split 1 no longer starts where split 0 ends
+  ExpectInternal(RunReference(g.graph(), gap), "expected to start at");
+}
+
+// --- The test bed's own checks -------------------------------------------------
+
+TEST(TestbedTest, GuardsCatchStrayWrites) {
+  HostMatrix m(DType::kBF16, 3, 5, /*row_stride=*/8);
+  EXPECT_TRUE(testbed::CheckGuards(m, "m"));
+  m.data()[-1] = std::byte{0};  // just before element (0, 0)
+  EXPECT_FALSE(testbed::CheckGuards(m, "m"));
+  HostMatrix padding(DType::kFP32, 3, 5, 8);
+  std::memset(padding.view().element(1, 5), 0, 4);  // row 1, column 5: padding
+  const ::testing::AssertionResult result = testbed::CheckGuards(padding, "padding");
+  EXPECT_FALSE(result);
+  EXPECT_NE(std::string(result.message()).find("row 1, column 5"), std::string::npos)
+      << result.message();
+  HostMatrix after(DType::kFP32, 2, 2);
+  after.data()[after.body_bytes()] = std::byte{0};
+  EXPECT_FALSE(testbed::CheckGuards(after));
+}
+
+TEST(TestbedTest, FillsArePoisonFreeAndNeverAllZero) {
+  Rng rng;
+  for (DType dtype : {DType::kBF16, DType::kFP16, DType::kFP8E4M3, DType::kFP32}) {
+    HostMatrix m(dtype, 17, 9, 16);
+    testbed::Poison(m);
+    EXPECT_EQ(testbed::CountUnwritten(m.view()), 17 * 9);
+    EXPECT_TRUE(std::isnan(m.at(3, 4)));
+    testbed::FillRandom(m, rng);
+    EXPECT_EQ(testbed::CountUnwritten(m.view()), 0);
+    for (int64_t r = 0; r < 17; ++r) {
+      for (int64_t c = 0; c < 9; ++c) {
+        EXPECT_LE(std::fabs(m.at(r, c)), 1.0);
+      }
+    }
+    testbed::FillIntegers(m, rng);
+    for (int64_t r = 0; r < 17; ++r) {
+      for (int64_t c = 0; c < 9; ++c) {
+        EXPECT_EQ(m.at(r, c), std::round(m.at(r, c)));
+        EXPECT_LE(std::fabs(m.at(r, c)), 2.0);
+      }
+    }
+    EXPECT_TRUE(testbed::CheckGuards(m));
+  }
+  // A 1x1 fp8 matrix filled with values too small to represent still is not zero.
+  HostMatrix tiny(DType::kFP8E4M3, 1, 1);
+  testbed::FillRandom(tiny, rng, 0.0, 1e-6);
+  EXPECT_NE(tiny.at(0, 0), 0.0);
+}
+
+TEST(TestbedTest, CompareToReferenceAppliesTheTolerance) {
+  Rng rng;
+  constexpr int64_t m = 16, n = 24, k = 256;
+  HostMatrix a(DType::kBF16, m, k), b(DType::kBF16, n, k), out(DType::kFP32, m, n),
+      ref(DType::kFP32, m, n);
+  testbed::FillRandom(a, rng);
+  testbed::FillRandom(b, rng);
+  GemmGraph graph;
+  graph.AddGemm("g", a.view("a"), b.view("b"), ref.view("ref"));
+  ASSERT_TRUE(RunNaiveGraph(graph).ok());
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) out.set(r, c, ref.at(r, c));
+  }
+  EXPECT_TRUE(testbed::CompareToReference(out, ref, a, b));
+  // The bound of element (2, 3): 2^-8 |ref| + 4 sqrt(K) 2^-24 (|A||B|)_23.
+  double ab = 0.0;
+  for (int64_t kk = 0; kk < k; ++kk) ab += std::fabs(a.at(2, kk)) * std::fabs(b.at(3, kk));
+  const double bound = 0x1p-8 * std::fabs(ref.at(2, 3)) + 4 * std::sqrt(256.0) * 0x1p-24 * ab;
+  out.set(2, 3, ref.at(2, 3) + 0.9 * bound);
+  EXPECT_TRUE(testbed::CompareToReference(out, ref, a, b));
+  out.set(2, 3, ref.at(2, 3) + 1.1 * bound);
+  testbed::Comparison bad = testbed::CompareToReference(out, ref, a, b);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.mismatches, 1);
+  EXPECT_NE(bad.report.find("(2, 3)"), std::string::npos) << bad.report;
+  // Unwritten elements are counted separately from mismatches.
+  out.set(2, 3, ref.at(2, 3));
+  testbed::Poison(out.view().Rows(5, 2));
+  testbed::Comparison unwritten = testbed::CompareToReference(out, ref, a, b);
+  EXPECT_EQ(unwritten.unwritten, 2 * n);
+  EXPECT_EQ(unwritten.mismatches, 0);
+  EXPECT_FALSE(unwritten.ok());
+  // A bf16 output gets its output rounding on top: 2^-7 |ref| in all.
+  HostMatrix out16(DType::kBF16, m, n), ref16(DType::kBF16, m, n);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      ref16.set(r, c, ref.at(r, c));
+      out16.set(r, c, ref.at(r, c));
+    }
+  }
+  out16.set(0, 0, ref16.at(0, 0) + UlpOf(DType::kBF16, ref16.at(0, 0)) *
+                                       (ref16.at(0, 0) < 0 ? -1 : 1));
+  EXPECT_TRUE(testbed::CompareToReference(out16, ref16, a, b));
+}
+
+TEST(TestbedTest, CompareNodeToReferenceCarriesErrorThroughSwiGLU) {
+  Rng rng;
+  constexpr int64_t m = 8, n = 16, k = 512;
+  HostMatrix a(DType::kBF16, m, k), b(DType::kBF16, n, k), ref(DType::kFP32, m, n / 2),
+      out(DType::kFP32, m, n / 2);
+  testbed::FillRandom(a, rng);
+  testbed::FillRandom(b, rng);
+  GemmGraph graph;
+  graph.AddGemm("swiglu", a.view("a"), b.view("b"), ref.view("ref"),
+                {.activation = Activation::kSwiGLU, .bias = {}, .residual = {}});
+  ASSERT_TRUE(RunNaiveGraph(graph).ok());
+  // An FP32-accumulated version of the same node passes.
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n / 2; ++j) {
+      float gate = 0.0f, up = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        gate += static_cast<float>(a.at(i, kk)) * static_cast<float>(b.at(2 * j, kk));
+        up += static_cast<float>(a.at(i, kk)) * static_cast<float>(b.at(2 * j + 1, kk));
+      }
+      out.set(i, j, static_cast<float>(gate / (1.0f + std::exp(-gate)) * up));
+    }
+  }
+  EXPECT_TRUE(testbed::CompareNodeToReference(graph.nodes()[0], out.view("out"), ref.view("ref")));
+  // Far outside: the carried term is a few 1e-2 at most here (|u| < ~20, e < ~1e-3).
+  out.set(1, 1, ref.at(1, 1) + 0.25 + 0.05 * std::fabs(ref.at(1, 1)));
+  EXPECT_FALSE(testbed::CompareNodeToReference(graph.nodes()[0], out.view("out"), ref.view("ref")).ok());
+}
+
+TEST(TestbedTest, SkipsWithoutHopperGpu) {
+  std::string why;
+  if (testbed::HasHopperGpu(&why)) {
+    GTEST_SKIP() << "this machine has a Hopper GPU; the no-GPU path is not exercised";
+  }
+  EXPECT_FALSE(why.empty());
+  LOOM_SKIP_WITHOUT_GPU();
+  ADD_FAILURE() << "LOOM_SKIP_WITHOUT_GPU did not skip";
+}
+
+TEST(TestbedTest, DeviceBufferRoundTrip) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  HostMatrix host(DType::kBF16, 33, 20, 24);
+  testbed::FillRandom(host, rng);
+  absl::StatusOr<testbed::DeviceBuffer> device = testbed::DeviceBuffer::CopyOf(host);
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(device->view("d").data) % 16, 0u);
+  HostMatrix back(DType::kBF16, 33, 20, 24);
+  ASSERT_TRUE(device->CopyTo(back).ok());
+  EXPECT_TRUE(testbed::CompareExactly(back.view("back"), host.view("host")));
+  EXPECT_TRUE(testbed::CheckGuards(back));
+}
+
+}  // namespace
+}  // namespace loom

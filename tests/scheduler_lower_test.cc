@@ -1,0 +1,234 @@
+// Lower(): flags, split-K, dependencies, refusals and the explain text.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "loom/scheduler/explain.h"
+#include "loom/scheduler/queue.h"
+#include "loom/scheduler/schedule.h"
+#include "loom/scheduler/tiling.h"
+
+namespace loom::sched {
+namespace {
+
+NodeProblem Gemm(int64_t m, int64_t n, int64_t k, std::vector<DependencyEdge> deps = {}, bool swiglu = false) {
+  NodeProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.swiglu = swiglu;
+  p.dependencies = std::move(deps);
+  return p;
+}
+
+DependencyEdge Edge(int producer, DependencyOperand operand, int64_t row_offset = 0, int64_t col_offset = 0) {
+  DependencyEdge e;
+  e.producer = producer;
+  e.operand = static_cast<uint8_t>(operand);
+  e.row_offset = row_offset;
+  e.col_offset = col_offset;
+  return e;
+}
+
+SchedulerOptions Options() {
+  SchedulerOptions o;
+  o.tile = {128, 256, 64};
+  o.cluster_size = 2;
+  o.num_sms = 132;
+  o.max_clusters = 66;
+  return o;
+}
+
+void ExpectInvalid(const absl::StatusOr<Schedule>& s, const std::string& fragment) {
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  EXPECT_NE(s.status().message().find(fragment), std::string::npos)
+      << "message \"" << s.status().message() << "\" lacks \"" << fragment << "\"";
+}
+
+TEST(LowerTest, RefusesBadOptionsNamingTheOption) {
+  std::vector<NodeProblem> g = {Gemm(128, 128, 128)};
+  SchedulerOptions o = Options();
+  o.cluster_size = 4;
+  ExpectInvalid(Lower(g, o), "cluster_size must be 1 or 2, got 4");
+  o = Options();
+  o.tile.k = 0;
+  ExpectInvalid(Lower(g, o), "tile.k must be positive, got 0");
+  o = Options();
+  o.split_k = 300;
+  ExpectInvalid(Lower(g, o), "split_k must be in [0, 256]");
+  o = Options();
+  o.max_clusters = 0;
+  ExpectInvalid(Lower(g, o), "max_clusters must be positive, got 0");
+}
+
+TEST(LowerTest, RefusesBadNodesNamingTheNode) {
+  ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 8, 8), Gemm(8, -3, 8)}, Options()), "node 2: N must be >= 0, got -3");
+  ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 9, 8, {}, true), Gemm(8, 8, 8)}, Options()), "node 1");
+  ExpectInvalid(Lower({Gemm(8, 8, int64_t{64} * 70000)}, Options()), "node 0: k_blocks = 70000");
+  SchedulerOptions odd = Options();
+  odd.tile.n = 255;
+  ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 8, 8, {}, true)}, odd), "node 1: SwiGLU needs an even tile.n");
+}
+
+TEST(LowerTest, RefusesAnEdgeOnALaterOrUnknownNode) {
+  ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 8, 8, {Edge(1, DependencyOperand::kA)})}, Options()),
+                "node 1: dependency 0 has producer 1, which is not an earlier node");
+  ExpectInvalid(Lower({Gemm(8, 8, 8, {Edge(-1, DependencyOperand::kA)})}, Options()),
+                "node 0: dependency 0 has producer -1");
+  DependencyEdge bad = Edge(0, DependencyOperand::kA);
+  bad.operand = 9;
+  ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 8, 8, {bad})}, Options()), "node 1: dependency 0 has operand 9");
+}
+
+TEST(LowerTest, RefusesMoreNodesThanTheJobCanName) {
+  std::vector<NodeProblem> g(65536, Gemm(0, 0, 0));
+  ExpectInvalid(Lower(g, Options()), "65536 nodes exceed 65535");
+  g.pop_back();
+  EXPECT_TRUE(Lower(g, Options()).ok());
+}
+
+TEST(LowerTest, FlagsAreConsecutivePerNodeThenPartials) {
+  SchedulerOptions o = Options();
+  o.split_k = 2;
+  absl::StatusOr<Schedule> s = Lower({Gemm(300, 600, 512), Gemm(0, 64, 64), Gemm(128, 256, 512)}, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const NodeSchedule& a = s->nodes[0];
+  const NodeSchedule& c = s->nodes[2];
+  EXPECT_EQ(a.flag_base, 0);
+  EXPECT_EQ(a.m_blocks * a.n_blocks, 3 * 3);
+  EXPECT_EQ(s->nodes[1].flag_base, 9);
+  EXPECT_EQ(c.flag_base, 9);  // the zero-size node has no flags
+  EXPECT_EQ(a.partial_flag_base, 10);
+  EXPECT_EQ(c.partial_flag_base, 10 + 9 * 2);
+  EXPECT_EQ(s->num_flags, 10 + 18 + 2);
+  EXPECT_EQ(a.workspace_offset, 0);
+  EXPECT_EQ(c.workspace_offset, int64_t{2} * 3 * 128 * 3 * 256);
+  EXPECT_EQ(s->workspace_elements, c.workspace_offset + int64_t{2} * 128 * 256);
+  EXPECT_EQ(s->nodes[1].partial_flag_base, -1);
+}
+
+TEST(LowerTest, DependenciesAreGroupedByConsumer) {
+  std::vector<NodeProblem> g = {Gemm(256, 512, 256), Gemm(256, 256, 512, {Edge(0, DependencyOperand::kA)}),
+                                Gemm(256, 512, 256, {Edge(1, DependencyOperand::kA), Edge(0, DependencyOperand::kResidual)})};
+  absl::StatusOr<Schedule> s = Lower(g, Options());
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->dependencies.size(), 3u);
+  EXPECT_EQ(s->nodes[0].dependency_count, 0);
+  EXPECT_EQ(s->nodes[1].dependency_begin, 0);
+  EXPECT_EQ(s->nodes[1].dependency_count, 1);
+  EXPECT_EQ(s->nodes[2].dependency_begin, 1);
+  EXPECT_EQ(s->nodes[2].dependency_count, 2);
+  EXPECT_EQ(s->dependencies[2].operand, static_cast<uint8_t>(DependencyOperand::kResidual));
+}
+
+TEST(LowerTest, ZeroSizeProducersProduceNoJobsAndNoWaits) {
+  // k == 0 with m, n > 0 is degenerate: no jobs; its consumer does not wait on it.
+  std::vector<NodeProblem> g = {Gemm(256, 512, 0), Gemm(256, 256, 512, {Edge(0, DependencyOperand::kA)})};
+  absl::StatusOr<Schedule> s = Lower(g, Options());
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(NodeJobCount(*s, 0), 0);
+  EXPECT_EQ(s->nodes[1].dependency_count, 0);
+  for (const TileJob& job : s->queue) EXPECT_EQ(job.node, 1);
+  EXPECT_TRUE(CheckQueue(*s).ok());
+}
+
+// Every tile of every node exactly once; with split-K each split of each tile
+// exactly once and one reduce per tile; k ranges as SplitKRange says.
+class LowerCoverageTest : public testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, int, int>> {};
+
+TEST_P(LowerCoverageTest, EveryTileAndSplitExactlyOnce) {
+  const auto [m, n, k, cluster_size, split_k] = GetParam();
+  SchedulerOptions o = Options();
+  o.cluster_size = cluster_size;
+  o.split_k = split_k;
+  absl::StatusOr<Schedule> s = Lower({Gemm(m, n, k)}, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const NodeSchedule& node = s->nodes[0];
+  std::map<std::tuple<int, int, int>, int> gemm_count;  // (mb, nb, split)
+  std::map<std::pair<int, int>, int> reduce_count;
+  for (const TileJob& job : s->queue) {
+    if (node.share == ClusterShare::kShareB) {
+      EXPECT_EQ(job.m_block % cluster_size, 0u);
+    } else {
+      EXPECT_EQ(job.n_block % cluster_size, 0u);
+    }
+    for (int rank = 0; rank < cluster_size; ++rank) {
+      const CtaTile t = CtaTileOf(job, node.share, rank);
+      if (t.m_block >= node.m_blocks || t.n_block >= node.n_blocks) {
+        EXPECT_GT(rank, 0) << "a cluster's first tile is always in range";
+        continue;
+      }
+      if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
+        ++reduce_count[{t.m_block, t.n_block}];
+        EXPECT_EQ(job.k_block_begin, 0);
+        EXPECT_EQ(job.k_block_end, node.k_blocks);
+      } else {
+        ++gemm_count[{t.m_block, t.n_block, job.split}];
+        const KBlockRange r = SplitKRange(node.k_blocks, node.split_k, job.split);
+        EXPECT_EQ(job.k_block_begin, r.begin);
+        EXPECT_EQ(job.k_block_end, r.end);
+      }
+    }
+  }
+  const int64_t tiles = int64_t{node.m_blocks} * node.n_blocks;
+  EXPECT_EQ(static_cast<int64_t>(gemm_count.size()), tiles * node.split_k);
+  for (const auto& [key, count] : gemm_count) EXPECT_EQ(count, 1);
+  EXPECT_EQ(static_cast<int64_t>(reduce_count.size()), node.split_k > 1 ? tiles : 0);
+  for (const auto& [key, count] : reduce_count) EXPECT_EQ(count, 1);
+  if (split_k > 0) {
+    EXPECT_EQ(node.split_k, std::min<int>(split_k, node.k_blocks));
+  }
+  EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LowerCoverageTest,
+                         testing::Combine(testing::Values(1, 63, 129, 1000), testing::Values(1, 255, 257, 4096),
+                                          testing::Values(8, 520, 4096), testing::Values(1, 2),
+                                          testing::Values(0, 1, 3)));
+
+TEST(LowerTest, SmallMSplitsKToFillAWave) {
+  absl::StatusOr<Schedule> s = Lower({Gemm(16, 4096, 4096)}, Options());
+  ASSERT_TRUE(s.ok());
+  const NodeSchedule& node = s->nodes[0];
+  // 8 cluster tiles (16 n-blocks, kShareA pairs): 66 / 8 = 8 splits of 8 k-blocks each.
+  EXPECT_EQ(node.share, ClusterShare::kShareA);
+  EXPECT_EQ(node.split_k, 8);
+  EXPECT_EQ(s->queue.size(), 8u * (8 + 1));
+  // A large M does not split.
+  s = Lower({Gemm(4096, 4096, 4096)}, Options());
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->nodes[0].split_k, 1);
+}
+
+TEST(LowerTest, IsDeterministic) {
+  std::vector<NodeProblem> g = {Gemm(512, 1024, 512), Gemm(512, 512, 1024, {Edge(0, DependencyOperand::kA)}),
+                                Gemm(32, 2048, 2048)};
+  absl::StatusOr<Schedule> a = Lower(g, Options()), b = Lower(g, Options());
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->queue.size(), b->queue.size());
+  for (size_t i = 0; i < a->queue.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a->queue[i], &b->queue[i], sizeof(TileJob)), 0) << i;
+  }
+}
+
+TEST(ExplainTest, MentionsEveryNodeItsDependenciesAndTheQueue) {
+  std::vector<NodeProblem> g = {Gemm(4096, 4096, 4096), Gemm(4096, 2 * 14336, 4096, {Edge(0, DependencyOperand::kA)}, true),
+                                Gemm(4096, 4096, 14336, {Edge(1, DependencyOperand::kA), Edge(0, DependencyOperand::kResidual)}),
+                                Gemm(16, 4096, 4096)};
+  absl::StatusOr<Schedule> s = Lower(g, Options());
+  ASSERT_TRUE(s.ok());
+  const std::string text = ExplainSchedule(*s, {"o_proj", "up", "down"});
+  for (const char* fragment : {"'o_proj'", "'up'", "'down'", "'node 3'", "reads A from 'up' (node 1)",
+                               "reads residual from 'o_proj'", "split_k 8", "sharing B", "sharing A",
+                               "raster along", "queue: ", "#0 ", "jobs at queue positions"}) {
+    EXPECT_NE(text.find(fragment), std::string::npos) << "no \"" << fragment << "\" in\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace loom::sched

@@ -1,0 +1,283 @@
+// The queue order of whole graphs, checked two ways: CheckQueue (topological,
+// each job once) and simulated runs in which virtual SMs pull jobs in random
+// interleavings (never deadlocks, never reads unfinished data, each tile once).
+// Also checks that the simulator catches broken queues and broken flags.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "loom/scheduler/explain.h"
+#include "loom/scheduler/queue.h"
+#include "loom/scheduler/schedule.h"
+#include "loom/scheduler/simulation.h"
+
+namespace loom::sched {
+namespace {
+
+using Op = DependencyOperand;
+
+NodeProblem Gemm(int64_t m, int64_t n, int64_t k, std::vector<DependencyEdge> deps = {}, bool swiglu = false) {
+  NodeProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.swiglu = swiglu;
+  p.dependencies = std::move(deps);
+  return p;
+}
+
+DependencyEdge Edge(int producer, Op operand, int64_t row_offset = 0, int64_t col_offset = 0,
+                    bool whole_tensor = false) {
+  DependencyEdge e;
+  e.producer = producer;
+  e.operand = static_cast<uint8_t>(operand);
+  e.row_offset = row_offset;
+  e.col_offset = col_offset;
+  e.whole_tensor = whole_tensor ? 1 : 0;
+  return e;
+}
+
+SchedulerOptions Options(TileShape tile, int cluster_size, int max_clusters) {
+  SchedulerOptions o;
+  o.tile = tile;
+  o.cluster_size = cluster_size;
+  o.num_sms = max_clusters * cluster_size;
+  o.max_clusters = max_clusters;
+  return o;
+}
+
+struct GraphCase {
+  std::string name;
+  std::vector<NodeProblem> nodes;
+  SchedulerOptions options;
+  int seeds = 0;
+};
+
+// x -> o_proj -> up (SwiGLU, gate/up interleaved) -> down (+ residual x').
+std::vector<NodeProblem> MlpBlock(int64_t m, int64_t hidden, int64_t intermediate) {
+  return {Gemm(m, hidden, hidden),
+          Gemm(m, 2 * intermediate, hidden, {Edge(0, Op::kA)}, /*swiglu=*/true),
+          Gemm(m, hidden, intermediate, {Edge(1, Op::kA), Edge(0, Op::kResidual)})};
+}
+
+std::vector<GraphCase> Cases() {
+  const TileShape small_tile{128, 128, 64};
+  std::vector<GraphCase> cases;
+  cases.push_back({"Chain", {Gemm(512, 512, 512), Gemm(512, 512, 512, {Edge(0, Op::kA)}),
+                             Gemm(512, 384, 512, {Edge(1, Op::kA)}), Gemm(512, 512, 384, {Edge(2, Op::kA)})},
+                   Options(small_tile, 2, 8), 4000});
+  // Two consumers of one producer; one consumer of two producers (its A is
+  // [C1 | C2] along K: C2's columns start at C1's width), plus a residual.
+  cases.push_back({"Diamond",
+                   {Gemm(384, 512, 256), Gemm(384, 256, 512, {Edge(0, Op::kA)}), Gemm(384, 128, 512, {Edge(0, Op::kA)}),
+                    Gemm(384, 512, 384, {Edge(1, Op::kA), Edge(2, Op::kA, 0, -256), Edge(0, Op::kResidual)})},
+                   Options(small_tile, 2, 6), 4000});
+  cases.push_back({"DiamondCluster1",
+                   {Gemm(384, 512, 256), Gemm(384, 256, 512, {Edge(0, Op::kA)}), Gemm(384, 128, 512, {Edge(0, Op::kA)}),
+                    Gemm(384, 512, 384, {Edge(1, Op::kA), Edge(2, Op::kA, 0, -256), Edge(0, Op::kResidual)})},
+                   Options(small_tile, 1, 12), 3000});
+  cases.push_back({"MlpBlock", MlpBlock(256, 4096, 14336), Options({128, 256, 512}, 2, 66), 1500});
+  cases.push_back({"IndependentBatch",
+                   {Gemm(512, 512, 512), Gemm(64, 1024, 256), Gemm(1000, 129, 200), Gemm(16, 512, 2048),
+                    Gemm(0, 512, 512), Gemm(256, 256, 0)},
+                   Options(small_tile, 2, 8), 3000});
+  // Ragged shapes, a consumer reading a row window of its producer, a bias
+  // produced by another node, an operand B produced by another node.
+  cases.push_back({"Ragged",
+                   {Gemm(1000, 129, 65), Gemm(900, 63, 129, {Edge(0, Op::kA, 100, 0)}),
+                    Gemm(1, 129, 63), Gemm(900, 129, 63, {Edge(1, Op::kA), Edge(2, Op::kBias), Edge(0, Op::kResidual, 100)}),
+                    Gemm(63, 1000, 129, {Edge(0, Op::kB)}), Gemm(63, 65, 1000, {Edge(4, Op::kA)})},
+                   Options(small_tile, 2, 5), 4000});
+  // Decode: M = 16, the consumer splits K and waits on its producer per k-block.
+  cases.push_back({"SmallMSplitK", MlpBlock(16, 2048, 4096), Options({128, 256, 128}, 2, 16), 3000});
+  cases.push_back({"ForcedSplitKChain",
+                   {Gemm(300, 256, 512), Gemm(300, 384, 256, {Edge(0, Op::kA)}), Gemm(300, 256, 384, {Edge(1, Op::kA)})},
+                   [] {
+                     SchedulerOptions o = Options({128, 128, 64}, 2, 4);
+                     o.split_k = 3;
+                     return o;
+                   }(),
+                   3000});
+  cases.push_back({"WholeTensor",
+                   {Gemm(256, 256, 256), Gemm(256, 256, 256, {Edge(0, Op::kA, 0, 0, /*whole_tensor=*/true)}),
+                    Gemm(256, 256, 256, {Edge(1, Op::kA)})},
+                   Options(small_tile, 2, 3), 3000});
+  return cases;
+}
+
+class GraphTest : public testing::TestWithParam<GraphCase> {};
+
+TEST_P(GraphTest, QueueIsTopologicalWithEveryJobOnce) {
+  absl::StatusOr<Schedule> s = Lower(GetParam().nodes, GetParam().options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const absl::Status check = CheckQueue(*s);
+  EXPECT_TRUE(check.ok()) << check << "\n" << ExplainSchedule(*s, {});
+}
+
+TEST_P(GraphTest, SimulatedRunsFinishAndNeverReadUnfinishedData) {
+  absl::StatusOr<Schedule> s = Lower(GetParam().nodes, GetParam().options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const Simulator simulator(*s);
+  const int max_clusters = GetParam().options.max_clusters;
+  const int sm_counts[] = {1, 2, 3, 5, max_clusters, 2 * max_clusters + 1};
+  int max_nodes_in_flight = 0;
+  for (int seed = 0; seed < GetParam().seeds; ++seed) {
+    const int sms = sm_counts[seed % 6];
+    const SimulationResult r = simulator.Run(sms, static_cast<uint64_t>(seed));
+    ASSERT_TRUE(r.ok()) << "seed " << seed << ", " << sms << " SMs: " << r.Summary();
+    EXPECT_EQ(r.jobs_completed, static_cast<int64_t>(s->queue.size()));
+    max_nodes_in_flight = std::max(max_nodes_in_flight, r.max_nodes_in_flight);
+  }
+  int nodes_with_jobs = 0;
+  for (int i = 0; i < static_cast<int>(s->nodes.size()); ++i) nodes_with_jobs += NodeJobCount(*s, i) > 0;
+  if (nodes_with_jobs > 1) {
+    EXPECT_GE(max_nodes_in_flight, 2) << "no two nodes ever ran at once";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Graphs, GraphTest, testing::ValuesIn(Cases()),
+                         [](const testing::TestParamInfo<GraphCase>& info) { return info.param.name; });
+
+TEST(WavefrontTest, FullSizeMlpInterleavesUpAndDown) {
+  // hidden 4096, intermediate 14336, M = 4096: down's jobs for the first rows
+  // enter the queue long before up's last jobs.
+  absl::StatusOr<Schedule> s = Lower(MlpBlock(4096, 4096, 14336), Options({128, 256, 64}, 2, 66));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(CheckQueue(*s).ok());
+  int64_t first_down = -1, last_up = -1, first_up = -1, last_o_proj = -1;
+  for (int64_t p = 0; p < static_cast<int64_t>(s->queue.size()); ++p) {
+    const int node = s->queue[p].node;
+    if (node == 0) last_o_proj = p;
+    if (node == 1 && first_up < 0) first_up = p;
+    if (node == 1) last_up = p;
+    if (node == 2 && first_down < 0) first_down = p;
+  }
+  EXPECT_LT(first_up, last_o_proj);
+  EXPECT_LT(first_down, last_up - 1000) << ExplainSchedule(*s, {"o_proj", "up", "down"});
+  const Simulator simulator(*s);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    const SimulationResult r = simulator.Run(seed % 2 ? 66 : 132, seed);
+    ASSERT_TRUE(r.ok()) << r.Summary();
+    EXPECT_GE(r.max_nodes_in_flight, 2);
+  }
+}
+
+TEST(WavefrontTest, IndependentNodesAreConcatenated) {
+  absl::StatusOr<Schedule> s =
+      Lower({Gemm(512, 512, 512), Gemm(512, 512, 512), Gemm(512, 512, 512)}, Options({128, 128, 64}, 2, 8));
+  ASSERT_TRUE(s.ok());
+  for (size_t p = 1; p < s->queue.size(); ++p) EXPECT_GE(s->queue[p].node, s->queue[p - 1].node) << p;
+}
+
+// Random DAGs of random shapes: a soak of Lower + CheckQueue + simulation.
+TEST(RandomGraphTest, LowerCheckAndSimulate) {
+  std::mt19937_64 rng(20240611);
+  auto pick = [&](std::initializer_list<int64_t> values) {
+    return *(values.begin() + rng() % values.size());
+  };
+  for (int graph = 0; graph < 500; ++graph) {
+    std::vector<NodeProblem> nodes;
+    const int count = 1 + static_cast<int>(rng() % 6);
+    for (int i = 0; i < count; ++i) {
+      NodeProblem p = Gemm(pick({1, 16, 63, 129, 300}), pick({64, 128, 129, 256, 520}), pick({8, 64, 65, 256, 700}));
+      if (i > 0 && rng() % 3 != 0) {  // read an earlier node's output as A
+        const int producer = static_cast<int>(rng() % i);
+        const NodeProblem& q = nodes[producer];
+        p.m = q.m;
+        p.k = q.swiglu ? q.n / 2 : q.n;
+        p.dependencies.push_back(Edge(producer, Op::kA, 0, 0, rng() % 8 == 0));
+        if (rng() % 3 == 0 && p.n % 2 == 0) p.swiglu = true;
+        const int other = static_cast<int>(rng() % i);
+        const NodeProblem& r = nodes[other];
+        if (other != producer && r.m == p.m && rng() % 2 == 0) {
+          p.dependencies.push_back(Edge(other, Op::kResidual));  // shapes may differ: the box is clipped
+        }
+      }
+      nodes.push_back(p);
+    }
+    SchedulerOptions o = Options({128, 128, 64}, 1 + static_cast<int>(rng() % 2), 1 + static_cast<int>(rng() % 10));
+    o.split_k = static_cast<int>(rng() % 3) == 0 ? 2 : 0;
+    absl::StatusOr<Schedule> s = Lower(nodes, o);
+    ASSERT_TRUE(s.ok()) << "graph " << graph << ": " << s.status();
+    ASSERT_TRUE(CheckQueue(*s).ok()) << "graph " << graph << ": " << CheckQueue(*s);
+    const Simulator simulator(*s);
+    for (uint64_t seed = 0; seed < 16; ++seed) {
+      const SimulationResult r = simulator.Run(1 + static_cast<int>(seed * 3), seed);
+      ASSERT_TRUE(r.ok()) << "graph " << graph << " seed " << seed << ": " << r.Summary() << "\n"
+                          << ExplainSchedule(*s, {});
+    }
+  }
+}
+
+// --- The simulator's own checks must be able to fail. ---
+
+Schedule ChainSchedule() {
+  absl::StatusOr<Schedule> s = Lower({Gemm(512, 512, 256), Gemm(512, 512, 512, {Edge(0, Op::kA)})},
+                                     Options({128, 128, 64}, 2, 4));
+  EXPECT_TRUE(s.ok());
+  return *s;
+}
+
+TEST(SimulatorChecksTest, ReversedQueueDeadlocks) {
+  Schedule s = ChainSchedule();
+  std::reverse(s.queue.begin(), s.queue.end());  // every consumer job before its producers
+  EXPECT_FALSE(CheckQueue(s).ok());
+  const Simulator simulator(s);
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    // Node 1 has 8 jobs: with up to 8 SMs all of them wait on jobs nobody dequeued.
+    const SimulationResult r = simulator.Run(1 + static_cast<int>(seed % 8), seed);
+    EXPECT_TRUE(r.deadlock) << r.Summary();
+    EXPECT_FALSE(r.ok());
+  }
+}
+
+TEST(SimulatorChecksTest, OneConsumerJobTooEarlyDeadlocksOnOneSm) {
+  Schedule s = ChainSchedule();
+  // Move the first consumer job to the front of the queue.
+  auto consumer = std::find_if(s.queue.begin(), s.queue.end(), [](const TileJob& j) { return j.node == 1; });
+  std::rotate(s.queue.begin(), consumer, consumer + 1);
+  EXPECT_FALSE(CheckQueue(s).ok());
+  const SimulationResult r = Simulate(s, 1, 7);
+  EXPECT_TRUE(r.deadlock) << r.Summary();
+  EXPECT_NE(r.Summary().find("waiting on node 0"), std::string::npos) << r.Summary();
+}
+
+TEST(SimulatorChecksTest, AliasedFlagsLetAConsumerReadUnfinishedData) {
+  // Producers 0 and 1 are independent; 2 reads 1. Node 1's flags are made to
+  // alias node 0's, so 2 can pass its waits once node 0 is done.
+  absl::StatusOr<Schedule> lowered = Lower({Gemm(256, 256, 256), Gemm(256, 256, 256),
+                                            Gemm(256, 256, 256, {Edge(1, Op::kA)})},
+                                           Options({128, 128, 64}, 1, 8));
+  ASSERT_TRUE(lowered.ok());
+  Schedule s = *lowered;
+  s.nodes[1].flag_base = s.nodes[0].flag_base;
+  const Simulator simulator(s);
+  int64_t bad_runs = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const SimulationResult r = simulator.Run(12, seed);
+    if (r.unfinished_reads > 0) ++bad_runs;
+  }
+  EXPECT_GT(bad_runs, 0);
+}
+
+TEST(SimulatorChecksTest, DuplicateAndMissingJobsAreReported) {
+  Schedule s = ChainSchedule();
+  s.queue[1] = s.queue[0];  // job 1 lost, job 0 twice
+  EXPECT_FALSE(CheckQueue(s).ok());
+  bool duplicate = false, incomplete = false;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const SimulationResult r = Simulate(s, 16, seed);
+    EXPECT_FALSE(r.ok());
+    duplicate |= r.duplicate_tiles > 0;
+    incomplete |= r.missing_tiles > 0 || r.deadlock;
+  }
+  EXPECT_TRUE(duplicate);
+  EXPECT_TRUE(incomplete);
+}
+
+}  // namespace
+}  // namespace loom::sched

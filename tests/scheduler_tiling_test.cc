@@ -1,0 +1,194 @@
+// Per-node tiling, split-K ranges and rasterization of loom's scheduler.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "loom/scheduler/raster.h"
+#include "loom/scheduler/schedule.h"
+#include "loom/scheduler/tiling.h"
+
+namespace loom::sched {
+namespace {
+
+NodeProblem Gemm(int64_t m, int64_t n, int64_t k, bool swiglu = false) {
+  NodeProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.swiglu = swiglu;
+  return p;
+}
+
+SchedulerOptions Options(int cluster_size = 2) {
+  SchedulerOptions o;
+  o.tile = {128, 256, 64};
+  o.cluster_size = cluster_size;
+  o.num_sms = 132;
+  o.max_clusters = 66;
+  return o;
+}
+
+TEST(TileNodeTest, CeilDivAndClusterShare) {
+  NodeProblem p = Gemm(1000, 129, 65);
+  absl::StatusOr<NodeSchedule> node = TileNode(p, 0, Options());
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->m_blocks, 8);
+  EXPECT_EQ(node->n_blocks, 1);
+  EXPECT_EQ(node->k_blocks, 2);
+  EXPECT_EQ(node->out_cols, 129);
+  EXPECT_EQ(node->out_tile_n, 256);
+  EXPECT_EQ(node->share, ClusterShare::kShareB);  // >= 2 m-blocks: weights multicast
+  const ClusterGrid grid = ClusterGridOf(*node, 2);
+  EXPECT_EQ(grid.rows, 4);
+  EXPECT_EQ(grid.cols, 1);
+}
+
+TEST(TileNodeTest, SingleMBlockSharesA) {
+  absl::StatusOr<NodeSchedule> node = TileNode(Gemm(16, 4096, 4096), 0, Options());
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->share, ClusterShare::kShareA);
+  const ClusterGrid grid = ClusterGridOf(*node, 2);
+  EXPECT_EQ(grid.rows, 1);
+  EXPECT_EQ(grid.cols, 8);
+  EXPECT_EQ(FirstTileOfCluster(ClusterShare::kShareA, 2, 0, 3).n_block, 6);
+  EXPECT_EQ(FirstTileOfCluster(ClusterShare::kShareB, 2, 3, 1).m_block, 6);
+}
+
+TEST(TileNodeTest, SwiGLUHalvesOutputColumns) {
+  absl::StatusOr<NodeSchedule> node = TileNode(Gemm(256, 2 * 14336, 4096, true), 0, Options());
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->out_cols, 14336);
+  EXPECT_EQ(node->out_tile_n, 128);
+  EXPECT_EQ(node->n_blocks, 112);
+}
+
+TEST(TileNodeTest, ZeroSizeNodesHaveNoTiles) {
+  for (NodeProblem p : {Gemm(0, 64, 64), Gemm(64, 0, 64),
+                        Gemm(64, 64, 0)}) {
+    absl::StatusOr<NodeSchedule> node = TileNode(p, 0, Options());
+    ASSERT_TRUE(node.ok());
+    EXPECT_EQ(int64_t{node->m_blocks} * node->n_blocks, 0) << p.m << "x" << p.n << "x" << p.k;
+  }
+}
+
+TEST(TileNodeTest, RefusesWhatTheJobCannotEncode) {
+  absl::StatusOr<NodeSchedule> node = TileNode(Gemm(64, 64, int64_t{65536} * 64), 7, Options());
+  ASSERT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(node.status().message().find("node 7"), std::string::npos) << node.status();
+  EXPECT_NE(node.status().message().find("65536"), std::string::npos) << node.status();
+
+  node = TileNode(Gemm(64, 63, 64, true), 2, Options());
+  ASSERT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(node.status().message().find("node 2"), std::string::npos);
+  EXPECT_NE(node.status().message().find("63"), std::string::npos);
+
+  node = TileNode(Gemm(-1, 64, 64), 4, Options());
+  ASSERT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(node.status().message().find("node 4: M"), std::string::npos) << node.status();
+}
+
+TEST(ChooseSplitKTest, SplitsOnlyWellUnderAWaveAndKeepsFourBlocks) {
+  EXPECT_EQ(ChooseSplitK(/*clusters=*/8, /*k_blocks=*/64, /*max_clusters=*/66, 0), 8);   // 8 * 8 = 64 <= 66
+  EXPECT_EQ(ChooseSplitK(8, 16, 66, 0), 4);                                            // >= 4 k-blocks each
+  EXPECT_EQ(ChooseSplitK(40, 64, 66, 0), 1);                                           // over half a wave
+  EXPECT_EQ(ChooseSplitK(1, 7, 66, 0), 1);                                             // too little K
+  EXPECT_EQ(ChooseSplitK(1, 4096, 66, 0), 66);
+  EXPECT_EQ(ChooseSplitK(100, 64, 66, 3), 3);                                          // forced
+  EXPECT_EQ(ChooseSplitK(100, 2, 66, 5), 2);                                           // forced, clamped to K
+}
+
+class SplitKRangeTest : public testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(SplitKRangeTest, PartitionsKExactlyInOrderWithSizesWithinOne) {
+  const auto [k_blocks, split_k] = GetParam();
+  int32_t expected_begin = 0, smallest = k_blocks, largest = 0;
+  for (int s = 0; s < split_k; ++s) {
+    const KBlockRange r = SplitKRange(k_blocks, split_k, s);
+    EXPECT_EQ(r.begin, expected_begin) << "split " << s;
+    EXPECT_GE(r.end, r.begin);
+    smallest = std::min(smallest, r.end - r.begin);
+    largest = std::max(largest, r.end - r.begin);
+    expected_begin = r.end;
+    EXPECT_EQ(r.begin, SplitKRange(k_blocks, split_k, s).begin);  // deterministic
+  }
+  EXPECT_EQ(expected_begin, k_blocks);
+  EXPECT_LE(largest - smallest, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SplitKRangeTest,
+                         testing::Combine(testing::Values(1, 4, 7, 16, 63, 64, 65, 224, 4096, 65535),
+                                          testing::Values(1, 2, 3, 5, 8, 16, 66, 256)),
+                         [](const auto& info) {
+                           std::string name = "k";
+                           name += std::to_string(std::get<0>(info.param));
+                           name += "_s";
+                           name += std::to_string(std::get<1>(info.param));
+                           return name;
+                         });
+
+TEST(RasterTest, AlongMWalksDownBandsOfColumns) {
+  // 3 rows x 5 cols, bands of 2 columns: {0,1}, {2,3}, {4}.
+  const std::vector<ClusterCoord> order = RasterizeClusterTiles({.rows = 3, .cols = 5}, RasterOrder::kAlongM, 2);
+  const std::vector<ClusterCoord> expected = {{0, 0}, {0, 1}, {1, 0}, {1, 1}, {2, 0}, {2, 1},
+                                              {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 2}, {2, 3},
+                                              {0, 4}, {1, 4}, {2, 4}};
+  EXPECT_EQ(order, expected);
+}
+
+TEST(RasterTest, AlongNWalksAcrossBandsOfRows) {
+  const std::vector<ClusterCoord> order = RasterizeClusterTiles({.rows = 3, .cols = 2}, RasterOrder::kAlongN, 2);
+  const std::vector<ClusterCoord> expected = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {2, 1}};
+  EXPECT_EQ(order, expected);
+}
+
+TEST(RasterTest, ChoosesTheLongerDimensionAndAGroupNearSqrtWave) {
+  EXPECT_EQ(ChooseRaster({.rows = 16, .cols = 4}), RasterOrder::kAlongM);
+  EXPECT_EQ(ChooseRaster({.rows = 16, .cols = 112}), RasterOrder::kAlongN);
+  EXPECT_EQ(ChooseGroupSize({.rows = 16, .cols = 112}, RasterOrder::kAlongN, 66, 1 << 20), 8);
+  EXPECT_EQ(ChooseGroupSize({.rows = 1, .cols = 112}, RasterOrder::kAlongN, 66, 1 << 20), 1);
+  // Huge K: a cross panel of 8 MiB leaves room for 2 in the L2 slice.
+  EXPECT_EQ(ChooseGroupSize({.rows = 64, .cols = 64}, RasterOrder::kAlongN, 66, 8 << 20), 2);
+}
+
+class RasterBijectionTest
+    : public testing::TestWithParam<std::tuple<int, int, RasterOrder, int>> {};
+
+TEST_P(RasterBijectionTest, VisitsEveryClusterTileOnceBandByBand) {
+  const auto [rows, cols, order, group] = GetParam();
+  const ClusterGrid grid{rows, cols};
+  const std::vector<ClusterCoord> tiles = RasterizeClusterTiles(grid, order, group);
+  ASSERT_EQ(static_cast<int64_t>(tiles.size()), grid.size());
+  std::set<std::pair<int, int>> seen;
+  const bool along_m = order == RasterOrder::kAlongM;
+  const int walk_len = along_m ? rows : cols;
+  const int cross_len = along_m ? cols : rows;
+  const int g = std::clamp(group, 1, std::max(cross_len, 1));
+  int previous_band = 0, previous_walk = -1;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const ClusterCoord c = tiles[i];
+    ASSERT_TRUE(c.row >= 0 && c.row < rows && c.col >= 0 && c.col < cols) << i;
+    EXPECT_TRUE(seen.insert({c.row, c.col}).second) << "tile visited twice at " << i;
+    const int cross = along_m ? c.col : c.row;
+    const int walk = along_m ? c.row : c.col;
+    const int band = cross / g;
+    // The band of position i is i / (walk_len * g): bands are contiguous in the order.
+    EXPECT_EQ(band, static_cast<int>(i / (static_cast<size_t>(walk_len) * g))) << i;
+    EXPECT_GE(band, previous_band);
+    if (band != previous_band) previous_walk = -1;
+    EXPECT_GE(walk, previous_walk) << "the walk goes backwards inside band " << band << " at " << i;
+    previous_band = band;
+    previous_walk = walk;
+  }
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), grid.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grids, RasterBijectionTest,
+    testing::Combine(testing::Values(1, 2, 7, 16, 33), testing::Values(1, 3, 8, 56, 112),
+                     testing::Values(RasterOrder::kAlongM, RasterOrder::kAlongN), testing::Values(1, 2, 3, 8, 16, 200)));
+
+}  // namespace
+}  // namespace loom::sched
