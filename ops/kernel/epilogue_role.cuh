@@ -70,6 +70,9 @@ __device__ inline uint32_t SwizzledPanelOffset(int row, int byte) {
 // The node fields the epilogue reads, copied into registers once per tile
 // (the barrier and fence asm clobber memory, which would force reloads).
 struct EpilogueFields {
+  void* c;
+  int64_t c_stride;
+  int64_t c_tma_cols;
   const void* bias;
   const void* residual;
   int64_t residual_stride;
@@ -79,7 +82,10 @@ struct EpilogueFields {
   ElementType bias_type, residual_type;
 
   __device__ explicit EpilogueFields(const KernelNode& node)
-      : bias(node.bias),
+      : c(node.c),
+        c_stride(node.c_stride),
+        c_tma_cols(node.c_tma_cols),
+        bias(node.bias),
         residual(node.residual),
         residual_stride(node.residual_stride),
         m(node.schedule.m),
@@ -90,6 +96,26 @@ struct EpilogueFields {
         bias_type(node.bias_type),
         residual_type(node.residual_type) {}
 };
+
+// One output element: into the staging panel when its column is in the
+// TMA-stored prefix, else straight to global memory (inside the tensor only).
+template <ElementType kOut>
+__device__ inline void StoreOutput(const EpilogueFields& node, uint8_t* staged, int64_t row, int64_t col,
+                                   float value) {
+  if (col < node.c_tma_cols) {
+    if constexpr (kOut == ElementType::kBF16) {
+      *reinterpret_cast<__nv_bfloat16*>(staged) = __float2bfloat16_rn(value);
+    } else {
+      *reinterpret_cast<float*>(staged) = value;
+    }
+  } else if (row < node.m && col < node.out_cols) {
+    if constexpr (kOut == ElementType::kBF16) {
+      static_cast<__nv_bfloat16*>(node.c)[row * node.c_stride + col] = __float2bfloat16_rn(value);
+    } else {
+      static_cast<float*>(node.c)[row * node.c_stride + col] = value;
+    }
+  }
+}
 
 template <ElementType kOut, bool kSwiGLU>
 __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int warpgroup,
@@ -132,11 +158,7 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int
                                global_row * node.residual_stride + out_col0 + out_col);
           }
           const int byte = (out_col - p * Shape::kOutCols) * Shape::kOutBytes;
-          if constexpr (kOut == ElementType::kBF16) {
-            *reinterpret_cast<__nv_bfloat16*>(panel + SwizzledPanelOffset(row, byte)) = __float2bfloat16_rn(out);
-          } else {
-            *reinterpret_cast<float*>(panel + SwizzledPanelOffset(row, byte)) = out;
-          }
+          StoreOutput<kOut>(node, panel + SwizzledPanelOffset(row, byte), global_row, out_col0 + out_col, out);
         } else {
           v0 = Activate(node.activation, v0);
           v1 = Activate(node.activation, v1);
@@ -149,11 +171,18 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int
             }
           }
           const int byte = (acc_col - p * Shape::kOutCols) * Shape::kOutBytes;
-          if constexpr (kOut == ElementType::kBF16) {
-            *reinterpret_cast<__nv_bfloat162*>(panel + SwizzledPanelOffset(row, byte)) =
-                __floats2bfloat162_rn(v0, v1);
+          const int64_t col = out_col0 + acc_col;
+          if (col + 1 < node.c_tma_cols) {  // both in the TMA-stored part: one paired staging store
+            if constexpr (kOut == ElementType::kBF16) {
+              *reinterpret_cast<__nv_bfloat162*>(panel + SwizzledPanelOffset(row, byte)) =
+                  __floats2bfloat162_rn(v0, v1);
+            } else {
+              *reinterpret_cast<float2*>(panel + SwizzledPanelOffset(row, byte)) = make_float2(v0, v1);
+            }
           } else {
-            *reinterpret_cast<float2*>(panel + SwizzledPanelOffset(row, byte)) = make_float2(v0, v1);
+            StoreOutput<kOut>(node, panel + SwizzledPanelOffset(row, byte), global_row, col, v0);
+            StoreOutput<kOut>(node, panel + SwizzledPanelOffset(row, byte + Shape::kOutBytes), global_row, col + 1,
+                              v1);
           }
         }
       }
@@ -222,11 +251,13 @@ __device__ inline void RunStore(const CtaContext& ctx) {
           cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
           return;
         }
-        const int32_t coords[2] = {static_cast<int32_t>(out_col0 + p * cols_per_panel),
-                                   static_cast<int32_t>(rows)};
-        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.c_map,
-                                        coords, ctx.staging_panel(w, cursor.stage));
-        cuda::ptx::cp_async_bulk_commit_group();
+        const int64_t panel_col0 = out_col0 + p * cols_per_panel;
+        if (panel_col0 < node.c_tma_cols) {  // else the consumers stored this panel directly
+          const int32_t coords[2] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows)};
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.c_map,
+                                          coords, ctx.staging_panel(w, cursor.stage));
+        }
+        cuda::ptx::cp_async_bulk_commit_group();  // possibly empty: keeps the group count uniform
         if (pending_empty != nullptr) {
           cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<1>{});
           cuda::ptx::mbarrier_arrive(pending_empty);

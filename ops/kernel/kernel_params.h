@@ -19,8 +19,16 @@ enum class ElementType : uint8_t { kBF16 = 0, kFP32 = 1 };
 struct KernelNode {
   CUtensorMap a_map;  // A [M, K] bf16, box {kBlockK, kABoxRows}, 128B swizzle
   CUtensorMap b_map;  // B [N, K] bf16, box {kBlockK, kBBoxRows}, 128B swizzle
-  CUtensorMap c_map;  // C [M, N_out], box {128 B of columns, 64 rows}, 128B swizzle
+  // C [M, c_tma_cols], box {128 B of columns, 64 rows}, 128B swizzle.
+  // NOTE: TMA stores clip the innermost dimension at 16-byte granularity (seen
+  // on the H200: a 777-column bf16 row got its padding written), so the map
+  // covers only the 16-byte-aligned prefix of each row; the consumers store the
+  // last (< 16 bytes of) columns themselves with plain global stores.
+  CUtensorMap c_map;
   sched::NodeSchedule schedule;
+  void* c = nullptr;               // C [M, N_out], out_type
+  int64_t c_stride = 0;            // elements
+  int64_t c_tma_cols = 0;          // columns [0, c_tma_cols) go through TMA; the rest direct
   const void* bias = nullptr;      // [N] (accumulator columns), bias_type
   const void* residual = nullptr;  // [M, N_out], residual_type
   int64_t residual_stride = 0;     // elements

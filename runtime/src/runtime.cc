@@ -132,6 +132,10 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     out.has_dependents = has_dependents[i] ? 1 : 0;
     out.activation = ActivationOf(node.epilogue.activation);
     out.out_type = ElementTypeOf(node.c.dtype);
+    out.c = node.c.data;
+    out.c_stride = node.c.row_stride;
+    const int64_t per_16_bytes = 16 / static_cast<int64_t>(node.c.element_size());
+    out.c_tma_cols = node.c.cols / per_16_bytes * per_16_bytes;
     if (node.epilogue.bias) {
       out.bias = node.epilogue.bias->data;
       out.bias_type = ElementTypeOf(node.epilogue.bias->dtype);
@@ -144,9 +148,13 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     if (node.m() == 0 || node.n() == 0 || node.k() == 0) continue;  // no jobs, no tensor maps
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
-    const uint32_t panel_cols = KernelConfig::kPanelBytes / static_cast<uint32_t>(node.c.element_size());
-    LOOM_RETURN_IF_ERROR(
-        internal::EncodeTensorMap(node.c, panel_cols, KernelConfig::kRowsPerConsumer, &out.c_map));
+    if (out.c_tma_cols > 0) {
+      const uint32_t panel_cols = KernelConfig::kPanelBytes / static_cast<uint32_t>(node.c.element_size());
+      TensorView aligned = node.c;
+      aligned.cols = out.c_tma_cols;
+      LOOM_RETURN_IF_ERROR(
+          internal::EncodeTensorMap(aligned, panel_cols, KernelConfig::kRowsPerConsumer, &out.c_map));
+    }
   }
   return nodes;
 }
