@@ -1,0 +1,95 @@
+// CPU tests of the host runtime: lowering without a GPU, the refusals of
+// Compile for device limits, Launch on a host-only plan, Explain.
+#include "loom/runtime.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+TensorView Fake(const std::string& name, uintptr_t address, int64_t rows, int64_t cols) {
+  return TensorView::Dense(name, reinterpret_cast<void*>(address), DType::kBF16, rows, cols);
+}
+
+GemmGraph OneGemm() {
+  GemmGraph graph;
+  graph.AddGemm("proj", Fake("x", 0x100000, 512, 1024), Fake("w", 0x10000000, 768, 1024),
+                Fake("y", 0x20000000, 512, 768));
+  return graph;
+}
+
+TEST(RuntimeTest, CompilesWithoutGpuAndExplains) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  EXPECT_FALSE(runtime.has_gpu());
+  absl::StatusOr<Plan> plan = runtime.Compile(OneGemm());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->grid_clusters(), 66);
+  EXPECT_FALSE(plan->schedule().queue.empty());
+  const std::string explain = plan->Explain();
+  EXPECT_NE(explain.find("proj"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("66 clusters"), std::string::npos) << explain;
+}
+
+TEST(RuntimeTest, LaunchOfHostOnlyPlanIsFailedPrecondition) {
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::Status status = plan->Launch(nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(status.message()).find("without a GPU"), std::string::npos) << status;
+}
+
+TEST(RuntimeTest, GridLargerThanCoresidentIsRefused) {
+  CompileOptions options;
+  options.max_clusters = 67;
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm(), options);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(plan.status().message()).find("max_clusters 67"), std::string::npos) << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find("66"), std::string::npos) << plan.status();
+}
+
+TEST(RuntimeTest, SharedMemoryOverTheDeviceLimitIsRefused) {
+  CompileOptions options;
+  options.a_stages = 8;
+  options.b_stages = 8;
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm(), options);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(plan.status().message()).find("shared memory"), std::string::npos) << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find("232448"), std::string::npos) << plan.status();
+}
+
+TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions lockstep;
+  lockstep.ring_mode = RingMode::kLockstep;
+  lockstep.a_stages = 4;
+  lockstep.b_stages = 3;
+  absl::StatusOr<Plan> plan = runtime.Compile(OneGemm(), lockstep);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(plan.status().message()).find("a_stages == b_stages"), std::string::npos);
+
+  CompileOptions zero_stages;
+  zero_stages.a_stages = 0;
+  plan = runtime.Compile(OneGemm(), zero_stages);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(plan.status().message()).find("a_stages: 0"), std::string::npos) << plan.status();
+}
+
+TEST(RuntimeTest, InvalidGraphIsRefusedByCompile) {
+  GemmGraph graph;
+  graph.AddGemm("bad", Fake("x", 0x100000, 64, 128), Fake("w", 0x10000000, 64, 96), Fake("y", 0x20000000, 64, 64));
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(graph);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(plan.status().message()).find("\"bad\""), std::string::npos) << plan.status();
+}
+
+TEST(RuntimeTest, CreateWithoutGpuIsFailedPrecondition) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) GTEST_SKIP() << "a GPU is present";
+  absl::StatusOr<Runtime> runtime = Runtime::Create(0);
+  EXPECT_EQ(runtime.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace loom
