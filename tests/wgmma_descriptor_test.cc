@@ -1,0 +1,44 @@
+// The wgmma shared-memory descriptor builder against hand-computed values.
+#include "wgmma_descriptor.h"
+
+#include "gtest/gtest.h"
+#include "kernel_config.h"
+
+namespace loom::kernel {
+namespace {
+
+TEST(WgmmaDescriptorTest, FieldsOfA1024AlignedTile) {
+  // Start 0x1400 (5120): 5120 >> 4 = 320 in bits 0..13; leading offset 16 B >> 4 = 1
+  // in bits 16..29; stride 1024 B >> 4 = 64 in bits 32..45; swizzle 128B = 1 in bits 62..63.
+  const uint64_t descriptor = MakeSwizzle128Descriptor(0x1400);
+  EXPECT_EQ(descriptor & 0x3FFF, 320u);
+  EXPECT_EQ((descriptor >> 16) & 0x3FFF, 1u);
+  EXPECT_EQ((descriptor >> 32) & 0x3FFF, 64u);
+  EXPECT_EQ((descriptor >> 49) & 0x7, 0u);
+  EXPECT_EQ(descriptor >> 62, 1u);
+  EXPECT_EQ(descriptor, (uint64_t{1} << 62) | (uint64_t{64} << 32) | (uint64_t{1} << 16) | 320u);
+}
+
+TEST(WgmmaDescriptorTest, KStepsAdvanceTheStartAddressBy32Bytes) {
+  const uint64_t base = MakeSwizzle128Descriptor(0x8000);
+  for (int k16 = 0; k16 < 4; ++k16) {
+    EXPECT_EQ(AdvanceDescriptorK16(base, k16), MakeSwizzle128Descriptor(0x8000 + 32 * k16)) << k16;
+  }
+}
+
+TEST(WgmmaDescriptorTest, AddressIsTakenModulo256KiB) {
+  // Only 14 bits of (address >> 4) exist: shared memory windows are < 256 KiB.
+  EXPECT_EQ(MakeSwizzle128Descriptor(0x40000 + 0x400) & 0x3FFF, 0x400u >> 4);
+}
+
+TEST(SmemLayoutTest, DefaultRingsFitTheH200AndTilesAre1024Aligned) {
+  const SmemLayout layout = ComputeSmemLayout(4, 4);
+  EXPECT_LE(layout.total, 232448u);
+  EXPECT_EQ(layout.a_ring % 1024, 0u);
+  EXPECT_EQ(layout.b_ring % 1024, 0u);
+  EXPECT_EQ(layout.staging % 1024, 0u);
+  EXPECT_GT(ComputeSmemLayout(8, 8).total, 232448u);
+}
+
+}  // namespace
+}  // namespace loom::kernel
