@@ -14,6 +14,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "cta_context.cuh"
 #include "mma_role.cuh"
 
@@ -41,31 +43,45 @@ __device__ inline int OutputPanels(const KernelNode& node, int32_t n_block) {
   return panels < tile_panels ? static_cast<int>(panels) : tile_panels;
 }
 
-__device__ inline float Activate(EpilogueActivation activation, float v) {
-  switch (activation) {
-    case EpilogueActivation::kReLU:
-      return fmaxf(v, 0.0f);
-    case EpilogueActivation::kGELU:
-      return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    case EpilogueActivation::kSiLU:
-      return v / (1.0f + __expf(-v));
-    default:
-      return v;
-  }
+// NOTE: the epilogue runs once per tile over 128 registers per thread, fully
+// unrolled (register arrays need compile-time indices). Every per-element
+// branch is multiplied by 128 and by each instantiation, and straight-line
+// code this long misses the instruction cache on every tile: the first
+// version, with the activation switch and the bounds checks inside the
+// element loop, cost as much time as the main loop (bench/NOTES.md). So each
+// fused op is its own pass, chosen by one uniform branch per tile, and the
+// common case (no bias, no residual, no activation, a full-width tile) is a
+// pass of conversions and shared-memory stores alone.
+
+template <EpilogueActivation kActivation>
+__device__ __forceinline__ float Activate(float v) {
+  if constexpr (kActivation == EpilogueActivation::kReLU) return fmaxf(v, 0.0f);
+  if constexpr (kActivation == EpilogueActivation::kGELU) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  if constexpr (kActivation == EpilogueActivation::kSiLU) return v / (1.0f + __expf(-v));
+  return v;
 }
 
-__device__ inline float LoadAsFloat(const void* base, ElementType type, int64_t index) {
-  if (type == ElementType::kBF16) {
+// The passes below each cover the registers [begin, end) of one panel, so
+// their temporaries (loaded bias and residual values) stay few.
+template <EpilogueActivation kActivation>
+__device__ __forceinline__ void ActivateRange(float (&acc)[128], int begin, int end) {
+#pragma unroll
+  for (int i = begin; i < end; ++i) acc[i] = Activate<kActivation>(acc[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ float LoadFloat(const void* base, int64_t index) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+  } else {
+    return static_cast<const float*>(base)[index];
   }
-  return static_cast<const float*>(base)[index];
 }
 
-// Byte offset of (row, byte) in a 64 x 128 B panel with the 128B swizzle:
-// the 16-byte chunk index is XORed with row % 8.
-__device__ inline uint32_t SwizzledPanelOffset(int row, int byte) {
-  return row * KernelConfig::kPanelBytes + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
-}
+// The tile column of accumulator register i of this lane.
+__device__ __forceinline__ int AccColumn(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + (i % 2); }
+// The warpgroup row (0..63) of accumulator register i of this lane and warp.
+__device__ __forceinline__ int AccRow(int i, int warp, int lane) { return warp * 16 + lane / 4 + 8 * ((i / 2) % 2); }
 
 // The node fields the epilogue reads, copied into registers once per tile
 // (the barrier and fence asm clobber memory, which would force reloads).
@@ -97,29 +113,142 @@ struct EpilogueFields {
         residual_type(node.residual_type) {}
 };
 
-// One output element: into the staging panel when its column is in the
-// TMA-stored prefix, else straight to global memory (inside the tensor only).
-template <ElementType kOut>
-__device__ inline void StoreOutput(const EpilogueFields& node, uint8_t* staged, int64_t row, int64_t col,
-                                   float value) {
-  if (col < node.c_tma_cols) {
-    if constexpr (kOut == ElementType::kBF16) {
-      *reinterpret_cast<__nv_bfloat16*>(staged) = __float2bfloat16_rn(value);
-    } else {
-      *reinterpret_cast<float*>(staged) = value;
-    }
-  } else if (row < node.m && col < node.out_cols) {
-    if constexpr (kOut == ElementType::kBF16) {
-      static_cast<__nv_bfloat16*>(node.c)[row * node.c_stride + col] = __float2bfloat16_rn(value);
-    } else {
-      static_cast<float*>(node.c)[row * node.c_stride + col] = value;
+// acc[i] += bias[column of i] (accumulator columns). Registers 4c..4c+3 hold
+// columns 8c + 2 * (lane % 4) + {0, 1} of two rows, so each chunk loads two
+// values. kChecked: the tile reaches past N, so columns are bounds-checked.
+template <typename T, bool kChecked>
+__device__ __forceinline__ void AddBias(const EpilogueFields& node, int64_t acc_col0, int lane, float (&acc)[128],
+                                        int begin, int end) {
+  const int64_t first = acc_col0 + 2 * (lane % 4);
+  const T* bias = static_cast<const T*>(node.bias) + first;
+  const int64_t columns_left = node.n - first;
+#pragma unroll
+  for (int i = begin; i < end; i += 4) {
+    const int offset = 8 * (i / 4);
+    const float b0 = (!kChecked || offset < columns_left) ? LoadFloat<T>(bias, offset) : 0.0f;
+    const float b1 = (!kChecked || offset + 1 < columns_left) ? LoadFloat<T>(bias, offset + 1) : 0.0f;
+    acc[i] += b0;
+    acc[i + 1] += b1;
+    acc[i + 2] += b0;
+    acc[i + 3] += b1;
+  }
+}
+
+// acc[i] += residual[row][column] for the output elements this lane holds:
+// every register, or for SwiGLU the even registers (which hold the outputs).
+// The two rows' base pointers are computed once; kChecked: the tile reaches
+// past M or past the output's last column.
+template <typename T, bool kSwiGLU, bool kChecked>
+__device__ __forceinline__ void AddResidual(const EpilogueFields& node, int64_t row0, int64_t out_col0, int warp,
+                                            int lane, float (&acc)[128], int begin, int end) {
+  const int64_t row_lo = row0 + warp * 16 + lane / 4;
+  const T* base_lo = static_cast<const T*>(node.residual) + row_lo * node.residual_stride + out_col0;
+  const T* base_hi = base_lo + 8 * node.residual_stride;
+  const bool row_lo_ok = row_lo < node.m, row_hi_ok = row_lo + 8 < node.m;
+  const int64_t columns_left = node.out_cols - out_col0;
+#pragma unroll
+  for (int i = begin; i < end; i += 4) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const T* base = half == 0 ? base_lo : base_hi;
+      const bool row_ok = half == 0 ? row_lo_ok : row_hi_ok;
+      const int r = i + 2 * half;
+      if constexpr (kSwiGLU) {
+        const int col = 4 * (i / 4) + lane % 4;
+        if (!kChecked || (row_ok && col < columns_left)) acc[r] += LoadFloat<T>(base, col);
+      } else {
+        const int col = 8 * (i / 4) + 2 * (lane % 4);
+        if (!kChecked || (row_ok && col < columns_left)) acc[r] += LoadFloat<T>(base, col);
+        if (!kChecked || (row_ok && col + 1 < columns_left)) acc[r + 1] += LoadFloat<T>(base, col + 1);
+      }
     }
   }
 }
 
+template <typename T, bool kSwiGLU>
+__device__ __forceinline__ void AddResidual(const EpilogueFields& node, int64_t row0, int64_t out_col0, int warp,
+                                            int lane, float (&acc)[128], int begin, int end, bool interior) {
+  if (interior) {
+    AddResidual<T, kSwiGLU, false>(node, row0, out_col0, warp, lane, acc, begin, end);
+  } else {
+    AddResidual<T, kSwiGLU, true>(node, row0, out_col0, warp, lane, acc, begin, end);
+  }
+}
+
+// SwiGLU: acc[2j] = silu(acc[2j]) * acc[2j + 1] (gate and up sit side by side).
+__device__ __forceinline__ void SwiGLURange(float (&acc)[128], int begin, int end) {
+#pragma unroll
+  for (int i = begin; i < end; i += 2) acc[i] = acc[i] / (1.0f + __expf(-acc[i])) * acc[i + 1];
+}
+
+__device__ __forceinline__ uint32_t PackBF16x2(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// Byte offset of (row, byte) in a 64 x 128 B panel with the 128B swizzle:
+// the 16-byte chunk index is XORed with row % 8.
+__device__ __forceinline__ uint32_t SwizzledPanelOffset(int row, int byte) {
+  return row * KernelConfig::kPanelBytes + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
+}
+
+template <ElementType kOut>
+__device__ __forceinline__ void StoreScalar(uint8_t* address, float value) {
+  if constexpr (kOut == ElementType::kBF16) {
+    *reinterpret_cast<__nv_bfloat16*>(address) = __float2bfloat16_rn(value);
+  } else {
+    *reinterpret_cast<float*>(address) = value;
+  }
+}
+
+// Writes this lane's outputs of panel p into `panel` (64 rows x 128 B,
+// swizzled). Output columns at or past c_tma_cols (the ragged last 16 bytes
+// of a row, which TMA cannot store exactly) go straight to global memory
+// instead; `ragged` is false for every tile but the last column of tiles.
 template <ElementType kOut, bool kSwiGLU>
-__device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int warpgroup,
-                                 RingCursor& staging, const float (&acc)[128], int job_index) {
+__device__ __forceinline__ void WritePanel(const EpilogueFields& node, uint8_t* panel, int p, int64_t row0,
+                                           int64_t out_col0, bool ragged, int warp, int lane,
+                                           const float (&acc)[128]) {
+  using Shape = PanelShape<kOut, kSwiGLU>;
+#pragma unroll
+  for (int c = p * Shape::kChunks; c < (p + 1) * Shape::kChunks; ++c) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 4 * c + 2 * half;  // this lane's register pair: (row, col) and (row, col + 1)
+      const int row = AccRow(i, warp, lane);
+      const int tile_col = kSwiGLU ? AccColumn(i, lane) / 2 : AccColumn(i, lane);
+      const int byte = (tile_col - p * Shape::kOutCols) * Shape::kOutBytes;
+      uint8_t* staged = panel + SwizzledPanelOffset(row, byte);
+      if (!ragged) {
+        if constexpr (kSwiGLU) {
+          StoreScalar<kOut>(staged, acc[i]);
+        } else if constexpr (kOut == ElementType::kBF16) {
+          *reinterpret_cast<uint32_t*>(staged) = PackBF16x2(acc[i], acc[i + 1]);
+        } else {
+          *reinterpret_cast<float2*>(staged) = make_float2(acc[i], acc[i + 1]);
+        }
+        continue;
+      }
+      const int64_t global_row = row0 + row;
+#pragma unroll
+      for (int e = 0; e < (kSwiGLU ? 1 : 2); ++e) {
+        const int64_t col = out_col0 + tile_col + e;
+        if (col < node.c_tma_cols) {
+          StoreScalar<kOut>(staged + e * Shape::kOutBytes, acc[i + e]);
+        } else if (global_row < node.m && col < node.out_cols) {
+          StoreScalar<kOut>(static_cast<uint8_t*>(node.c) + (global_row * node.c_stride + col) * Shape::kOutBytes,
+                            acc[i + e]);
+        }
+      }
+    }
+  }
+}
+
+// The fused epilogue of one tile for one consumer warpgroup: per panel, the
+// passes over that panel's registers, then the panel through a staging buffer.
+template <ElementType kOut, bool kSwiGLU>
+__device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int warpgroup, RingCursor& staging,
+                                 float (&acc)[128], int job_index) {
   using Shape = PanelShape<kOut, kSwiGLU>;
   const EpilogueFields node(*work.node);
   const int warp = (threadIdx.x / 32) % 4;
@@ -129,64 +258,51 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int
   const int64_t acc_col0 = static_cast<int64_t>(work.n_block) * KernelConfig::kBlockN;
   const int64_t out_col0 = static_cast<int64_t>(work.n_block) * node.out_tile_n;
   const int panels = OutputPanels(*work.node, work.n_block);
+  const bool ragged = out_col0 + node.out_tile_n > node.c_tma_cols;
 
 #pragma unroll
   for (int p = 0; p < Shape::kPanels; ++p) {
     if (p >= panels) break;
-    uint64_t* empty = &ctx.barriers->staging_empty[warpgroup][staging.stage];
-    if (!ctx.watchdog.WaitBarrier(empty, staging.phase ^ 1, WaitKind::kStaging, job_index)) return false;
-    uint8_t* panel = ctx.staging_panel(warpgroup, staging.stage);
-#pragma unroll
-    for (int c = p * Shape::kChunks; c < (p + 1) * Shape::kChunks; ++c) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = warp * 16 + lane / 4 + 8 * half;  // in this warpgroup's 64 rows
-        const int acc_col = 8 * c + 2 * (lane % 4);       // even accumulator column in the tile
-        float v0 = acc[4 * c + 2 * half];
-        float v1 = acc[4 * c + 2 * half + 1];
-        if (node.bias != nullptr) {
-          const int64_t col = acc_col0 + acc_col;
-          if (col < node.n) v0 += LoadAsFloat(node.bias, node.bias_type, col);
-          if (col + 1 < node.n) v1 += LoadAsFloat(node.bias, node.bias_type, col + 1);
-        }
-        const int64_t global_row = row0 + row;
-        if constexpr (kSwiGLU) {
-          const int out_col = acc_col / 2;  // in the tile
-          float out = v0 / (1.0f + __expf(-v0)) * v1;
-          if (node.residual != nullptr && global_row < node.m && out_col0 + out_col < node.out_cols) {
-            out += LoadAsFloat(node.residual, node.residual_type,
-                               global_row * node.residual_stride + out_col0 + out_col);
-          }
-          const int byte = (out_col - p * Shape::kOutCols) * Shape::kOutBytes;
-          StoreOutput<kOut>(node, panel + SwizzledPanelOffset(row, byte), global_row, out_col0 + out_col, out);
-        } else {
-          v0 = Activate(node.activation, v0);
-          v1 = Activate(node.activation, v1);
-          if (node.residual != nullptr && global_row < node.m) {
-            const int64_t col = out_col0 + acc_col;
-            const int64_t base = global_row * node.residual_stride;
-            if (col < node.out_cols) v0 += LoadAsFloat(node.residual, node.residual_type, base + col);
-            if (col + 1 < node.out_cols) {
-              v1 += LoadAsFloat(node.residual, node.residual_type, base + col + 1);
-            }
-          }
-          const int byte = (acc_col - p * Shape::kOutCols) * Shape::kOutBytes;
-          const int64_t col = out_col0 + acc_col;
-          if (col + 1 < node.c_tma_cols) {  // both in the TMA-stored part: one paired staging store
-            if constexpr (kOut == ElementType::kBF16) {
-              *reinterpret_cast<__nv_bfloat162*>(panel + SwizzledPanelOffset(row, byte)) =
-                  __floats2bfloat162_rn(v0, v1);
-            } else {
-              *reinterpret_cast<float2*>(panel + SwizzledPanelOffset(row, byte)) = make_float2(v0, v1);
-            }
-          } else {
-            StoreOutput<kOut>(node, panel + SwizzledPanelOffset(row, byte), global_row, col, v0);
-            StoreOutput<kOut>(node, panel + SwizzledPanelOffset(row, byte + Shape::kOutBytes), global_row, col + 1,
-                              v1);
-          }
-        }
+    const int begin = p * Shape::kChunks * 4, end = begin + Shape::kChunks * 4;  // this panel's registers
+    if (node.bias != nullptr) {
+      const bool checked = acc_col0 + KernelConfig::kBlockN > node.n;
+      if (node.bias_type == ElementType::kBF16) {
+        checked ? AddBias<__nv_bfloat16, true>(node, acc_col0, lane, acc, begin, end)
+                : AddBias<__nv_bfloat16, false>(node, acc_col0, lane, acc, begin, end);
+      } else {
+        checked ? AddBias<float, true>(node, acc_col0, lane, acc, begin, end)
+                : AddBias<float, false>(node, acc_col0, lane, acc, begin, end);
       }
     }
+    if constexpr (kSwiGLU) {
+      SwiGLURange(acc, begin, end);
+    } else {
+      switch (node.activation) {
+        case EpilogueActivation::kReLU:
+          ActivateRange<EpilogueActivation::kReLU>(acc, begin, end);
+          break;
+        case EpilogueActivation::kGELU:
+          ActivateRange<EpilogueActivation::kGELU>(acc, begin, end);
+          break;
+        case EpilogueActivation::kSiLU:
+          ActivateRange<EpilogueActivation::kSiLU>(acc, begin, end);
+          break;
+        default:
+          break;
+      }
+    }
+    if (node.residual != nullptr) {
+      const bool interior = row0 + KernelConfig::kRowsPerConsumer <= node.m && out_col0 + node.out_tile_n <= node.out_cols;
+      if (node.residual_type == ElementType::kBF16) {
+        AddResidual<__nv_bfloat16, kSwiGLU>(node, row0, out_col0, warp, lane, acc, begin, end, interior);
+      } else {
+        AddResidual<float, kSwiGLU>(node, row0, out_col0, warp, lane, acc, begin, end, interior);
+      }
+    }
+    uint64_t* empty = &ctx.barriers->staging_empty[warpgroup][staging.stage];
+    if (!ctx.watchdog.WaitBarrier(empty, staging.phase ^ 1, WaitKind::kStaging, job_index)) return false;
+    WritePanel<kOut, kSwiGLU>(node, ctx.staging_panel(warpgroup, staging.stage), p, row0, out_col0, ragged, warp,
+                              lane, acc);
     // Generic-proxy writes that the TMA store (async proxy) will read.
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
     cuda::ptx::mbarrier_arrive(&ctx.barriers->staging_full[warpgroup][staging.stage]);
