@@ -201,24 +201,24 @@ __device__ __forceinline__ void StoreScalar(uint8_t* address, float value) {
   }
 }
 
-// Writes this lane's outputs of panel p into `panel` (64 rows x 128 B,
-// swizzled). Output columns at or past c_tma_cols (the ragged last 16 bytes
-// of a row, which TMA cannot store exactly) go straight to global memory
-// instead; `ragged` is false for every tile but the last column of tiles.
+// Writes this lane's outputs of the current panel (registers [0, R) after
+// rotation, see StageTile) into `panel` (64 rows x 128 B, swizzled). Output
+// columns at or past c_tma_cols (the ragged last 16 bytes of a row, which TMA
+// cannot store exactly) go straight to global memory instead; `ragged` is
+// false for every tile but the last column of tiles.
 template <ElementType kOut, bool kSwiGLU>
-__device__ __forceinline__ void WritePanel(const EpilogueFields& node, uint8_t* panel, int p, int64_t row0,
-                                           int64_t out_col0, bool ragged, int warp, int lane,
+__device__ __forceinline__ void WritePanel(const EpilogueFields& node, uint8_t* panel, int64_t row0,
+                                           int64_t out_col_base, bool ragged, int warp, int lane,
                                            const float (&acc)[128]) {
   using Shape = PanelShape<kOut, kSwiGLU>;
 #pragma unroll
-  for (int c = p * Shape::kChunks; c < (p + 1) * Shape::kChunks; ++c) {
+  for (int c = 0; c < Shape::kChunks; ++c) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = 4 * c + 2 * half;  // this lane's register pair: (row, col) and (row, col + 1)
       const int row = AccRow(i, warp, lane);
-      const int tile_col = kSwiGLU ? AccColumn(i, lane) / 2 : AccColumn(i, lane);
-      const int byte = (tile_col - p * Shape::kOutCols) * Shape::kOutBytes;
-      uint8_t* staged = panel + SwizzledPanelOffset(row, byte);
+      const int panel_col = kSwiGLU ? AccColumn(i, lane) / 2 : AccColumn(i, lane);
+      uint8_t* staged = panel + SwizzledPanelOffset(row, panel_col * Shape::kOutBytes);
       if (!ragged) {
         if constexpr (kSwiGLU) {
           StoreScalar<kOut>(staged, acc[i]);
@@ -232,7 +232,7 @@ __device__ __forceinline__ void WritePanel(const EpilogueFields& node, uint8_t* 
       const int64_t global_row = row0 + row;
 #pragma unroll
       for (int e = 0; e < (kSwiGLU ? 1 : 2); ++e) {
-        const int64_t col = out_col0 + tile_col + e;
+        const int64_t col = out_col_base + panel_col + e;
         if (col < node.c_tma_cols) {
           StoreScalar<kOut>(staged + e * Shape::kOutBytes, acc[i + e]);
         } else if (global_row < node.m && col < node.out_cols) {
@@ -260,53 +260,62 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int
   const int panels = OutputPanels(*work.node, work.n_block);
   const bool ragged = out_col0 + node.out_tile_n > node.c_tma_cols;
 
-#pragma unroll
-  for (int p = 0; p < Shape::kPanels; ++p) {
-    if (p >= panels) break;
-    const int begin = p * Shape::kChunks * 4, end = begin + Shape::kChunks * 4;  // this panel's registers
+  // NOTE: the panel loop is deliberately not unrolled, so one panel's code is
+  // fetched once per tile and reused (unrolled, the epilogue was tens of KB of
+  // straight-line code per tile, bound by instruction fetch). Register arrays
+  // need compile-time indices, so the current panel always sits in
+  // registers [0, kRegs): after each panel the array rotates down by kRegs.
+  constexpr int kRegs = Shape::kChunks * 4;
+#pragma unroll 1
+  for (int p = 0; p < panels; ++p) {
+    const int64_t acc_col_base = acc_col0 + p * Shape::kAccCols;
+    const int64_t out_col_base = out_col0 + p * Shape::kOutCols;
     if (node.bias != nullptr) {
-      const bool checked = acc_col0 + KernelConfig::kBlockN > node.n;
+      const bool checked = acc_col_base + Shape::kAccCols > node.n;
       if (node.bias_type == ElementType::kBF16) {
-        checked ? AddBias<__nv_bfloat16, true>(node, acc_col0, lane, acc, begin, end)
-                : AddBias<__nv_bfloat16, false>(node, acc_col0, lane, acc, begin, end);
+        checked ? AddBias<__nv_bfloat16, true>(node, acc_col_base, lane, acc, 0, kRegs)
+                : AddBias<__nv_bfloat16, false>(node, acc_col_base, lane, acc, 0, kRegs);
       } else {
-        checked ? AddBias<float, true>(node, acc_col0, lane, acc, begin, end)
-                : AddBias<float, false>(node, acc_col0, lane, acc, begin, end);
+        checked ? AddBias<float, true>(node, acc_col_base, lane, acc, 0, kRegs)
+                : AddBias<float, false>(node, acc_col_base, lane, acc, 0, kRegs);
       }
     }
     if constexpr (kSwiGLU) {
-      SwiGLURange(acc, begin, end);
+      SwiGLURange(acc, 0, kRegs);
     } else {
       switch (node.activation) {
         case EpilogueActivation::kReLU:
-          ActivateRange<EpilogueActivation::kReLU>(acc, begin, end);
+          ActivateRange<EpilogueActivation::kReLU>(acc, 0, kRegs);
           break;
         case EpilogueActivation::kGELU:
-          ActivateRange<EpilogueActivation::kGELU>(acc, begin, end);
+          ActivateRange<EpilogueActivation::kGELU>(acc, 0, kRegs);
           break;
         case EpilogueActivation::kSiLU:
-          ActivateRange<EpilogueActivation::kSiLU>(acc, begin, end);
+          ActivateRange<EpilogueActivation::kSiLU>(acc, 0, kRegs);
           break;
         default:
           break;
       }
     }
     if (node.residual != nullptr) {
-      const bool interior = row0 + KernelConfig::kRowsPerConsumer <= node.m && out_col0 + node.out_tile_n <= node.out_cols;
+      const bool interior =
+          row0 + KernelConfig::kRowsPerConsumer <= node.m && out_col_base + Shape::kOutCols <= node.out_cols;
       if (node.residual_type == ElementType::kBF16) {
-        AddResidual<__nv_bfloat16, kSwiGLU>(node, row0, out_col0, warp, lane, acc, begin, end, interior);
+        AddResidual<__nv_bfloat16, kSwiGLU>(node, row0, out_col_base, warp, lane, acc, 0, kRegs, interior);
       } else {
-        AddResidual<float, kSwiGLU>(node, row0, out_col0, warp, lane, acc, begin, end, interior);
+        AddResidual<float, kSwiGLU>(node, row0, out_col_base, warp, lane, acc, 0, kRegs, interior);
       }
     }
     uint64_t* empty = &ctx.barriers->staging_empty[warpgroup][staging.stage];
     if (!ctx.watchdog.WaitBarrier(empty, staging.phase ^ 1, WaitKind::kStaging, job_index)) return false;
-    WritePanel<kOut, kSwiGLU>(node, ctx.staging_panel(warpgroup, staging.stage), p, row0, out_col0, ragged, warp,
+    WritePanel<kOut, kSwiGLU>(node, ctx.staging_panel(warpgroup, staging.stage), row0, out_col_base, ragged, warp,
                               lane, acc);
     // Generic-proxy writes that the TMA store (async proxy) will read.
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
     cuda::ptx::mbarrier_arrive(&ctx.barriers->staging_full[warpgroup][staging.stage]);
     staging.Advance(KernelConfig::kStagingBuffers);
+#pragma unroll
+    for (int i = 0; i + kRegs < 128; ++i) acc[i] = acc[i + kRegs];
   }
   return true;
 }
