@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "cta_context.cuh"
+#include "loader_role.cuh"  // WaitForProducers
 #include "mma_role.cuh"
 
 namespace loom::kernel {
@@ -33,13 +34,10 @@ struct PanelShape {
 
 // Panels of this tile that hold at least one output column (the rest are
 // past the tensor's last column and are neither staged nor stored).
-__device__ inline int OutputPanels(const KernelNode& node, int32_t n_block) {
-  const int out_bytes = node.out_type == ElementType::kBF16 ? 2 : 4;
-  const int cols_per_panel = KernelConfig::kPanelBytes / out_bytes;
-  const int64_t out_col0 = static_cast<int64_t>(n_block) * node.schedule.out_tile_n;
-  const int64_t remaining = node.schedule.out_cols - out_col0;
-  const int64_t panels = (remaining + cols_per_panel - 1) / cols_per_panel;
-  const int tile_panels = node.schedule.out_tile_n / cols_per_panel;
+__device__ inline int OutputPanels(int64_t out_cols, int32_t out_tile_n, int cols_per_panel, int32_t n_block) {
+  const int64_t out_col0 = static_cast<int64_t>(n_block) * out_tile_n;
+  const int64_t panels = (out_cols - out_col0 + cols_per_panel - 1) / cols_per_panel;
+  const int tile_panels = out_tile_n / cols_per_panel;
   return panels < tile_panels ? static_cast<int>(panels) : tile_panels;
 }
 
@@ -111,6 +109,19 @@ struct EpilogueFields {
         activation(node.activation),
         bias_type(node.bias_type),
         residual_type(node.residual_type) {}
+
+  // A split-K partial: the raw accumulators of the whole padded tile, no fused
+  // ops, every column through TMA (the workspace rows are padded to whole tiles).
+  __device__ static EpilogueFields Partial(const KernelNode& node) {
+    EpilogueFields fields(node);
+    fields.bias = nullptr;
+    fields.residual = nullptr;
+    fields.activation = EpilogueActivation::kNone;
+    fields.out_tile_n = KernelConfig::kBlockN;
+    fields.out_cols = int64_t{node.schedule.n_blocks} * KernelConfig::kBlockN;
+    fields.c_tma_cols = fields.out_cols;
+    return fields;
+  }
 };
 
 // acc[i] += bias[column of i] (accumulator columns). Registers 4c..4c+3 hold
@@ -247,17 +258,16 @@ __device__ __forceinline__ void WritePanel(const EpilogueFields& node, uint8_t* 
 // The fused epilogue of one tile for one consumer warpgroup: per panel, the
 // passes over that panel's registers, then the panel through a staging buffer.
 template <ElementType kOut, bool kSwiGLU>
-__device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int warpgroup, RingCursor& staging,
-                                 float (&acc)[128], int job_index) {
+__device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, const EpilogueFields& node,
+                                 int warpgroup, RingCursor& staging, float (&acc)[128], int job_index) {
   using Shape = PanelShape<kOut, kSwiGLU>;
-  const EpilogueFields node(*work.node);
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
                        warpgroup * KernelConfig::kRowsPerConsumer;
   const int64_t acc_col0 = static_cast<int64_t>(work.n_block) * KernelConfig::kBlockN;
   const int64_t out_col0 = static_cast<int64_t>(work.n_block) * node.out_tile_n;
-  const int panels = OutputPanels(*work.node, work.n_block);
+  const int panels = OutputPanels(node.out_cols, node.out_tile_n, Shape::kOutCols, work.n_block);
   const bool ragged = out_col0 + node.out_tile_n > node.c_tma_cols;
 
   // NOTE: the panel loop is deliberately not unrolled, so one panel's code is
@@ -320,7 +330,62 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, int
   return true;
 }
 
-// The consumer warpgroup: main loop, then the fused epilogue, job after job.
+// Split-K reduce: waits until every split of this CTA tile has published its
+// partial, then sums the partials in split order (the same order every run,
+// so the result is bit-for-bit reproducible) into the accumulator layout.
+// Returns false when the launch is aborting.
+__device__ inline bool ReducePartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, int job_index,
+                                      float (&acc)[128]) {
+  const sched::NodeSchedule& schedule = work.node->schedule;
+  const int split_k = schedule.split_k;
+  const int tile = work.m_block * schedule.n_blocks + work.n_block;
+  const uint32_t epoch = ctx.epoch;
+  for (int split = 0; split < split_k; ++split) {
+    const int flag_index = schedule.partial_flag_base + tile * split_k + split;
+    const uint32_t* flag = &ctx.params.flags[flag_index];
+    const bool done = ctx.watchdog.SpinUntil(
+        [&] {
+          if (static_cast<int32_t>(ptx::ld_acquire_gpu(flag) - epoch) >= 0) return true;
+          __nanosleep(32);
+          return false;
+        },
+        WaitKind::kDependencyFlag, job_index, flag_index, epoch, flag);
+    if (!done) return false;
+  }
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
+  const int64_t slice = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+  const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer +
+                         warp * 16 + lane / 4;
+  const bool lo_ok = row_lo < schedule.m, hi_ok = row_lo + 8 < schedule.m;
+  const float* base = ctx.params.workspace + schedule.workspace_offset + row_lo * padded_cols +
+                      int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int split = 0; split < split_k; ++split) {
+    const float* lo = base + split * slice;
+    const float* hi = lo + 8 * padded_cols;
+#pragma unroll
+    for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
+      if (lo_ok) {
+        const float2 v = *reinterpret_cast<const float2*>(lo + 8 * c);
+        acc[4 * c] += v.x;
+        acc[4 * c + 1] += v.y;
+      }
+      if (hi_ok) {
+        const float2 v = *reinterpret_cast<const float2*>(hi + 8 * c);
+        acc[4 * c + 2] += v.x;
+        acc[4 * c + 3] += v.y;
+      }
+    }
+  }
+  return true;
+}
+
+// The consumer warpgroup, job after job: the main loop (or, for a split-K
+// reduce job, the sum of the partials), then the epilogue: fused ops into the
+// output, or the raw accumulators into the workspace for a split-K partial.
 __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
   const bool lane0 = (threadIdx.x % 32) == 0;
   JobStream jobs;
@@ -330,20 +395,47 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
     const int index = jobs.Next(ctx, /*releasing=*/lane0);
     if (index < 0) return;
     const CtaWork work = ResolveJob(ctx, index);
-    if (work.job->kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
-    if (!RunMainLoop(ctx, work, index, warpgroup, a_ring, b_ring, accumulators)) return;
     const KernelNode& node = *work.node;
     const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
                          warpgroup * KernelConfig::kRowsPerConsumer;
-    if (!work.in_range || row0 >= node.schedule.m) continue;  // the store thread skips it too
-    const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
-    bool ok;
-    if (node.out_type == ElementType::kBF16) {
-      ok = swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, warpgroup, staging, accumulators, index)
-                  : StageTile<ElementType::kBF16, false>(ctx, work, warpgroup, staging, accumulators, index);
+    const bool rows_in_range = work.in_range && row0 < node.schedule.m;  // else the store thread skips it too
+    const bool reduce = work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce);
+    if (reduce) {
+      if (!rows_in_range) continue;
+      if (!ReducePartials(ctx, work, warpgroup, index, accumulators)) return;
+      // The reduce job runs the epilogue, so it (not the split jobs' loaders)
+      // waits for a bias or residual that another node produces.
+      if (node.schedule.dependency_count > 0) {
+        DependencyMemo memo;
+        memo.Reset();
+        const int64_t out_col0 = int64_t{work.n_block} * node.schedule.out_tile_n;
+        const int64_t acc_col0 = int64_t{work.n_block} * KernelConfig::kBlockN;
+        if (!WaitForProducers(ctx, node, index, sched::DependencyOperand::kResidual, row0,
+                              row0 + KernelConfig::kRowsPerConsumer, out_col0, out_col0 + node.schedule.out_tile_n,
+                              memo) ||
+            !WaitForProducers(ctx, node, index, sched::DependencyOperand::kBias, 0, 1, acc_col0,
+                              acc_col0 + KernelConfig::kBlockN, memo)) {
+          return;
+        }
+      }
     } else {
-      ok = swiglu ? StageTile<ElementType::kFP32, true>(ctx, work, warpgroup, staging, accumulators, index)
-                  : StageTile<ElementType::kFP32, false>(ctx, work, warpgroup, staging, accumulators, index);
+      if (!RunMainLoop(ctx, work, index, warpgroup, a_ring, b_ring, accumulators)) return;
+      if (!rows_in_range) continue;
+    }
+    bool ok;
+    if (!reduce && node.schedule.split_k > 1) {
+      ok = StageTile<ElementType::kFP32, false>(ctx, work, EpilogueFields::Partial(node), warpgroup, staging,
+                                                accumulators, index);
+    } else {
+      const EpilogueFields fields(node);
+      const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
+      if (node.out_type == ElementType::kBF16) {
+        ok = swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, accumulators, index)
+                    : StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, accumulators, index);
+      } else {
+        ok = swiglu ? StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, accumulators, index)
+                    : StageTile<ElementType::kFP32, false>(ctx, work, fields, warpgroup, staging, accumulators, index);
+      }
     }
     if (!ok) return;
   }
@@ -357,12 +449,20 @@ __device__ inline void RunStore(const CtaContext& ctx) {
     const int index = jobs.Next(ctx, /*releasing=*/true);
     if (index < 0) break;
     const CtaWork work = ResolveJob(ctx, index);
-    if (work.job->kind != static_cast<uint8_t>(sched::JobKind::kGemm) || !work.in_range) continue;
+    if (!work.in_range) continue;
     const KernelNode& node = *work.node;
-    const int panels = OutputPanels(node, work.n_block);
-    const int cols_per_panel = KernelConfig::kPanelBytes / (node.out_type == ElementType::kBF16 ? 2 : 4);
+    const sched::TileJob job = *work.job;
+    // A split-K partial goes to the node's workspace slice, raw fp32, whole
+    // padded tile; everything else (unsplit jobs, reduce jobs) to C.
+    const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1;
+    const int cols_per_panel =
+        KernelConfig::kPanelBytes / (partial || node.out_type == ElementType::kFP32 ? 4 : 2);
+    const int32_t out_tile_n = partial ? KernelConfig::kBlockN : node.schedule.out_tile_n;
+    const int panels = partial ? KernelConfig::kBlockN / cols_per_panel
+                               : OutputPanels(node.schedule.out_cols, out_tile_n, cols_per_panel, work.n_block);
+    const int64_t tma_cols = partial ? int64_t{node.schedule.n_blocks} * KernelConfig::kBlockN : node.c_tma_cols;
     const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM;
-    const int64_t out_col0 = static_cast<int64_t>(work.n_block) * node.schedule.out_tile_n;
+    const int64_t out_col0 = static_cast<int64_t>(work.n_block) * out_tile_n;
     // One store stays in flight: a panel's buffer is handed back once the
     // next store is issued and wait_group.read<1> says the older one was read.
     uint64_t* pending_empty = nullptr;
@@ -377,7 +477,12 @@ __device__ inline void RunStore(const CtaContext& ctx) {
           return;
         }
         const int64_t panel_col0 = out_col0 + p * cols_per_panel;
-        if (panel_col0 < node.c_tma_cols) {  // else the consumers stored this panel directly
+        if (partial) {
+          const int32_t coords[3] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows),
+                                     static_cast<int32_t>(job.split)};
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.partial_map,
+                                          coords, ctx.staging_panel(w, cursor.stage));
+        } else if (panel_col0 < tma_cols) {  // else the consumers stored this panel directly
           const int32_t coords[2] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows)};
           cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.c_map,
                                           coords, ctx.staging_panel(w, cursor.stage));
@@ -395,13 +500,15 @@ __device__ inline void RunStore(const CtaContext& ctx) {
       cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
       cuda::ptx::mbarrier_arrive(pending_empty);
     }
-    if (node.has_dependents) {
+    if (partial || node.has_dependents) {
       // Completed (not just read), then visible to generic-proxy acquirers,
-      // then published.
+      // then published. A partial always has a reader: its tile's reduce job.
       cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
       cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-      ptx::st_release_gpu(&ctx.params.flags[sched::OutputFlagIndex(node.schedule, work.m_block, work.n_block)],
-                          ctx.epoch);
+      const int tile = work.m_block * node.schedule.n_blocks + work.n_block;
+      const int flag = partial ? node.schedule.partial_flag_base + tile * node.schedule.split_k + job.split
+                               : sched::OutputFlagIndex(node.schedule, work.m_block, work.n_block);
+      ptx::st_release_gpu(&ctx.params.flags[flag], ctx.epoch);
     }
   }
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});

@@ -25,6 +25,11 @@ struct KernelNode {
   // covers only the 16-byte-aligned prefix of each row; the consumers store the
   // last (< 16 bytes of) columns themselves with plain global stores.
   CUtensorMap c_map;
+  // Split-K nodes only: the node's fp32 partials in the workspace, 3-D
+  // {n_blocks * kBlockN columns, M rows, split_k slices} (slices m_blocks *
+  // kBlockM rows apart), box {32, 64, 1}, 128B swizzle. Rows past M are
+  // clipped, so a decode-size M writes only its own rows.
+  CUtensorMap partial_map;
   sched::NodeSchedule schedule;
   void* c = nullptr;               // C [M, N_out], out_type
   int64_t c_stride = 0;            // elements

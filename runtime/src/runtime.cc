@@ -121,7 +121,7 @@ absl::Status Upload(const std::vector<T>& host, T** device) {
 }
 
 absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& graph,
-                                                              const sched::Schedule& schedule) {
+                                                              const sched::Schedule& schedule, float* workspace) {
   std::vector<kernel::KernelNode> nodes(graph.nodes().size());
   std::vector<bool> has_dependents(nodes.size(), false);
   for (const sched::DependencyEdge& edge : schedule.dependencies) has_dependents[edge.producer] = true;
@@ -148,6 +148,13 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     if (node.m() == 0 || node.n() == 0 || node.k() == 0) continue;  // no jobs, no tensor maps
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
+    const sched::NodeSchedule& lowered = schedule.nodes[i];
+    if (lowered.split_k > 1) {
+      LOOM_RETURN_IF_ERROR(internal::EncodeWorkspaceMap(
+          workspace + lowered.workspace_offset, int64_t{lowered.n_blocks} * KernelConfig::kBlockN, lowered.m,
+          int64_t{lowered.m_blocks} * KernelConfig::kBlockM, lowered.split_k, KernelConfig::kPanelBytes / 4,
+          KernelConfig::kRowsPerConsumer, &out.partial_map));
+    }
     if (out.c_tma_cols > 0) {
       const uint32_t panel_cols = KernelConfig::kPanelBytes / static_cast<uint32_t>(node.c.element_size());
       TensorView aligned = node.c;
@@ -161,16 +168,18 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
 
 absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl.device_ordinal));
-  LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes, KernelNodesOf(impl.graph, impl.schedule));
+  if (impl.schedule.workspace_elements > 0) {
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.workspace),
+                                         impl.schedule.workspace_elements * sizeof(float)));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,
+                        KernelNodesOf(impl.graph, impl.schedule, impl.workspace));
   LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes));
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue));
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies));
   const size_t flag_count = std::max<int64_t>(impl.schedule.num_flags, 1);
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.flags), flag_count * sizeof(uint32_t)));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.flags, 0, flag_count * sizeof(uint32_t)));
-  if (impl.schedule.workspace_elements > 0) {
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.workspace), impl.schedule.workspace_elements * sizeof(float)));
-  }
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.state), sizeof(kernel::LaunchState)));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.state, 0, sizeof(kernel::LaunchState)));
   LOOM_CUDA_RETURN_IF_ERROR(
@@ -293,9 +302,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.cluster_size = kClusterSize;
   scheduler_options.num_sms = device_.sm_count;
   scheduler_options.max_clusters = impl->grid_clusters;
-  // NOTE: the kernel does not run split-K reduce jobs yet, so every node is
-  // lowered unsplit on this path (the scheduler and the CPU reference support it).
-  scheduler_options.split_k = 1;
+  scheduler_options.split_k = options.split_k;
   scheduler_options.group_size = options.group_size;
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph), scheduler_options));
 

@@ -67,4 +67,27 @@ absl::Status EncodeTensorMap(const TensorView& view, uint32_t box_cols, uint32_t
   return absl::OkStatus();
 }
 
+absl::Status EncodeWorkspaceMap(float* base, int64_t columns, int64_t rows, int64_t padded_rows, int64_t slices,
+                                uint32_t box_cols, uint32_t box_rows, CUtensorMap* map) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeFunction();
+  if (encode == nullptr) {
+    return absl::FailedPreconditionError("the CUDA driver has no cuTensorMapEncodeTiled (driver too old?)");
+  }
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(slices)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(columns * 4),
+                                 static_cast<cuuint64_t>(columns * padded_rows * 4)};
+  const cuuint32_t box[3] = {box_cols, box_rows, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, dims, strides, box, element_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrFormat(
+        "split-K workspace: cuTensorMapEncodeTiled refused {%d, %d, %d} (padded rows %d): CUresult %d", columns, rows,
+        slices, padded_rows, static_cast<int>(result)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace loom::internal
