@@ -16,17 +16,17 @@ __device__ uint32_t Hash(uint64_t x) {
   return static_cast<uint32_t>(x);
 }
 
-__global__ void FillUniformBf16Kernel(__nv_bfloat16* data, int64_t count, uint64_t seed) {
+__global__ void FillUniformBf16Kernel(__nv_bfloat16* data, int64_t count, uint64_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
     const float u = (Hash(seed * 0x9E3779B97F4A7C15ULL + i) >> 8) * (1.0f / 16777216.0f);  // [0, 1)
-    data[i] = __float2bfloat16_rn(2.0f * u - 1.0f);
+    data[i] = __float2bfloat16_rn(scale * (2.0f * u - 1.0f));
   }
 }
 
 }  // namespace
 
-cudaError_t FillUniformBf16(void* data, int64_t count, uint64_t seed, cudaStream_t stream) {
-  FillUniformBf16Kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(data), count, seed);
+cudaError_t FillUniformBf16(void* data, int64_t count, uint64_t seed, cudaStream_t stream, float scale) {
+  FillUniformBf16Kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(data), count, seed, scale);
   return cudaGetLastError();
 }
 

@@ -8,8 +8,11 @@
 
 namespace loom::bench {
 
-// `count` bf16 values uniform in [-1, 1), a pure function of (seed, index).
-cudaError_t FillUniformBf16(void* data, int64_t count, uint64_t seed, cudaStream_t stream);
+// `count` bf16 values uniform in [-scale, scale), a pure function of (seed,
+// index). A weight scale of sqrt(3 / K) keeps a layer's outputs at the
+// variance of its inputs, so chains of layers stay in range.
+cudaError_t FillUniformBf16(void* data, int64_t count, uint64_t seed, cudaStream_t stream,
+                            float scale = 1.0f);
 
 }  // namespace loom::bench
 

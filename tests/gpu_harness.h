@@ -7,6 +7,11 @@
 //   h.Build([&](auto t, GemmGraph& g) { g.AddGemm("gemm", t("x"), t("w"), t("y")); });
 //   ASSERT_TRUE(h.Run(runtime).ok());
 //   h.ExpectMatchesReference();
+//
+// For graphs whose nodes feed each other, ExpectEachNodeMatchesReference
+// checks each node against the reference computed from the inputs the GPU
+// gave it. Prepare / LaunchOn / FinishOn split Run for tests that launch on
+// their own streams; Replay re-poisons the outputs and launches the Plan again.
 #ifndef LOOM_TESTS_GPU_HARNESS_H_
 #define LOOM_TESTS_GPU_HARNESS_H_
 
@@ -16,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "loom/reference.h"
@@ -60,6 +66,28 @@ class GpuHarness {
   // Copies inputs (and poisoned outputs) to the device, compiles and launches
   // the graph `launches` times, copies every output back.
   absl::Status Run(const Runtime& runtime, const CompileOptions& options = {}, int launches = 1) {
+    if (absl::Status s = Prepare(runtime, options); !s.ok()) return s;
+    for (int i = 0; i < launches; ++i) {
+      if (absl::Status s = plan_->Launch(nullptr); !s.ok()) return s;
+      if (absl::Status s = plan_->Synchronize(nullptr); !s.ok()) return s;
+    }
+    return CopyOutputsBack();
+  }
+
+  // Run in steps, for tests that drive the launches themselves (on their own
+  // streams, say):
+  //   Prepare: copies inputs and poisoned outputs to the device, compiles the
+  //     Plan, then waits for the whole device. NOTE: the copies (pageable
+  //     cudaMemcpy) and the Plan's set-up (cudaMemset of its flags) run on the
+  //     legacy default stream and may return before the data lands; a
+  //     cudaStreamNonBlocking stream is not ordered after them, hence the wait.
+  //   LaunchOn: enqueues one launch on `stream` and returns without waiting.
+  //   FinishOn: waits for `stream` (a device time-out becomes DeadlineExceeded)
+  //     and copies every output back.
+  //   PoisonDeviceOutputs: re-poisons the outputs on the device (then waits for
+  //     the device, as Prepare does), so a replay must write every element again.
+  //   Replay: PoisonDeviceOutputs, one launch on the null stream, FinishOn.
+  absl::Status Prepare(const Runtime& runtime, const CompileOptions& options = {}) {
     for (const std::string& name : outputs_) Poison(host_[name]);
     for (const auto& [name, matrix] : host_.all()) {
       absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::CopyOf(*matrix);
@@ -71,11 +99,24 @@ class GpuHarness {
     absl::StatusOr<Plan> plan = runtime.Compile(device_graph_, options);
     if (!plan.ok()) return plan.status();
     plan_ = std::make_unique<Plan>(std::move(*plan));
-    for (int i = 0; i < launches; ++i) {
-      if (absl::Status s = plan_->Launch(nullptr); !s.ok()) return s;
-      if (absl::Status s = plan_->Synchronize(nullptr); !s.ok()) return s;
-    }
+    return SynchronizeDevice();
+  }
+  absl::Status LaunchOn(cudaStream_t stream) { return plan_->Launch(stream); }
+  absl::Status FinishOn(cudaStream_t stream) {
+    if (absl::Status s = plan_->Synchronize(stream); !s.ok()) return s;
     return CopyOutputsBack();
+  }
+  absl::Status PoisonDeviceOutputs() {
+    for (const std::string& name : outputs_) {
+      Poison(host_[name]);
+      if (absl::Status s = device_.at(name)->CopyFrom(host_[name]); !s.ok()) return s;
+    }
+    return SynchronizeDevice();
+  }
+  absl::Status Replay() {
+    if (absl::Status s = PoisonDeviceOutputs(); !s.ok()) return s;
+    if (absl::Status s = LaunchOn(nullptr); !s.ok()) return s;
+    return FinishOn(nullptr);
   }
 
   absl::Status CopyOutputsBack() {
@@ -112,7 +153,32 @@ class GpuHarness {
     }
   }
 
+  // Checks every node on its own: the CPU reference recomputes each node from
+  // the inputs the GPU actually gave it (the graph's inputs, and upstream
+  // outputs as copied back from the device), then compares with
+  // CompareNodeToReference. Unlike ExpectMatchesReference, whose downstream
+  // nodes read the reference's own upstream outputs, a one-ulp bf16 rounding
+  // difference in an intermediate cannot spread into a false mismatch
+  // downstream; a consumer that read unfinished (poisoned or stale) data still
+  // fails. A node's C may be a sub-view (Columns, Rows) of a harness tensor.
+  // Every Output's guard bands and row padding are checked once.
+  void ExpectEachNodeMatchesReference() {
+    GemmGraph gpu_results;
+    builder_([&](const std::string& name) { return host_.view(name); }, gpu_results);
+    for (const GemmNode& node : gpu_results.nodes()) {
+      SCOPED_TRACE("node " + node.name);
+      HostMatrix expected(node.c.dtype, node.c.rows, node.c.cols);
+      GemmGraph alone;
+      alone.AddGemm(node.name, node.a, node.b, expected.view(node.c.name), node.epilogue);
+      const absl::Status status = RunNaiveGraph(alone);
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_TRUE(CompareNodeToReference(node, node.c, expected.view(node.c.name)));
+    }
+    for (const std::string& name : outputs_) EXPECT_TRUE(CheckGuards(host_[name], name));
+  }
+
   HostMatrix& host(const std::string& name) { return host_[name]; }
+  const std::vector<std::string>& outputs() const { return outputs_; }
   Plan& plan() { return *plan_; }
   DeviceBuffer& device(const std::string& name) { return *device_.at(name); }
 
@@ -123,6 +189,13 @@ class GpuHarness {
   GraphBuilder builder_;
   GemmGraph device_graph_;
   std::unique_ptr<Plan> plan_;
+
+  static absl::Status SynchronizeDevice() {
+    const cudaError_t error = cudaDeviceSynchronize();
+    if (error == cudaSuccess) return absl::OkStatus();
+    return absl::InternalError(std::string("cudaDeviceSynchronize: ") + cudaGetErrorName(error) + ": " +
+                               cudaGetErrorString(error));
+  }
 };
 
 // The runtime of device 0, created once per test binary.

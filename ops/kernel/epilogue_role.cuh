@@ -17,7 +17,6 @@
 #include <type_traits>
 
 #include "cta_context.cuh"
-#include "loader_role.cuh"  // WaitForProducers
 #include "mma_role.cuh"
 
 namespace loom::kernel {
@@ -330,12 +329,17 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
   return true;
 }
 
-// Split-K reduce: waits until every split of this CTA tile has published its
-// partial, then sums the partials in split order (the same order every run,
-// so the result is bit-for-bit reproducible) into the accumulator layout.
-// Returns false when the launch is aborting.
-__device__ inline bool ReducePartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, int job_index,
-                                      float (&acc)[128]) {
+// Split-K reduce, part 1: waits until every split of this CTA tile has
+// published its partial. Returns false when the launch is aborting.
+// NOTE: the reduce job runs the epilogue but does not wait for a bias or
+// residual that another node produces: every split job's A loader already
+// waited for them (acquire) before its first load, and the split's partial
+// flag is released after that, so acquiring all partial flags orders the
+// reduce after the producers too (release/acquire chains are transitive).
+// Waiting here again put the loaders' dependency code into the consumer role
+// and its register pressure into the main loop (spills, a quarter of the
+// GEMM throughput lost).
+__device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int job_index) {
   const sched::NodeSchedule& schedule = work.node->schedule;
   const int split_k = schedule.split_k;
   const int tile = work.m_block * schedule.n_blocks + work.n_block;
@@ -352,6 +356,15 @@ __device__ inline bool ReducePartials(const CtaContext& ctx, const CtaWork& work
         WaitKind::kDependencyFlag, job_index, flag_index, epoch, flag);
     if (!done) return false;
   }
+  return true;
+}
+
+// Split-K reduce, part 2: sums the partials in split order (the same order
+// every run, so the result is bit-for-bit reproducible) into the accumulator
+// layout.
+__device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, float (&acc)[128]) {
+  const sched::NodeSchedule& schedule = work.node->schedule;
+  const int split_k = schedule.split_k;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
@@ -380,7 +393,6 @@ __device__ inline bool ReducePartials(const CtaContext& ctx, const CtaWork& work
       }
     }
   }
-  return true;
 }
 
 // The consumer warpgroup, job after job: the main loop (or, for a split-K
@@ -402,22 +414,8 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
     const bool reduce = work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce);
     if (reduce) {
       if (!rows_in_range) continue;
-      if (!ReducePartials(ctx, work, warpgroup, index, accumulators)) return;
-      // The reduce job runs the epilogue, so it (not the split jobs' loaders)
-      // waits for a bias or residual that another node produces.
-      if (node.schedule.dependency_count > 0) {
-        DependencyMemo memo;
-        memo.Reset();
-        const int64_t out_col0 = int64_t{work.n_block} * node.schedule.out_tile_n;
-        const int64_t acc_col0 = int64_t{work.n_block} * KernelConfig::kBlockN;
-        if (!WaitForProducers(ctx, node, index, sched::DependencyOperand::kResidual, row0,
-                              row0 + KernelConfig::kRowsPerConsumer, out_col0, out_col0 + node.schedule.out_tile_n,
-                              memo) ||
-            !WaitForProducers(ctx, node, index, sched::DependencyOperand::kBias, 0, 1, acc_col0,
-                              acc_col0 + KernelConfig::kBlockN, memo)) {
-          return;
-        }
-      }
+      if (!WaitForPartials(ctx, work, index)) return;
+      SumPartials(ctx, work, warpgroup, accumulators);
     } else {
       if (!RunMainLoop(ctx, work, index, warpgroup, a_ring, b_ring, accumulators)) return;
       if (!rows_in_range) continue;

@@ -1,0 +1,1057 @@
+// graph_bench: loom's multi-GEMM graphs against the baseline a PyTorch user
+// gets (cuBLAS GEMMs and an elementwise kernel, captured in one CUDA graph), in
+// one process, on the same device-random data.
+//
+//   copy   cudaMemcpyAsync device to device of 1 GiB, the bandwidth reference:
+//          (read + write bytes) / time.
+//   mlp    a Llama-style SwiGLU MLP block per token count T:
+//            x [T, hidden] bf16
+//            W_gu [2*intermediate, hidden], rows interleave gate and up
+//              (row 2j = gate_j, row 2j+1 = up_j)
+//            W_down [hidden, intermediate]
+//            y = swiglu(x · W_guᵀ) · W_downᵀ + x
+//          baseline: cublasLt GEMM -> g [T, 2*intermediate]; SwiGLU kernel
+//            -> h [T, intermediate]; copy x into y; cublasLt GEMM with beta = 1
+//            (the residual). The four steps are one CUDA graph.
+//          loom: a two-node GemmGraph (gate_up with SwiGLU, down with residual
+//            x), launched as one persistent kernel.
+//   chain  --chain_layers linear layers [width x width] at each --chain_tokens
+//          T: cublasLt GEMMs in one CUDA graph against one loom graph.
+//
+// Timing: --warmup launches, then --iters launches enqueued back to back on
+// one stream with an event between consecutive launches (the steady state of a
+// decode loop: the host's launch latency hides behind the previous launch);
+// the median per launch is reported. speedup = baseline time / loom time
+// (> 1: loom is faster); weight bandwidth = weight bytes / time, next to the
+// measured copy bandwidth.
+//
+// Correctness, in the same run: every element of loom's outputs (the MLP's h
+// and y, every layer of the chain) against the baseline's, flagged WRONG past
+// 0.05 |baseline| + 0.05 or when not finite; and sampled elements of the
+// baseline against an FP64 CPU computation from its own inputs, so that a
+// mismatch can be blamed on the right side.
+//
+// No buffer rotation: each launch streams every weight once and the weights
+// exceed the L2 several times over (MLP 2 x 14336 x 4096 + 4096 x 14336 bf16 =
+// 352 MB, chain 8 x 4096 x 4096 bf16 = 256 MB, against 60 MB of L2), so the
+// weights the next launch reads first were evicted by the ones read after
+// them: every launch starts cold. The activations that do fit (decode-sized x,
+// g, h) are re-read from L2 by both implementations alike, as in a real
+// decode loop. Smaller --hidden / --chain_width that would fit are flagged.
+//
+// Bounded: a watchdog ends the process (exit code 3, naming the step) past
+// --max_seconds; loom's first launch of each case is synchronised and checked
+// before the timed ones. Exit code 0 only when every case ran and was correct.
+//
+//   loom_graph_bench                                      # everything, defaults
+//   loom_graph_bench --tokens=1,64 --iters=100 --json=/tmp/graph.json
+//   loom_graph_bench --tokens= --chain_tokens=1           # the chain only
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "baseline_kernels.h"
+#include "device_fill.h"
+#include "loom/graph.h"
+#include "loom/runtime.h"
+#include "loom/status.h"
+#include "loom/tensor.h"
+
+ABSL_FLAG(std::string, tokens, "1,16,64,128,8192", "comma-separated token counts for the MLP block (empty: none)");
+ABSL_FLAG(int64_t, hidden, 4096, "MLP model width");
+ABSL_FLAG(int64_t, intermediate, 14336, "MLP intermediate width");
+ABSL_FLAG(int, iters, 50, "timed launches per implementation and case (the median is reported)");
+ABSL_FLAG(int, warmup, 5, "untimed launches first (at least 1)");
+ABSL_FLAG(int, chain_layers, 8, "layers in the linear chain (0: no chain)");
+ABSL_FLAG(int64_t, chain_width, 4096, "width of each chain layer [width x width]");
+ABSL_FLAG(std::string, chain_tokens, "1,16", "comma-separated token counts for the chain (empty: none)");
+ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
+ABSL_FLAG(double, max_seconds, 55, "hard wall-clock limit; the process exits with code 3 past it (0: none)");
+
+namespace loom::bench {
+namespace {
+
+// --- Errors: every CUDA and cuBLAS call goes through one of these. ---
+
+absl::Status CudaStatus(cudaError_t error, std::string_view call, int line) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat("graph_bench.cc:%d: %s: %s (%s)", line, call,
+                                             cudaGetErrorString(error), cudaGetErrorName(error)));
+}
+
+absl::Status CublasStatus(cublasStatus_t status, std::string_view call, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat("graph_bench.cc:%d: %s: %s (%s)", line, call,
+                                             cublasLtGetStatusString(status), cublasLtGetStatusName(status)));
+}
+
+#define GRAPH_BENCH_CUDA(call) LOOM_RETURN_IF_ERROR(CudaStatus((call), #call, __LINE__))
+#define GRAPH_BENCH_CUBLAS(call) LOOM_RETURN_IF_ERROR(CublasStatus((call), #call, __LINE__))
+
+// --- Owned CUDA objects. ---
+
+struct DeviceFree {
+  void operator()(void* pointer) const { cudaFree(pointer); }
+};
+using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+
+struct GraphExecDestroy {
+  void operator()(cudaGraphExec_t exec) const { cudaGraphExecDestroy(exec); }
+};
+using GraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDestroy>;
+
+// Events created together and destroyed together.
+class EventList {
+ public:
+  ~EventList() {
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+  }
+  absl::Status Create(int count) {
+    for (int i = 0; i < count; ++i) {
+      cudaEvent_t event = nullptr;
+      GRAPH_BENCH_CUDA(cudaEventCreate(&event));
+      events_.push_back(event);
+    }
+    return absl::OkStatus();
+  }
+  cudaEvent_t operator[](size_t i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+constexpr size_t kBf16Bytes = 2;
+
+absl::StatusOr<DeviceBuffer> AllocateBf16(int64_t elements, std::string_view name) {
+  void* pointer = nullptr;
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(elements) * kBf16Bytes, 16);
+  const cudaError_t error = cudaMalloc(&pointer, bytes);
+  if (error != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrFormat("cudaMalloc(%s, %d bytes): %s", name, bytes,
+                                                        cudaGetErrorString(error)));
+  }
+  return DeviceBuffer(pointer);
+}
+
+// --- The watchdog: the lead runs this once, unattended; it must end. ---
+
+class Watchdog {
+ public:
+  explicit Watchdog(double seconds) : seconds_(seconds), thread_([this] { Watch(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void SetStep(std::string step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    step_ = std::move(step);
+  }
+
+ private:
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (seconds_ <= 0) {
+      wake_.wait(lock, [this] { return done_; });
+      return;
+    }
+    if (wake_.wait_for(lock, std::chrono::duration<double>(seconds_), [this] { return done_; })) return;
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nloom_graph_bench: still running after --max_seconds=%.0f, during: %s. Exiting (a hang?).\n",
+                 seconds_, step_.c_str());
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+
+  const double seconds_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::string step_ = "start-up";
+  std::thread thread_;  // last: starts after the members it reads exist
+};
+
+// --- What every case shares. ---
+
+// cuBLAS's recommended workspace on Hopper.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+struct BenchContext {
+  const Runtime* runtime = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cudaStream_t stream = nullptr;  // non-default: CUDA graphs are captured on it
+  void* workspace = nullptr;
+  Watchdog* watchdog = nullptr;
+  int warmup = 5;
+  int iters = 50;
+};
+
+// --- Timing. ---
+
+struct Timing {
+  double median_us = 0;
+  int iters = 0;
+};
+
+// The median of per-launch times.
+double MedianUs(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// The timed loop may spend about this long per implementation and case; a
+// case slower than that runs fewer iterations (at least 3), and says so.
+constexpr double kTimedBudgetMs = 4000;
+
+// Enqueues `launch` (one launch on ctx.stream) ctx.warmup times, then up to
+// ctx.iters times back to back with an event between consecutive launches.
+absl::StatusOr<Timing> TimeLaunches(const BenchContext& ctx, const std::function<absl::Status()>& launch,
+                                    int iters) {
+  EventList events;
+  LOOM_RETURN_IF_ERROR(events.Create(2));
+  GRAPH_BENCH_CUDA(cudaEventRecord(events[0], ctx.stream));
+  for (int i = 0; i < ctx.warmup; ++i) LOOM_RETURN_IF_ERROR(launch());
+  GRAPH_BENCH_CUDA(cudaEventRecord(events[1], ctx.stream));
+  GRAPH_BENCH_CUDA(cudaEventSynchronize(events[1]));
+  float warmup_ms = 0;
+  GRAPH_BENCH_CUDA(cudaEventElapsedTime(&warmup_ms, events[0], events[1]));
+  const double per_launch_ms = warmup_ms / std::max(ctx.warmup, 1);
+  int count = iters;
+  if (per_launch_ms > 0 && per_launch_ms * iters > kTimedBudgetMs) {
+    count = std::max(std::min(iters, 3), static_cast<int>(kTimedBudgetMs / per_launch_ms));
+  }
+
+  EventList marks;
+  LOOM_RETURN_IF_ERROR(marks.Create(count + 1));
+  GRAPH_BENCH_CUDA(cudaEventRecord(marks[0], ctx.stream));
+  for (int i = 0; i < count; ++i) {
+    LOOM_RETURN_IF_ERROR(launch());
+    GRAPH_BENCH_CUDA(cudaEventRecord(marks[i + 1], ctx.stream));
+  }
+  GRAPH_BENCH_CUDA(cudaEventSynchronize(marks[count]));
+  std::vector<double> times_us;
+  for (int i = 0; i < count; ++i) {
+    float ms = 0;
+    GRAPH_BENCH_CUDA(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]));
+    times_us.push_back(1000.0 * ms);
+  }
+  return Timing{MedianUs(std::move(times_us)), count};
+}
+
+// Records whatever `enqueue` puts on `stream` into a CUDA graph and
+// instantiates it. The capture is always ended, also when `enqueue` fails.
+absl::StatusOr<GraphExec> CaptureGraph(cudaStream_t stream, const std::function<absl::Status(cudaStream_t)>& enqueue) {
+  GRAPH_BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status enqueued = enqueue(stream);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (!enqueued.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return enqueued;
+  }
+  GRAPH_BENCH_CUDA(ended);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  GRAPH_BENCH_CUDA(instantiated);
+  return GraphExec(exec);
+}
+
+// --- The baseline's GEMM. ---
+
+// One cublasLt matmul shape: row-major D[m, n] = A[m, k] · B[n, k]ᵀ + beta · D,
+// bf16 in and out, FP32 accumulate and scale (what torch.nn.functional.linear
+// calls). cuBLAS is column-major, so it computes Dᵀ[n, m] = B · Aᵀ: its first
+// operand is our B read transposed (stored [k, n] column-major, ld k), its
+// second our A ([k, m], ld k), and D is [n, m] with ld n. beta = 1 with D
+// holding a copy of x is the residual.
+class LtMatmul {
+ public:
+  LtMatmul() = default;
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+  ~LtMatmul() {
+    if (preference_ != nullptr) cublasLtMatmulPreferenceDestroy(preference_);
+    if (layout_weight_ != nullptr) cublasLtMatrixLayoutDestroy(layout_weight_);
+    if (layout_input_ != nullptr) cublasLtMatrixLayoutDestroy(layout_input_);
+    if (layout_output_ != nullptr) cublasLtMatrixLayoutDestroy(layout_output_);
+    if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
+  }
+
+  absl::Status Init(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k) {
+    handle_ = handle;
+    GRAPH_BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    GRAPH_BENCH_CUBLAS(
+        cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    GRAPH_BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+    GRAPH_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_weight_, CUDA_R_16BF, k, n, k));
+    GRAPH_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_input_, CUDA_R_16BF, k, m, k));
+    GRAPH_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_output_, CUDA_R_16BF, n, m, n));
+    GRAPH_BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&preference_));
+    const size_t workspace_bytes = kCublasWorkspaceBytes;
+    GRAPH_BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                            &workspace_bytes, sizeof(workspace_bytes)));
+    int found = 0;
+    GRAPH_BENCH_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_weight_, layout_input_, layout_output_,
+                                                      layout_output_, preference_, 1, &heuristic_, &found));
+    if (found == 0) {
+      return absl::NotFoundError(absl::StrFormat("cublasLt has no algorithm for %d x %d x %d bf16", m, n, k));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Enqueue(const void* a, const void* b, void* d, float beta, void* workspace,
+                       cudaStream_t stream) const {
+    const float alpha = 1.0f;
+    GRAPH_BENCH_CUBLAS(cublasLtMatmul(handle_, desc_, &alpha, b, layout_weight_, a, layout_input_, &beta, d,
+                                      layout_output_, d, layout_output_, &heuristic_.algo, workspace,
+                                      kCublasWorkspaceBytes, stream));
+    return absl::OkStatus();
+  }
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t layout_weight_ = nullptr, layout_input_ = nullptr, layout_output_ = nullptr;
+  cublasLtMatmulPreference_t preference_ = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic_ = {};
+};
+
+// --- Host-side reads and checks. ---
+
+float Bf16BitsToFloat(uint16_t bits) {
+  const uint32_t widened = uint32_t{bits} << 16;
+  float value;
+  std::memcpy(&value, &widened, sizeof(value));
+  return value;
+}
+
+absl::StatusOr<std::vector<uint16_t>> CopyBf16ToHost(const void* data, int64_t elements, cudaStream_t stream) {
+  std::vector<uint16_t> host(static_cast<size_t>(elements));
+  GRAPH_BENCH_CUDA(cudaMemcpyAsync(host.data(), data, host.size() * kBf16Bytes, cudaMemcpyDeviceToHost, stream));
+  GRAPH_BENCH_CUDA(cudaStreamSynchronize(stream));
+  return host;
+}
+
+// Row `row` of a row-major bf16 [rows, cols] device matrix, as doubles.
+absl::StatusOr<std::vector<double>> RowToHost(const void* matrix, int64_t row, int64_t cols, cudaStream_t stream) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> bits,
+                        CopyBf16ToHost(static_cast<const uint16_t*>(matrix) + row * cols, cols, stream));
+  std::vector<double> values(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) values[i] = Bf16BitsToFloat(bits[i]);
+  return values;
+}
+
+absl::StatusOr<double> ElementToHost(const void* matrix, int64_t row, int64_t col, int64_t cols, cudaStream_t stream) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> bits,
+                        CopyBf16ToHost(static_cast<const uint16_t*>(matrix) + row * cols + col, 1, stream));
+  return static_cast<double>(Bf16BitsToFloat(bits[0]));
+}
+
+struct Dot {
+  double value = 0;
+  double magnitude = 0;  // sum of |a_k b_k|
+};
+
+Dot DotProduct(const std::vector<double>& a, const std::vector<double>& b) {
+  Dot dot;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot.value += a[i] * b[i];
+    dot.magnitude += std::fabs(a[i] * b[i]);
+  }
+  return dot;
+}
+
+// Allowed error of a bf16-in, FP32-accumulate dot product stored as bf16
+// (TESTING.md): 2^-8 |acc| (the output rounding, with a factor 2 to spare) +
+// 4 sqrt(K) 2^-24 sum |a b| (the FP32 accumulation).
+double AccumulatorTolerance(const Dot& dot, int64_t k) {
+  return std::ldexp(std::fabs(dot.value), -8) +
+         4.0 * std::sqrt(static_cast<double>(k)) * std::ldexp(dot.magnitude, -24);
+}
+
+// How far loom's outputs are from the baseline's, over every element.
+struct Agreement {
+  int64_t elements = 0;
+  int64_t bad = 0;          // |loom - baseline| > 0.05 |baseline| + 0.05, or not finite
+  double max_relative = 0;  // max |loom - baseline| / (|baseline| + 1e-2)
+  double max_absolute = 0;
+  std::string first_bad;    // where the first bad element is, and its values
+};
+
+absl::Status CompareWithBaseline(std::string_view name, const void* loom_data, const void* baseline_data,
+                                 int64_t rows, int64_t cols, cudaStream_t stream, Agreement& agreement) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> loom_bits, CopyBf16ToHost(loom_data, rows * cols, stream));
+  LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> baseline_bits, CopyBf16ToHost(baseline_data, rows * cols, stream));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const double loom_value = Bf16BitsToFloat(loom_bits[i]);
+    const double baseline_value = Bf16BitsToFloat(baseline_bits[i]);
+    const double difference = std::fabs(loom_value - baseline_value);
+    const bool finite = std::isfinite(loom_value) && std::isfinite(baseline_value);
+    if (finite) {
+      agreement.max_absolute = std::max(agreement.max_absolute, difference);
+      agreement.max_relative = std::max(agreement.max_relative, difference / (std::fabs(baseline_value) + 1e-2));
+    } else {
+      agreement.max_absolute = agreement.max_relative = INFINITY;
+    }
+    if (!finite || difference > 0.05 * std::fabs(baseline_value) + 0.05) {
+      if (agreement.bad++ == 0) {
+        agreement.first_bad = absl::StrFormat("%s[%d, %d]: loom %g, baseline %g", name, i / cols, i % cols,
+                                              loom_value, baseline_value);
+      }
+    }
+  }
+  agreement.elements += rows * cols;
+  return absl::OkStatus();
+}
+
+// Sampled (row, column) pairs, the same every run.
+std::vector<std::pair<int64_t, int64_t>> SamplePositions(int64_t rows, int64_t cols, int count, uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::vector<std::pair<int64_t, int64_t>> positions;
+  for (int i = 0; i < count; ++i) {
+    positions.emplace_back(static_cast<int64_t>(generator() % rows), static_cast<int64_t>(generator() % cols));
+  }
+  return positions;
+}
+
+constexpr int kFp64Samples = 24;
+
+// --- Results. ---
+
+struct CaseResult {
+  std::string kind;  // "mlp" or "chain"
+  int64_t tokens = 0;
+  double weight_bytes = 0;
+  double flops = 0;
+  Timing baseline;
+  Timing loom;
+  Agreement agreement;
+  double baseline_fp64_worst = 0;  // sampled |baseline - FP64| / allowed error; <= 1 is right
+  std::string error;               // the case stopped here
+
+  bool correct() const {
+    return error.empty() && agreement.elements > 0 && agreement.bad == 0 && baseline_fp64_worst <= 1.0;
+  }
+  double speedup() const { return loom.median_us > 0 ? baseline.median_us / loom.median_us : 0; }
+  static double GBps(double bytes, const Timing& t) { return t.median_us > 0 ? bytes / t.median_us / 1e3 : 0; }
+  static double TFps(double flops, const Timing& t) { return t.median_us > 0 ? flops / t.median_us / 1e6 : 0; }
+  std::string Verdict() const {
+    if (!error.empty()) return "ERROR";
+    if (agreement.elements == 0) return "unchecked";
+    if (agreement.bad > 0) return "WRONG";
+    if (baseline_fp64_worst > 1.0) return "BASELINE-WRONG";
+    return "ok";
+  }
+};
+
+void PrintCase(const CaseResult& r, double copy_gbps) {
+  auto bandwidth = [&](const Timing& t) {
+    const double gbps = CaseResult::GBps(r.weight_bytes, t);
+    return copy_gbps > 0 ? absl::StrFormat("%5.0f GB/s of weights, %3.0f%% of copy %.0f GB/s", gbps,
+                                           100.0 * gbps / copy_gbps, copy_gbps)
+                         : absl::StrFormat("%5.0f GB/s of weights", gbps);
+  };
+  auto iters_note = [](const Timing& t) {
+    const bool cut = t.iters > 0 && t.iters < absl::GetFlag(FLAGS_iters);
+    return cut ? absl::StrFormat("  (%d launches: time budget)", t.iters) : std::string();
+  };
+  std::printf("%-5s T=%-5ld baseline %9.1f us  %s  %6.1f TF/s%s\n", r.kind.c_str(), r.tokens, r.baseline.median_us,
+              bandwidth(r.baseline).c_str(), CaseResult::TFps(r.flops, r.baseline), iters_note(r.baseline).c_str());
+  std::printf("%-13s loom     %9.1f us  %s  %6.1f TF/s%s  speedup %.3f\n", "", r.loom.median_us,
+              bandwidth(r.loom).c_str(), CaseResult::TFps(r.flops, r.loom), iters_note(r.loom).c_str(), r.speedup());
+  std::printf("%-13s loom vs baseline: max rel diff %.2e, max abs diff %.2e over %ld elements; "
+              "baseline vs FP64 (sampled): err/bound %.2f  -> %s\n",
+              "", r.agreement.max_relative, r.agreement.max_absolute, r.agreement.elements, r.baseline_fp64_worst,
+              r.Verdict().c_str());
+  if (r.agreement.bad > 0) {
+    std::printf("%-13s %ld of %ld elements differ; first: %s\n", "", r.agreement.bad, r.agreement.elements,
+                r.agreement.first_bad.c_str());
+  }
+  if (!r.error.empty()) std::printf("%-13s error: %s\n", "", r.error.c_str());
+  std::fflush(stdout);
+}
+
+void WarnIfWeightsFitInL2(const BenchContext& ctx, std::string_view what, double weight_bytes) {
+  const double l2 = static_cast<double>(ctx.runtime->device().l2_bytes);
+  if (weight_bytes < 2 * l2) {
+    std::printf("note: %.*s weights (%.0f MB) are under twice the L2 (%.0f MB): launches may read them from L2, "
+                "flattering both timings\n",
+                static_cast<int>(what.size()), what.data(), weight_bytes / 1e6, l2 / 1e6);
+  }
+}
+
+// --- Copy bandwidth. ---
+
+absl::StatusOr<double> MeasureCopyGBps(BenchContext& ctx) {
+  ctx.watchdog->SetStep("copy bandwidth");
+  constexpr int64_t kCopyBytes = int64_t{1} << 30;
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer source, AllocateBf16(kCopyBytes / kBf16Bytes, "copy source"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer destination, AllocateBf16(kCopyBytes / kBf16Bytes, "copy destination"));
+  GRAPH_BENCH_CUDA(FillUniformBf16(source.get(), kCopyBytes / kBf16Bytes, 7, ctx.stream));
+  BenchContext copy_ctx = ctx;
+  copy_ctx.warmup = 2;
+  LOOM_ASSIGN_OR_RETURN(Timing timing, TimeLaunches(
+                                           copy_ctx,
+                                           [&]() -> absl::Status {
+                                             GRAPH_BENCH_CUDA(cudaMemcpyAsync(destination.get(), source.get(),
+                                                                              kCopyBytes, cudaMemcpyDeviceToDevice,
+                                                                              ctx.stream));
+                                             return absl::OkStatus();
+                                           },
+                                           10));
+  return 2.0 * kCopyBytes / timing.median_us / 1e3;
+}
+
+// --- The MLP block. ---
+
+struct MlpShape {
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  double weight_bytes() const { return 3.0 * static_cast<double>(hidden) * intermediate * kBf16Bytes; }
+};
+
+struct MlpWeights {
+  DeviceBuffer gate_up;  // [2 * intermediate, hidden], rows interleave gate_j and up_j
+  DeviceBuffer down;     // [hidden, intermediate]
+};
+
+absl::StatusOr<MlpWeights> MakeMlpWeights(const BenchContext& ctx, const MlpShape& shape) {
+  MlpWeights weights;
+  LOOM_ASSIGN_OR_RETURN(weights.gate_up, AllocateBf16(2 * shape.intermediate * shape.hidden, "W_gu"));
+  LOOM_ASSIGN_OR_RETURN(weights.down, AllocateBf16(shape.hidden * shape.intermediate, "W_down"));
+  GRAPH_BENCH_CUDA(FillUniformBf16(weights.gate_up.get(), 2 * shape.intermediate * shape.hidden, 11, ctx.stream,
+                                   std::sqrt(3.0f / static_cast<float>(shape.hidden))));
+  GRAPH_BENCH_CUDA(FillUniformBf16(weights.down.get(), shape.hidden * shape.intermediate, 12, ctx.stream,
+                                   std::sqrt(3.0f / static_cast<float>(shape.intermediate))));
+  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  return weights;
+}
+
+// Sampled elements of the baseline's h and y against FP64 from its own inputs
+// (x, the weights, and its own h for y). Returns the worst error / allowed error.
+// h's bound carries the errors of gate and up (each stored as bf16) through
+// silu(g) u (|silu'| <= 1.1), plus the rounding of h.
+absl::StatusOr<double> CheckMlpBaseline(const BenchContext& ctx, const MlpShape& shape, const MlpWeights& weights,
+                                        int64_t tokens, const void* x, const void* h, const void* y) {
+  const int64_t hidden = shape.hidden, intermediate = shape.intermediate;
+  double worst = 0;
+  for (const auto& [row, col] : SamplePositions(tokens, intermediate, kFp64Samples, 21)) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> x_row, RowToHost(x, row, hidden, ctx.stream));
+    // W_gu row 2j is gate_j, row 2j + 1 is up_j.
+    const void* gate_up = weights.gate_up.get();
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> gate_row, RowToHost(gate_up, 2 * col, hidden, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> up_row, RowToHost(gate_up, 2 * col + 1, hidden, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(h, row, col, intermediate, ctx.stream));
+    const Dot gate = DotProduct(x_row, gate_row), up = DotProduct(x_row, up_row);
+    const double silu = gate.value / (1.0 + std::exp(-gate.value));
+    const double reference = silu * up.value;
+    const double gate_error = AccumulatorTolerance(gate, hidden), up_error = AccumulatorTolerance(up, hidden);
+    const double bound = 1.13 * gate_error * std::fabs(up.value) + std::fabs(silu) * up_error + gate_error * up_error +
+                         std::ldexp(std::fabs(reference), -8) + 1e-30;
+    worst = std::max(worst, std::isfinite(out) ? std::fabs(out - reference) / bound : INFINITY);
+  }
+  for (const auto& [row, col] : SamplePositions(tokens, hidden, kFp64Samples, 22)) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> h_row, RowToHost(h, row, intermediate, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> down_row, RowToHost(weights.down.get(), col, intermediate, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(double residual, ElementToHost(x, row, col, hidden, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(y, row, col, hidden, ctx.stream));
+    const Dot down = DotProduct(h_row, down_row);
+    const double reference = down.value + residual;
+    const double bound = AccumulatorTolerance(down, intermediate) + std::ldexp(std::fabs(reference), -8) + 1e-30;
+    worst = std::max(worst, std::isfinite(out) ? std::fabs(out - reference) / bound : INFINITY);
+  }
+  return worst;
+}
+
+absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeights& weights, int64_t tokens,
+                        CaseResult& result) {
+  const int64_t hidden = shape.hidden, intermediate = shape.intermediate;
+  const std::string step = absl::StrFormat("mlp T=%d", tokens);
+  ctx.watchdog->SetStep(step + ": setup");
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer x, AllocateBf16(tokens * hidden, "x"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer g, AllocateBf16(tokens * 2 * intermediate, "g (baseline)"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer h_baseline, AllocateBf16(tokens * intermediate, "h (baseline)"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer y_baseline, AllocateBf16(tokens * hidden, "y (baseline)"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer h_loom, AllocateBf16(tokens * intermediate, "h (loom)"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer y_loom, AllocateBf16(tokens * hidden, "y (loom)"));
+  GRAPH_BENCH_CUDA(FillUniformBf16(x.get(), tokens * hidden, 100 + tokens, ctx.stream));
+  // Outputs start as bf16 NaN (0xFFFF): anything left unwritten fails the comparison.
+  const std::pair<void*, int64_t> outputs[] = {{g.get(), tokens * 2 * intermediate},
+                                               {h_baseline.get(), tokens * intermediate},
+                                               {y_baseline.get(), tokens * hidden},
+                                               {h_loom.get(), tokens * intermediate},
+                                               {y_loom.get(), tokens * hidden}};
+  for (const auto& [output, elements] : outputs) {
+    GRAPH_BENCH_CUDA(cudaMemsetAsync(output, 0xFF, elements * kBf16Bytes, ctx.stream));
+  }
+
+  // Baseline: GEMM, SwiGLU, copy x into y, GEMM with beta = 1, as one CUDA graph.
+  ctx.watchdog->SetStep(step + ": baseline");
+  LtMatmul gate_up_gemm, down_gemm;
+  LOOM_RETURN_IF_ERROR(gate_up_gemm.Init(ctx.lt, tokens, 2 * intermediate, hidden));
+  LOOM_RETURN_IF_ERROR(down_gemm.Init(ctx.lt, tokens, hidden, intermediate));
+  auto enqueue_baseline = [&](cudaStream_t stream) -> absl::Status {
+    LOOM_RETURN_IF_ERROR(gate_up_gemm.Enqueue(x.get(), weights.gate_up.get(), g.get(), 0.0f, ctx.workspace, stream));
+    GRAPH_BENCH_CUDA(SwiGLUInterleavedBf16(g.get(), h_baseline.get(), tokens * intermediate, stream));
+    GRAPH_BENCH_CUDA(
+        cudaMemcpyAsync(y_baseline.get(), x.get(), tokens * hidden * kBf16Bytes, cudaMemcpyDeviceToDevice, stream));
+    LOOM_RETURN_IF_ERROR(down_gemm.Enqueue(h_baseline.get(), weights.down.get(), y_baseline.get(), 1.0f,
+                                           ctx.workspace, stream));
+    return absl::OkStatus();
+  };
+  // One eager run first, so cuBLAS loads its kernels outside the capture.
+  LOOM_RETURN_IF_ERROR(enqueue_baseline(ctx.stream));
+  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  LOOM_ASSIGN_OR_RETURN(GraphExec baseline_graph, CaptureGraph(ctx.stream, enqueue_baseline));
+  LOOM_ASSIGN_OR_RETURN(result.baseline, TimeLaunches(
+                                             ctx,
+                                             [&]() -> absl::Status {
+                                               GRAPH_BENCH_CUDA(cudaGraphLaunch(baseline_graph.get(), ctx.stream));
+                                               return absl::OkStatus();
+                                             },
+                                             ctx.iters));
+  ctx.watchdog->SetStep(step + ": baseline FP64 check");
+  LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
+                        CheckMlpBaseline(ctx, shape, weights, tokens, x.get(), h_baseline.get(), y_baseline.get()));
+
+  // loom: the same block as one graph, one persistent kernel.
+  ctx.watchdog->SetStep(step + ": loom compile");
+  const TensorView x_view = TensorView::Dense("x", x.get(), DType::kBF16, tokens, hidden);
+  GemmGraph graph;
+  graph.AddGemm("gate_up", x_view,
+                TensorView::Dense("w_gate_up", weights.gate_up.get(), DType::kBF16, 2 * intermediate, hidden),
+                TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate),
+                Epilogue{.activation = Activation::kSwiGLU});
+  graph.AddGemm("down", TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate),
+                TensorView::Dense("w_down", weights.down.get(), DType::kBF16, hidden, intermediate),
+                TensorView::Dense("y", y_loom.get(), DType::kBF16, tokens, hidden), Epilogue{.residual = x_view});
+  LOOM_ASSIGN_OR_RETURN(Plan plan, ctx.runtime->Compile(graph));
+  ctx.watchdog->SetStep(step + ": loom first launch");
+  LOOM_RETURN_IF_ERROR(plan.Launch(ctx.stream));
+  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+  ctx.watchdog->SetStep(step + ": loom timed launches");
+  LOOM_ASSIGN_OR_RETURN(result.loom, TimeLaunches(ctx, [&] { return plan.Launch(ctx.stream); }, ctx.iters));
+  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+
+  ctx.watchdog->SetStep(step + ": comparison");
+  LOOM_RETURN_IF_ERROR(
+      CompareWithBaseline("h", h_loom.get(), h_baseline.get(), tokens, intermediate, ctx.stream, result.agreement));
+  LOOM_RETURN_IF_ERROR(
+      CompareWithBaseline("y", y_loom.get(), y_baseline.get(), tokens, hidden, ctx.stream, result.agreement));
+  return absl::OkStatus();
+}
+
+// --- The chain of linear layers. ---
+
+// Sampled elements of every baseline layer against FP64 from that layer's
+// baseline input. Returns the worst error / allowed error.
+absl::StatusOr<double> CheckChainBaseline(const BenchContext& ctx, const std::vector<DeviceBuffer>& weights,
+                                          const std::vector<const void*>& activations, int64_t tokens, int64_t width) {
+  double worst = 0;
+  const int per_layer = std::max<int>(2, kFp64Samples / static_cast<int>(weights.size()));
+  for (size_t layer = 0; layer < weights.size(); ++layer) {
+    for (const auto& [row, col] : SamplePositions(tokens, width, per_layer, 31 + layer)) {
+      LOOM_ASSIGN_OR_RETURN(std::vector<double> input_row, RowToHost(activations[layer], row, width, ctx.stream));
+      LOOM_ASSIGN_OR_RETURN(std::vector<double> weight_row, RowToHost(weights[layer].get(), col, width, ctx.stream));
+      LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(activations[layer + 1], row, col, width, ctx.stream));
+      const Dot dot = DotProduct(input_row, weight_row);
+      const double bound = AccumulatorTolerance(dot, width) + 1e-30;
+      worst = std::max(worst, std::isfinite(out) ? std::fabs(out - dot.value) / bound : INFINITY);
+    }
+  }
+  return worst;
+}
+
+absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& weights, int64_t width, int64_t tokens,
+                          CaseResult& result) {
+  const int layers = static_cast<int>(weights.size());
+  const std::string step = absl::StrFormat("chain T=%d", tokens);
+  ctx.watchdog->SetStep(step + ": setup");
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer x, AllocateBf16(tokens * width, "x"));
+  GRAPH_BENCH_CUDA(FillUniformBf16(x.get(), tokens * width, 200 + tokens, ctx.stream));
+  // outputs[l] is layer l's output; layer l reads x (l = 0) or outputs[l - 1].
+  std::vector<DeviceBuffer> baseline_outputs, loom_outputs;
+  for (int layer = 0; layer < layers; ++layer) {
+    LOOM_ASSIGN_OR_RETURN(DeviceBuffer baseline_out, AllocateBf16(tokens * width, "chain output (baseline)"));
+    LOOM_ASSIGN_OR_RETURN(DeviceBuffer loom_out, AllocateBf16(tokens * width, "chain output (loom)"));
+    GRAPH_BENCH_CUDA(cudaMemsetAsync(baseline_out.get(), 0xFF, tokens * width * kBf16Bytes, ctx.stream));
+    GRAPH_BENCH_CUDA(cudaMemsetAsync(loom_out.get(), 0xFF, tokens * width * kBf16Bytes, ctx.stream));
+    baseline_outputs.push_back(std::move(baseline_out));
+    loom_outputs.push_back(std::move(loom_out));
+  }
+  auto baseline_input = [&](int layer) -> const void* {
+    return layer == 0 ? x.get() : baseline_outputs[layer - 1].get();
+  };
+
+  ctx.watchdog->SetStep(step + ": baseline");
+  LtMatmul layer_gemm;
+  LOOM_RETURN_IF_ERROR(layer_gemm.Init(ctx.lt, tokens, width, width));
+  auto enqueue_baseline = [&](cudaStream_t stream) -> absl::Status {
+    for (int layer = 0; layer < layers; ++layer) {
+      LOOM_RETURN_IF_ERROR(layer_gemm.Enqueue(baseline_input(layer), weights[layer].get(),
+                                              baseline_outputs[layer].get(), 0.0f, ctx.workspace, stream));
+    }
+    return absl::OkStatus();
+  };
+  LOOM_RETURN_IF_ERROR(enqueue_baseline(ctx.stream));
+  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  LOOM_ASSIGN_OR_RETURN(GraphExec baseline_graph, CaptureGraph(ctx.stream, enqueue_baseline));
+  LOOM_ASSIGN_OR_RETURN(result.baseline, TimeLaunches(
+                                             ctx,
+                                             [&]() -> absl::Status {
+                                               GRAPH_BENCH_CUDA(cudaGraphLaunch(baseline_graph.get(), ctx.stream));
+                                               return absl::OkStatus();
+                                             },
+                                             ctx.iters));
+  ctx.watchdog->SetStep(step + ": baseline FP64 check");
+  std::vector<const void*> baseline_activations = {x.get()};
+  for (const DeviceBuffer& out : baseline_outputs) baseline_activations.push_back(out.get());
+  LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
+                        CheckChainBaseline(ctx, weights, baseline_activations, tokens, width));
+
+  ctx.watchdog->SetStep(step + ": loom compile");
+  GemmGraph graph;
+  for (int layer = 0; layer < layers; ++layer) {
+    const TensorView input =
+        layer == 0 ? TensorView::Dense("x", x.get(), DType::kBF16, tokens, width)
+                   : TensorView::Dense(absl::StrCat("y", layer - 1), loom_outputs[layer - 1].get(), DType::kBF16,
+                                       tokens, width);
+    graph.AddGemm(absl::StrCat("layer", layer), input,
+                  TensorView::Dense(absl::StrCat("w", layer), weights[layer].get(), DType::kBF16, width, width),
+                  TensorView::Dense(absl::StrCat("y", layer), loom_outputs[layer].get(), DType::kBF16, tokens, width));
+  }
+  LOOM_ASSIGN_OR_RETURN(Plan plan, ctx.runtime->Compile(graph));
+  ctx.watchdog->SetStep(step + ": loom first launch");
+  LOOM_RETURN_IF_ERROR(plan.Launch(ctx.stream));
+  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+  ctx.watchdog->SetStep(step + ": loom timed launches");
+  LOOM_ASSIGN_OR_RETURN(result.loom, TimeLaunches(ctx, [&] { return plan.Launch(ctx.stream); }, ctx.iters));
+  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+
+  ctx.watchdog->SetStep(step + ": comparison");
+  for (int layer = 0; layer < layers; ++layer) {
+    LOOM_RETURN_IF_ERROR(CompareWithBaseline(absl::StrCat("y", layer), loom_outputs[layer].get(),
+                                             baseline_outputs[layer].get(), tokens, width, ctx.stream,
+                                             result.agreement));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<DeviceBuffer>> MakeChainWeights(const BenchContext& ctx, int layers, int64_t width) {
+  std::vector<DeviceBuffer> weights;
+  for (int layer = 0; layer < layers; ++layer) {
+    LOOM_ASSIGN_OR_RETURN(DeviceBuffer w, AllocateBf16(width * width, absl::StrCat("w", layer)));
+    GRAPH_BENCH_CUDA(FillUniformBf16(w.get(), width * width, 300 + layer, ctx.stream,
+                                     std::sqrt(3.0f / static_cast<float>(width))));
+    weights.push_back(std::move(w));
+  }
+  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  return weights;
+}
+
+// --- Output. ---
+
+std::string JsonNumber(double value) { return std::isfinite(value) ? absl::StrFormat("%.6g", value) : "null"; }
+
+std::string JsonString(std::string_view text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      quoted += '\\';
+      quoted += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&quoted, "\\u%04x", static_cast<int>(c));
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "\"";
+}
+
+absl::Status WriteJson(const std::string& path, const DeviceDescription& device, double copy_gbps,
+                       const std::vector<CaseResult>& results) {
+  std::string text = "{\n";
+  absl::StrAppendFormat(&text, "  \"device\": %s,\n  \"copy_gbps\": %s,\n", JsonString(device.name),
+                        JsonNumber(copy_gbps));
+  absl::StrAppendFormat(&text, "  \"hidden\": %d,\n  \"intermediate\": %d,\n", absl::GetFlag(FLAGS_hidden),
+                        absl::GetFlag(FLAGS_intermediate));
+  absl::StrAppendFormat(&text, "  \"chain_layers\": %d,\n  \"chain_width\": %d,\n", absl::GetFlag(FLAGS_chain_layers),
+                        absl::GetFlag(FLAGS_chain_width));
+  text += "  \"cases\": [\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const CaseResult& r = results[i];
+    absl::StrAppendFormat(
+        &text,
+        "    {\"kind\": %s, \"tokens\": %d, \"baseline_us\": %s, \"loom_us\": %s, \"speedup\": %s, "
+        "\"baseline_weight_gbps\": %s, \"loom_weight_gbps\": %s, \"baseline_tflops\": %s, \"loom_tflops\": %s, "
+        "\"baseline_iters\": %d, \"loom_iters\": %d, \"max_rel_diff\": %s, \"max_abs_diff\": %s, "
+        "\"bad_elements\": %d, \"compared_elements\": %d, \"baseline_fp64_err_over_bound\": %s, "
+        "\"correct\": %s, \"verdict\": %s, \"error\": %s}%s\n",
+        JsonString(r.kind), r.tokens, JsonNumber(r.baseline.median_us), JsonNumber(r.loom.median_us),
+        JsonNumber(r.speedup()), JsonNumber(CaseResult::GBps(r.weight_bytes, r.baseline)),
+        JsonNumber(CaseResult::GBps(r.weight_bytes, r.loom)), JsonNumber(CaseResult::TFps(r.flops, r.baseline)),
+        JsonNumber(CaseResult::TFps(r.flops, r.loom)), r.baseline.iters, r.loom.iters,
+        JsonNumber(r.agreement.max_relative), JsonNumber(r.agreement.max_absolute), r.agreement.bad,
+        r.agreement.elements, JsonNumber(r.baseline_fp64_worst), r.correct() ? "true" : "false",
+        JsonString(r.Verdict()), JsonString(r.error), i + 1 < results.size() ? "," : "");
+  }
+  text += "  ]\n}\n";
+  FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) return absl::UnavailableError(absl::StrFormat("cannot open --json=%s for writing", path));
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed) return absl::DataLossError(absl::StrFormat("writing --json=%s failed", path));
+  return absl::OkStatus();
+}
+
+void PrintSummary(const std::vector<CaseResult>& results, double copy_gbps) {
+  std::printf("\nsummary (speedup = baseline time / loom time, > 1: loom faster; GB/s = weight bytes / time; "
+              "copy bandwidth %.0f GB/s)\n",
+              copy_gbps);
+  std::printf("%-6s %6s %12s %10s %8s %10s %10s %10s %10s %13s  %s\n", "case", "tokens", "baseline_us", "loom_us",
+              "speedup", "base_GB/s", "loom_GB/s", "base_TF/s", "loom_TF/s", "max_rel_diff", "check");
+  for (const CaseResult& r : results) {
+    std::printf("%-6s %6ld %12.1f %10.1f %8.3f %10.0f %10.0f %10.1f %10.1f %13.2e  %s\n", r.kind.c_str(), r.tokens,
+                r.baseline.median_us, r.loom.median_us, r.speedup(), CaseResult::GBps(r.weight_bytes, r.baseline),
+                CaseResult::GBps(r.weight_bytes, r.loom), CaseResult::TFps(r.flops, r.baseline),
+                CaseResult::TFps(r.flops, r.loom), r.agreement.max_relative, r.Verdict().c_str());
+  }
+  for (const char* kind : {"mlp", "chain"}) {
+    double log_sum = 0;
+    int count = 0;
+    for (const CaseResult& r : results) {
+      if (r.kind != kind || r.speedup() <= 0) continue;
+      log_sum += std::log(r.speedup());
+      ++count;
+    }
+    if (count > 0) std::printf("geomean speedup %-5s %.3f over %d cases\n", kind, std::exp(log_sum / count), count);
+  }
+  std::fflush(stdout);
+}
+
+// --- Flags and main. ---
+
+absl::StatusOr<std::vector<int64_t>> ParseTokenList(std::string_view flag, const std::string& text) {
+  std::vector<int64_t> values;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(item, &value) || value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s: '%s' is not a positive integer", flag, std::string(item)));
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+absl::Status CheckWidth(std::string_view flag, int64_t value) {
+  // loom and cuBLAS both want 16-byte aligned rows: a multiple of 8 bf16.
+  if (value <= 0 || value % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("--%s=%d: must be a positive multiple of 8", flag, value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFlags() {
+  LOOM_RETURN_IF_ERROR(CheckWidth("hidden", absl::GetFlag(FLAGS_hidden)));
+  LOOM_RETURN_IF_ERROR(CheckWidth("intermediate", absl::GetFlag(FLAGS_intermediate)));
+  LOOM_RETURN_IF_ERROR(CheckWidth("chain_width", absl::GetFlag(FLAGS_chain_width)));
+  if (absl::GetFlag(FLAGS_iters) < 1) return absl::InvalidArgumentError("--iters must be at least 1");
+  if (absl::GetFlag(FLAGS_warmup) < 1) return absl::InvalidArgumentError("--warmup must be at least 1");
+  if (absl::GetFlag(FLAGS_chain_layers) < 0) return absl::InvalidArgumentError("--chain_layers must be >= 0");
+  return absl::OkStatus();
+}
+
+// A failed case may leave the CUDA context unusable (a kernel fault is sticky);
+// then no further case can run.
+bool ContextStillUsable() {
+  cudaGetLastError();  // clears a non-sticky error
+  const cudaError_t error = cudaDeviceSynchronize();
+  if (error == cudaSuccess) return true;
+  std::printf("the CUDA context is unusable (%s: %s); skipping the remaining cases\n", cudaGetErrorName(error),
+              cudaGetErrorString(error));
+  return false;
+}
+
+int Main() {
+  if (absl::Status flags = CheckFlags(); !flags.ok()) {
+    std::fprintf(stderr, "loom_graph_bench: %s\n", std::string(flags.message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::vector<int64_t>> mlp_tokens = ParseTokenList("tokens", absl::GetFlag(FLAGS_tokens));
+  absl::StatusOr<std::vector<int64_t>> chain_tokens =
+      ParseTokenList("chain_tokens", absl::GetFlag(FLAGS_chain_tokens));
+  for (const auto* parsed : {&mlp_tokens, &chain_tokens}) {
+    if (!parsed->ok()) {
+      std::fprintf(stderr, "loom_graph_bench: %s\n", std::string(parsed->status().message()).c_str());
+      return 2;
+    }
+  }
+
+  Watchdog watchdog(absl::GetFlag(FLAGS_max_seconds));
+  absl::StatusOr<Runtime> runtime = Runtime::Create(0);
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "loom_graph_bench needs a Hopper GPU (sm_90) on device 0: %s\n",
+                 runtime.status().ToString().c_str());
+    return 1;
+  }
+  const DeviceDescription& device = runtime->device();
+  std::printf("device: %s, %d SMs, L2 %.0f MB; cublasLt %zu\n", device.name.c_str(), device.sm_count,
+              device.l2_bytes / 1e6, cublasLtGetVersion());
+
+  BenchContext ctx;
+  ctx.runtime = &*runtime;
+  ctx.watchdog = &watchdog;
+  ctx.warmup = absl::GetFlag(FLAGS_warmup);
+  ctx.iters = absl::GetFlag(FLAGS_iters);
+  DeviceBuffer workspace;
+  const absl::Status setup = [&]() -> absl::Status {
+    GRAPH_BENCH_CUBLAS(cublasLtCreate(&ctx.lt));
+    GRAPH_BENCH_CUDA(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+    GRAPH_BENCH_CUDA(cudaMalloc(&ctx.workspace, kCublasWorkspaceBytes));
+    workspace.reset(ctx.workspace);
+    return absl::OkStatus();
+  }();
+  auto release = [&] {
+    workspace.reset();
+    if (ctx.stream != nullptr) cudaStreamDestroy(ctx.stream);
+    if (ctx.lt != nullptr) cublasLtDestroy(ctx.lt);
+  };
+  if (!setup.ok()) {
+    std::fprintf(stderr, "loom_graph_bench: setup failed: %s\n", setup.ToString().c_str());
+    release();
+    return 1;
+  }
+
+  bool all_ok = true;
+  bool usable = true;
+  double copy_gbps = 0;
+  if (absl::StatusOr<double> copy = MeasureCopyGBps(ctx); copy.ok()) {
+    copy_gbps = *copy;
+    std::printf("copy bandwidth (1 GiB device to device, read + write): %.0f GB/s\n", copy_gbps);
+  } else {
+    std::printf("copy bandwidth: error: %s\n", copy.status().ToString().c_str());
+    all_ok = false;
+    usable = ContextStillUsable();
+  }
+  std::fflush(stdout);
+
+  std::vector<CaseResult> results;
+  const MlpShape mlp{absl::GetFlag(FLAGS_hidden), absl::GetFlag(FLAGS_intermediate)};
+  if (usable && !mlp_tokens->empty()) {
+    std::printf("\nMLP block: hidden %ld, intermediate %ld, weights %.0f MB\n", mlp.hidden, mlp.intermediate,
+                mlp.weight_bytes() / 1e6);
+    WarnIfWeightsFitInL2(ctx, "MLP", mlp.weight_bytes());
+    ctx.watchdog->SetStep("mlp weights");
+    absl::StatusOr<MlpWeights> weights = MakeMlpWeights(ctx, mlp);
+    if (!weights.ok()) {
+      std::printf("MLP weights: error: %s\n", weights.status().ToString().c_str());
+      all_ok = false;
+      usable = ContextStillUsable();
+    }
+    for (int64_t tokens : *mlp_tokens) {
+      if (!usable || !weights.ok()) break;
+      CaseResult result;
+      result.kind = "mlp";
+      result.tokens = tokens;
+      result.weight_bytes = mlp.weight_bytes();
+      result.flops = 6.0 * tokens * mlp.hidden * mlp.intermediate;
+      if (absl::Status status = RunMlpCase(ctx, mlp, *weights, tokens, result); !status.ok()) {
+        result.error = status.ToString();
+      }
+      PrintCase(result, copy_gbps);
+      all_ok &= result.correct();
+      results.push_back(std::move(result));
+      if (!results.back().error.empty()) usable = ContextStillUsable();
+    }
+  }
+
+  const int layers = absl::GetFlag(FLAGS_chain_layers);
+  const int64_t width = absl::GetFlag(FLAGS_chain_width);
+  if (usable && layers > 0 && !chain_tokens->empty()) {
+    const double weight_bytes = static_cast<double>(layers) * width * width * kBf16Bytes;
+    std::printf("\nchain: %d layers of %ld x %ld, weights %.0f MB\n", layers, width, width, weight_bytes / 1e6);
+    WarnIfWeightsFitInL2(ctx, "chain", weight_bytes);
+    ctx.watchdog->SetStep("chain weights");
+    absl::StatusOr<std::vector<DeviceBuffer>> weights = MakeChainWeights(ctx, layers, width);
+    if (!weights.ok()) {
+      std::printf("chain weights: error: %s\n", weights.status().ToString().c_str());
+      all_ok = false;
+      usable = ContextStillUsable();
+    }
+    for (int64_t tokens : *chain_tokens) {
+      if (!usable || !weights.ok()) break;
+      CaseResult result;
+      result.kind = "chain";
+      result.tokens = tokens;
+      result.weight_bytes = weight_bytes;
+      result.flops = 2.0 * tokens * width * width * layers;
+      if (absl::Status status = RunChainCase(ctx, *weights, width, tokens, result); !status.ok()) {
+        result.error = status.ToString();
+      }
+      PrintCase(result, copy_gbps);
+      all_ok &= result.correct();
+      results.push_back(std::move(result));
+      if (!results.back().error.empty()) usable = ContextStillUsable();
+    }
+  }
+
+  watchdog.SetStep("summary");
+  PrintSummary(results, copy_gbps);
+  if (!usable) all_ok = false;
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    if (absl::Status written = WriteJson(path, device, copy_gbps, results); !written.ok()) {
+      std::printf("%s\n", written.ToString().c_str());
+      all_ok = false;
+    } else {
+      std::printf("wrote %s\n", path.c_str());
+    }
+  }
+  std::printf("%s\n", all_ok ? "all cases ran and agree" : "FAILURES (see above)");
+  release();
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace loom::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "loom's MLP block and layer chain against cuBLAS in a CUDA graph (the PyTorch baseline), "
+      "same process, same data. See the top of bench/graph_bench.cc.");
+  absl::ParseCommandLine(argc, argv);
+  return loom::bench::Main();
+}

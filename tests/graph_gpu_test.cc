@@ -1,0 +1,705 @@
+// GPU tests of whole graphs in one persistent launch: a chain with mixed
+// epilogues and ragged shapes, diamonds (two consumers of one producer; one
+// consumer of two producers that write the column halves of one buffer), MLP
+// blocks, a decode-like chain of 8 layers, split-K, two Plans on two streams
+// at once, and a soak of random graphs with replayed Plans and a device-memory
+// leak check.
+//
+// Each node is compared with the FP64 CPU reference recomputed from the inputs
+// the GPU gave it (GpuHarness::ExpectEachNodeMatchesReference, TESTING.md's
+// per-element tolerance carried through the epilogue by
+// CompareNodeToReference), on fresh random data, with poisoned outputs and
+// guard bands. One integer-valued chain is compared end to end, exactly. A
+// replay re-poisons every output first and must match the first launch bit for
+// bit. Skips (saying why) without a Hopper GPU.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gpu_harness.h"
+#include "gtest/gtest.h"
+#include "loom/runtime.h"
+
+namespace loom::testbed {
+namespace {
+
+constexpr DType kBF16 = DType::kBF16;
+constexpr DType kFP32 = DType::kFP32;
+
+std::string DTypeSuffix(DType dtype) { return dtype == kBF16 ? "bf16" : "fp32"; }
+
+// Every output's bytes (rows at their stride), as last copied back.
+using Snapshot = std::map<std::string, std::vector<std::byte>>;
+
+Snapshot TakeSnapshot(GpuHarness& h) {
+  Snapshot snapshot;
+  for (const std::string& name : h.outputs()) {
+    const HostMatrix& m = h.host(name);
+    snapshot[name].assign(m.data(), m.data() + m.body_bytes());
+  }
+  return snapshot;
+}
+
+::testing::AssertionResult SameBits(GpuHarness& h, const Snapshot& first) {
+  for (const std::string& name : h.outputs()) {
+    const HostMatrix& m = h.host(name);
+    const std::vector<std::byte>& before = first.at(name);
+    if (static_cast<int64_t>(before.size()) != m.body_bytes()) {
+      return ::testing::AssertionFailure() << "output \"" << name << "\" changed size";
+    }
+    const auto [first_before, first_now] = std::mismatch(before.begin(), before.end(), m.data());
+    if (first_before != before.end()) {
+      const int64_t byte = first_before - before.begin();
+      const int64_t row_bytes = m.row_stride() * static_cast<int64_t>(DTypeSize(m.dtype()));
+      return ::testing::AssertionFailure()
+             << "output \"" << name << "\" differs from the first launch (replays must be bit-identical), "
+             << "first at row " << byte / row_bytes << ", column "
+             << byte % row_bytes / static_cast<int64_t>(DTypeSize(m.dtype()));
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Replays the Plan with every output re-poisoned on the device; the result
+// must equal the first launch's bit for bit.
+::testing::AssertionResult ReplayIsBitIdentical(GpuHarness& h) {
+  const Snapshot first = TakeSnapshot(h);
+  if (const absl::Status status = h.Replay(); !status.ok()) {
+    return ::testing::AssertionFailure() << "replay failed: " << status;
+  }
+  return SameBits(h, first);
+}
+
+// Refills `name` with integers in [lo, hi] (Input's integers are in [-2, 2]).
+void RefillIntegers(GpuHarness& h, const std::string& name, Rng& rng, int lo, int hi) {
+  FillIntegers(h.host(name), rng, lo, hi);
+}
+
+// ---------------------------------------------------------------------------
+// 1. A chain of three dependent GEMMs, ragged shapes, mixed epilogues.
+// ---------------------------------------------------------------------------
+
+// x [300, 392] -> h1 [300, 520] = relu(x W1ᵀ)
+//              -> h2 [300, 264] = h1 W2ᵀ + bias2 (fp32)
+//              -> y  [300, 1000] = h2 W3ᵀ + bias3 (bf16) + residual
+// No width is a multiple of the 256-column tile, and 300 rows leave a partial
+// m-block, so every consumer reads producer tiles across tile edges.
+class ChainTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ChainTest, ThreeDependentGemmsMatchReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const DType out_type = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t m = 300, k0 = 392, w1 = 520, w2 = 264, w3 = 1000;
+  h.Input("x", kBF16, m, k0, rng);
+  h.Input("W1", kBF16, w1, k0, rng);
+  h.Input("W2", kBF16, w2, w1, rng);
+  h.Input("bias2", kFP32, 1, w2, rng);
+  h.Input("W3", kBF16, w3, w2, rng);
+  h.Input("bias3", kBF16, 1, w3, rng);
+  h.Input("residual", kBF16, m, w3, rng);
+  h.Output("h1", kBF16, m, w1);
+  h.Output("h2", kBF16, m, w2);
+  h.Output("y", out_type, m, w3);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("layer1", t("x"), t("W1"), t("h1"), {.activation = Activation::kReLU});
+    g.AddGemm("layer2", t("h1"), t("W2"), t("h2"), {.bias = t("bias2")});
+    g.AddGemm("layer3", t("h2"), t("W3"), t("y"), {.bias = t("bias3"), .residual = t("residual")});
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
+}
+INSTANTIATE_TEST_SUITE_P(OutputTypes, ChainTest, ::testing::Values(kBF16, kFP32),
+                         [](const auto& info) { return DTypeSuffix(info.param); });
+
+// The same dataflow end to end, exactly: integer data small enough that no
+// sum, bias, residual or bf16 intermediate is ever rounded, so the GPU's
+// final output must equal the reference's (which reads its OWN intermediates)
+// element for element. Bounds: x, W in [-1, 1]:
+//   h1 = relu(x W1ᵀ), K = 8:           |h1| <= 8
+//   h2 = h1 W2ᵀ + bias2, K = 24:       |h2| <= 8 * 24 + 2 = 194  (bf16 holds integers to 256)
+//   y  = h2 W3ᵀ + residual, K = 64:    |y|  <= 194 * 64 + 2 = 12418 (< 2^14; fp32 out)
+TEST(GraphTest, IntegerChainIsExactEndToEnd) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  const int64_t m = 300;
+  h.Input("x", kBF16, m, 8, rng);
+  h.Input("W1", kBF16, 24, 8, rng);
+  h.Input("W2", kBF16, 64, 24, rng);
+  h.Input("bias2", kFP32, 1, 64, rng, /*integers=*/true);
+  h.Input("W3", kBF16, 1000, 64, rng);
+  h.Input("residual", kFP32, m, 1000, rng, /*integers=*/true);
+  for (const char* name : {"x", "W1", "W2", "W3"}) RefillIntegers(h, name, rng, -1, 1);
+  h.Output("h1", kBF16, m, 24);
+  h.Output("h2", kBF16, m, 64);
+  h.Output("y", kFP32, m, 1000);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("layer1", t("x"), t("W1"), t("h1"), {.activation = Activation::kReLU});
+    g.AddGemm("layer2", t("h1"), t("W2"), t("h2"), {.bias = t("bias2")});
+    g.AddGemm("layer3", t("h2"), t("W3"), t("y"), {.residual = t("residual")});
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectMatchesReference(/*exact=*/true);
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectMatchesReference(/*exact=*/true);
+}
+
+// ---------------------------------------------------------------------------
+// 2. Diamond A: two consumers of one producer.
+// ---------------------------------------------------------------------------
+
+// h = gelu(x W1ᵀ) [200, 520]; y1 = h W2ᵀ + bias [200, 136] (bf16);
+// y2 = silu(h W3ᵀ) + residual [200, 1000] (fp32).
+TEST(GraphTest, TwoConsumersOfOneProducer) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  const int64_t m = 200, k = 264, width = 520;
+  h.Input("x", kBF16, m, k, rng);
+  h.Input("W1", kBF16, width, k, rng);
+  h.Input("W2", kBF16, 136, width, rng);
+  h.Input("bias", kFP32, 1, 136, rng);
+  h.Input("W3", kBF16, 1000, width, rng);
+  h.Input("residual", kFP32, m, 1000, rng);
+  h.Output("h", kBF16, m, width);
+  h.Output("y1", kBF16, m, 136);
+  h.Output("y2", kFP32, m, 1000);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("producer", t("x"), t("W1"), t("h"), {.activation = Activation::kGELU});
+    g.AddGemm("consumer1", t("h"), t("W2"), t("y1"), {.bias = t("bias")});
+    g.AddGemm("consumer2", t("h"), t("W3"), t("y2"),
+              {.activation = Activation::kSiLU, .residual = t("residual")});
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
+}
+
+// ---------------------------------------------------------------------------
+// 3. Diamond B: one consumer of two producers.
+// ---------------------------------------------------------------------------
+
+// Two producers write the left and right column halves of one buffer h
+// [300, 512] (Columns views of one allocation, one row stride), and a consumer
+// reads the whole of h as A, so its k-blocks depend on tiles of both. With
+// left = 136 the split falls inside the consumer's third k-block (128..192)
+// and inside the producers' 256-column tiles: the dependency offsets, not tile
+// edges, decide what the consumer waits for. With `residual_node` the
+// consumer's residual is a third node's (fp32) output.
+//   left  = relu(x W1ᵀ)      -> h[:, 0:left]
+//   right = z W2ᵀ + bias2    -> h[:, left:512]
+//   r     = x W4ᵀ            -> r [300, 520] fp32   (residual_node only)
+//   y     = h W3ᵀ (+ r)      -> y [300, 520] bf16
+class TwoProducersTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+
+TEST_P(TwoProducersTest, OneConsumerOfTwoProducers) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [left, residual_node] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t m = 300, width = 512, right = width - left, out = 520;
+  h.Input("x", kBF16, m, 264, rng);
+  h.Input("z", kBF16, m, 520, rng);
+  h.Input("W1", kBF16, left, 264, rng);
+  h.Input("W2", kBF16, right, 520, rng);
+  h.Input("bias2", kBF16, 1, right, rng);
+  h.Input("W3", kBF16, out, width, rng);
+  h.Input("W4", kBF16, out, 264, rng);
+  h.Output("h", kBF16, m, width);
+  if (residual_node) h.Output("r", kFP32, m, out);
+  h.Output("y", kBF16, m, out);
+  h.Build([left = left, right, residual_node = residual_node](const auto& t, GemmGraph& g) {
+    g.AddGemm("left", t("x"), t("W1"), t("h").Columns(0, left).Named("h.left"),
+              {.activation = Activation::kReLU});
+    g.AddGemm("right", t("z"), t("W2"), t("h").Columns(left, right).Named("h.right"), {.bias = t("bias2")});
+    Epilogue epilogue;
+    if (residual_node) {
+      g.AddGemm("residual", t("x"), t("W4"), t("r"));
+      epilogue.residual = t("r");
+    }
+    g.AddGemm("consumer", t("h"), t("W3"), t("y"), epilogue);
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
+}
+INSTANTIATE_TEST_SUITE_P(Splits, TwoProducersTest,
+                         ::testing::Combine(::testing::Values(int64_t{256}, int64_t{136}), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "left" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_residual_node" : "");
+                         });
+
+// ---------------------------------------------------------------------------
+// 4. MLP blocks.
+// ---------------------------------------------------------------------------
+
+// One MLP block at `tokens`: hidden 512, intermediate 1024.
+//   h = swiglu(x W_gate_upᵀ): W_gate_up [2048, 512], rows interleaved (row
+//       2j is gate_j, row 2j + 1 is up_j), h [tokens, 1024];
+//   y = h W_downᵀ + x:        W_down [512, 1024], y [tokens, 512].
+void AddMlpBlock(GpuHarness& h, Rng& rng, int64_t tokens) {
+  const int64_t hidden = 512, intermediate = 1024;
+  h.Input("x", kBF16, tokens, hidden, rng);
+  h.Input("W_gate_up", kBF16, 2 * intermediate, hidden, rng);
+  h.Input("W_down", kBF16, hidden, intermediate, rng);
+  h.Output("h", kBF16, tokens, intermediate);
+  h.Output("y", kBF16, tokens, hidden);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("gate_up", t("x"), t("W_gate_up"), t("h"), {.activation = Activation::kSwiGLU});
+    g.AddGemm("down", t("h"), t("W_down"), t("y"), {.residual = t("x")});
+  });
+}
+
+class MlpTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(MlpTest, SwiGLUBlockMatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, GetParam());
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
+}
+INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{16}, int64_t{128}, int64_t{300}),
+                         [](const auto& info) { return "tokens" + std::to_string(info.param); });
+
+// ---------------------------------------------------------------------------
+// 5. Eight chained 512 x 512 layers at one token (decode-like).
+// ---------------------------------------------------------------------------
+
+constexpr Activation kLayerActivations[] = {Activation::kReLU, Activation::kNone, Activation::kGELU,
+                                           Activation::kSiLU};
+
+// Weights in [-1/16, 1/16] keep the activations near 1 through the layers
+// (a K = 512 dot product of uniform values scales them by about 0.8).
+TEST(GraphTest, EightLayerChainAtOneToken) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int kLayers = 8;
+  Rng rng;
+  GpuHarness h;
+  const int64_t tokens = 1, width = 512;
+  h.Input("h0", kBF16, tokens, width, rng);
+  for (int i = 0; i < kLayers; ++i) {
+    h.Input(absl::StrCat("W", i), kBF16, width, width, rng);
+    FillRandom(h.host(absl::StrCat("W", i)), rng, -1.0 / 16, 1.0 / 16);
+    h.Input(absl::StrCat("bias", i), kFP32, 1, width, rng);
+    h.Output(absl::StrCat("h", i + 1), kBF16, tokens, width);
+  }
+  // Layer i: h{i+1} = act(h{i} W{i}ᵀ [+ bias{i}]) [+ h{i}].
+  h.Build([](const auto& t, GemmGraph& g) {
+    for (int i = 0; i < kLayers; ++i) {
+      const TensorView in = t(absl::StrCat("h", i));
+      Epilogue epilogue;
+      epilogue.activation = kLayerActivations[i % 4];
+      if (i % 2 == 1) epilogue.bias = t(absl::StrCat("bias", i));
+      if (i % 3 == 2) epilogue.residual = in;  // a skip connection over the layer
+      g.AddGemm(absl::StrCat("layer", i), in, t(absl::StrCat("W", i)), t(absl::StrCat("h", i + 1)), epilogue);
+    }
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
+}
+
+// ---------------------------------------------------------------------------
+// 6. Soak: random graphs, replayed Plans, no leaked device memory.
+// ---------------------------------------------------------------------------
+
+// Widths and K of the random graphs: multiples of 8, so every bf16 row and
+// column offset (a Columns view's base too) is a multiple of 16 bytes.
+constexpr int64_t kSoakWidths[] = {8, 64, 136, 256, 520};
+
+struct RandomNode {
+  std::string name, a, b, c;
+  int64_t c_first_col = 0, c_cols = 0;  // C is c.Columns(c_first_col, c_cols)
+  Activation activation = Activation::kNone;
+  std::string bias, residual;  // empty: none
+};
+
+// Builds one random graph into a GpuHarness: tensors are named in0, in1, ...
+// (inputs) and out0, out1, ... (outputs); nodes n0, n1, ...
+class RandomGraph {
+ public:
+  RandomGraph(GpuHarness& h, Rng& rng) : h_(h), rng_(rng) {}
+
+  int64_t Rows() { return rng_.UniformInt(1, 300); }
+  int64_t Width() { return kSoakWidths[rng_.UniformInt(0, 4)]; }
+  DType BF16OrFP32() { return rng_.UniformInt(0, 1) == 0 ? kBF16 : kFP32; }
+
+  std::string Input(DType dtype, int64_t rows, int64_t cols) {
+    std::string name = absl::StrCat("in", inputs_++);
+    h_.Input(name, dtype, rows, cols, rng_);
+    return name;
+  }
+  std::string Output(DType dtype, int64_t rows, int64_t cols) {
+    std::string name = absl::StrCat("out", outputs_++);
+    h_.Output(name, dtype, rows, cols);
+    return name;
+  }
+
+  // Appends c[:, first_col : first_col + width] = epilogue(a · Bᵀ) for a
+  // [m, k], with a fresh B and a random epilogue: any activation, maybe a
+  // bias (bf16 or fp32), maybe a residual: a fresh input or, when given,
+  // `residual_candidate` (a tensor of shape [m, width]; an upstream output
+  // makes the residual a dependency too).
+  void AddNode(const std::string& a, int64_t m, int64_t k, const std::string& c, int64_t first_col, int64_t width,
+               const std::string& residual_candidate = "") {
+    RandomNode node;
+    node.name = absl::StrCat("n", nodes_.size());
+    node.a = a;
+    node.c = c;
+    node.c_first_col = first_col;
+    node.c_cols = width;
+    node.activation = static_cast<Activation>(rng_.UniformInt(0, 4));  // kNone .. kSwiGLU
+    const int64_t n = node.activation == Activation::kSwiGLU ? 2 * width : width;
+    node.b = Input(kBF16, n, k);
+    if (rng_.UniformInt(0, 1) == 1) node.bias = Input(BF16OrFP32(), 1, n);
+    const int64_t residual_choice = rng_.UniformInt(0, 2);
+    if (residual_choice == 1) {
+      node.residual = Input(BF16OrFP32(), m, width);
+    } else if (residual_choice == 2 && !residual_candidate.empty()) {
+      node.residual = residual_candidate;
+    }
+    absl::StrAppend(&description_, " ", node.name, ": ", c, "[:, ", first_col, ":", first_col + width, "] = ",
+                    std::string(ActivationName(node.activation)), "(", a, "[", m, "x", k, "] ", node.b, "^T",
+                    node.bias.empty() ? "" : " + " + node.bias, ")",
+                    node.residual.empty() ? "" : " + " + node.residual, ";");
+    nodes_.push_back(std::move(node));
+  }
+
+  // Hands the graph to the harness.
+  void Build() {
+    h_.Build([nodes = nodes_](const auto& t, GemmGraph& g) {
+      for (const RandomNode& node : nodes) {
+        Epilogue epilogue;
+        epilogue.activation = node.activation;
+        if (!node.bias.empty()) epilogue.bias = t(node.bias);
+        if (!node.residual.empty()) epilogue.residual = t(node.residual);
+        g.AddGemm(node.name, t(node.a), t(node.b), t(node.c).Columns(node.c_first_col, node.c_cols), epilogue);
+      }
+    });
+  }
+
+  std::string& description() { return description_; }
+
+ private:
+  GpuHarness& h_;
+  Rng& rng_;
+  int inputs_ = 0, outputs_ = 0;
+  std::vector<RandomNode> nodes_;
+  std::string description_;
+};
+
+// One random graph: an independent batch of 1-4 GEMMs, a chain of 2-4, or a
+// diamond (two consumers of one producer, or two producers of the column
+// halves of one buffer and their consumer). Intermediates are bf16 (they are
+// the next node's A); final outputs bf16 or fp32.
+void BuildRandomGraph(RandomGraph& graph, Rng& rng) {
+  const int64_t kind = rng.UniformInt(0, 2);
+  if (kind == 0) {
+    const int64_t count = rng.UniformInt(1, 4);
+    absl::StrAppend(&graph.description(), "batch of ", count, ":");
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t m = graph.Rows(), k = graph.Width(), width = graph.Width();
+      const std::string a = graph.Input(kBF16, m, k);
+      const std::string c = graph.Output(graph.BF16OrFP32(), m, width);
+      graph.AddNode(a, m, k, c, 0, width, k == width ? a : "");
+    }
+  } else if (kind == 1) {
+    const int64_t length = rng.UniformInt(2, 4), m = graph.Rows();
+    absl::StrAppend(&graph.description(), "chain of ", length, ":");
+    int64_t k = graph.Width();
+    std::string a = graph.Input(kBF16, m, k);
+    for (int64_t i = 0; i < length; ++i) {
+      const int64_t width = graph.Width();
+      const std::string c = graph.Output(i + 1 == length ? graph.BF16OrFP32() : kBF16, m, width);
+      graph.AddNode(a, m, k, c, 0, width, k == width ? a : "");  // a may be an upstream output
+      a = c;
+      k = width;
+    }
+  } else {
+    const int64_t m = graph.Rows(), k = graph.Width();
+    const std::string x = graph.Input(kBF16, m, k);
+    if (rng.UniformInt(0, 1) == 0) {
+      absl::StrAppend(&graph.description(), "two consumers of one producer:");
+      const int64_t width = graph.Width();
+      const std::string h = graph.Output(kBF16, m, width);
+      graph.AddNode(x, m, k, h, 0, width, k == width ? x : "");
+      for (int i = 0; i < 2; ++i) {
+        const int64_t out = graph.Width();
+        const std::string y = graph.Output(graph.BF16OrFP32(), m, out);
+        graph.AddNode(h, m, width, y, 0, out, out == width ? h : "");
+      }
+    } else {
+      absl::StrAppend(&graph.description(), "one consumer of two producers:");
+      const int64_t k2 = graph.Width(), left = graph.Width(), right = graph.Width();
+      const std::string z = graph.Input(kBF16, m, k2);
+      const std::string h = graph.Output(kBF16, m, left + right);
+      graph.AddNode(x, m, k, h, 0, left);
+      graph.AddNode(z, m, k2, h, left, right);
+      const int64_t out = graph.Width();
+      const std::string y = graph.Output(graph.BF16OrFP32(), m, out);
+      graph.AddNode(h, m, left + right, y, 0, out);
+    }
+  }
+  graph.Build();
+}
+
+int64_t FreeDeviceBytes() {
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t error = cudaMemGetInfo(&free_bytes, &total_bytes);
+  EXPECT_EQ(error, cudaSuccess) << "cudaMemGetInfo: " << cudaGetErrorName(error);
+  return static_cast<int64_t>(free_bytes);
+}
+
+// Device memory is measured with cudaMemGetInfo, which counts the whole
+// device: these checks assume no other process allocates on the GPU meanwhile
+// (run the gpu-label tests one at a time, no ctest -j). What a context keeps
+// for good once it is first needed (the kernel's module, loaded lazily at its
+// first launch; the local-memory reservation sized then) is taken by a
+// warm-up before the first measurement.
+//
+// The soak allows kLeakSlackBytes = 2 MiB: its graphs differ in size, and the
+// driver may keep memory that is not a leak when a larger footprint than any
+// before is first mapped (GPU page-table pages) or when a 2 MiB page of small
+// cudaMalloc sub-allocations stays cached. A leak of the soak's own buffers or
+// of a Plan's split-K workspace (>= 128 KiB each, chosen by the scheduler for
+// most of these small graphs) over 60 graphs is far above it. The exact check
+// is PlansReleaseTheirDeviceMemory below: the same Plan compiled, launched and
+// destroyed 2000 times, a steady state in which nothing may drift at all.
+constexpr int64_t kLeakSlackBytes = int64_t{2} << 20;
+
+TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int kGraphs = 60;
+  Rng rng;
+  const Runtime& runtime = TestRuntime();
+  {
+    // Warm-up (see kLeakSlackBytes): an MLP block, launched and replayed.
+    GpuHarness h;
+    AddMlpBlock(h, rng, 64);
+    LOOM_ASSERT_OK(h.Run(runtime));
+    LOOM_ASSERT_OK(h.Replay());
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const int64_t free_before = FreeDeviceBytes();
+  for (int i = 0; i < kGraphs && !HasFailure(); ++i) {
+    GpuHarness h;
+    RandomGraph graph(h, rng);
+    BuildRandomGraph(graph, rng);
+    SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description()));
+    LOOM_ASSERT_OK(h.Run(runtime));
+    h.ExpectEachNodeMatchesReference();
+    EXPECT_TRUE(ReplayIsBitIdentical(h));
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const int64_t free_after = FreeDeviceBytes();
+  std::printf("[ loom     ] free device memory before the soak %lld bytes, after %lld bytes\n",
+              static_cast<long long>(free_before), static_cast<long long>(free_after));
+  EXPECT_LE(free_before - free_after, kLeakSlackBytes)
+      << "device memory leaked over " << kGraphs << " graphs: " << (free_before - free_after) << " bytes";
+}
+
+// The same Plan (an MLP block in 4 forced splits: a split-K workspace,
+// dependency flags, a queue) compiled, launched and destroyed 2000 times must
+// give back every byte: after one warm-up round the allocation pattern repeats
+// exactly, so free memory may not move. 2000 rounds make a leak of even one
+// small allocation per Plan (>= 256 bytes: cudaMalloc's alignment) add up to
+// more than a 2 MiB page.
+TEST(GraphSoakTest, PlansReleaseTheirDeviceMemory) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int kRounds = 2000;
+  Rng rng;
+  const Runtime& runtime = TestRuntime();
+  GpuHarness h;
+  AddMlpBlock(h, rng, 16);
+  CompileOptions options;
+  options.split_k = 4;
+  LOOM_ASSERT_OK(h.Run(runtime, options));
+  auto round = [&]() -> absl::Status {
+    absl::StatusOr<Plan> plan = runtime.Compile(h.plan().graph(), options);
+    if (!plan.ok()) return plan.status();
+    if (absl::Status s = plan->Launch(nullptr); !s.ok()) return s;
+    return plan->Synchronize(nullptr);
+  };
+  LOOM_ASSERT_OK(round());  // warm-up
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const int64_t free_before = FreeDeviceBytes();
+  for (int i = 0; i < kRounds; ++i) LOOM_ASSERT_OK(round());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const int64_t free_after = FreeDeviceBytes();
+  std::printf("[ loom     ] free device memory before %d plans %lld bytes, after %lld bytes\n", kRounds,
+              static_cast<long long>(free_before), static_cast<long long>(free_after));
+  EXPECT_EQ(free_after, free_before) << "device memory leaked over " << kRounds
+                                     << " plans: " << (free_before - free_after) << " bytes";
+  // The last of those launches wrote the same buffers: still right.
+  LOOM_ASSERT_OK(h.CopyOutputsBack());
+  h.ExpectEachNodeMatchesReference();
+}
+
+// ---------------------------------------------------------------------------
+// 7. Two Plans on two streams at once.
+// ---------------------------------------------------------------------------
+
+class Stream {
+ public:
+  Stream() { error_ = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); }
+  ~Stream() {
+    if (error_ == cudaSuccess) cudaStreamDestroy(stream_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaError_t error() const { return error_; }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaError_t error_ = cudaSuccess;
+};
+
+// Two independent Plans (different graphs, different buffers, so different
+// flags and launch state) launched back to back on two non-blocking streams,
+// then both synchronized and checked; three more rounds, outputs re-poisoned,
+// must repeat the first bit for bit.
+//
+// Each Plan launches every co-resident cluster, so the two kernels may not fit
+// on the GPU together: the second one's CTAs start as the first one's exit.
+// That is safe. loom needs only that a kernel's CTAs that wait are waiting on
+// work that running CTAs hold, and a kernel's CTAs only ever wait on each
+// other (its own flags, its own queue cursor): jobs are claimed from an atomic
+// cursor in topological order, by clusters that are already running, so every
+// job a CTA waits for is held by a running CTA of the same kernel, however many
+// of its CTAs are resident. Neither kernel waits on the other, so each finishes
+// whatever the overlap.
+TEST(GraphStreamsTest, TwoPlansOnTwoStreamsAtOnce) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  const Runtime& runtime = TestRuntime();
+  GpuHarness chain;
+  chain.Input("x", kBF16, 256, 520, rng);
+  chain.Input("W1", kBF16, 1000, 520, rng);
+  chain.Input("W2", kBF16, 264, 1000, rng);
+  chain.Output("h", kBF16, 256, 1000);
+  chain.Output("y", kFP32, 256, 264);
+  chain.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("first", t("x"), t("W1"), t("h"), {.activation = Activation::kReLU});
+    g.AddGemm("second", t("h"), t("W2"), t("y"));
+  });
+  GpuHarness mlp;
+  AddMlpBlock(mlp, rng, 128);
+  LOOM_ASSERT_OK(chain.Prepare(runtime));
+  LOOM_ASSERT_OK(mlp.Prepare(runtime));
+
+  Stream first, second;
+  ASSERT_EQ(first.error(), cudaSuccess) << cudaGetErrorName(first.error());
+  ASSERT_EQ(second.error(), cudaSuccess) << cudaGetErrorName(second.error());
+  Snapshot chain_first, mlp_first;
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    if (round > 0) {
+      LOOM_ASSERT_OK(chain.PoisonDeviceOutputs());
+      LOOM_ASSERT_OK(mlp.PoisonDeviceOutputs());
+    }
+    LOOM_ASSERT_OK(chain.LaunchOn(first.get()));
+    LOOM_ASSERT_OK(mlp.LaunchOn(second.get()));
+    LOOM_ASSERT_OK(chain.FinishOn(first.get()));
+    LOOM_ASSERT_OK(mlp.FinishOn(second.get()));
+    if (round == 0) {
+      chain.ExpectEachNodeMatchesReference();
+      mlp.ExpectEachNodeMatchesReference();
+      chain_first = TakeSnapshot(chain);
+      mlp_first = TakeSnapshot(mlp);
+    } else {
+      EXPECT_TRUE(SameBits(chain, chain_first));
+      EXPECT_TRUE(SameBits(mlp, mlp_first));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 8. Split-K.
+// ---------------------------------------------------------------------------
+
+// M = 64, N = 512, K = 2048 (32 k-blocks) in 3 forced splits (11, 11, 10
+// k-blocks), with a bias and relu applied after the reduction.
+class GraphSplitKTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GraphSplitKTest, ForcedThreeSplitsWithBiasAndReLU) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", kBF16, 64, 2048, rng);
+  h.Input("B", kBF16, 512, 2048, rng);
+  h.Input("bias", kFP32, 1, 512, rng);
+  h.Output("C", GetParam(), 64, 512);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("gemm", t("A"), t("B"), t("C"), {.activation = Activation::kReLU, .bias = t("bias")});
+  });
+  CompileOptions options;
+  options.split_k = 3;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_EQ(h.plan().schedule().nodes[0].split_k, 3);
+  h.ExpectEachNodeMatchesReference();
+  // The partials are summed in split order: replays are bit-identical.
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
+}
+INSTANTIATE_TEST_SUITE_P(OutputTypes, GraphSplitKTest, ::testing::Values(kBF16, kFP32),
+                         [](const auto& info) { return DTypeSuffix(info.param); });
+
+// Both MLP nodes in 4 forced splits at 16 tokens: the down projection reads h
+// only once gate_up's reduction (and its SwiGLU) has stored each tile.
+TEST(GraphTest, MlpBlockWithForcedSplitK) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, 16);
+  CompileOptions options;
+  options.split_k = 4;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  ASSERT_EQ(h.plan().schedule().nodes.size(), 2u);
+  EXPECT_EQ(h.plan().schedule().nodes[0].split_k, 4);  // K = 512: 8 k-blocks
+  EXPECT_EQ(h.plan().schedule().nodes[1].split_k, 4);  // K = 1024: 16 k-blocks
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
+}
+
+// The scheduler's own choice (split_k = 0) on a skinny, long-K GEMM, the
+// shape split-K is for: M = 8, N = 1024, K = 4096.
+TEST(GraphTest, SchedulerChosenSplitKOnSkinnyLongK) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", kBF16, 8, 4096, rng);
+  h.Input("B", kBF16, 1024, 4096, rng);
+  h.Output("C", kBF16, 8, 1024);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  std::printf("[ loom     ] scheduler chose split_k = %d\n", h.plan().schedule().nodes[0].split_k);
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
+}
+
+}  // namespace
+}  // namespace loom::testbed
