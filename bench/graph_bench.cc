@@ -288,6 +288,22 @@ absl::StatusOr<GraphExec> CaptureGraph(cudaStream_t stream, const std::function<
   return GraphExec(exec);
 }
 
+// Runs `enqueue` once eagerly (so cuBLAS loads its kernels outside the
+// capture), captures it into one CUDA graph and times the graph's launches.
+absl::StatusOr<Timing> TimeBaselineGraph(const BenchContext& ctx,
+                                         const std::function<absl::Status(cudaStream_t)>& enqueue) {
+  LOOM_RETURN_IF_ERROR(enqueue(ctx.stream));
+  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  LOOM_ASSIGN_OR_RETURN(GraphExec graph, CaptureGraph(ctx.stream, enqueue));
+  return TimeLaunches(
+      ctx,
+      [&]() -> absl::Status {
+        GRAPH_BENCH_CUDA(cudaGraphLaunch(graph.get(), ctx.stream));
+        return absl::OkStatus();
+      },
+      ctx.iters);
+}
+
 // --- The baseline's GEMM. ---
 
 // One cublasLt matmul shape: row-major D[m, n] = A[m, k] · B[n, k]ᵀ + beta · D,
@@ -632,17 +648,7 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
                                            ctx.workspace, stream));
     return absl::OkStatus();
   };
-  // One eager run first, so cuBLAS loads its kernels outside the capture.
-  LOOM_RETURN_IF_ERROR(enqueue_baseline(ctx.stream));
-  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
-  LOOM_ASSIGN_OR_RETURN(GraphExec baseline_graph, CaptureGraph(ctx.stream, enqueue_baseline));
-  LOOM_ASSIGN_OR_RETURN(result.baseline, TimeLaunches(
-                                             ctx,
-                                             [&]() -> absl::Status {
-                                               GRAPH_BENCH_CUDA(cudaGraphLaunch(baseline_graph.get(), ctx.stream));
-                                               return absl::OkStatus();
-                                             },
-                                             ctx.iters));
+  LOOM_ASSIGN_OR_RETURN(result.baseline, TimeBaselineGraph(ctx, enqueue_baseline));
   ctx.watchdog->SetStep(step + ": baseline FP64 check");
   LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
                         CheckMlpBaseline(ctx, shape, weights, tokens, x.get(), h_baseline.get(), y_baseline.get()));
@@ -726,16 +732,7 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
     }
     return absl::OkStatus();
   };
-  LOOM_RETURN_IF_ERROR(enqueue_baseline(ctx.stream));
-  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
-  LOOM_ASSIGN_OR_RETURN(GraphExec baseline_graph, CaptureGraph(ctx.stream, enqueue_baseline));
-  LOOM_ASSIGN_OR_RETURN(result.baseline, TimeLaunches(
-                                             ctx,
-                                             [&]() -> absl::Status {
-                                               GRAPH_BENCH_CUDA(cudaGraphLaunch(baseline_graph.get(), ctx.stream));
-                                               return absl::OkStatus();
-                                             },
-                                             ctx.iters));
+  LOOM_ASSIGN_OR_RETURN(result.baseline, TimeBaselineGraph(ctx, enqueue_baseline));
   ctx.watchdog->SetStep(step + ": baseline FP64 check");
   std::vector<const void*> baseline_activations = {x.get()};
   for (const DeviceBuffer& out : baseline_outputs) baseline_activations.push_back(out.get());
