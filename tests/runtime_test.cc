@@ -76,6 +76,25 @@ TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
   EXPECT_NE(std::string(plan.status().message()).find("a_stages: 0"), std::string::npos) << plan.status();
 }
 
+TEST(RuntimeTest, SplitKOptionIsHonouredAndBoundsChecked) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions split;
+  split.split_k = 3;
+  absl::StatusOr<Plan> plan = runtime.Compile(OneGemm(), split);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().nodes[0].split_k, 3);
+  EXPECT_GT(plan->schedule().workspace_elements, 0);
+
+  for (const int bad : {-1, 1000}) {
+    CompileOptions options;
+    options.split_k = bad;
+    plan = runtime.Compile(OneGemm(), options);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(std::string(plan.status().message()).find("split_k"), std::string::npos) << plan.status();
+    EXPECT_NE(std::string(plan.status().message()).find(std::to_string(bad)), std::string::npos) << plan.status();
+  }
+}
+
 TEST(RuntimeTest, InvalidGraphIsRefusedByCompile) {
   GemmGraph graph;
   graph.AddGemm("bad", Fake("x", 0x100000, 64, 128), Fake("w", 0x10000000, 64, 96), Fake("y", 0x20000000, 64, 64));
