@@ -60,7 +60,6 @@ enum class WaitKind : int32_t {
   kRingEmpty = 3,
   kJobSlot = 4,
   kStaging = 5,
-  kClusterPeer = 6,
 };
 struct DeviceTimeoutRecord {
   int32_t timed_out;  // 0 or 1; claimed with atomicCAS by the first waiter

@@ -93,20 +93,6 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return value;
 }
 
-// cp.async.bulk.prefetch.tensor: asks L2 to fetch a box of a tensor map ahead
-// of its TMA load. No completion, no ordering; a hint.
-__device__ __forceinline__ void prefetch_tensor_2d(const void* tensor_map, int32_t x, int32_t y) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(tensor_map),
-               "r"(x), "r"(y)
-               : "memory");
-}
-
-// prefetch.tensormap: brings a tensor map (in global memory) into the cache
-// the TMA unit reads descriptors from.
-__device__ __forceinline__ void prefetch_tensormap(const void* tensor_map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");
-}
-
 }  // namespace loom::kernel::ptx
 
 #endif  // LOOM_OPS_KERNEL_PTX_CUH_

@@ -217,8 +217,6 @@ const char* WaitKindName(int32_t kind) {
       return "job slot barrier";
     case kernel::WaitKind::kStaging:
       return "epilogue staging barrier";
-    case kernel::WaitKind::kClusterPeer:
-      return "cluster peer";
     default:
       return "unknown wait";
   }
