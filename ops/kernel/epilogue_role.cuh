@@ -395,14 +395,36 @@ __device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, i
   }
 }
 
+// The fused epilogue into C, in the instantiation for this node's output.
+__device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
+                                   RingCursor& staging, float (&acc)[128], int index) {
+  const EpilogueFields fields(node);
+  const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
+  if (node.out_type == ElementType::kBF16) {
+    return swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, acc, index)
+                  : StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, acc, index);
+  }
+  return swiglu ? StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, acc, index)
+                : StageTile<ElementType::kFP32, false>(ctx, work, fields, warpgroup, staging, acc, index);
+}
+
 // The consumer warpgroup, job after job: the main loop (or, for a split-K
 // reduce job, the sum of the partials), then the epilogue: fused ops into the
 // output, or the raw accumulators into the workspace for a split-K partial.
+// NOTE: ptxas serialises every wgmma of the kernel (C7515) when it cannot
+// prove that no other instruction writes the accumulator registers while a
+// wgmma group is in flight. The reduce path writes an accumulator array with
+// ordinary adds, so (1) it has its own array, scoped to the reduce branch,
+// (2) the main loop's array is zeroed per job rather than overwritten by the
+// first wgmma's scale-d predicate, so it is dead between jobs and the two
+// arrays share registers instead of spilling, and (3) plans without split-K
+// launch the kSplitK = false instantiation, which has no reduce path at all.
+// The build refuses a kernel with C7515 (tests/kernel_codegen_check.cmake).
+template <bool kSplitK>
 __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
   const bool lane0 = (threadIdx.x % 32) == 0;
   JobStream jobs;
   RingCursor a_ring, b_ring, staging;
-  float accumulators[128];
   for (;;) {
     const int index = jobs.Next(ctx, /*releasing=*/lane0);
     if (index < 0) return;
@@ -411,28 +433,22 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
     const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
                          warpgroup * KernelConfig::kRowsPerConsumer;
     const bool rows_in_range = work.in_range && row0 < node.schedule.m;  // else the store thread skips it too
-    const bool reduce = work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce);
-    if (reduce) {
+    bool ok;
+    if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
       if (!rows_in_range) continue;
       if (!WaitForPartials(ctx, work, index)) return;
-      SumPartials(ctx, work, warpgroup, accumulators);
+      float sums[128];
+      SumPartials(ctx, work, warpgroup, sums);
+      ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index);
     } else {
+      float accumulators[128];
       if (!RunMainLoop(ctx, work, index, warpgroup, a_ring, b_ring, accumulators)) return;
       if (!rows_in_range) continue;
-    }
-    bool ok;
-    if (!reduce && node.schedule.split_k > 1) {
-      ok = StageTile<ElementType::kFP32, false>(ctx, work, EpilogueFields::Partial(node), warpgroup, staging,
-                                                accumulators, index);
-    } else {
-      const EpilogueFields fields(node);
-      const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
-      if (node.out_type == ElementType::kBF16) {
-        ok = swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, accumulators, index)
-                    : StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, accumulators, index);
+      if (kSplitK && node.schedule.split_k > 1) {
+        ok = StageTile<ElementType::kFP32, false>(ctx, work, EpilogueFields::Partial(node), warpgroup, staging,
+                                                  accumulators, index);
       } else {
-        ok = swiglu ? StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, accumulators, index)
-                    : StageTile<ElementType::kFP32, false>(ctx, work, fields, warpgroup, staging, accumulators, index);
+        ok = StageOutput(ctx, work, node, warpgroup, staging, accumulators, index);
       }
     }
     if (!ok) return;

@@ -31,6 +31,10 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
 
   RingCursor previous_a = a_ring, previous_b = b_ring;
   bool ok = true;
+  // Zeroed here, before the first fence, rather than by the first wgmma's
+  // scale-d: see RunConsumer's note on C7515.
+#pragma unroll
+  for (int r = 0; r < 128; ++r) accumulators[r] = 0.0f;
   for (int i = 0; i < k_blocks; ++i) {
     ok &= ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, job_index);
     if (!lockstep) ok &= ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull, job_index);
@@ -43,7 +47,7 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
 #pragma unroll
     for (int k16 = 0; k16 < KernelConfig::kBlockK / 16; ++k16) {
       wgmma_m64n256k16_bf16(accumulators, AdvanceDescriptorK16(desc_a, k16),
-                            AdvanceDescriptorK16(desc_b, k16), /*accumulate=*/i > 0 || k16 > 0);
+                            AdvanceDescriptorK16(desc_b, k16), /*accumulate=*/true);
     }
     ptx::wgmma_commit_group();
     if (i > 0) {

@@ -16,6 +16,8 @@
 
 #include <cuda/ptx>
 
+#include <algorithm>
+
 #include "epilogue_role.cuh"
 #include "loader_role.cuh"
 #include "mma_role.cuh"
@@ -69,6 +71,10 @@ __device__ void FinishLaunch(const KernelParams& params, uint32_t epoch) {
   }
 }
 
+// kSplitK: the instantiation for plans with split-K nodes (partials, reduce
+// jobs). Plans without them launch the other one, whose consumers never see
+// the reduce path (see RunConsumer for why that matters).
+template <bool kSplitK>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     PersistentGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
@@ -118,7 +124,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     __syncwarp();
   } else {
     ptx::setmaxnreg_inc<KernelConfig::kConsumerRegisters>();
-    RunConsumer(ctx, warpgroup - 1);
+    RunConsumer<kSplitK>(ctx, warpgroup - 1);
   }
 
   // No CTA may leave while its peer can still arrive on its barriers or
@@ -127,9 +133,24 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   if (threadIdx.x == 0) FinishLaunch(params, ctx.epoch);
 }
 
-cudaError_t ConfigureKernel(uint32_t smem_bytes) {
-  return cudaFuncSetAttribute(PersistentGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(smem_bytes));
+// Both instantiations may use all the shared memory the device allows a
+// block; each launch asks for what its ring depths need. Set once per Plan
+// compile, not per launch (a launch stays pure device work, replays too).
+cudaError_t ConfigureKernels() {
+  int device = 0;
+  if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return error;
+  int max_smem = 0;
+  if (cudaError_t error = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      error != cudaSuccess) {
+    return error;
+  }
+  for (auto kernel : {PersistentGemmKernel<false>, PersistentGemmKernel<true>}) {
+    if (cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
+        error != cudaSuccess) {
+      return error;
+    }
+  }
+  return cudaSuccess;
 }
 
 cudaLaunchConfig_t MakeLaunchConfig(int ctas, uint32_t smem_bytes, cudaStream_t stream,
@@ -151,20 +172,26 @@ cudaLaunchConfig_t MakeLaunchConfig(int ctas, uint32_t smem_bytes, cudaStream_t 
 }  // namespace
 
 cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, int* clusters) {
+  if (cudaError_t error = ConfigureKernels(); error != cudaSuccess) return error;
   const uint32_t smem_bytes = SharedMemoryBytes(a_stages, b_stages);
-  if (cudaError_t error = ConfigureKernel(smem_bytes); error != cudaSuccess) return error;
   cudaLaunchAttribute attribute;
   cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, &attribute, cluster_size);
-  return cudaOccupancyMaxActiveClusters(clusters, PersistentGemmKernel, &config);
+  *clusters = 0;
+  for (auto kernel : {PersistentGemmKernel<false>, PersistentGemmKernel<true>}) {
+    int fit = 0;
+    if (cudaError_t error = cudaOccupancyMaxActiveClusters(&fit, kernel, &config); error != cudaSuccess) return error;
+    *clusters = *clusters == 0 ? fit : std::min(*clusters, fit);
+  }
+  return cudaSuccess;
 }
 
 cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, cudaStream_t stream) {
   const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages);
-  if (cudaError_t error = ConfigureKernel(smem_bytes); error != cudaSuccess) return error;
   cudaLaunchAttribute attribute;
   cudaLaunchConfig_t config =
       MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, &attribute, params.cluster_size);
-  return cudaLaunchKernelEx(&config, PersistentGemmKernel, params);
+  return params.has_split_k != 0 ? cudaLaunchKernelEx(&config, PersistentGemmKernel<true>, params)
+                                 : cudaLaunchKernelEx(&config, PersistentGemmKernel<false>, params);
 }
 
 }  // namespace loom::kernel

@@ -16,10 +16,14 @@ inline uint32_t SharedMemoryBytes(int a_stages, int b_stages) {
 }
 
 // Clusters of `cluster_size` CTAs of the kernel that can be resident at once
-// on the current device with this shared memory (occupancy API).
+// on the current device with this shared memory (occupancy API; the smaller
+// of the two instantiations' answers). Also raises the kernels' shared-memory
+// limit to the device's maximum, so call it (Runtime::Compile does) before
+// LaunchPersistentGemm on a device.
 cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, int* clusters);
 
-// Launches the persistent kernel: `clusters` clusters of params.cluster_size CTAs.
+// Launches the persistent kernel: `clusters` clusters of params.cluster_size
+// CTAs; the split-K instantiation when params.has_split_k.
 cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, cudaStream_t stream);
 
 }  // namespace loom::kernel

@@ -197,6 +197,10 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.a_stages = impl.options.a_stages;
   params.b_stages = impl.options.b_stages;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
+  params.has_split_k = 0;
+  for (const sched::NodeSchedule& node : impl.schedule.nodes) {
+    if (node.split_k > 1) params.has_split_k = 1;
+  }
   params.flags = impl.flags;
   params.workspace = impl.workspace;
   params.state = impl.state;
