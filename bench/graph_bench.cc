@@ -58,6 +58,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -92,6 +93,9 @@ ABSL_FLAG(int, warmup, 5, "untimed launches first (at least 1)");
 ABSL_FLAG(int, chain_layers, 8, "layers in the linear chain (0: no chain)");
 ABSL_FLAG(int64_t, chain_width, 4096, "width of each chain layer [width x width]");
 ABSL_FLAG(std::string, chain_tokens, "1,16", "comma-separated token counts for the chain (empty: none)");
+ABSL_FLAG(bool, timeline, false,
+          "after timing, run one traced launch per case and print its per-node timeline (Plan::ExplainTimeline)");
+ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: the scheduler chooses)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 ABSL_FLAG(double, max_seconds, 55, "hard wall-clock limit; the process exits with code 3 past it (0: none)");
 
@@ -214,6 +218,8 @@ struct BenchContext {
   Watchdog* watchdog = nullptr;
   int warmup = 5;
   int iters = 50;
+  CompileOptions loom_options;
+  bool timeline = false;
 };
 
 // --- Timing. ---
@@ -551,6 +557,35 @@ absl::StatusOr<double> MeasureCopyGBps(BenchContext& ctx) {
   return 2.0 * kCopyBytes / timing.median_us / 1e3;
 }
 
+// --- loom's side of a case. ---
+
+// Compiles `graph`, launches it once (checked), then times ctx.iters launches
+// into result.loom. With --timeline, one more launch of a traced plan prints
+// where each node's time went (its outputs are the same bits).
+absl::Status TimeLoomGraph(BenchContext& ctx, const GemmGraph& graph, const std::string& step, CaseResult& result) {
+  ctx.watchdog->SetStep(step + ": loom compile");
+  LOOM_ASSIGN_OR_RETURN(Plan plan, ctx.runtime->Compile(graph, ctx.loom_options));
+  ctx.watchdog->SetStep(step + ": loom first launch");
+  LOOM_RETURN_IF_ERROR(plan.Launch(ctx.stream));
+  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+  ctx.watchdog->SetStep(step + ": loom timed launches");
+  LOOM_ASSIGN_OR_RETURN(result.loom, TimeLaunches(ctx, [&] { return plan.Launch(ctx.stream); }, ctx.iters));
+  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+  if (!ctx.timeline) return absl::OkStatus();
+  ctx.watchdog->SetStep(step + ": traced launch");
+  CompileOptions traced = ctx.loom_options;
+  traced.trace = true;
+  LOOM_ASSIGN_OR_RETURN(Plan traced_plan, ctx.runtime->Compile(graph, traced));
+  for (int launch = 0; launch < 2; ++launch) {  // the second one, warm, is reported
+    LOOM_RETURN_IF_ERROR(traced_plan.Launch(ctx.stream));
+    LOOM_RETURN_IF_ERROR(traced_plan.Synchronize(ctx.stream));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::string timeline, traced_plan.ExplainTimeline());
+  std::cout << step << ", traced launch (timed median " << absl::StrFormat("%.1f", result.loom.median_us)
+            << " us):\n" << timeline << std::flush;
+  return absl::OkStatus();
+}
+
 // --- The MLP block. ---
 
 struct MlpShape {
@@ -654,7 +689,6 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
                         CheckMlpBaseline(ctx, shape, weights, tokens, x.get(), h_baseline.get(), y_baseline.get()));
 
   // loom: the same block as one graph, one persistent kernel.
-  ctx.watchdog->SetStep(step + ": loom compile");
   const TensorView x_view = TensorView::Dense("x", x.get(), DType::kBF16, tokens, hidden);
   GemmGraph graph;
   graph.AddGemm("gate_up", x_view,
@@ -664,13 +698,7 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
   graph.AddGemm("down", TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate),
                 TensorView::Dense("w_down", weights.down.get(), DType::kBF16, hidden, intermediate),
                 TensorView::Dense("y", y_loom.get(), DType::kBF16, tokens, hidden), Epilogue{.residual = x_view});
-  LOOM_ASSIGN_OR_RETURN(Plan plan, ctx.runtime->Compile(graph));
-  ctx.watchdog->SetStep(step + ": loom first launch");
-  LOOM_RETURN_IF_ERROR(plan.Launch(ctx.stream));
-  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
-  ctx.watchdog->SetStep(step + ": loom timed launches");
-  LOOM_ASSIGN_OR_RETURN(result.loom, TimeLaunches(ctx, [&] { return plan.Launch(ctx.stream); }, ctx.iters));
-  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+  LOOM_RETURN_IF_ERROR(TimeLoomGraph(ctx, graph, step, result));
 
   ctx.watchdog->SetStep(step + ": comparison");
   LOOM_RETURN_IF_ERROR(
@@ -739,7 +767,6 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
   LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
                         CheckChainBaseline(ctx, weights, baseline_activations, tokens, width));
 
-  ctx.watchdog->SetStep(step + ": loom compile");
   GemmGraph graph;
   for (int layer = 0; layer < layers; ++layer) {
     const TensorView input =
@@ -750,13 +777,7 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
                   TensorView::Dense(absl::StrCat("w", layer), weights[layer].get(), DType::kBF16, width, width),
                   TensorView::Dense(absl::StrCat("y", layer), loom_outputs[layer].get(), DType::kBF16, tokens, width));
   }
-  LOOM_ASSIGN_OR_RETURN(Plan plan, ctx.runtime->Compile(graph));
-  ctx.watchdog->SetStep(step + ": loom first launch");
-  LOOM_RETURN_IF_ERROR(plan.Launch(ctx.stream));
-  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
-  ctx.watchdog->SetStep(step + ": loom timed launches");
-  LOOM_ASSIGN_OR_RETURN(result.loom, TimeLaunches(ctx, [&] { return plan.Launch(ctx.stream); }, ctx.iters));
-  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+  LOOM_RETURN_IF_ERROR(TimeLoomGraph(ctx, graph, step, result));
 
   ctx.watchdog->SetStep(step + ": comparison");
   for (int layer = 0; layer < layers; ++layer) {
@@ -931,6 +952,8 @@ int Main() {
 
   BenchContext ctx;
   ctx.runtime = &*runtime;
+  ctx.loom_options.split_k = absl::GetFlag(FLAGS_split_k);
+  ctx.timeline = absl::GetFlag(FLAGS_timeline);
   ctx.watchdog = &watchdog;
   ctx.warmup = absl::GetFlag(FLAGS_warmup);
   ctx.iters = absl::GetFlag(FLAGS_iters);

@@ -684,6 +684,50 @@ TEST(GraphTest, MlpBlockWithForcedSplitK) {
   h.ExpectEachNodeMatchesReference();
 }
 
+// A traced launch (CompileOptions::trace) of the split MLP block: the
+// results are unchanged, every queue entry has a timeline, each timeline's
+// events are in order, and no down-projection job found its data ready before
+// gate_up had published any output tile (the dependency wait, seen from the
+// clock). %globaltimer ticks about once a microsecond: comparisons between
+// threads allow one tick.
+TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, 16);
+  CompileOptions options;
+  options.split_k = 4;
+  options.trace = true;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  absl::StatusOr<std::vector<JobTrace>> timeline = h.plan().Timeline();
+  LOOM_ASSERT_OK(timeline.status());
+
+  const sched::Schedule& schedule = h.plan().schedule();
+  std::vector<bool> seen(schedule.queue.size(), false);
+  constexpr double kTick = 1.1;  // us
+  double first_gate_up_publish = 1e30;
+  for (const JobTrace& t : *timeline) {
+    ASSERT_GE(t.job, 0);
+    ASSERT_LT(t.job, static_cast<int>(seen.size()));
+    seen[t.job] = true;
+    EXPECT_GE(t.fetched, 0) << "job " << t.job;
+    EXPECT_GE(t.data_ready, t.fetched) << "job " << t.job;
+    EXPECT_GE(t.mma_done, t.data_ready) << "job " << t.job;
+    if (t.published >= 0) EXPECT_GE(t.published + kTick, t.mma_done) << "job " << t.job;
+    if (t.node == 0 && t.reduce && t.published >= 0) first_gate_up_publish = std::min(first_gate_up_publish, t.published);
+  }
+  for (size_t job = 0; job < seen.size(); ++job) EXPECT_TRUE(seen[job]) << "no timeline for queue entry " << job;
+  ASSERT_LT(first_gate_up_publish, 1e30) << "no gate_up reduce job published a tile";
+  for (const JobTrace& t : *timeline) {
+    if (t.node == 1 && !t.reduce) EXPECT_GE(t.data_ready + kTick, first_gate_up_publish) << "down job " << t.job;
+  }
+  absl::StatusOr<std::string> explained = h.plan().ExplainTimeline();
+  LOOM_ASSERT_OK(explained.status());
+  EXPECT_NE(explained->find("gate_up"), std::string::npos) << *explained;
+  EXPECT_NE(explained->find("reduce"), std::string::npos) << *explained;
+}
+
 // The scheduler's own choice (split_k = 0) on a skinny, long-K GEMM, the
 // shape split-K is for: M = 8, N = 1024, K = 4096.
 TEST(GraphTest, SchedulerChosenSplitKOnSkinnyLongK) {

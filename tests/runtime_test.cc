@@ -40,6 +40,23 @@ TEST(RuntimeTest, LaunchOfHostOnlyPlanIsFailedPrecondition) {
   EXPECT_NE(std::string(status.message()).find("without a GPU"), std::string::npos) << status;
 }
 
+TEST(RuntimeTest, TimelineNeedsATracedLaunchedPlan) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  absl::StatusOr<Plan> plan = runtime.Compile(OneGemm());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::Status untraced = plan->Timeline().status();
+  EXPECT_EQ(untraced.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(untraced.message()).find("trace = true"), std::string::npos) << untraced;
+
+  CompileOptions options;
+  options.trace = true;
+  absl::StatusOr<Plan> traced = runtime.Compile(OneGemm(), options);
+  ASSERT_TRUE(traced.ok()) << traced.status();
+  const absl::Status host_only = traced->ExplainTimeline().status();
+  EXPECT_EQ(host_only.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(host_only.message()).find("host-only"), std::string::npos) << host_only;
+}
+
 TEST(RuntimeTest, GridLargerThanCoresidentIsRefused) {
   CompileOptions options;
   options.max_clusters = 67;

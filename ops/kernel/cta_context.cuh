@@ -85,12 +85,23 @@ struct CtaContext {
            (warpgroup * KernelConfig::kStagingBuffers + buffer) * KernelConfig::kStagingPanelBytes;
   }
 
+  // This CTA's trace record of queue entry `job`, or null when the plan does
+  // not trace or the calling thread does not record.
+  __device__ DeviceJobTrace* trace_of(int job, bool recorder) const {
+    if (params.trace == nullptr || !recorder) return nullptr;
+    return params.trace + job * params.cluster_size + rank;
+  }
+
   // Releases a ring slot: arrives on the barrier at the same offset in every
   // CTA of the cluster.
   __device__ void ArriveOnEveryCta(uint64_t* barrier) const {
     const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
-    for (int r = 0; r < params.cluster_size; ++r) {
-      ptx::mbarrier_arrive_remote(ptx::mapa_shared_cluster(local, r));
+    // Bounded by the compile-time maximum so the loop unrolls to a couple of
+    // arrivals (a runtime bound compiled to a 16-way unrolled loop in the
+    // main loop's release path).
+#pragma unroll
+    for (int r = 0; r < KernelConfig::kMaxClusterSize; ++r) {
+      if (r < params.cluster_size) ptx::mbarrier_arrive_remote(ptx::mapa_shared_cluster(local, r));
     }
   }
 };

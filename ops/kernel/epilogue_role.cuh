@@ -395,6 +395,11 @@ __device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, i
   }
 }
 
+// Stamps one event of a job's trace (CompileOptions::trace).
+__device__ inline void RecordTrace(const CtaContext& ctx, int job, bool recorder, uint64_t DeviceJobTrace::*event) {
+  if (DeviceJobTrace* trace = ctx.trace_of(job, recorder)) trace->*event = ptx::globaltimer();
+}
+
 // The fused epilogue into C, in the instantiation for this node's output.
 __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
                                    RingCursor& staging, float (&acc)[128], int index) {
@@ -423,11 +428,17 @@ __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, c
 template <bool kSplitK>
 __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
   const bool lane0 = (threadIdx.x % 32) == 0;
+  const bool recorder = warpgroup == 0 && threadIdx.x % 128 == 0;  // writes the job traces
   JobStream jobs;
   RingCursor a_ring, b_ring, staging;
   for (;;) {
     const int index = jobs.Next(ctx, /*releasing=*/lane0);
     if (index < 0) return;
+    if (DeviceJobTrace* trace = ctx.trace_of(index, recorder)) {
+      *trace = DeviceJobTrace{};
+      trace->fetched = ptx::globaltimer();
+      trace->sm = static_cast<int32_t>(ptx::smid());
+    }
     const CtaWork work = ResolveJob(ctx, index);
     const KernelNode& node = *work.node;
     const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
@@ -437,12 +448,24 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
     if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
       if (!rows_in_range) continue;
       if (!WaitForPartials(ctx, work, index)) return;
+      RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       float sums[128];
       SumPartials(ctx, work, warpgroup, sums);
+      RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
       ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index);
     } else {
+      if (ctx.params.trace != nullptr && recorder && work.job->k_block_end > work.job->k_block_begin) {
+        // Waiting for the first slot here too is harmless: the main loop's
+        // wait on the same phase then returns at once.
+        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull,
+                                      index)) {
+          return;
+        }
+        RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
+      }
       float accumulators[128];
-      if (!RunMainLoop(ctx, work, index, warpgroup, a_ring, b_ring, accumulators)) return;
+      if (!RunMainLoop(ctx, work, index, warpgroup, rows_in_range, a_ring, b_ring, accumulators)) return;
+      RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
       if (!rows_in_range) continue;
       if (kSplitK && node.schedule.split_k > 1) {
         ok = StageTile<ElementType::kFP32, false>(ctx, work, EpilogueFields::Partial(node), warpgroup, staging,
@@ -452,6 +475,7 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
       }
     }
     if (!ok) return;
+    RecordTrace(ctx, index, recorder, &DeviceJobTrace::staged);
   }
 }
 
@@ -523,6 +547,10 @@ __device__ inline void RunStore(const CtaContext& ctx) {
       const int flag = partial ? node.schedule.partial_flag_base + tile * node.schedule.split_k + job.split
                                : sched::OutputFlagIndex(node.schedule, work.m_block, work.n_block);
       ptx::st_release_gpu(&ctx.params.flags[flag], ctx.epoch);
+    }
+    if (ctx.params.trace != nullptr) {
+      cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+      RecordTrace(ctx, index, /*recorder=*/true, &DeviceJobTrace::published);
     }
   }
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});

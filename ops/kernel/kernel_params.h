@@ -72,6 +72,19 @@ struct DeviceTimeoutRecord {
   int32_t block;
 };
 
+// One job's timeline on one CTA (CompileOptions::trace): %globaltimer
+// nanoseconds (about 1 us ticks). 0: the event did not happen this launch.
+struct DeviceJobTrace {
+  uint64_t fetched;     // consumer warpgroup 0 received the job
+  uint64_t data_ready;  // its first A slot was full (dependencies met, first loads landed) or,
+                        // for a reduce job, every partial was published
+  uint64_t mma_done;    // main loop (or partial sum) finished
+  uint64_t staged;      // its last panel was handed to the store thread
+  uint64_t published;   // store thread: stores complete (and the tile flag released)
+  int32_t sm;
+  int32_t unused;
+};
+
 struct KernelParams {
   const KernelNode* nodes;
   const sched::TileJob* queue;
@@ -87,6 +100,7 @@ struct KernelParams {
   LaunchState* state;
   DeviceTimeoutRecord* timeout;  // host-mapped
   uint64_t spin_timeout_ns;
+  DeviceJobTrace* trace;  // [num_jobs * cluster_size] (job, rank), or null
 };
 
 }  // namespace loom::kernel

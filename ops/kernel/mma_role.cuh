@@ -17,8 +17,12 @@
 namespace loom::kernel {
 
 // Runs the k-blocks of one job. Returns false when the launch is aborting.
+// compute == false (this warpgroup's 64 rows are all past M, as in decode):
+// the slots are still waited for and released in step with the other
+// warpgroup and the peer CTA, but no wgmma is issued: for M <= 64 this halves
+// the tensor work of a memory-bound job.
 __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, int job_index,
-                                   int warpgroup, RingCursor& a_ring, RingCursor& b_ring,
+                                   int warpgroup, bool compute, RingCursor& a_ring, RingCursor& b_ring,
                                    float (&accumulators)[128]) {
   const bool lockstep = ctx.params.lockstep != 0;
   const int a_stages = ctx.params.a_stages;
@@ -43,13 +47,15 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
     // Lockstep mode keeps B in the slot of the same index as A.
     const int b_stage = lockstep ? a_ring.stage : b_ring.stage;
     const uint64_t desc_b = MakeSwizzle128Descriptor(b_ring_base + b_stage * KernelConfig::kBStageBytes);
-    ptx::wgmma_fence();
+    if (compute) {
+      ptx::wgmma_fence();
 #pragma unroll
-    for (int k16 = 0; k16 < KernelConfig::kBlockK / 16; ++k16) {
-      wgmma_m64n256k16_bf16(accumulators, AdvanceDescriptorK16(desc_a, k16),
-                            AdvanceDescriptorK16(desc_b, k16), /*accumulate=*/true);
+      for (int k16 = 0; k16 < KernelConfig::kBlockK / 16; ++k16) {
+        wgmma_m64n256k16_bf16(accumulators, AdvanceDescriptorK16(desc_a, k16),
+                              AdvanceDescriptorK16(desc_b, k16), /*accumulate=*/true);
+      }
+      ptx::wgmma_commit_group();
     }
-    ptx::wgmma_commit_group();
     if (i > 0) {
       ptx::wgmma_wait_group<1>();
       if (release_lane) {

@@ -86,6 +86,12 @@ __device__ __forceinline__ uint32_t ld_volatile(const uint32_t* address) {
   return *reinterpret_cast<const volatile uint32_t*>(address);
 }
 
+__device__ __forceinline__ uint32_t smid() {
+  uint32_t value;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(value));
+  return value;
+}
+
 // %globaltimer: nanoseconds, coarse (about 1 us ticks); good for time-outs.
 __device__ __forceinline__ uint64_t globaltimer() {
   uint64_t value;

@@ -28,6 +28,7 @@ struct Plan::Impl {
   float* workspace = nullptr;
   kernel::LaunchState* state = nullptr;
   kernel::DeviceTimeoutRecord* timeout_host = nullptr;  // pinned, mapped
+  kernel::DeviceJobTrace* trace = nullptr;              // options.trace only
 
   ~Impl();
 };

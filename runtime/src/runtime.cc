@@ -206,6 +206,12 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.state = impl.state;
   params.timeout = timeout_device;
   params.spin_timeout_ns = static_cast<uint64_t>(impl.options.spin_timeout_ns);
+  if (impl.options.trace) {
+    const size_t bytes = impl.schedule.queue.size() * impl.schedule.cluster_size * sizeof(kernel::DeviceJobTrace);
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.trace), bytes));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.trace, 0, bytes));
+  }
+  params.trace = impl.trace;
   return absl::OkStatus();
 }
 
@@ -319,6 +325,7 @@ Plan::Impl::~Impl() {
   cudaFree(flags);
   cudaFree(workspace);
   cudaFree(state);
+  cudaFree(trace);
   if (timeout_host != nullptr) cudaFreeHost(timeout_host);
 }
 

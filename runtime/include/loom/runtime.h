@@ -64,6 +64,27 @@ struct CompileOptions {
   int group_size = 0;  // 0: chosen by the scheduler
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
+  // Record every job's timeline on the device (Plan::Timeline). Costs a few
+  // global stores per job, and the store thread waits for each tile's stores
+  // to complete before the next job; off for production launches.
+  bool trace = false;
+};
+
+// One job on one CTA of its cluster, from a traced launch (CompileOptions::
+// trace). Times in microseconds from the launch's first job fetch; %globaltimer
+// ticks about once a microsecond. A negative time: the event did not happen
+// (a CTA whose tile lies outside the output stores nothing).
+struct JobTrace {
+  int job = -1;   // queue index
+  int rank = 0;   // CTA of the cluster
+  int node = -1;  // graph node
+  int sm = -1;
+  bool reduce = false;     // a split-K reduce job
+  double fetched = -1;     // the consumers received the job
+  double data_ready = -1;  // first A slot full (gemm) / every partial published (reduce)
+  double mma_done = -1;    // main loop (or partial sum) finished
+  double staged = -1;      // last output panel handed to the store thread
+  double published = -1;   // stores complete, tile flag released
 };
 
 // Why a launch stopped early: filled in by the kernel when a bounded wait ran
@@ -91,6 +112,12 @@ class Plan {
   absl::Status Synchronize(cudaStream_t stream = nullptr);
   // The record of the last time-out, if one happened.
   std::optional<TimeoutRecord> last_timeout() const;
+  // The job timelines of the last launch (call after Synchronize).
+  // FailedPrecondition unless the plan was compiled with trace = true.
+  absl::StatusOr<std::vector<JobTrace>> Timeline() const;
+  // A per-node summary of Timeline(): when the node's jobs ran and the
+  // median wait for data, main loop and epilogue per job.
+  absl::StatusOr<std::string> ExplainTimeline() const;
 
   // A readable account of the schedule: nodes, tile and cluster shapes, job
   // counts, queue order, dependencies.
