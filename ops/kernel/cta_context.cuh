@@ -2,12 +2,12 @@
 // and barriers, and the protocols between them.
 //
 // Warp roles (384 threads, three warpgroups):
-//   warpgroup 0 (producer, 40 registers)
+//   warpgroup 0 (producer, 56 registers)
 //     warp 0 lane 0  A loader   (in lockstep mode: loads A and B)
 //     warp 1 lane 0  B loader   (idle in lockstep mode)
 //     warp 2 lane 0  store      (TMA stores of staged output, tile flags)
 //     warp 3 lane 0  scheduler  (cluster rank 0 only: takes jobs from the queue)
-//   warpgroups 1, 2 (consumers, 232 registers): wgmma + fused epilogue,
+//   warpgroups 1, 2 (consumers, 224 registers): wgmma + fused epilogue,
 //     each owning 64 rows of the 128 x 256 tile.
 //
 // Job slots (kJobSlots deep; slot data lives in every CTA of the cluster,
@@ -65,6 +65,9 @@ struct RingCursor {
       phase ^= 1;
     }
   }
+  // The slot before this one (recomputed rather than carried: the main loop
+  // has no registers to spare).
+  __device__ int Previous(int stages) const { return stage == 0 ? stages - 1 : stage - 1; }
 };
 
 struct CtaContext {

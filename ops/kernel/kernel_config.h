@@ -25,11 +25,13 @@ struct KernelConfig {
   // Register split (setmaxnreg): producer warpgroup low, consumers high.
   // NOTE: setmaxnreg moves registers within what the CTA got at launch
   // (__launch_bounds__(384, 1) caps that at 168 per thread), and an .inc that
-  // cannot be satisfied blocks forever. 72/216 fills it exactly and is the
-  // split with no spills (the loaders' dependency code spills under 64).
+  // cannot be satisfied blocks forever. 56/224 fills it exactly. Measured
+  // (bench/NOTES.md, v1.6): 72/216 left ring cursors spilled to local memory
+  // inside the consumers' main loop (an LDL on the loop-carried path of every
+  // k-block); 56/224 removed most of them and gained ~1-2% on square shapes.
   static constexpr int kLaunchRegisters = (65536 / kThreads) / 8 * 8;  // 168
-  static constexpr int kProducerRegisters = 72;
-  static constexpr int kConsumerRegisters = 216;
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
 
   static constexpr int kMaxStages = 8;   // per ring
   static constexpr int kJobSlots = 4;    // jobs fetched ahead of the loaders

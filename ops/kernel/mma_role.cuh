@@ -33,7 +33,6 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
                                warpgroup * KernelConfig::kRowsPerConsumer * KernelConfig::kPanelBytes;
   const uint32_t b_ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
 
-  RingCursor previous_a = a_ring, previous_b = b_ring;
   bool ok = true;
   // Zeroed here, before the first fence, rather than by the first wgmma's
   // scale-d: see RunConsumer's note on C7515.
@@ -59,19 +58,17 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
     if (i > 0) {
       ptx::wgmma_wait_group<1>();
       if (release_lane) {
-        ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[previous_a.stage]);
-        if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[previous_b.stage]);
+        ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[a_ring.Previous(a_stages)]);
+        if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[b_ring.Previous(b_stages)]);
       }
     }
-    previous_a = a_ring;
-    previous_b = b_ring;
     a_ring.Advance(a_stages);
     if (!lockstep) b_ring.Advance(b_stages);
   }
   ptx::wgmma_wait_group<0>();
   if (k_blocks > 0 && release_lane) {
-    ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[previous_a.stage]);
-    if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[previous_b.stage]);
+    ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[a_ring.Previous(a_stages)]);
+    if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[b_ring.Previous(b_stages)]);
   }
   return true;
 }

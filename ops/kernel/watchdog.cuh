@@ -20,10 +20,13 @@ namespace loom::kernel {
 
 class Watchdog {
  public:
-  __device__ explicit Watchdog(const KernelParams& params)
-      : state_(params.state), record_(params.timeout), limit_ns_(params.spin_timeout_ns) {}
+  // NOTE: holds a reference to the __grid_constant__ parameters, not copies of
+  // their fields: reads through it compile to constant-bank operands, so the
+  // watchdog costs the consumers' main loop no registers (copies in the object
+  // were loop-carried and pushed the ring cursors into local memory).
+  __device__ explicit Watchdog(const KernelParams& params) : params_(params) {}
 
-  __device__ bool aborted() const { return ptx::ld_volatile(&state_->abort) != 0; }
+  __device__ bool aborted() const { return ptx::ld_volatile(&params_.state->abort) != 0; }
 
   // Spins until ready() returns true. Returns false if the time limit ran out
   // (recording `what`) or another wait already aborted the launch.
@@ -35,7 +38,7 @@ class Watchdog {
                             uint32_t expected = 0, const uint32_t* seen = nullptr) const {
     if (ready()) return true;
     const uint64_t start = ptx::globaltimer();
-    const uint64_t limit = what == WaitKind::kDependencyFlag ? limit_ns_ : 4 * limit_ns_;
+    const uint64_t limit = what == WaitKind::kDependencyFlag ? params_.spin_timeout_ns : 4 * params_.spin_timeout_ns;
     for (uint32_t spin = 1;; ++spin) {
       if (ready()) return true;
       if ((spin & 63) == 0) {
@@ -69,23 +72,22 @@ class Watchdog {
   }
 
   __device__ void Report(WaitKind what, int job, int flag, uint32_t expected, uint32_t seen) const {
-    if (atomicCAS(&record_->timed_out, 0, 1) == 0) {
-      record_->sm = static_cast<int32_t>(cuda::ptx::get_sreg_smid());
-      record_->block = static_cast<int32_t>(blockIdx.x);
-      record_->job = job;
-      record_->flag = flag;
-      record_->expected = expected;
-      record_->seen = seen;
-      record_->wait_kind = static_cast<int32_t>(what);
+    DeviceTimeoutRecord* record = params_.timeout;
+    if (atomicCAS(&record->timed_out, 0, 1) == 0) {
+      record->sm = static_cast<int32_t>(cuda::ptx::get_sreg_smid());
+      record->block = static_cast<int32_t>(blockIdx.x);
+      record->job = job;
+      record->flag = flag;
+      record->expected = expected;
+      record->seen = seen;
+      record->wait_kind = static_cast<int32_t>(what);
       __threadfence_system();
     }
-    atomicExch(&state_->abort, 1u);
+    atomicExch(&params_.state->abort, 1u);
   }
 
  private:
-  LaunchState* state_;
-  DeviceTimeoutRecord* record_;
-  uint64_t limit_ns_;
+  const KernelParams& params_;
 };
 
 }  // namespace loom::kernel
