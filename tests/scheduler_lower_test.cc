@@ -191,6 +191,69 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LowerCoverageTest,
                                           testing::Values(8, 520, 4096), testing::Values(1, 2),
                                           testing::Values(0, 1, 3)));
 
+// The A loader checks A's producers only at a job's first k-block and at
+// multiples of a_wait_k_blocks. That is sound only if every k-block reads a
+// subset of the producer tiles of the k-block where it last checked: checked
+// here over every job of graphs with aligned, offset, unaligned, SwiGLU and
+// two-producer A edges.
+TEST(LowerTest, AWaitGranuleCoversEveryKBlockItSkips) {
+  struct Case {
+    std::vector<NodeProblem> nodes;
+    int32_t expected_granule;  // of the last node
+  };
+  const std::vector<Case> cases = {
+      // Chain: A = the producer's [M, 4096] output in 256-column tiles: every 4 k-blocks.
+      {{Gemm(1, 4096, 4096), Gemm(1, 4096, 4096, {Edge(0, DependencyOperand::kA)})}, 4},
+      // SwiGLU producer: 128 output columns per tile: every 2 k-blocks.
+      {{Gemm(16, 2048, 512, {}, /*swiglu=*/true), Gemm(16, 512, 1024, {Edge(0, DependencyOperand::kA)})}, 2},
+      // A starts 64 columns into the producer's output: boundaries at 192, 448, ...: every k-block.
+      {{Gemm(8, 1024, 512), Gemm(8, 512, 512, {Edge(0, DependencyOperand::kA, 0, 64)})}, 1},
+      // 128 columns in: boundaries at 128, 384, ...: every 2 k-blocks.
+      {{Gemm(8, 1024, 512), Gemm(8, 512, 512, {Edge(0, DependencyOperand::kA, 0, 128)})}, 2},
+      // Two producers writing column halves of A (the second seen at offset -512): every 4.
+      {{Gemm(8, 512, 256), Gemm(8, 512, 256),
+        Gemm(8, 256, 1024, {Edge(0, DependencyOperand::kA), Edge(1, DependencyOperand::kA, 0, -512)})},
+       4},
+      // Only a residual dependency: A never waits after the first k-block.
+      {{Gemm(8, 512, 256), Gemm(8, 512, 512, {Edge(0, DependencyOperand::kResidual)})}, 1 << 30},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (int split_k : {0, 1, 3}) {
+      SchedulerOptions o = Options();
+      o.split_k = split_k;
+      absl::StatusOr<Schedule> s = Lower(cases[c].nodes, o);
+      ASSERT_TRUE(s.ok()) << s.status();
+      const int consumer = static_cast<int>(s->nodes.size()) - 1;
+      const NodeSchedule& node = s->nodes[consumer];
+      EXPECT_EQ(node.a_wait_k_blocks, cases[c].expected_granule) << "case " << c;
+      const int granule = node.a_wait_k_blocks;
+      for (const TileJob& job : s->queue) {
+        if (job.node != consumer || job.kind != static_cast<uint8_t>(JobKind::kGemm)) continue;
+        const int64_t row0 = int64_t{job.m_block} * o.tile.m;
+        int checked = job.k_block_begin;
+        for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
+          if (kb % granule == 0) checked = kb;
+          for (int d = 0; d < node.dependency_count; ++d) {
+            const DependencyEdge& edge = s->dependencies[node.dependency_begin + d];
+            if (edge.operand != static_cast<uint8_t>(DependencyOperand::kA)) continue;
+            const NodeSchedule& producer = s->nodes[edge.producer];
+            const TileBox read = ProducerTiles(producer, o.tile, edge, row0, row0 + o.tile.m, int64_t{kb} * o.tile.k,
+                                               int64_t{kb + 1} * o.tile.k);
+            const TileBox waited = ProducerTiles(producer, o.tile, edge, row0, row0 + o.tile.m,
+                                                 int64_t{checked} * o.tile.k, int64_t{checked + 1} * o.tile.k);
+            if (read.empty()) continue;
+            EXPECT_TRUE(read.m_begin >= waited.m_begin && read.m_end <= waited.m_end &&
+                        read.n_begin >= waited.n_begin && read.n_end <= waited.n_end)
+                << "case " << c << " split_k " << split_k << ": k-block " << kb << " reads producer tile columns ["
+                << read.n_begin << ", " << read.n_end << "), but the last wait (k-block " << checked
+                << ") covered [" << waited.n_begin << ", " << waited.n_end << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(LowerTest, SmallMSplitsKToFillAWave) {
   absl::StatusOr<Schedule> s = Lower({Gemm(16, 4096, 4096)}, Options());
   ASSERT_TRUE(s.ok());

@@ -109,6 +109,28 @@ struct CtaContext {
   }
 };
 
+// Waits until tile flag `flag_index` holds this launch's epoch (flags only
+// move forward), then acquires it: what the producer wrote before releasing
+// the flag is visible to this thread's later reads.
+// NOTE: it polls with relaxed loads and acquires once. On sm_90 every
+// ld.acquire.gpu invalidates the SM's whole L1 (CCTL.IVALL); a poll loop of
+// acquires kept every other role's job, node and dependency reads missing L1
+// for as long as a dependency wait lasted (decode traces: ~1.2 us per A
+// k-block, bench/NOTES.md v1.7).
+__device__ inline bool WaitForFlag(const CtaContext& ctx, int flag_index, int job_index) {
+  const uint32_t* flag = &ctx.params.flags[flag_index];
+  const uint32_t epoch = ctx.epoch;
+  const bool done = ctx.watchdog.SpinUntil(
+      [&] {
+        if (static_cast<int32_t>(ptx::ld_relaxed_gpu(flag) - epoch) >= 0) return true;
+        __nanosleep(64);
+        return false;
+      },
+      WaitKind::kDependencyFlag, job_index, flag_index, epoch, flag);
+  if (done) ptx::ld_acquire_gpu(flag);  // reads the released value (or a later one): synchronises with it
+  return done;
+}
+
 // The stream of job indices a role of this CTA receives from the scheduler.
 class JobStream {
  public:

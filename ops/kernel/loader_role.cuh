@@ -47,17 +47,7 @@ __device__ inline bool WaitForProducers(const CtaContext& ctx, const KernelNode&
     if (memo.Covers(d, box)) continue;
     for (int mb = box.m_begin; mb < box.m_end; ++mb) {
       for (int nb = box.n_begin; nb < box.n_end; ++nb) {
-        const int flag_index = sched::OutputFlagIndex(producer, mb, nb);
-        const uint32_t* flag = &ctx.params.flags[flag_index];
-        const uint32_t epoch = ctx.epoch;
-        const bool done = ctx.watchdog.SpinUntil(
-            [&] {
-              if (static_cast<int32_t>(ptx::ld_acquire_gpu(flag) - epoch) >= 0) return true;
-              __nanosleep(64);
-              return false;
-            },
-            WaitKind::kDependencyFlag, job_index, flag_index, epoch, flag);
-        if (!done) return false;
+        if (!WaitForFlag(ctx, sched::OutputFlagIndex(producer, mb, nb), job_index)) return false;
       }
     }
     memo.dependency = d;
@@ -133,9 +123,13 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
         return;
       }
     }
+    // A's producers are checked at the first k-block and then only where the
+    // k-blocks start reading another producer tile column (a_wait_k_blocks):
+    // each check reloads dependency records from global memory.
+    const int wait_every = schedule.a_wait_k_blocks;
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
-      if (has_dependencies &&
+      if (has_dependencies && (kb == job.k_block_begin || kb % wait_every == 0) &&
           !WaitForProducers(ctx, node, index, sched::DependencyOperand::kA, row0,
                             row0 + KernelConfig::kBlockM, k0, k0 + kBlockK, memo)) {
         return;

@@ -75,6 +75,14 @@ __device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* address) {
   return value;
 }
 
+// ld.relaxed.gpu: sees other SMs' stores without ordering anything after it
+// (and, unlike ld.acquire, without invalidating this SM's L1).
+__device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* address) {
+  uint32_t value;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
 // st.release.gpu: a store that this thread's earlier memory operations are
 // ordered before, for any thread that acquires the value.
 __device__ __forceinline__ void st_release_gpu(uint32_t* address, uint32_t value) {

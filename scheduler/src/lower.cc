@@ -1,6 +1,7 @@
 // Lower(): a graph of GEMM nodes -> the Schedule the persistent kernel runs.
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -11,6 +12,23 @@
 #include "loom/scheduler/tiling.h"
 
 namespace loom::sched {
+
+int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node) {
+  constexpr int64_t kNoConstraint = int64_t{1} << 30;
+  const int64_t k_block = schedule.tile.k;
+  int64_t granule = 0;  // in k-blocks; 0: no constraint yet (gcd(0, x) = x)
+  for (int d = 0; d < node.dependency_count; ++d) {
+    const DependencyEdge& edge = schedule.dependencies[node.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(DependencyOperand::kA) || edge.whole_tensor) continue;
+    // Boundaries in the consumer's K: j * out_tile_n - col_offset.
+    const int64_t tile_cols = schedule.nodes[edge.producer].out_tile_n;
+    const int64_t offset = edge.col_offset < 0 ? -edge.col_offset : edge.col_offset;
+    if (tile_cols % k_block != 0 || offset % k_block != 0) return 1;
+    granule = std::gcd(granule, tile_cols / k_block);
+    granule = std::gcd(granule, offset / k_block);
+  }
+  return static_cast<int32_t>(granule == 0 ? kNoConstraint : granule);
+}
 
 absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
                                const SchedulerOptions& options) {
@@ -77,6 +95,7 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
       schedule.dependencies.push_back(edge);
     }
     node.dependency_count = static_cast<int32_t>(schedule.dependencies.size()) - node.dependency_begin;
+    node.a_wait_k_blocks = AWaitKBlocks(schedule, node);
   }
 
   // Deadlock freedom rests on (a) this queue being topological, (b) all

@@ -101,6 +101,10 @@ struct NodeSchedule {
   int64_t workspace_offset = -1;   // split-K: fp32 partials, [split_k][m_blocks*tile.m][n_blocks*tile.n]
   int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
   int32_t dependency_count = 0;
+  // The A loader waits for A's producers only at the first k-block of a job
+  // and at k-blocks that are multiples of this: every k-block from one such
+  // point to the next reads the same producer tiles (AWaitKBlocks).
+  int32_t a_wait_k_blocks = 1;
 };
 
 struct SchedulerOptions {
@@ -165,6 +169,14 @@ LOOM_HOST_DEVICE inline TileBox ProducerTiles(const NodeSchedule& producer, cons
                  static_cast<int32_t>(c0 / producer.out_tile_n),
                  static_cast<int32_t>((c1 - 1) / producer.out_tile_n + 1)};
 }
+
+// NodeSchedule::a_wait_k_blocks for `node`, whose edges are already in
+// schedule.dependencies: the largest g such that, for every A edge that is
+// not whole-tensor, producer tile column boundaries fall on multiples of g
+// k-blocks in the consumer's K (so k-blocks [j * g, (j + 1) * g) all read one
+// producer tile column). 1 when a boundary is not k-block aligned; a large
+// value when A has no such edge (one wait per job covers everything).
+int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node);
 
 LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_t m_block,
                                                 int32_t n_block) {
