@@ -171,6 +171,11 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   if (impl.schedule.workspace_elements > 0) {
     LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.workspace),
                                          impl.schedule.workspace_elements * sizeof(float)));
+    // NaN everywhere (0xFFFFFFFF): a partial the split jobs' TMA stores failed
+    // to write would turn the reduce's output into NaN instead of reading
+    // whatever fresh memory held (often zeros, which would go unnoticed).
+    LOOM_CUDA_RETURN_IF_ERROR(
+        cudaMemset(impl.workspace, 0xFF, impl.schedule.workspace_elements * sizeof(float)));
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,
                         KernelNodesOf(impl.graph, impl.schedule, impl.workspace));
