@@ -90,9 +90,10 @@ TEST(TileNodeTest, RefusesWhatTheJobCannotEncode) {
   EXPECT_NE(node.status().message().find("node 4: M"), std::string::npos) << node.status();
 }
 
-TEST(ChooseSplitKTest, SplitsOnlyWellUnderAWaveAndKeepsFourBlocks) {
-  EXPECT_EQ(ChooseSplitK(/*clusters=*/8, /*k_blocks=*/64, /*max_clusters=*/66, 0), 8);   // 8 * 8 = 64 <= 66
-  EXPECT_EQ(ChooseSplitK(8, 16, 66, 0), 4);                                            // >= 4 k-blocks each
+TEST(ChooseSplitKTest, SplitsOnlyWellUnderAWaveAndKeepsSixteenBlocks) {
+  EXPECT_EQ(ChooseSplitK(/*clusters=*/8, /*k_blocks=*/224, /*max_clusters=*/66, 0), 8);  // 8 * 8 = 64 <= 66
+  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0), 4);                                            // >= 16 k-blocks each
+  EXPECT_EQ(ChooseSplitK(8, 31, 66, 0), 1);                                            // two splits would get 15
   EXPECT_EQ(ChooseSplitK(40, 64, 66, 0), 1);                                           // over half a wave
   EXPECT_EQ(ChooseSplitK(1, 7, 66, 0), 1);                                             // too little K
   EXPECT_EQ(ChooseSplitK(1, 4096, 66, 0), 66);

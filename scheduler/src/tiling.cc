@@ -70,9 +70,13 @@ int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_cluste
   // fills half a wave or more is better served by other nodes filling the rest
   // than by paying for a reduction.
   if (2 * cluster_tiles > max_clusters) return 1;
+  // Each split keeps at least 16 k-blocks (1024 of K): measured on decode
+  // chains (bench/NOTES.md, v1.8), 4 splits of 16 beat 8 splits of 8 by
+  // 7-10%: half as many partials to reduce per layer, and half the SMs free
+  // to hold the next layer's jobs and fill their B rings while they wait.
   const int64_t to_fill_wave = max_clusters / cluster_tiles;
-  const int64_t keeping_4_blocks = k_blocks / 4;  // floor(k_blocks / s) >= 4
-  const int64_t split = std::min<int64_t>({to_fill_wave, keeping_4_blocks, kMaxSplitK});
+  const int64_t keeping_16_blocks = k_blocks / 16;  // floor(k_blocks / s) >= 16
+  const int64_t split = std::min<int64_t>({to_fill_wave, keeping_16_blocks, kMaxSplitK});
   return static_cast<int32_t>(std::max<int64_t>(split, 1));
 }
 
