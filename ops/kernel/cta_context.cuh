@@ -131,6 +131,11 @@ __device__ inline bool WaitForFlag(const CtaContext& ctx, int flag_index, int jo
   return done;
 }
 
+// Stamps one event of a job's trace (CompileOptions::trace).
+__device__ inline void RecordTrace(const CtaContext& ctx, int job, bool recorder, uint64_t DeviceJobTrace::*event) {
+  if (DeviceJobTrace* trace = ctx.trace_of(job, recorder)) trace->*event = ptx::globaltimer();
+}
+
 // The stream of job indices a role of this CTA receives from the scheduler.
 class JobStream {
  public:

@@ -1,14 +1,11 @@
-// epilogue_role.cuh: from accumulators to global memory.
-//
-// Consumer side (each consumer warpgroup, after its main loop): applies the
+// epilogue_role.cuh: the consumers' fused epilogue, from accumulators to the
+// staging buffers. Each consumer warpgroup, after its main loop, applies the
 // fused epilogue in FP32, out = activation(acc + bias) + residual, or for
 // SwiGLU out[j] = silu(acc[2j] + bias[2j]) * (acc[2j+1] + bias[2j+1]) +
 // residual, converts to the output type and writes 64-row x 128-byte panels
 // into its staging buffers (128B swizzled, the layout the TMA store reads).
-// Store side (one thread of the producer warpgroup): issues a TMA store per
-// staged panel (clipped to the tensor by the hardware), and once the tile's
-// stores are complete marks the tile's flag with the launch epoch.
-// Protocol and fences: cta_context.cuh.
+// The store thread (store_role.cuh) takes it from there. Protocol and fences:
+// cta_context.cuh.
 #ifndef LOOM_OPS_KERNEL_EPILOGUE_ROLE_CUH_
 #define LOOM_OPS_KERNEL_EPILOGUE_ROLE_CUH_
 
@@ -17,7 +14,6 @@
 #include <type_traits>
 
 #include "cta_context.cuh"
-#include "mma_role.cuh"
 
 namespace loom::kernel {
 
@@ -335,67 +331,6 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
   return true;
 }
 
-// Split-K reduce, part 1: waits until every split of this CTA tile has
-// published its partial. Returns false when the launch is aborting.
-// NOTE: the reduce job runs the epilogue but does not wait for a bias or
-// residual that another node produces: every split job's A loader already
-// waited for them (acquire) before its first load, and the split's partial
-// flag is released after that, so acquiring all partial flags orders the
-// reduce after the producers too (release/acquire chains are transitive).
-// Waiting here again put the loaders' dependency code into the consumer role
-// and its register pressure into the main loop (spills, a quarter of the
-// GEMM throughput lost).
-__device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int job_index) {
-  const sched::NodeSchedule& schedule = work.node->schedule;
-  const int split_k = schedule.split_k;
-  const int tile = work.m_block * schedule.n_blocks + work.n_block;
-  for (int split = 0; split < split_k; ++split) {
-    if (!WaitForFlag(ctx, schedule.partial_flag_base + tile * split_k + split, job_index)) return false;
-  }
-  return true;
-}
-
-// Split-K reduce, part 2: sums the partials in split order (the same order
-// every run, so the result is bit-for-bit reproducible) into the accumulator
-// layout.
-__device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, float (&acc)[128]) {
-  const sched::NodeSchedule& schedule = work.node->schedule;
-  const int split_k = schedule.split_k;
-  const int warp = (threadIdx.x / 32) % 4;
-  const int lane = threadIdx.x % 32;
-  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
-  const int64_t slice = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
-  const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer +
-                         warp * 16 + lane / 4;
-  const bool lo_ok = row_lo < schedule.m, hi_ok = row_lo + 8 < schedule.m;
-  const float* base = ctx.params.workspace + schedule.workspace_offset + row_lo * padded_cols +
-                      int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
-#pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-  for (int split = 0; split < split_k; ++split) {
-    const float* lo = base + split * slice;
-    const float* hi = lo + 8 * padded_cols;
-#pragma unroll
-    for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
-      if (lo_ok) {
-        const float2 v = *reinterpret_cast<const float2*>(lo + 8 * c);
-        acc[4 * c] += v.x;
-        acc[4 * c + 1] += v.y;
-      }
-      if (hi_ok) {
-        const float2 v = *reinterpret_cast<const float2*>(hi + 8 * c);
-        acc[4 * c + 2] += v.x;
-        acc[4 * c + 3] += v.y;
-      }
-    }
-  }
-}
-
-// Stamps one event of a job's trace (CompileOptions::trace).
-__device__ inline void RecordTrace(const CtaContext& ctx, int job, bool recorder, uint64_t DeviceJobTrace::*event) {
-  if (DeviceJobTrace* trace = ctx.trace_of(job, recorder)) trace->*event = ptx::globaltimer();
-}
-
 // The fused epilogue into C, in the instantiation for this node's output.
 __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
                                    RingCursor& staging, float (&acc)[128], int index) {
@@ -407,153 +342,6 @@ __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, c
   }
   return swiglu ? StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, acc, index)
                 : StageTile<ElementType::kFP32, false>(ctx, work, fields, warpgroup, staging, acc, index);
-}
-
-// The consumer warpgroup, job after job: the main loop (or, for a split-K
-// reduce job, the sum of the partials), then the epilogue: fused ops into the
-// output, or the raw accumulators into the workspace for a split-K partial.
-// NOTE: ptxas serialises every wgmma of the kernel (C7515) when it cannot
-// prove that no other instruction writes the accumulator registers while a
-// wgmma group is in flight. The reduce path writes an accumulator array with
-// ordinary adds, so (1) it has its own array, scoped to the reduce branch,
-// (2) the main loop's array is zeroed per job rather than overwritten by the
-// first wgmma's scale-d predicate, so it is dead between jobs and the two
-// arrays share registers instead of spilling, and (3) plans without split-K
-// launch the kSplitK = false instantiation, which has no reduce path at all.
-// The build refuses a kernel with C7515 (tests/kernel_codegen_check.cmake).
-template <bool kSplitK>
-__device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
-  const bool lane0 = (threadIdx.x % 32) == 0;
-  const bool recorder = warpgroup == 0 && threadIdx.x % 128 == 0;  // writes the job traces
-  JobStream jobs;
-  RingCursor a_ring, b_ring, staging;
-  for (;;) {
-    const int index = jobs.Next(ctx, /*releasing=*/lane0);
-    if (index < 0) return;
-    if (DeviceJobTrace* trace = ctx.trace_of(index, recorder)) {
-      *trace = DeviceJobTrace{};
-      trace->fetched = ptx::globaltimer();
-      trace->sm = static_cast<int32_t>(ptx::smid());
-    }
-    const CtaWork work = ResolveJob(ctx, index);
-    const KernelNode& node = *work.node;
-    const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
-                         warpgroup * KernelConfig::kRowsPerConsumer;
-    const bool rows_in_range = work.in_range && row0 < node.schedule.m;  // else the store thread skips it too
-    bool ok;
-    if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
-      if (!rows_in_range) continue;
-      if (!WaitForPartials(ctx, work, index)) return;
-      RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
-      float sums[128];
-      SumPartials(ctx, work, warpgroup, sums);
-      RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
-      ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index);
-    } else {
-      if (ctx.params.trace != nullptr && recorder && work.job->k_block_end > work.job->k_block_begin) {
-        // Waiting for the first slot here too is harmless: the main loop's
-        // wait on the same phase then returns at once.
-        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull,
-                                      index)) {
-          return;
-        }
-        RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
-      }
-      float accumulators[128];
-      if (!RunMainLoop(ctx, work, index, warpgroup, rows_in_range, a_ring, b_ring, accumulators)) return;
-      RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
-      if (!rows_in_range) continue;
-      // NOTE: the job is resolved again (a few cached loads) rather than kept
-      // in registers across the main loop, where every register is an
-      // accumulator or ring state (spilled ring cursors cost ~5% at 8192^3).
-      const CtaWork tile = ResolveJob(ctx, index);
-      if (kSplitK && tile.node->schedule.split_k > 1) {
-        ok = StageTile<ElementType::kFP32, false>(ctx, tile, EpilogueFields::Partial(*tile.node), warpgroup,
-                                                  staging, accumulators, index);
-      } else {
-        ok = StageOutput(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
-      }
-    }
-    if (!ok) return;
-    RecordTrace(ctx, index, recorder, &DeviceJobTrace::staged);
-  }
-}
-
-// The store thread.
-__device__ inline void RunStore(const CtaContext& ctx) {
-  JobStream jobs;
-  RingCursor staging[KernelConfig::kConsumerWarpgroups];
-  for (;;) {
-    const int index = jobs.Next(ctx, /*releasing=*/true);
-    if (index < 0) break;
-    const CtaWork work = ResolveJob(ctx, index);
-    if (!work.in_range) continue;
-    const KernelNode& node = *work.node;
-    const sched::TileJob job = *work.job;
-    // A split-K partial goes to the node's workspace slice, raw fp32, whole
-    // padded tile; everything else (unsplit jobs, reduce jobs) to C.
-    const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1;
-    const int cols_per_panel =
-        KernelConfig::kPanelBytes / (partial || node.out_type == ElementType::kFP32 ? 4 : 2);
-    const int32_t out_tile_n = partial ? KernelConfig::kBlockN : node.schedule.out_tile_n;
-    const int panels = partial ? KernelConfig::kBlockN / cols_per_panel
-                               : OutputPanels(node.schedule.out_cols, out_tile_n, cols_per_panel, work.n_block);
-    const int64_t tma_cols = partial ? int64_t{node.schedule.n_blocks} * KernelConfig::kBlockN : node.c_tma_cols;
-    const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM;
-    const int64_t out_col0 = static_cast<int64_t>(work.n_block) * out_tile_n;
-    // One store stays in flight: a panel's buffer is handed back once the
-    // next store is issued and wait_group.read<1> says the older one was read.
-    uint64_t* pending_empty = nullptr;
-    for (int p = 0; p < panels; ++p) {
-      for (int w = 0; w < KernelConfig::kConsumerWarpgroups; ++w) {
-        const int64_t rows = row0 + w * KernelConfig::kRowsPerConsumer;
-        if (rows >= node.schedule.m) continue;
-        RingCursor& cursor = staging[w];
-        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase,
-                                      WaitKind::kStaging, index)) {
-          cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
-          return;
-        }
-        const int64_t panel_col0 = out_col0 + p * cols_per_panel;
-        if (partial) {
-          const int32_t coords[3] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows),
-                                     static_cast<int32_t>(job.split)};
-          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.partial_map,
-                                          coords, ctx.staging_panel(w, cursor.stage));
-        } else if (panel_col0 < tma_cols) {  // else the consumers stored this panel directly
-          const int32_t coords[2] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows)};
-          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.c_map,
-                                          coords, ctx.staging_panel(w, cursor.stage));
-        }
-        cuda::ptx::cp_async_bulk_commit_group();  // possibly empty: keeps the group count uniform
-        if (pending_empty != nullptr) {
-          cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<1>{});
-          cuda::ptx::mbarrier_arrive(pending_empty);
-        }
-        pending_empty = &ctx.barriers->staging_empty[w][cursor.stage];
-        cursor.Advance(KernelConfig::kStagingBuffers);
-      }
-    }
-    if (pending_empty != nullptr) {
-      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
-      cuda::ptx::mbarrier_arrive(pending_empty);
-    }
-    if (partial || node.has_dependents) {
-      // Completed (not just read), then visible to generic-proxy acquirers,
-      // then published. A partial always has a reader: its tile's reduce job.
-      cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
-      cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-      const int tile = work.m_block * node.schedule.n_blocks + work.n_block;
-      const int flag = partial ? node.schedule.partial_flag_base + tile * node.schedule.split_k + job.split
-                               : sched::OutputFlagIndex(node.schedule, work.m_block, work.n_block);
-      ptx::st_release_gpu(&ctx.params.flags[flag], ctx.epoch);
-    }
-    if (ctx.params.trace != nullptr) {
-      cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
-      RecordTrace(ctx, index, /*recorder=*/true, &DeviceJobTrace::published);
-    }
-  }
-  cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
 }
 
 }  // namespace loom::kernel

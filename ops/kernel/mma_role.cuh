@@ -35,7 +35,7 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
 
   bool ok = true;
   // Zeroed here, before the first fence, rather than by the first wgmma's
-  // scale-d: see RunConsumer's note on C7515.
+  // scale-d: see the note on C7515 above RunConsumer (consumer_role.cuh).
 #pragma unroll
   for (int r = 0; r < 128; ++r) accumulators[r] = 0.0f;
   for (int i = 0; i < k_blocks; ++i) {

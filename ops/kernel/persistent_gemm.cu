@@ -18,10 +18,10 @@
 
 #include <algorithm>
 
-#include "epilogue_role.cuh"
+#include "consumer_role.cuh"
 #include "loader_role.cuh"
-#include "mma_role.cuh"
 #include "scheduler_role.cuh"
+#include "store_role.cuh"
 
 namespace loom::kernel {
 namespace {
@@ -73,7 +73,7 @@ __device__ void FinishLaunch(const KernelParams& params, uint32_t epoch) {
 
 // kSplitK: the instantiation for plans with split-K nodes (partials, reduce
 // jobs). Plans without them launch the other one, whose consumers never see
-// the reduce path (see RunConsumer for why that matters).
+// the reduce path (see RunConsumer in consumer_role.cuh for why that matters).
 template <bool kSplitK>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     PersistentGemmKernel(const __grid_constant__ KernelParams params) {

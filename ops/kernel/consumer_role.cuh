@@ -1,0 +1,88 @@
+// consumer_role.cuh: the two consumer warpgroups' job loop. Per job: the
+// main loop (mma_role.cuh) or, for a split-K reduce job, the sum of the
+// partials (splitk_reduce.cuh); then the fused epilogue into C
+// (epilogue_role.cuh), or the raw accumulators into the workspace for a
+// split-K partial.
+#ifndef LOOM_OPS_KERNEL_CONSUMER_ROLE_CUH_
+#define LOOM_OPS_KERNEL_CONSUMER_ROLE_CUH_
+
+#include "cta_context.cuh"
+#include "epilogue_role.cuh"
+#include "mma_role.cuh"
+#include "splitk_reduce.cuh"
+
+namespace loom::kernel {
+
+// The consumer warpgroup, job after job: the main loop (or, for a split-K
+// reduce job, the sum of the partials), then the epilogue: fused ops into the
+// output, or the raw accumulators into the workspace for a split-K partial.
+// NOTE: ptxas serialises every wgmma of the kernel (C7515) when it cannot
+// prove that no other instruction writes the accumulator registers while a
+// wgmma group is in flight. The reduce path writes an accumulator array with
+// ordinary adds, so (1) it has its own array, scoped to the reduce branch,
+// (2) the main loop's array is zeroed per job rather than overwritten by the
+// first wgmma's scale-d predicate, so it is dead between jobs and the two
+// arrays share registers instead of spilling, and (3) plans without split-K
+// launch the kSplitK = false instantiation, which has no reduce path at all.
+// The build refuses a kernel with C7515 (tests/kernel_codegen_check.cmake).
+template <bool kSplitK>
+__device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
+  const bool lane0 = (threadIdx.x % 32) == 0;
+  const bool recorder = warpgroup == 0 && threadIdx.x % 128 == 0;  // writes the job traces
+  JobStream jobs;
+  RingCursor a_ring, b_ring, staging;
+  for (;;) {
+    const int index = jobs.Next(ctx, /*releasing=*/lane0);
+    if (index < 0) return;
+    if (DeviceJobTrace* trace = ctx.trace_of(index, recorder)) {
+      *trace = DeviceJobTrace{};
+      trace->fetched = ptx::globaltimer();
+      trace->sm = static_cast<int32_t>(ptx::smid());
+    }
+    const CtaWork work = ResolveJob(ctx, index);
+    const KernelNode& node = *work.node;
+    const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
+                         warpgroup * KernelConfig::kRowsPerConsumer;
+    const bool rows_in_range = work.in_range && row0 < node.schedule.m;  // else the store thread skips it too
+    bool ok;
+    if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
+      if (!rows_in_range) continue;
+      if (!WaitForPartials(ctx, work, index)) return;
+      RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
+      float sums[128];
+      SumPartials(ctx, work, warpgroup, sums);
+      RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
+      ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index);
+    } else {
+      if (ctx.params.trace != nullptr && recorder && work.job->k_block_end > work.job->k_block_begin) {
+        // Waiting for the first slot here too is harmless: the main loop's
+        // wait on the same phase then returns at once.
+        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull,
+                                      index)) {
+          return;
+        }
+        RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
+      }
+      float accumulators[128];
+      if (!RunMainLoop(ctx, work, index, warpgroup, rows_in_range, a_ring, b_ring, accumulators)) return;
+      RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
+      if (!rows_in_range) continue;
+      // NOTE: the job is resolved again (a few cached loads) rather than kept
+      // in registers across the main loop, where every register is an
+      // accumulator or ring state (spilled ring cursors cost ~5% at 8192^3).
+      const CtaWork tile = ResolveJob(ctx, index);
+      if (kSplitK && tile.node->schedule.split_k > 1) {
+        ok = StageTile<ElementType::kFP32, false>(ctx, tile, EpilogueFields::Partial(*tile.node), warpgroup,
+                                                  staging, accumulators, index);
+      } else {
+        ok = StageOutput(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
+      }
+    }
+    if (!ok) return;
+    RecordTrace(ctx, index, recorder, &DeviceJobTrace::staged);
+  }
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_CONSUMER_ROLE_CUH_

@@ -1,0 +1,72 @@
+// splitk_reduce.cuh: the consumer side of a split-K reduce job. The split
+// jobs store raw fp32 partials of their CTA tile into the node's workspace
+// slice (store_role.cuh) and release one partial flag each; the reduce job of
+// that tile waits for every split's flag, sums the partials in split order
+// (bit-identical every run) into the accumulator layout, and then runs the
+// node's fused epilogue like any tile (consumer_role.cuh).
+#ifndef LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
+#define LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
+
+#include "cta_context.cuh"
+
+namespace loom::kernel {
+
+// Split-K reduce, part 1: waits until every split of this CTA tile has
+// published its partial. Returns false when the launch is aborting.
+// NOTE: the reduce job runs the epilogue but does not wait for a bias or
+// residual that another node produces: every split job's A loader already
+// waited for them (acquire) before its first load, and the split's partial
+// flag is released after that, so acquiring all partial flags orders the
+// reduce after the producers too (release/acquire chains are transitive).
+// Waiting here again put the loaders' dependency code into the consumer role
+// and its register pressure into the main loop (spills, a quarter of the
+// GEMM throughput lost).
+__device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int job_index) {
+  const sched::NodeSchedule& schedule = work.node->schedule;
+  const int split_k = schedule.split_k;
+  const int tile = work.m_block * schedule.n_blocks + work.n_block;
+  for (int split = 0; split < split_k; ++split) {
+    if (!WaitForFlag(ctx, schedule.partial_flag_base + tile * split_k + split, job_index)) return false;
+  }
+  return true;
+}
+
+// Split-K reduce, part 2: sums the partials in split order (the same order
+// every run, so the result is bit-for-bit reproducible) into the accumulator
+// layout.
+__device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, float (&acc)[128]) {
+  const sched::NodeSchedule& schedule = work.node->schedule;
+  const int split_k = schedule.split_k;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
+  const int64_t slice = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+  const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer +
+                         warp * 16 + lane / 4;
+  const bool lo_ok = row_lo < schedule.m, hi_ok = row_lo + 8 < schedule.m;
+  const float* base = ctx.params.workspace + schedule.workspace_offset + row_lo * padded_cols +
+                      int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int split = 0; split < split_k; ++split) {
+    const float* lo = base + split * slice;
+    const float* hi = lo + 8 * padded_cols;
+#pragma unroll
+    for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
+      if (lo_ok) {
+        const float2 v = *reinterpret_cast<const float2*>(lo + 8 * c);
+        acc[4 * c] += v.x;
+        acc[4 * c + 1] += v.y;
+      }
+      if (hi_ok) {
+        const float2 v = *reinterpret_cast<const float2*>(hi + 8 * c);
+        acc[4 * c + 2] += v.x;
+        acc[4 * c + 3] += v.y;
+      }
+    }
+  }
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_

@@ -1,0 +1,96 @@
+// store_role.cuh: the store thread (one thread of the producer warpgroup).
+// Per job it issues a TMA store per staged panel (clipped to the tensor by the
+// hardware; split-K partials go to the workspace through a 3-D map), hands
+// each staging buffer back once the TMA engine has read it, and once the
+// tile's stores are complete marks the tile's flag with the launch epoch.
+// Protocol and fences: cta_context.cuh.
+#ifndef LOOM_OPS_KERNEL_STORE_ROLE_CUH_
+#define LOOM_OPS_KERNEL_STORE_ROLE_CUH_
+
+#include <cuda/ptx>
+
+#include "cta_context.cuh"
+#include "epilogue_role.cuh"
+
+namespace loom::kernel {
+
+// The store thread.
+__device__ inline void RunStore(const CtaContext& ctx) {
+  JobStream jobs;
+  RingCursor staging[KernelConfig::kConsumerWarpgroups];
+  for (;;) {
+    const int index = jobs.Next(ctx, /*releasing=*/true);
+    if (index < 0) break;
+    const CtaWork work = ResolveJob(ctx, index);
+    if (!work.in_range) continue;
+    const KernelNode& node = *work.node;
+    const sched::TileJob job = *work.job;
+    // A split-K partial goes to the node's workspace slice, raw fp32, whole
+    // padded tile; everything else (unsplit jobs, reduce jobs) to C.
+    const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1;
+    const int cols_per_panel =
+        KernelConfig::kPanelBytes / (partial || node.out_type == ElementType::kFP32 ? 4 : 2);
+    const int32_t out_tile_n = partial ? KernelConfig::kBlockN : node.schedule.out_tile_n;
+    const int panels = partial ? KernelConfig::kBlockN / cols_per_panel
+                               : OutputPanels(node.schedule.out_cols, out_tile_n, cols_per_panel, work.n_block);
+    const int64_t tma_cols = partial ? int64_t{node.schedule.n_blocks} * KernelConfig::kBlockN : node.c_tma_cols;
+    const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM;
+    const int64_t out_col0 = static_cast<int64_t>(work.n_block) * out_tile_n;
+    // One store stays in flight: a panel's buffer is handed back once the
+    // next store is issued and wait_group.read<1> says the older one was read.
+    uint64_t* pending_empty = nullptr;
+    for (int p = 0; p < panels; ++p) {
+      for (int w = 0; w < KernelConfig::kConsumerWarpgroups; ++w) {
+        const int64_t rows = row0 + w * KernelConfig::kRowsPerConsumer;
+        if (rows >= node.schedule.m) continue;
+        RingCursor& cursor = staging[w];
+        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase,
+                                      WaitKind::kStaging, index)) {
+          cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+          return;
+        }
+        const int64_t panel_col0 = out_col0 + p * cols_per_panel;
+        if (partial) {
+          const int32_t coords[3] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows),
+                                     static_cast<int32_t>(job.split)};
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.partial_map,
+                                          coords, ctx.staging_panel(w, cursor.stage));
+        } else if (panel_col0 < tma_cols) {  // else the consumers stored this panel directly
+          const int32_t coords[2] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows)};
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.c_map,
+                                          coords, ctx.staging_panel(w, cursor.stage));
+        }
+        cuda::ptx::cp_async_bulk_commit_group();  // possibly empty: keeps the group count uniform
+        if (pending_empty != nullptr) {
+          cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<1>{});
+          cuda::ptx::mbarrier_arrive(pending_empty);
+        }
+        pending_empty = &ctx.barriers->staging_empty[w][cursor.stage];
+        cursor.Advance(KernelConfig::kStagingBuffers);
+      }
+    }
+    if (pending_empty != nullptr) {
+      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+      cuda::ptx::mbarrier_arrive(pending_empty);
+    }
+    if (partial || node.has_dependents) {
+      // Completed (not just read), then visible to generic-proxy acquirers,
+      // then published. A partial always has a reader: its tile's reduce job.
+      cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+      const int tile = work.m_block * node.schedule.n_blocks + work.n_block;
+      const int flag = partial ? node.schedule.partial_flag_base + tile * node.schedule.split_k + job.split
+                               : sched::OutputFlagIndex(node.schedule, work.m_block, work.n_block);
+      ptx::st_release_gpu(&ctx.params.flags[flag], ctx.epoch);
+    }
+    if (ctx.params.trace != nullptr) {
+      cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+      RecordTrace(ctx, index, /*recorder=*/true, &DeviceJobTrace::published);
+    }
+  }
+  cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_STORE_ROLE_CUH_
