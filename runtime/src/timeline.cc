@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,22 +13,25 @@
 #include "absl/strings/str_format.h"
 #include "internal/cuda_status.h"
 #include "internal/plan_impl.h"
+#include "internal/timeline.h"
 #include "loom/runtime.h"
 #include "loom/status.h"
 
 namespace loom {
 namespace {
 
-// Median of the values that are not negative (events that happened); -1 if none.
-double Median(std::vector<double> values) {
-  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return v < 0; }), values.end());
-  if (values.empty()) return -1;
+// Median of the spans that exist (both events happened); nullopt if none.
+std::optional<double> Median(std::vector<double> values) {
+  if (values.empty()) return std::nullopt;
   std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
   return values[values.size() / 2];
 }
 
-// later - earlier when both events happened, else -1.
-double Span(double earlier, double later) { return earlier >= 0 && later >= 0 ? later - earlier : -1; }
+// Appends later - earlier when both events happened (times >= 0). The span
+// may be slightly negative: the two events are stamped by different threads.
+void AddSpan(double earlier, double later, std::vector<double>& spans) {
+  if (earlier >= 0 && later >= 0) spans.push_back(later - earlier);
+}
 
 struct Range {
   double first = std::numeric_limits<double>::max();
@@ -42,7 +46,9 @@ struct Range {
   }
 };
 
-std::string FormatMicros(double us) { return us < 0 ? std::string("-") : absl::StrFormat("%.1f us", us); }
+std::string FormatMicros(std::optional<double> us) {
+  return us.has_value() ? absl::StrFormat("%.1f us", *us) : std::string("-");
+}
 
 }  // namespace
 
@@ -89,39 +95,44 @@ absl::StatusOr<std::vector<JobTrace>> Plan::Timeline() const {
 absl::StatusOr<std::string> Plan::ExplainTimeline() const {
   absl::StatusOr<std::vector<JobTrace>> timeline = Timeline();
   if (!timeline.ok()) return timeline.status();
-  Range launch;
-  for (const JobTrace& t : *timeline) {
-    launch.Add(t.fetched);
-    launch.Add(t.published);
-  }
+  std::vector<std::string> names;
+  for (const GemmNode& node : impl_->graph.nodes()) names.push_back(node.name);
+  return internal::FormatTimeline(*timeline, names);
+}
+
+namespace internal {
+
+std::string FormatTimeline(const std::vector<JobTrace>& timeline, const std::vector<std::string>& node_names) {
+  Range stores;
+  for (const JobTrace& t : timeline) stores.Add(t.published);
   std::string out = absl::StrFormat(
       "timeline (us from the first job fetch; %%globaltimer, ~1 us ticks): %d CTA-jobs, last store at %s\n",
-      static_cast<int>(timeline->size()), FormatMicros(launch.last));
+      static_cast<int>(timeline.size()), stores.last < 0 ? std::string("-") : FormatMicros(stores.last));
   out += "  node / kind          CTA-jobs  fetched        published      median: wait  main loop  epilogue  store\n";
-  for (int node = 0; node < impl_->graph.size(); ++node) {
+  for (int node = 0; node < static_cast<int>(node_names.size()); ++node) {
     for (bool reduce : {false, true}) {
       Range fetched, published;
       std::vector<double> wait, main_loop, epilogue, store;
       int count = 0;
-      for (const JobTrace& t : *timeline) {
+      for (const JobTrace& t : timeline) {
         if (t.node != node || t.reduce != reduce) continue;
         ++count;
         fetched.Add(t.fetched);
         published.Add(t.published);
-        wait.push_back(Span(t.fetched, t.data_ready));
-        main_loop.push_back(Span(t.data_ready, t.mma_done));
-        epilogue.push_back(Span(t.mma_done, t.staged));
-        store.push_back(Span(t.staged, t.published));
+        AddSpan(t.fetched, t.data_ready, wait);
+        AddSpan(t.data_ready, t.mma_done, main_loop);
+        AddSpan(t.mma_done, t.staged, epilogue);
+        AddSpan(t.staged, t.published, store);
       }
       if (count == 0) continue;
-      out += absl::StrFormat("  %-12s %-7s %8d  %-13s  %-13s  %12s %10s %9s %6s\n",
-                             impl_->graph.nodes()[node].name.substr(0, 12), reduce ? "reduce" : "gemm", count,
-                             fetched.ToString(), published.ToString(), FormatMicros(Median(wait)),
-                             FormatMicros(Median(main_loop)), FormatMicros(Median(epilogue)),
-                             FormatMicros(Median(store)));
+      out += absl::StrFormat("  %-12s %-7s %8d  %-13s  %-13s  %12s %10s %9s %6s\n", node_names[node].substr(0, 12),
+                             reduce ? "reduce" : "gemm", count, fetched.ToString(), published.ToString(),
+                             FormatMicros(Median(wait)), FormatMicros(Median(main_loop)),
+                             FormatMicros(Median(epilogue)), FormatMicros(Median(store)));
     }
   }
   return out;
 }
 
+}  // namespace internal
 }  // namespace loom

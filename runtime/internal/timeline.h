@@ -1,0 +1,21 @@
+// timeline.h (internal): formatting of job traces (CompileOptions::trace),
+// separate from Plan so it can be tested on the CPU with made-up traces.
+#ifndef LOOM_RUNTIME_INTERNAL_TIMELINE_H_
+#define LOOM_RUNTIME_INTERNAL_TIMELINE_H_
+
+#include <string>
+#include <vector>
+
+#include "loom/runtime.h"
+
+namespace loom::internal {
+
+// The table Plan::ExplainTimeline prints: per node and job kind, the number
+// of CTA-jobs, when they were fetched and published, and the median wait for
+// data, main loop, epilogue and store of the jobs where both events of a span
+// happened ("-" where none did). node_names[i] names graph node i.
+std::string FormatTimeline(const std::vector<JobTrace>& timeline, const std::vector<std::string>& node_names);
+
+}  // namespace loom::internal
+
+#endif  // LOOM_RUNTIME_INTERNAL_TIMELINE_H_
