@@ -79,6 +79,11 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
         absl::StrAppendFormat(&out, ", offsets (%+d rows, %+d cols)\n", edge.row_offset, edge.col_offset);
       }
     }
+    const bool a_has_producer_tiles = node.a_wait_k_blocks < node.k_blocks;
+    if (a_has_producer_tiles) {
+      absl::StrAppendFormat(&out, "  A's producers checked at each job's first k-block and every %d k-blocks\n",
+                            node.a_wait_k_blocks);
+    }
   }
 
   // The queue.
