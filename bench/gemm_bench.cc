@@ -3,7 +3,7 @@
 //
 // Per shape: inputs rotated across enough buffer sets to exceed twice the L2,
 // warm-up, the median of --iters timed runs of each (CUDA events around each
-// launch), loom's output checked against an FP64 CPU dot product on sampled
+// launch; the implementations take turns, see TimeMedianMs), loom's output checked against an FP64 CPU dot product on sampled
 // elements and against cuBLAS. Prints TF/s, the ratio and geometric means;
 // writes JSON with --json.
 //
@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,6 +42,10 @@ ABSL_FLAG(std::string, ring, "split", "loom ring mode: split, lockstep or both")
 ABSL_FLAG(int, a_stages, 4, "A ring depth");
 ABSL_FLAG(int, b_stages, 4, "B ring depth");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
+ABSL_FLAG(bool, interleave, true,
+          "time the implementations in turn per iteration (false: each one's runs back to back, cuBLAS first)");
+ABSL_FLAG(bool, timeline, false,
+          "also launch a traced plan per shape and print where its time went (Plan::ExplainTimeline)");
 
 namespace loom::bench {
 namespace {
@@ -81,27 +87,41 @@ double Median(std::vector<float> values) {
   return values[values.size() / 2];
 }
 
-// Times `run` (which enqueues one launch) `iters` times with events.
+// Times each runner (which enqueues one launch of input set i) `iters` times
+// with events. Interleaved (the default): iteration j runs every
+// implementation once, in turn, so drift in clocks and temperature over the
+// run (the H200 is power-limited on these shapes) lands on all of them alike
+// instead of on whichever ran last. Blocked: each implementation's runs back
+// to back, cuBLAS first (the method before v1.9, kept to measure the bias).
+// Returns each runner's median.
 template <typename Run>
-absl::StatusOr<double> TimeMedianMs(Run&& run, int warmup, int iters, int sets) {
-  for (int i = 0; i < warmup; ++i) LOOM_RETURN_IF_ERROR(run(i % sets));
+absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int warmup, int iters, int sets,
+                                                 bool interleave) {
+  for (int i = 0; i < warmup; ++i) {
+    for (Run& run : runs) LOOM_RETURN_IF_ERROR(run(i % sets));
+  }
   BENCH_CUDA(cudaDeviceSynchronize());
   cudaEvent_t start, stop;
   BENCH_CUDA(cudaEventCreate(&start));
   BENCH_CUDA(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int i = 0; i < iters; ++i) {
+  std::vector<std::vector<float>> times(runs.size());
+  const int total = iters * static_cast<int>(runs.size());
+  for (int step = 0; step < total; ++step) {
+    const int i = interleave ? step / static_cast<int>(runs.size()) : step % iters;
+    const size_t r = interleave ? step % runs.size() : step / iters;
     BENCH_CUDA(cudaEventRecord(start));
-    LOOM_RETURN_IF_ERROR(run(i % sets));
+    LOOM_RETURN_IF_ERROR(runs[r](i % sets));
     BENCH_CUDA(cudaEventRecord(stop));
     BENCH_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
     BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
+    times[r].push_back(ms);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return Median(times);
+  std::vector<double> medians;
+  for (std::vector<float>& t : times) medians.push_back(Median(std::move(t)));
+  return medians;
 }
 
 class CublasGemm {
@@ -186,6 +206,54 @@ absl::Status CheckSamples(const Shape& s, const BufferSet& set, int samples, Res
   return absl::OkStatus();
 }
 
+CompileOptions LoomOptions(RingMode mode, bool trace) {
+  CompileOptions options;
+  options.ring_mode = mode;
+  options.a_stages = absl::GetFlag(FLAGS_a_stages);
+  options.b_stages = mode == RingMode::kLockstep ? options.a_stages : absl::GetFlag(FLAGS_b_stages);
+  options.trace = trace;
+  return options;
+}
+
+// One single-GEMM Plan per input set.
+absl::StatusOr<std::vector<Plan>> CompilePlans(const Runtime& runtime, const Shape& s,
+                                               const std::vector<BufferSet>& buffers, const CompileOptions& options) {
+  std::vector<Plan> plans;
+  for (const BufferSet& set : buffers) {
+    GemmGraph graph;
+    graph.AddGemm("gemm", TensorView::Dense("A", set.a, DType::kBF16, s.m, s.k),
+                  TensorView::Dense("B", set.b, DType::kBF16, s.n, s.k),
+                  TensorView::Dense("C", set.c_loom, DType::kBF16, s.m, s.n));
+    LOOM_ASSIGN_OR_RETURN(Plan plan, runtime.Compile(graph, options));
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
+// Where a traced launch's time went, over all CTAs: the share of CTA-time in
+// main loops and in epilogues, and when the CTAs ran out of work (the tail).
+std::string SummariseOccupancy(const std::vector<JobTrace>& timeline) {
+  std::map<std::pair<int, int>, double> last_store;  // (sm, rank) -> last store
+  double end = 0, main_loop = 0, epilogue = 0;
+  for (const JobTrace& t : timeline) {
+    end = std::max(end, t.published);
+    double& last = last_store[{t.sm, t.rank}];
+    last = std::max(last, t.published);
+    if (t.data_ready >= 0 && t.mma_done >= 0) main_loop += t.mma_done - t.data_ready;
+    if (t.mma_done >= 0 && t.staged >= 0) epilogue += t.staged - t.mma_done;
+  }
+  std::vector<double> finish;
+  for (const auto& [cta, last] : last_store) finish.push_back(last);
+  std::sort(finish.begin(), finish.end());
+  if (finish.empty() || end <= 0) return "occupancy: no traced jobs\n";
+  const double cta_time = end * static_cast<double>(finish.size());
+  return absl::StrFormat(
+      "occupancy: %d CTAs, end %.1f us; CTA-time in main loops %.1f%%, in epilogues %.1f%%; CTAs out of work "
+      "at %.1f (first) / %.1f (median) us\n",
+      static_cast<int>(finish.size()), end, 100 * main_loop / cta_time, 100 * epilogue / cta_time, finish.front(),
+      finish[finish.size() / 2]);
+}
+
 absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Shape& s, const std::string& ring) {
   const int64_t set_bytes = 2 * (s.m * s.k + s.n * s.k + 2 * s.m * s.n);
   const int sets = static_cast<int>(std::max<int64_t>(1, (2 * runtime.device().l2_bytes + set_bytes - 1) / set_bytes));
@@ -203,38 +271,44 @@ absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Sha
   void* workspace = nullptr;
   BENCH_CUDA(cudaMalloc(&workspace, workspace_bytes));
 
-  std::vector<Result> results;
   const double flops = 2.0 * s.m * s.n * s.k;
   CublasGemm cublas;
   LOOM_RETURN_IF_ERROR(cublas.Init(s, workspace, workspace_bytes));
-  LOOM_ASSIGN_OR_RETURN(double cublas_ms, TimeMedianMs([&](int i) { return cublas.Run(buffers[i]); },
-                                                       absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_iters), sets));
-  results.push_back(Result{s, "cublas", cublas_ms, flops / cublas_ms / 1e9, 1.0, 0, true});
 
   std::vector<RingMode> modes;
   if (ring == "split" || ring == "both") modes.push_back(RingMode::kSplit);
   if (ring == "lockstep" || ring == "both") modes.push_back(RingMode::kLockstep);
-  for (RingMode mode : modes) {
-    CompileOptions options;
-    options.ring_mode = mode;
-    options.a_stages = absl::GetFlag(FLAGS_a_stages);
-    options.b_stages = mode == RingMode::kLockstep ? options.a_stages : absl::GetFlag(FLAGS_b_stages);
-    std::vector<Plan> plans;
-    for (int i = 0; i < sets; ++i) {
-      GemmGraph graph;
-      graph.AddGemm("gemm", TensorView::Dense("A", buffers[i].a, DType::kBF16, s.m, s.k),
-                    TensorView::Dense("B", buffers[i].b, DType::kBF16, s.n, s.k),
-                    TensorView::Dense("C", buffers[i].c_loom, DType::kBF16, s.m, s.n));
-      LOOM_ASSIGN_OR_RETURN(Plan plan, runtime.Compile(graph, options));
-      plans.push_back(std::move(plan));
-    }
-    LOOM_ASSIGN_OR_RETURN(double loom_ms, TimeMedianMs([&](int i) { return plans[i].Launch(nullptr); },
-                                                        absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_iters), sets));
-    for (Plan& plan : plans) LOOM_RETURN_IF_ERROR(plan.Synchronize(nullptr));
-    Result result{s, mode == RingMode::kSplit ? "loom-split" : "loom-lockstep", loom_ms, flops / loom_ms / 1e9,
+  // plans[mode][set]: one Plan per input set (a Plan binds its tensors).
+  std::vector<std::vector<Plan>> plans(modes.size());
+  for (size_t m = 0; m < modes.size(); ++m) {
+    LOOM_ASSIGN_OR_RETURN(plans[m], CompilePlans(runtime, s, buffers, LoomOptions(modes[m], /*trace=*/false)));
+  }
+  std::vector<std::function<absl::Status(int)>> runs;
+  runs.push_back([&](int i) { return cublas.Run(buffers[i]); });
+  for (std::vector<Plan>& mode_plans : plans) {
+    runs.push_back([&mode_plans](int i) { return mode_plans[i].Launch(nullptr); });
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<double> medians, TimeMedianMs(runs, absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_iters),
+                                                                   sets, absl::GetFlag(FLAGS_interleave)));
+  std::vector<Result> results;
+  const double cublas_ms = medians[0];
+  results.push_back(Result{s, "cublas", cublas_ms, flops / cublas_ms / 1e9, 1.0, 0, true});
+  for (size_t m = 0; m < modes.size(); ++m) {
+    for (Plan& plan : plans[m]) LOOM_RETURN_IF_ERROR(plan.Synchronize(nullptr));
+    const double loom_ms = medians[m + 1];
+    Result result{s, modes[m] == RingMode::kSplit ? "loom-split" : "loom-lockstep", loom_ms, flops / loom_ms / 1e9,
                   cublas_ms / loom_ms, 0, false};
     LOOM_RETURN_IF_ERROR(CheckSamples(s, buffers[0], 256, result));
     results.push_back(result);
+  }
+  if (absl::GetFlag(FLAGS_timeline)) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<Plan> traced,
+                          CompilePlans(runtime, s, {buffers[0]}, LoomOptions(modes.front(), /*trace=*/true)));
+    for (int i = 0; i < 2; ++i) LOOM_RETURN_IF_ERROR(traced[0].Launch(nullptr));  // the second one is read
+    LOOM_RETURN_IF_ERROR(traced[0].Synchronize(nullptr));
+    LOOM_ASSIGN_OR_RETURN(std::string table, traced[0].ExplainTimeline());
+    LOOM_ASSIGN_OR_RETURN(std::vector<JobTrace> timeline, traced[0].Timeline());
+    std::printf("%s%s", table.c_str(), SummariseOccupancy(timeline).c_str());
   }
   for (BufferSet& set : buffers) {
     cudaFree(set.a);
