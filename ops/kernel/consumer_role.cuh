@@ -72,8 +72,9 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
       // accumulator or ring state (spilled ring cursors cost ~5% at 8192^3).
       const CtaWork tile = ResolveJob(ctx, index);
       if (kSplitK && tile.node->schedule.split_k > 1) {
-        ok = StageTile<ElementType::kFP32, false>(ctx, tile, EpilogueFields::Partial(*tile.node), warpgroup,
-                                                  staging, accumulators, index);
+        // A partial: the raw accumulators of the whole padded tile (no fused
+        // op, every column inside the workspace map).
+        ok = StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, accumulators, index);
       } else {
         ok = StageOutput(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
       }

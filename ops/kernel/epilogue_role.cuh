@@ -110,19 +110,6 @@ struct EpilogueFields {
         activation(node.activation),
         bias_type(node.bias_type),
         residual_type(node.residual_type) {}
-
-  // A split-K partial: the raw accumulators of the whole padded tile, no fused
-  // ops, every column through TMA (the workspace rows are padded to whole tiles).
-  __device__ static EpilogueFields Partial(const KernelNode& node) {
-    EpilogueFields fields(node);
-    fields.bias = nullptr;
-    fields.residual = nullptr;
-    fields.activation = EpilogueActivation::kNone;
-    fields.out_tile_n = KernelConfig::kBlockN;
-    fields.out_cols = int64_t{node.schedule.n_blocks} * KernelConfig::kBlockN;
-    fields.c_tma_cols = fields.out_cols;
-    return fields;
-  }
 };
 
 // acc[i] += bias[column of i] (accumulator columns). Registers 4c..4c+3 hold
@@ -213,34 +200,66 @@ __device__ __forceinline__ void StoreScalar(uint8_t* address, float value) {
   }
 }
 
-// Writes this lane's outputs of the current panel (registers [0, R) after
-// rotation, see StageTile) into `panel` (64 rows x 128 B, swizzled). Output
-// columns at or past c_tma_cols (the ragged last 16 bytes of a row, which TMA
-// cannot store exactly) go straight to global memory instead; `ragged` is
-// false for every tile but the last column of tiles.
+// Writes this lane's outputs of one panel, held in registers [first, first +
+// kChunks * 4), into `panel` (64 rows x 128 B, swizzled), for a panel wholly
+// inside C's TMA columns. `first` must be a compile-time constant after
+// inlining and unrolling (register arrays need constant indices).
+// bf16: one stmatrix per two 8-column chunks: matrices (rows 0-7, chunk c),
+// (rows 8-15, c), (rows 0-7, c + 1), (rows 8-15, c + 1) of the warp's 16 rows,
+// which are exactly this lane's registers 4c .. 4c + 7 packed in pairs.
 template <ElementType kOut, bool kSwiGLU>
-__device__ __forceinline__ void WritePanel(const EpilogueFields& node, uint8_t* panel, int64_t row0,
-                                           int64_t out_col_base, bool ragged, int warp, int lane,
-                                           const float (&acc)[128]) {
+__device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lane, const float (&acc)[128],
+                                               int first) {
+  using Shape = PanelShape<kOut, kSwiGLU>;
+  if constexpr (kOut == ElementType::kBF16 && !kSwiGLU) {
+    // Lane l addresses row l % 8 of matrix l / 8: warp row 8 * ((l / 8) % 2) +
+    // l % 8, chunk 2q + l / 16 of the panel, swizzled by row % 8 = l % 8.
+    const int row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+    const uint32_t row_address =
+        static_cast<uint32_t>(__cvta_generic_to_shared(panel)) + row * KernelConfig::kPanelBytes;
+    const uint32_t chunk0 = static_cast<uint32_t>((lane >> 4) ^ (lane & 7));
+#pragma unroll
+    for (int q = 0; q < Shape::kChunks / 2; ++q) {
+      const int i = first + 8 * q;
+      ptx::stmatrix_x4(row_address + ((chunk0 ^ (2 * q)) << 4), PackBF16x2(acc[i], acc[i + 1]),
+                       PackBF16x2(acc[i + 2], acc[i + 3]), PackBF16x2(acc[i + 4], acc[i + 5]),
+                       PackBF16x2(acc[i + 6], acc[i + 7]));
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < Shape::kChunks; ++c) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 4 * c + 2 * half;  // this lane's register pair: (row, col) and (row, col + 1)
+        const int panel_col = kSwiGLU ? AccColumn(i, lane) / 2 : AccColumn(i, lane);
+        uint8_t* staged = panel + SwizzledPanelOffset(AccRow(i, warp, lane), panel_col * Shape::kOutBytes);
+        if constexpr (kSwiGLU) {
+          StoreScalar<kOut>(staged, acc[first + i]);
+        } else if constexpr (kOut == ElementType::kBF16) {
+          *reinterpret_cast<uint32_t*>(staged) = PackBF16x2(acc[first + i], acc[first + i + 1]);
+        } else {
+          *reinterpret_cast<float2*>(staged) = make_float2(acc[first + i], acc[first + i + 1]);
+        }
+      }
+    }
+  }
+}
+
+// The same for a panel of the ragged last tile column, registers [0, R):
+// output columns at or past c_tma_cols (the last < 16 bytes of each row, which
+// TMA cannot store exactly) go straight to global memory instead.
+template <ElementType kOut, bool kSwiGLU>
+__device__ __forceinline__ void WriteRaggedPanel(const EpilogueFields& node, uint8_t* panel, int64_t row0,
+                                                 int64_t out_col_base, int warp, int lane, const float (&acc)[128]) {
   using Shape = PanelShape<kOut, kSwiGLU>;
 #pragma unroll
   for (int c = 0; c < Shape::kChunks; ++c) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int i = 4 * c + 2 * half;  // this lane's register pair: (row, col) and (row, col + 1)
+      const int i = 4 * c + 2 * half;
       const int row = AccRow(i, warp, lane);
       const int panel_col = kSwiGLU ? AccColumn(i, lane) / 2 : AccColumn(i, lane);
       uint8_t* staged = panel + SwizzledPanelOffset(row, panel_col * Shape::kOutBytes);
-      if (!ragged) {
-        if constexpr (kSwiGLU) {
-          StoreScalar<kOut>(staged, acc[i]);
-        } else if constexpr (kOut == ElementType::kBF16) {
-          *reinterpret_cast<uint32_t*>(staged) = PackBF16x2(acc[i], acc[i + 1]);
-        } else {
-          *reinterpret_cast<float2*>(staged) = make_float2(acc[i], acc[i + 1]);
-        }
-        continue;
-      }
       const int64_t global_row = row0 + row;
 #pragma unroll
       for (int e = 0; e < (kSwiGLU ? 1 : 2); ++e) {
@@ -254,6 +273,42 @@ __device__ __forceinline__ void WritePanel(const EpilogueFields& node, uint8_t* 
       }
     }
   }
+}
+
+// Hands a written staging panel to the store thread: generic-proxy writes that
+// the TMA store (async proxy) will read, then the arrival.
+__device__ __forceinline__ void PublishPanel(const CtaContext& ctx, int warpgroup, RingCursor& staging) {
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  cuda::ptx::mbarrier_arrive(&ctx.barriers->staging_full[warpgroup][staging.stage]);
+  staging.Advance(KernelConfig::kStagingBuffers);
+}
+
+__device__ __forceinline__ bool WaitForStaging(const CtaContext& ctx, int warpgroup, const RingCursor& staging,
+                                               int job_index) {
+  return ctx.watchdog.WaitBarrier(&ctx.barriers->staging_empty[warpgroup][staging.stage], staging.phase ^ 1,
+                                  WaitKind::kStaging, job_index);
+}
+
+// A tile with no fused op whose output columns are all inside C's TMA
+// columns: every tile of a plain GEMM but the ragged last column, and every
+// split-K partial. The panels are unrolled, so each reads its registers in
+// place (the general path below rotates the array, ~100 moves a panel), and
+// bf16 goes through stmatrix. Measured (v1.9, bench/NOTES.md): the general
+// path's epilogue took ~6 us of each ~90 us tile at 8192^3.
+template <ElementType kOut>
+__device__ inline bool StagePlainTile(const CtaContext& ctx, int warpgroup, RingCursor& staging,
+                                      const float (&acc)[128], int job_index) {
+  using Shape = PanelShape<kOut, false>;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int p = 0; p < Shape::kPanels; ++p) {
+    if (!WaitForStaging(ctx, warpgroup, staging, job_index)) return false;
+    StoreFragments<kOut, false>(ctx.staging_panel(warpgroup, staging.stage), warp, lane, acc,
+                                p * Shape::kChunks * 4);
+    PublishPanel(ctx, warpgroup, staging);
+  }
+  return true;
 }
 
 // The fused epilogue of one tile for one consumer warpgroup: per panel, the
@@ -317,14 +372,14 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
         AddResidual<float, kSwiGLU>(node, row0, out_col_base, warp, lane, acc, 0, kRegs, interior);
       }
     }
-    uint64_t* empty = &ctx.barriers->staging_empty[warpgroup][staging.stage];
-    if (!ctx.watchdog.WaitBarrier(empty, staging.phase ^ 1, WaitKind::kStaging, job_index)) return false;
-    WritePanel<kOut, kSwiGLU>(node, ctx.staging_panel(warpgroup, staging.stage), row0, out_col_base, ragged, warp,
-                              lane, acc);
-    // Generic-proxy writes that the TMA store (async proxy) will read.
-    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-    cuda::ptx::mbarrier_arrive(&ctx.barriers->staging_full[warpgroup][staging.stage]);
-    staging.Advance(KernelConfig::kStagingBuffers);
+    if (!WaitForStaging(ctx, warpgroup, staging, job_index)) return false;
+    uint8_t* panel = ctx.staging_panel(warpgroup, staging.stage);
+    if (ragged) {
+      WriteRaggedPanel<kOut, kSwiGLU>(node, panel, row0, out_col_base, warp, lane, acc);
+    } else {
+      StoreFragments<kOut, kSwiGLU>(panel, warp, lane, acc, 0);
+    }
+    PublishPanel(ctx, warpgroup, staging);
 #pragma unroll
     for (int i = 0; i + kRegs < 128; ++i) acc[i] = acc[i + kRegs];
   }
@@ -336,6 +391,13 @@ __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, c
                                    RingCursor& staging, float (&acc)[128], int index) {
   const EpilogueFields fields(node);
   const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
+  const bool plain = fields.bias == nullptr && fields.residual == nullptr &&
+                     fields.activation == EpilogueActivation::kNone &&
+                     int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
+  if (plain) {
+    return node.out_type == ElementType::kBF16 ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, index)
+                                               : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc, index);
+  }
   if (node.out_type == ElementType::kBF16) {
     return swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, acc, index)
                   : StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, acc, index);

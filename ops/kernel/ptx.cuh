@@ -67,6 +67,17 @@ __device__ __forceinline__ void st_shared_cluster(uint32_t cluster_address, int3
   asm volatile("st.shared::cluster.s32 [%0], %1;\n" ::"r"(cluster_address), "r"(value) : "memory");
 }
 
+// stmatrix .x4: the warp stores four 8 x 8 matrices of 16-bit elements.
+// Register j of lane t holds row t / 4, columns 2 * (t % 4) and + 1, of matrix
+// j (the mma/wgmma accumulator fragment layout); lanes 8j..8j+7 give the
+// shared addresses of matrix j's eight 16-byte rows.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_address, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // ld.acquire.gpu: a load that later loads of this thread cannot be reordered
 // before; pairs with st.release.gpu of the writer.
 __device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* address) {
