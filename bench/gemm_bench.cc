@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,7 +44,7 @@ ABSL_FLAG(int, a_stages, 4, "A ring depth");
 ABSL_FLAG(int, b_stages, 4, "B ring depth");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(bool, interleave, true,
-          "time the implementations in turn per iteration (false: each one's runs back to back, cuBLAS first)");
+          "time the implementations in turn per iteration (false: each one's runs back to back, in ABBA order)");
 ABSL_FLAG(bool, timeline, false,
           "also launch a traced plan per shape and print where its time went (Plan::ExplainTimeline)");
 
@@ -87,13 +88,34 @@ double Median(std::vector<float> values) {
   return values[values.size() / 2];
 }
 
+// The order of the timed launches: (implementation, iteration) pairs.
+// Interleaved (the default): iteration i runs every implementation once, in
+// turn, so drift in clocks and temperature (the H200 runs these shapes at its
+// power cap, 1.1-1.5 GHz) lands on all of them alike. Blocked: each
+// implementation's runs back to back, in ABBA order (the first half of the
+// iterations A then B, the second half B then A), so a steady drift cancels
+// between the two; before v1.9 blocked was A then B only, which measured the
+// second implementation on a hotter chip.
+std::vector<std::pair<size_t, int>> LaunchOrder(size_t implementations, int iters, bool interleave) {
+  std::vector<std::pair<size_t, int>> order;
+  if (interleave) {
+    for (int i = 0; i < iters; ++i) {
+      for (size_t r = 0; r < implementations; ++r) order.emplace_back(r, i);
+    }
+    return order;
+  }
+  const int half = iters / 2;
+  for (size_t r = 0; r < implementations; ++r) {
+    for (int i = 0; i < half; ++i) order.emplace_back(r, i);
+  }
+  for (size_t r = implementations; r-- > 0;) {
+    for (int i = half; i < iters; ++i) order.emplace_back(r, i);
+  }
+  return order;
+}
+
 // Times each runner (which enqueues one launch of input set i) `iters` times
-// with events. Interleaved (the default): iteration j runs every
-// implementation once, in turn, so drift in clocks and temperature over the
-// run (the H200 is power-limited on these shapes) lands on all of them alike
-// instead of on whichever ran last. Blocked: each implementation's runs back
-// to back, cuBLAS first (the method before v1.9, kept to measure the bias).
-// Returns each runner's median.
+// with events, in LaunchOrder. Returns each runner's median.
 template <typename Run>
 absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int warmup, int iters, int sets,
                                                  bool interleave) {
@@ -105,10 +127,7 @@ absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int war
   BENCH_CUDA(cudaEventCreate(&start));
   BENCH_CUDA(cudaEventCreate(&stop));
   std::vector<std::vector<float>> times(runs.size());
-  const int total = iters * static_cast<int>(runs.size());
-  for (int step = 0; step < total; ++step) {
-    const int i = interleave ? step / static_cast<int>(runs.size()) : step % iters;
-    const size_t r = interleave ? step % runs.size() : step / iters;
+  for (const auto& [r, i] : LaunchOrder(runs.size(), iters, interleave)) {
     BENCH_CUDA(cudaEventRecord(start));
     LOOM_RETURN_IF_ERROR(runs[r](i % sets));
     BENCH_CUDA(cudaEventRecord(stop));
