@@ -73,8 +73,10 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
       const CtaWork tile = ResolveJob(ctx, index);
       if (kSplitK && tile.node->schedule.split_k > 1) {
         // A partial: the raw accumulators of the whole padded tile (no fused
-        // op, every column inside the workspace map).
-        ok = StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, accumulators, index);
+        // op, every column inside the workspace map), or only its few live rows.
+        ok = StoresPartialDirectly(tile.node->schedule, tile.m_block)
+                 ? StorePartialDirectly(ctx, tile, warpgroup, staging, accumulators, index)
+                 : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, accumulators, index);
       } else {
         ok = StageOutput(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
       }

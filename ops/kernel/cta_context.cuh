@@ -40,6 +40,9 @@
 //   After a tile's last panel: cp.async.bulk.wait_group 0 (the writes are done,
 //   not just the reads) -> fence.proxy.async.global (async-proxy writes visible
 //   to generic-proxy readers) -> st.release.gpu flag = epoch.
+//   Generic stores straight to global (the ragged last columns of C, direct
+//   split-K partials) come before the consumer's arrival on staging_full,
+//   whose release the store thread acquires before it releases the flag.
 #ifndef LOOM_OPS_KERNEL_CTA_CONTEXT_CUH_
 #define LOOM_OPS_KERNEL_CTA_CONTEXT_CUH_
 
@@ -129,6 +132,21 @@ __device__ inline bool WaitForFlag(const CtaContext& ctx, int flag_index, int jo
       WaitKind::kDependencyFlag, job_index, flag_index, epoch, flag);
   if (done) ptx::ld_acquire_gpu(flag);  // reads the released value (or a later one): synchronises with it
   return done;
+}
+
+// Staging, consumer side (protocol above): waits until the buffer under the
+// cursor is free, and hands a written one to the store thread (generic-proxy
+// writes that the TMA store, async proxy, will read; then the arrival).
+__device__ __forceinline__ void PublishPanel(const CtaContext& ctx, int warpgroup, RingCursor& staging) {
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  cuda::ptx::mbarrier_arrive(&ctx.barriers->staging_full[warpgroup][staging.stage]);
+  staging.Advance(KernelConfig::kStagingBuffers);
+}
+
+__device__ __forceinline__ bool WaitForStaging(const CtaContext& ctx, int warpgroup, const RingCursor& staging,
+                                               int job_index) {
+  return ctx.watchdog.WaitBarrier(&ctx.barriers->staging_empty[warpgroup][staging.stage], staging.phase ^ 1,
+                                  WaitKind::kStaging, job_index);
 }
 
 // Stamps one event of a job's trace (CompileOptions::trace).

@@ -275,20 +275,6 @@ __device__ __forceinline__ void WriteRaggedPanel(const EpilogueFields& node, uin
   }
 }
 
-// Hands a written staging panel to the store thread: generic-proxy writes that
-// the TMA store (async proxy) will read, then the arrival.
-__device__ __forceinline__ void PublishPanel(const CtaContext& ctx, int warpgroup, RingCursor& staging) {
-  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-  cuda::ptx::mbarrier_arrive(&ctx.barriers->staging_full[warpgroup][staging.stage]);
-  staging.Advance(KernelConfig::kStagingBuffers);
-}
-
-__device__ __forceinline__ bool WaitForStaging(const CtaContext& ctx, int warpgroup, const RingCursor& staging,
-                                               int job_index) {
-  return ctx.watchdog.WaitBarrier(&ctx.barriers->staging_empty[warpgroup][staging.stage], staging.phase ^ 1,
-                                  WaitKind::kStaging, job_index);
-}
-
 // A tile with no fused op whose output columns are all inside C's TMA
 // columns: every tile of a plain GEMM but the ragged last column, and every
 // split-K partial. The panels are unrolled, so each reads its registers in

@@ -34,7 +34,13 @@ struct KernelConfig {
   static constexpr int kConsumerRegisters = 224;
 
   static constexpr int kMaxStages = 8;   // per ring
-  static constexpr int kJobSlots = 4;    // jobs fetched ahead of the loaders
+  // Jobs a cluster holds at once (fetched ahead of its loaders). 2, not 4
+  // (v1.9, bench/NOTES.md): every fetched job is committed to its cluster, so
+  // the more slots, the more of a dependent graph is handed out before anyone
+  // knows which clusters will be free (66 clusters x 4 slots held most of the
+  // 8-layer chain's 320 jobs at launch). Measured: the chain at one token 5-7%
+  // faster with 2; the MLP block within noise.
+  static constexpr int kJobSlots = 2;
   // Arrivals per CTA that free a job slot: the A loader, the B loader and the
   // store warp (one thread each), and every consumer warp.
   static constexpr int kJobReleasesPerCta = 3 + 4 * kConsumerWarpgroups;

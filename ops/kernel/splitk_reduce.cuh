@@ -11,6 +11,44 @@
 
 namespace loom::kernel {
 
+// A split-K partial whose CTA tile has at most this many rows inside M (one
+// consumer warp's rows: decode, a few tokens) is written by the consumers
+// straight from registers to the workspace, live rows only, instead of eight
+// fp32 panels staged for TMA stores that clip all but a row or two. The store
+// thread then only publishes it (store_role.cuh), after one staging handshake
+// per warpgroup that orders the consumers' stores before its flag release.
+constexpr int kDirectPartialRows = 16;
+
+__device__ inline bool StoresPartialDirectly(const sched::NodeSchedule& schedule, int32_t m_block) {
+  return schedule.m - int64_t{m_block} * KernelConfig::kBlockM <= kDirectPartialRows;
+}
+
+// The consumer side of a direct partial (StoresPartialDirectly): this lane's
+// accumulators of rows inside M, as float2 pairs, into the split's workspace
+// slice (layout: schedule.h, workspace_offset).
+__device__ inline bool StorePartialDirectly(const CtaContext& ctx, const CtaWork& work, int warpgroup,
+                                            RingCursor& staging, const float (&acc)[128], int job_index) {
+  const sched::NodeSchedule& schedule = work.node->schedule;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
+  const int64_t slice = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+  const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer +
+                         warp * 16 + lane / 4;
+  const bool lo_ok = row_lo < schedule.m, hi_ok = row_lo + 8 < schedule.m;
+  float* lo = ctx.params.workspace + schedule.workspace_offset + work.job->split * slice + row_lo * padded_cols +
+              int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
+  float* hi = lo + 8 * padded_cols;
+  if (!WaitForStaging(ctx, warpgroup, staging, job_index)) return false;
+#pragma unroll
+  for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
+    if (lo_ok) *reinterpret_cast<float2*>(lo + 8 * c) = make_float2(acc[4 * c], acc[4 * c + 1]);
+    if (hi_ok) *reinterpret_cast<float2*>(hi + 8 * c) = make_float2(acc[4 * c + 2], acc[4 * c + 3]);
+  }
+  PublishPanel(ctx, warpgroup, staging);
+  return true;
+}
+
 // Split-K reduce, part 1: waits until every split of this CTA tile has
 // published its partial. Returns false when the launch is aborting.
 // NOTE: the reduce job runs the epilogue but does not wait for a bias or

@@ -11,6 +11,7 @@
 
 #include "cta_context.cuh"
 #include "epilogue_role.cuh"
+#include "splitk_reduce.cuh"
 
 namespace loom::kernel {
 
@@ -28,11 +29,15 @@ __device__ inline void RunStore(const CtaContext& ctx) {
     // A split-K partial goes to the node's workspace slice, raw fp32, whole
     // padded tile; everything else (unsplit jobs, reduce jobs) to C.
     const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1;
+    // The consumers wrote a direct partial themselves: one handshake per
+    // warpgroup, nothing to store, then the flag.
+    const bool direct = partial && StoresPartialDirectly(node.schedule, work.m_block);
     const int cols_per_panel =
         KernelConfig::kPanelBytes / (partial || node.out_type == ElementType::kFP32 ? 4 : 2);
     const int32_t out_tile_n = partial ? KernelConfig::kBlockN : node.schedule.out_tile_n;
-    const int panels = partial ? KernelConfig::kBlockN / cols_per_panel
-                               : OutputPanels(node.schedule.out_cols, out_tile_n, cols_per_panel, work.n_block);
+    const int panels = direct    ? 1
+                       : partial ? KernelConfig::kBlockN / cols_per_panel
+                                 : OutputPanels(node.schedule.out_cols, out_tile_n, cols_per_panel, work.n_block);
     const int64_t tma_cols = partial ? int64_t{node.schedule.n_blocks} * KernelConfig::kBlockN : node.c_tma_cols;
     const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM;
     const int64_t out_col0 = static_cast<int64_t>(work.n_block) * out_tile_n;
@@ -50,7 +55,9 @@ __device__ inline void RunStore(const CtaContext& ctx) {
           return;
         }
         const int64_t panel_col0 = out_col0 + p * cols_per_panel;
-        if (partial) {
+        if (direct) {
+          // written by the consumers (StorePartialDirectly)
+        } else if (partial) {
           const int32_t coords[3] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows),
                                      static_cast<int32_t>(job.split)};
           cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, &node.partial_map,
