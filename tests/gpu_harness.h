@@ -11,11 +11,13 @@
 // For graphs whose nodes feed each other, ExpectEachNodeMatchesReference
 // checks each node against the reference computed from the inputs the GPU
 // gave it. Prepare / LaunchOn / FinishOn split Run for tests that launch on
-// their own streams; Replay re-poisons the outputs and launches the Plan again.
+// their own streams; Replay re-poisons the outputs and launches the Plan again,
+// and ReplayIsBitIdentical checks that it wrote the same bits.
 #ifndef LOOM_TESTS_GPU_HARNESS_H_
 #define LOOM_TESTS_GPU_HARNESS_H_
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -202,6 +204,56 @@ class GpuHarness {
 inline const Runtime& TestRuntime() {
   static absl::StatusOr<Runtime>* runtime = new absl::StatusOr<Runtime>(Runtime::Create(0));
   return **runtime;
+}
+
+// Every output's bytes (rows at their stride), as last copied back.
+using Snapshot = std::map<std::string, std::vector<std::byte>>;
+
+inline Snapshot TakeSnapshot(GpuHarness& h) {
+  Snapshot snapshot;
+  for (const std::string& name : h.outputs()) {
+    const HostMatrix& m = h.host(name);
+    snapshot[name].assign(m.data(), m.data() + m.body_bytes());
+  }
+  return snapshot;
+}
+
+inline ::testing::AssertionResult SameBits(GpuHarness& h, const Snapshot& first) {
+  for (const std::string& name : h.outputs()) {
+    const HostMatrix& m = h.host(name);
+    const std::vector<std::byte>& before = first.at(name);
+    if (static_cast<int64_t>(before.size()) != m.body_bytes()) {
+      return ::testing::AssertionFailure() << "output \"" << name << "\" changed size";
+    }
+    const auto [first_before, first_now] = std::mismatch(before.begin(), before.end(), m.data());
+    if (first_before != before.end()) {
+      const int64_t byte = first_before - before.begin();
+      const int64_t row_bytes = m.row_stride() * static_cast<int64_t>(DTypeSize(m.dtype()));
+      return ::testing::AssertionFailure()
+             << "output \"" << name << "\" differs from the first launch (replays must be bit-identical), "
+             << "first at row " << byte / row_bytes << ", column "
+             << byte % row_bytes / static_cast<int64_t>(DTypeSize(m.dtype()));
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Replays the Plan with every output re-poisoned on the device; the result
+// must equal the previous launch's bit for bit.
+inline ::testing::AssertionResult ReplayIsBitIdentical(GpuHarness& h) {
+  const Snapshot first = TakeSnapshot(h);
+  if (const absl::Status status = h.Replay(); !status.ok()) {
+    return ::testing::AssertionFailure() << "replay failed: " << status;
+  }
+  return SameBits(h, first);
+}
+
+// The end of most graph tests: every node right, a replay bit-identical to
+// the first launch, every node right again.
+inline void ExpectNodesRightAndReplayIdentical(GpuHarness& h) {
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  h.ExpectEachNodeMatchesReference();
 }
 
 }  // namespace loom::testbed

@@ -37,48 +37,6 @@ constexpr DType kFP32 = DType::kFP32;
 
 std::string DTypeSuffix(DType dtype) { return dtype == kBF16 ? "bf16" : "fp32"; }
 
-// Every output's bytes (rows at their stride), as last copied back.
-using Snapshot = std::map<std::string, std::vector<std::byte>>;
-
-Snapshot TakeSnapshot(GpuHarness& h) {
-  Snapshot snapshot;
-  for (const std::string& name : h.outputs()) {
-    const HostMatrix& m = h.host(name);
-    snapshot[name].assign(m.data(), m.data() + m.body_bytes());
-  }
-  return snapshot;
-}
-
-::testing::AssertionResult SameBits(GpuHarness& h, const Snapshot& first) {
-  for (const std::string& name : h.outputs()) {
-    const HostMatrix& m = h.host(name);
-    const std::vector<std::byte>& before = first.at(name);
-    if (static_cast<int64_t>(before.size()) != m.body_bytes()) {
-      return ::testing::AssertionFailure() << "output \"" << name << "\" changed size";
-    }
-    const auto [first_before, first_now] = std::mismatch(before.begin(), before.end(), m.data());
-    if (first_before != before.end()) {
-      const int64_t byte = first_before - before.begin();
-      const int64_t row_bytes = m.row_stride() * static_cast<int64_t>(DTypeSize(m.dtype()));
-      return ::testing::AssertionFailure()
-             << "output \"" << name << "\" differs from the first launch (replays must be bit-identical), "
-             << "first at row " << byte / row_bytes << ", column "
-             << byte % row_bytes / static_cast<int64_t>(DTypeSize(m.dtype()));
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// Replays the Plan with every output re-poisoned on the device; the result
-// must equal the first launch's bit for bit.
-::testing::AssertionResult ReplayIsBitIdentical(GpuHarness& h) {
-  const Snapshot first = TakeSnapshot(h);
-  if (const absl::Status status = h.Replay(); !status.ok()) {
-    return ::testing::AssertionFailure() << "replay failed: " << status;
-  }
-  return SameBits(h, first);
-}
-
 // Refills `name` with integers in [lo, hi] (Input's integers are in [-2, 2]).
 void RefillIntegers(GpuHarness& h, const std::string& name, Rng& rng, int lo, int hi) {
   FillIntegers(h.host(name), rng, lo, hi);
@@ -117,9 +75,7 @@ TEST_P(ChainTest, ThreeDependentGemmsMatchReference) {
     g.AddGemm("layer3", t("h2"), t("W3"), t("y"), {.bias = t("bias3"), .residual = t("residual")});
   });
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
-  h.ExpectEachNodeMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(h));
-  h.ExpectEachNodeMatchesReference();
+  ExpectNodesRightAndReplayIdentical(h);
 }
 INSTANTIATE_TEST_SUITE_P(OutputTypes, ChainTest, ::testing::Values(kBF16, kFP32),
                          [](const auto& info) { return DTypeSuffix(info.param); });
@@ -184,9 +140,7 @@ TEST(GraphTest, TwoConsumersOfOneProducer) {
               {.activation = Activation::kSiLU, .residual = t("residual")});
   });
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
-  h.ExpectEachNodeMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(h));
-  h.ExpectEachNodeMatchesReference();
+  ExpectNodesRightAndReplayIdentical(h);
 }
 
 // ---------------------------------------------------------------------------
@@ -234,9 +188,7 @@ TEST_P(TwoProducersTest, OneConsumerOfTwoProducers) {
     g.AddGemm("consumer", t("h"), t("W3"), t("y"), epilogue);
   });
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
-  h.ExpectEachNodeMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(h));
-  h.ExpectEachNodeMatchesReference();
+  ExpectNodesRightAndReplayIdentical(h);
 }
 INSTANTIATE_TEST_SUITE_P(Splits, TwoProducersTest,
                          ::testing::Combine(::testing::Values(int64_t{256}, int64_t{136}), ::testing::Bool()),
@@ -274,9 +226,7 @@ TEST_P(MlpTest, SwiGLUBlockMatchesReference) {
   GpuHarness h;
   AddMlpBlock(h, rng, GetParam());
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
-  h.ExpectEachNodeMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(h));
-  h.ExpectEachNodeMatchesReference();
+  ExpectNodesRightAndReplayIdentical(h);
 }
 INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{16}, int64_t{128}, int64_t{300}),
                          [](const auto& info) { return "tokens" + std::to_string(info.param); });
@@ -315,9 +265,7 @@ TEST(GraphTest, EightLayerChainAtOneToken) {
     }
   });
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
-  h.ExpectEachNodeMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(h));
-  h.ExpectEachNodeMatchesReference();
+  ExpectNodesRightAndReplayIdentical(h);
 }
 
 // ---------------------------------------------------------------------------
@@ -679,9 +627,7 @@ TEST(GraphTest, MlpBlockWithForcedSplitK) {
   ASSERT_EQ(h.plan().schedule().nodes.size(), 2u);
   EXPECT_EQ(h.plan().schedule().nodes[0].split_k, 4);  // K = 512: 8 k-blocks
   EXPECT_EQ(h.plan().schedule().nodes[1].split_k, 4);  // K = 1024: 16 k-blocks
-  h.ExpectEachNodeMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(h));
-  h.ExpectEachNodeMatchesReference();
+  ExpectNodesRightAndReplayIdentical(h);
 }
 
 // A traced launch (CompileOptions::trace) of the split MLP block: the
@@ -714,13 +660,17 @@ TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
     EXPECT_GE(t.fetched, 0) << "job " << t.job;
     EXPECT_GE(t.data_ready, t.fetched) << "job " << t.job;
     EXPECT_GE(t.mma_done, t.data_ready) << "job " << t.job;
-    if (t.published >= 0) EXPECT_GE(t.published + kTick, t.mma_done) << "job " << t.job;
+    if (t.published >= 0) {
+      EXPECT_GE(t.published + kTick, t.mma_done) << "job " << t.job;
+    }
     if (t.node == 0 && t.reduce && t.published >= 0) first_gate_up_publish = std::min(first_gate_up_publish, t.published);
   }
   for (size_t job = 0; job < seen.size(); ++job) EXPECT_TRUE(seen[job]) << "no timeline for queue entry " << job;
   ASSERT_LT(first_gate_up_publish, 1e30) << "no gate_up reduce job published a tile";
   for (const JobTrace& t : *timeline) {
-    if (t.node == 1 && !t.reduce) EXPECT_GE(t.data_ready + kTick, first_gate_up_publish) << "down job " << t.job;
+    if (t.node == 1 && !t.reduce) {
+      EXPECT_GE(t.data_ready + kTick, first_gate_up_publish) << "down job " << t.job;
+    }
   }
   absl::StatusOr<std::string> explained = h.plan().ExplainTimeline();
   LOOM_ASSERT_OK(explained.status());
@@ -740,9 +690,7 @@ TEST(GraphTest, SchedulerChosenSplitKOnSkinnyLongK) {
   h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
   std::printf("[ loom     ] scheduler chose split_k = %d\n", h.plan().schedule().nodes[0].split_k);
-  h.ExpectEachNodeMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(h));
-  h.ExpectEachNodeMatchesReference();
+  ExpectNodesRightAndReplayIdentical(h);
 }
 
 }  // namespace
