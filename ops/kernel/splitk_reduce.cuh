@@ -11,6 +11,32 @@
 
 namespace loom::kernel {
 
+// Where this lane's accumulator rows live in a split-K partial: its two rows
+// (lane / 4 and 8 further, of its warp's 16) in split 0's slice of the
+// workspace (layout: schedule.h, workspace_offset), pointing at the lane's
+// first column pair; each further split is `split_stride` floats on.
+struct LanePartialRows {
+  float* lo;
+  float* hi;
+  int64_t split_stride;
+  bool lo_ok, hi_ok;  // the row is inside M
+
+  __device__ LanePartialRows(const CtaContext& ctx, const CtaWork& work, int warpgroup) {
+    const sched::NodeSchedule& schedule = work.node->schedule;
+    const int warp = (threadIdx.x / 32) % 4;
+    const int lane = threadIdx.x % 32;
+    const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
+    const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM +
+                           warpgroup * KernelConfig::kRowsPerConsumer + warp * 16 + lane / 4;
+    split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+    lo_ok = row_lo < schedule.m;
+    hi_ok = row_lo + 8 < schedule.m;
+    lo = ctx.params.workspace + schedule.workspace_offset + row_lo * padded_cols +
+         int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
+    hi = lo + 8 * padded_cols;
+  }
+};
+
 // A split-K partial whose CTA tile has at most this many rows inside M (one
 // consumer warp's rows: decode, a few tokens) is written by the consumers
 // straight from registers to the workspace, live rows only, instead of eight
@@ -28,22 +54,14 @@ __device__ inline bool StoresPartialDirectly(const sched::NodeSchedule& schedule
 // slice (layout: schedule.h, workspace_offset).
 __device__ inline bool StorePartialDirectly(const CtaContext& ctx, const CtaWork& work, int warpgroup,
                                             RingCursor& staging, const float (&acc)[128], int job_index) {
-  const sched::NodeSchedule& schedule = work.node->schedule;
-  const int warp = (threadIdx.x / 32) % 4;
-  const int lane = threadIdx.x % 32;
-  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
-  const int64_t slice = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
-  const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer +
-                         warp * 16 + lane / 4;
-  const bool lo_ok = row_lo < schedule.m, hi_ok = row_lo + 8 < schedule.m;
-  float* lo = ctx.params.workspace + schedule.workspace_offset + work.job->split * slice + row_lo * padded_cols +
-              int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
-  float* hi = lo + 8 * padded_cols;
+  const LanePartialRows rows(ctx, work, warpgroup);
+  float* lo = rows.lo + work.job->split * rows.split_stride;
+  float* hi = rows.hi + work.job->split * rows.split_stride;
   if (!WaitForStaging(ctx, warpgroup, staging, job_index)) return false;
 #pragma unroll
   for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
-    if (lo_ok) *reinterpret_cast<float2*>(lo + 8 * c) = make_float2(acc[4 * c], acc[4 * c + 1]);
-    if (hi_ok) *reinterpret_cast<float2*>(hi + 8 * c) = make_float2(acc[4 * c + 2], acc[4 * c + 3]);
+    if (rows.lo_ok) *reinterpret_cast<float2*>(lo + 8 * c) = make_float2(acc[4 * c], acc[4 * c + 1]);
+    if (rows.hi_ok) *reinterpret_cast<float2*>(hi + 8 * c) = make_float2(acc[4 * c + 2], acc[4 * c + 3]);
   }
   PublishPanel(ctx, warpgroup, staging);
   return true;
@@ -73,30 +91,21 @@ __device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& wor
 // every run, so the result is bit-for-bit reproducible) into the accumulator
 // layout.
 __device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, float (&acc)[128]) {
-  const sched::NodeSchedule& schedule = work.node->schedule;
-  const int split_k = schedule.split_k;
-  const int warp = (threadIdx.x / 32) % 4;
-  const int lane = threadIdx.x % 32;
-  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
-  const int64_t slice = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
-  const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer +
-                         warp * 16 + lane / 4;
-  const bool lo_ok = row_lo < schedule.m, hi_ok = row_lo + 8 < schedule.m;
-  const float* base = ctx.params.workspace + schedule.workspace_offset + row_lo * padded_cols +
-                      int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
+  const int split_k = work.node->schedule.split_k;
+  const LanePartialRows rows(ctx, work, warpgroup);
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   for (int split = 0; split < split_k; ++split) {
-    const float* lo = base + split * slice;
-    const float* hi = lo + 8 * padded_cols;
+    const float* lo = rows.lo + split * rows.split_stride;
+    const float* hi = rows.hi + split * rows.split_stride;
 #pragma unroll
     for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
-      if (lo_ok) {
+      if (rows.lo_ok) {
         const float2 v = *reinterpret_cast<const float2*>(lo + 8 * c);
         acc[4 * c] += v.x;
         acc[4 * c + 1] += v.y;
       }
-      if (hi_ok) {
+      if (rows.hi_ok) {
         const float2 v = *reinterpret_cast<const float2*>(hi + 8 * c);
         acc[4 * c + 2] += v.x;
         acc[4 * c + 3] += v.y;
