@@ -663,7 +663,9 @@ TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
     if (t.published >= 0) {
       EXPECT_GE(t.published + kTick, t.mma_done) << "job " << t.job;
     }
-    if (t.node == 0 && t.reduce && t.published >= 0) first_gate_up_publish = std::min(first_gate_up_publish, t.published);
+    if (t.node == 0 && t.reduce && t.published >= 0) {
+      first_gate_up_publish = std::min(first_gate_up_publish, t.published);
+    }
   }
   for (size_t job = 0; job < seen.size(); ++job) EXPECT_TRUE(seen[job]) << "no timeline for queue entry " << job;
   ASSERT_LT(first_gate_up_publish, 1e30) << "no gate_up reduce job published a tile";

@@ -381,8 +381,9 @@ __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, c
                      fields.activation == EpilogueActivation::kNone &&
                      int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
   if (plain) {
-    return node.out_type == ElementType::kBF16 ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, index)
-                                               : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc, index);
+    return node.out_type == ElementType::kBF16
+               ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, index)
+               : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc, index);
   }
   if (node.out_type == ElementType::kBF16) {
     return swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, acc, index)

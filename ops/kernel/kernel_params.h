@@ -94,7 +94,6 @@ struct KernelParams {
   int32_t a_stages;
   int32_t b_stages;
   int32_t lockstep;        // 1: one ring (A's barriers) carries A and B
-  int32_t has_split_k;     // 1: some node splits K (selects the kernel instantiation)
   uint32_t* flags;         // [num_flags] epoch of the last completion of each tile
   float* workspace;        // split-K partials
   LaunchState* state;

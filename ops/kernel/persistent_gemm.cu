@@ -185,12 +185,12 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, 
   return cudaSuccess;
 }
 
-cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, cudaStream_t stream) {
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, cudaStream_t stream) {
   const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages);
   cudaLaunchAttribute attribute;
   cudaLaunchConfig_t config =
       MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, &attribute, params.cluster_size);
-  return params.has_split_k != 0 ? cudaLaunchKernelEx(&config, PersistentGemmKernel<true>, params)
+  return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<true>, params)
                                  : cudaLaunchKernelEx(&config, PersistentGemmKernel<false>, params);
 }
 

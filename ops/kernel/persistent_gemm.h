@@ -23,8 +23,9 @@ inline uint32_t SharedMemoryBytes(int a_stages, int b_stages) {
 cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, int* clusters);
 
 // Launches the persistent kernel: `clusters` clusters of params.cluster_size
-// CTAs; the split-K instantiation when params.has_split_k.
-cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, cudaStream_t stream);
+// CTAs; the split-K instantiation when `split_k` (some node of the plan splits
+// K), else the one without the reduce path.
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, cudaStream_t stream);
 
 }  // namespace loom::kernel
 

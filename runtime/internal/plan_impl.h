@@ -17,6 +17,7 @@ struct Plan::Impl {
   sched::Schedule schedule;
   int device_ordinal = -1;  // -1: host-only plan
   int grid_clusters = 0;
+  bool has_split_k = false;  // some node splits K: launch the kernel's split-K instantiation
   std::optional<TimeoutRecord> last_timeout;
 
   // Device resources (device_ordinal >= 0 and the schedule has jobs).

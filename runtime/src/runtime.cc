@@ -202,10 +202,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.a_stages = impl.options.a_stages;
   params.b_stages = impl.options.b_stages;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
-  params.has_split_k = 0;
-  for (const sched::NodeSchedule& node : impl.schedule.nodes) {
-    if (node.split_k > 1) params.has_split_k = 1;
-  }
+  impl.has_split_k = false;
+  for (const sched::NodeSchedule& node : impl.schedule.nodes) impl.has_split_k |= node.split_k > 1;
   params.flags = impl.flags;
   params.workspace = impl.workspace;
   params.state = impl.state;
@@ -347,8 +345,9 @@ absl::Status Plan::Launch(cudaStream_t stream) {
         impl_->device.name));
   }
   if (impl_->schedule.queue.empty()) return absl::OkStatus();  // zero-size graph: nothing to do
-  return internal::CudaStatus(kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, stream),
-                              "launching the persistent kernel");
+  return internal::CudaStatus(
+      kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->has_split_k, stream),
+      "launching the persistent kernel");
 }
 
 absl::Status Plan::Synchronize(cudaStream_t stream) {
