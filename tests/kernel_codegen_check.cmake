@@ -5,11 +5,10 @@
 #   a wgmma pipeline crossing a call, ...). A serialised kernel still gives
 #   correct results, so no functional test notices; v1.5 lost 30% this way
 #   (bench/NOTES.md). Run by ctest (label cpu): needs nvcc, not a GPU.
-# Inputs: -DCUDA_COMPILER= -DSOURCE= -DINCLUDES=<;-list> -DOUTPUT_DIR=
+# Inputs: -DCUDA_COMPILER= -DFLAGS=<;-list: the kernel's compile flags>
+#         -DSOURCE= -DINCLUDES=<;-list> -DOUTPUT_DIR=
 execute_process(
-  COMMAND ${CUDA_COMPILER} -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3
-          --expt-relaxed-constexpr -Xptxas=-v ${INCLUDES} -cubin -o ${OUTPUT_DIR}/persistent_gemm.cubin
-          ${SOURCE}
+  COMMAND ${CUDA_COMPILER} ${FLAGS} -Xptxas=-v ${INCLUDES} -cubin -o ${OUTPUT_DIR}/persistent_gemm.cubin ${SOURCE}
   RESULT_VARIABLE result
   OUTPUT_VARIABLE output
   ERROR_VARIABLE output)
