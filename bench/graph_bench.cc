@@ -926,6 +926,36 @@ bool ContextStillUsable() {
   return false;
 }
 
+// The cases of one kind (mlp, chain) at each token count, on weights made
+// once: each runs through run(weights, tokens, result) and is printed as it
+// ends. Returns whether every case ran and agreed; `usable` turns false once a
+// failure has left the CUDA context unusable.
+template <typename Weights, typename Run>
+bool RunCases(const std::string& kind, const std::vector<int64_t>& token_counts, double weight_bytes,
+              double flops_per_token, const absl::StatusOr<Weights>& weights, double copy_gbps, Run&& run,
+              std::vector<CaseResult>& results, bool& usable) {
+  if (!weights.ok()) {
+    std::printf("%s weights: error: %s\n", kind.c_str(), weights.status().ToString().c_str());
+    usable = ContextStillUsable();
+    return false;
+  }
+  bool all_ok = true;
+  for (int64_t tokens : token_counts) {
+    if (!usable) break;
+    CaseResult result;
+    result.kind = kind;
+    result.tokens = tokens;
+    result.weight_bytes = weight_bytes;
+    result.flops = flops_per_token * static_cast<double>(tokens);
+    if (absl::Status status = run(*weights, tokens, result); !status.ok()) result.error = status.ToString();
+    PrintCase(result, copy_gbps);
+    all_ok &= result.correct();
+    results.push_back(std::move(result));
+    if (!results.back().error.empty()) usable = ContextStillUsable();
+  }
+  return all_ok;
+}
+
 int Main() {
   if (absl::Status flags = CheckFlags(); !flags.ok()) {
     std::fprintf(stderr, "loom_graph_bench: %s\n", std::string(flags.message()).c_str());
@@ -1000,27 +1030,13 @@ int Main() {
                 mlp.weight_bytes() / 1e6);
     WarnIfWeightsFitInL2(ctx, "MLP", mlp.weight_bytes());
     ctx.watchdog->SetStep("mlp weights");
-    absl::StatusOr<MlpWeights> weights = MakeMlpWeights(ctx, mlp);
-    if (!weights.ok()) {
-      std::printf("MLP weights: error: %s\n", weights.status().ToString().c_str());
-      all_ok = false;
-      usable = ContextStillUsable();
-    }
-    for (int64_t tokens : *mlp_tokens) {
-      if (!usable || !weights.ok()) break;
-      CaseResult result;
-      result.kind = "mlp";
-      result.tokens = tokens;
-      result.weight_bytes = mlp.weight_bytes();
-      result.flops = 6.0 * tokens * mlp.hidden * mlp.intermediate;
-      if (absl::Status status = RunMlpCase(ctx, mlp, *weights, tokens, result); !status.ok()) {
-        result.error = status.ToString();
-      }
-      PrintCase(result, copy_gbps);
-      all_ok &= result.correct();
-      results.push_back(std::move(result));
-      if (!results.back().error.empty()) usable = ContextStillUsable();
-    }
+    all_ok &= RunCases<MlpWeights>(
+        "mlp", *mlp_tokens, mlp.weight_bytes(), 6.0 * mlp.hidden * mlp.intermediate, MakeMlpWeights(ctx, mlp),
+        copy_gbps,
+        [&](const MlpWeights& weights, int64_t tokens, CaseResult& result) {
+          return RunMlpCase(ctx, mlp, weights, tokens, result);
+        },
+        results, usable);
   }
 
   const int layers = absl::GetFlag(FLAGS_chain_layers);
@@ -1030,27 +1046,13 @@ int Main() {
     std::printf("\nchain: %d layers of %ld x %ld, weights %.0f MB\n", layers, width, width, weight_bytes / 1e6);
     WarnIfWeightsFitInL2(ctx, "chain", weight_bytes);
     ctx.watchdog->SetStep("chain weights");
-    absl::StatusOr<std::vector<DeviceBuffer>> weights = MakeChainWeights(ctx, layers, width);
-    if (!weights.ok()) {
-      std::printf("chain weights: error: %s\n", weights.status().ToString().c_str());
-      all_ok = false;
-      usable = ContextStillUsable();
-    }
-    for (int64_t tokens : *chain_tokens) {
-      if (!usable || !weights.ok()) break;
-      CaseResult result;
-      result.kind = "chain";
-      result.tokens = tokens;
-      result.weight_bytes = weight_bytes;
-      result.flops = 2.0 * tokens * width * width * layers;
-      if (absl::Status status = RunChainCase(ctx, *weights, width, tokens, result); !status.ok()) {
-        result.error = status.ToString();
-      }
-      PrintCase(result, copy_gbps);
-      all_ok &= result.correct();
-      results.push_back(std::move(result));
-      if (!results.back().error.empty()) usable = ContextStillUsable();
-    }
+    all_ok &= RunCases<std::vector<DeviceBuffer>>(
+        "chain", *chain_tokens, weight_bytes, 2.0 * width * width * layers, MakeChainWeights(ctx, layers, width),
+        copy_gbps,
+        [&](const std::vector<DeviceBuffer>& weights, int64_t tokens, CaseResult& result) {
+          return RunChainCase(ctx, weights, width, tokens, result);
+        },
+        results, usable);
   }
 
   watchdog.SetStep("summary");
