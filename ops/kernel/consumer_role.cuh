@@ -27,12 +27,11 @@ namespace loom::kernel {
 // The build refuses a kernel with C7515 (tests/kernel_codegen_check.cmake).
 template <bool kSplitK>
 __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
-  const bool lane0 = (threadIdx.x % 32) == 0;
   const bool recorder = warpgroup == 0 && threadIdx.x % 128 == 0;  // writes the job traces
   JobStream jobs;
   RingCursor a_ring, b_ring, staging;
   for (;;) {
-    const int index = jobs.Next(ctx, /*releasing=*/lane0);
+    const int index = jobs.Next(ctx);
     if (index < 0) return;
     if (DeviceJobTrace* trace = ctx.trace_of(index, recorder)) {
       *trace = DeviceJobTrace{};

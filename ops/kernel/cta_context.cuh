@@ -15,8 +15,9 @@
 //   scheduler: wait job_empty[s] (parity ph ^ 1)
 //              -> idx = atomicAdd(cursor) -> st.shared::cluster idx into slot s of each CTA
 //              -> mbarrier.arrive.release.cluster on job_full[s] of each CTA     (count 1)
-//   readers:   wait job_full[s] (acquire.cluster: the slot was written remotely) -> read idx
-//              -> arrive on rank 0's job_empty[s]   (count kJobReleasesPerCta * cluster)
+//   readers:   wait job_full[s] (acquire.cluster: the slot was written remotely)
+//              -> one lane per warp reads idx -> that lane arrives on rank 0's
+//                 job_empty[s] (count kJobReleasesPerCta * cluster) -> shfl to the warp
 //   idx < 0 ends the stream. Phase bits flip when s wraps.
 //
 // Operand rings (A: a_stages slots, B: b_stages slots), per slot s:
@@ -158,20 +159,31 @@ __device__ inline void RecordTrace(const CtaContext& ctx, int job, bool recorder
 class JobStream {
  public:
   // The next queue index, or -1 at the end of the queue (or on abort). Called
-  // by every thread of the role; `releasing` threads free the slot afterwards
-  // (one per warp, after the warp has read it).
-  __device__ int Next(const CtaContext& ctx, bool releasing) {
+  // by every thread of the role. In each calling warp one lane (the lowest
+  // active) reads the slot, frees it (one release per warp,
+  // KernelConfig::kJobReleasesPerCta) and hands the index to the others.
+  // NOTE: one reader per warp, the thread that releases: its read precedes its
+  // own release in program order, so the scheduler's next write to the slot
+  // cannot overtake it. With every lane reading and lane 0 releasing after a
+  // __syncwarp, compute-sanitizer racecheck reported WAR hazards on the slot
+  // (v1.9, two job slots).
+  __device__ int Next(const CtaContext& ctx) {
     const int s = cursor_.stage;
     if (!ctx.watchdog.WaitBarrier(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1,
                                   Watchdog::kClusterScope)) {
       return -1;
     }
-    const int index = *reinterpret_cast<volatile int32_t*>(&ctx.job_slots[s]);
-    __syncwarp(__activemask());
-    if (releasing && index >= 0) {
-      const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(&ctx.barriers->job_empty[s]));
-      ptx::mbarrier_arrive_cluster(ptx::mapa_shared_cluster(local, 0));
+    const unsigned lanes = __activemask();
+    const int reader = __ffs(lanes) - 1;
+    int index = 0;
+    if (static_cast<int>(threadIdx.x % 32) == reader) {
+      index = *reinterpret_cast<volatile int32_t*>(&ctx.job_slots[s]);
+      if (index >= 0) {
+        const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(&ctx.barriers->job_empty[s]));
+        ptx::mbarrier_arrive_cluster(ptx::mapa_shared_cluster(local, 0));
+      }
     }
+    index = __shfl_sync(lanes, index, reader);
     cursor_.Advance(KernelConfig::kJobSlots);
     return index;
   }

@@ -96,7 +96,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
   RingCursor ring;
   DependencyMemo memo;
   for (;;) {
-    const int index = jobs.Next(ctx, /*releasing=*/true);
+    const int index = jobs.Next(ctx);
     if (index < 0) return;
     const CtaWork work = ResolveJob(ctx, index);
     // NOTE: job and node fields are copied into registers once per job: the
@@ -162,7 +162,7 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
   RingCursor ring;
   DependencyMemo memo;
   for (;;) {
-    const int index = jobs.Next(ctx, /*releasing=*/true);
+    const int index = jobs.Next(ctx);
     if (index < 0) return;
     if (lockstep) continue;  // the A loader carries B
     const CtaWork work = ResolveJob(ctx, index);

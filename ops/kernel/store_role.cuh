@@ -20,7 +20,7 @@ __device__ inline void RunStore(const CtaContext& ctx) {
   JobStream jobs;
   RingCursor staging[KernelConfig::kConsumerWarpgroups];
   for (;;) {
-    const int index = jobs.Next(ctx, /*releasing=*/true);
+    const int index = jobs.Next(ctx);
     if (index < 0) break;
     const CtaWork work = ResolveJob(ctx, index);
     if (!work.in_range) continue;
