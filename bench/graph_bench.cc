@@ -56,7 +56,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -81,6 +80,7 @@
 #include "baseline_kernels.h"
 #include "device_fill.h"
 #include "loom/graph.h"
+#include "loom/ops/host_numeric.h"
 #include "loom/runtime.h"
 #include "loom/status.h"
 #include "loom/tensor.h"
@@ -375,13 +375,6 @@ class LtMatmul {
 
 // --- Host-side reads and checks. ---
 
-float Bf16BitsToFloat(uint16_t bits) {
-  const uint32_t widened = uint32_t{bits} << 16;
-  float value;
-  std::memcpy(&value, &widened, sizeof(value));
-  return value;
-}
-
 absl::StatusOr<std::vector<uint16_t>> CopyBf16ToHost(const void* data, int64_t elements, cudaStream_t stream) {
   std::vector<uint16_t> host(static_cast<size_t>(elements));
   GRAPH_BENCH_CUDA(cudaMemcpyAsync(host.data(), data, host.size() * kBf16Bytes, cudaMemcpyDeviceToHost, stream));
@@ -394,14 +387,14 @@ absl::StatusOr<std::vector<double>> RowToHost(const void* matrix, int64_t row, i
   LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> bits,
                         CopyBf16ToHost(static_cast<const uint16_t*>(matrix) + row * cols, cols, stream));
   std::vector<double> values(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) values[i] = Bf16BitsToFloat(bits[i]);
+  for (size_t i = 0; i < bits.size(); ++i) values[i] = ops::BF16ToFloat(bits[i]);
   return values;
 }
 
 absl::StatusOr<double> ElementToHost(const void* matrix, int64_t row, int64_t col, int64_t cols, cudaStream_t stream) {
   LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> bits,
                         CopyBf16ToHost(static_cast<const uint16_t*>(matrix) + row * cols + col, 1, stream));
-  return static_cast<double>(Bf16BitsToFloat(bits[0]));
+  return static_cast<double>(ops::BF16ToFloat(bits[0]));
 }
 
 struct Dot {
@@ -440,8 +433,8 @@ absl::Status CompareWithBaseline(std::string_view name, const void* loom_data, c
   LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> loom_bits, CopyBf16ToHost(loom_data, rows * cols, stream));
   LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> baseline_bits, CopyBf16ToHost(baseline_data, rows * cols, stream));
   for (int64_t i = 0; i < rows * cols; ++i) {
-    const double loom_value = Bf16BitsToFloat(loom_bits[i]);
-    const double baseline_value = Bf16BitsToFloat(baseline_bits[i]);
+    const double loom_value = ops::BF16ToFloat(loom_bits[i]);
+    const double baseline_value = ops::BF16ToFloat(baseline_bits[i]);
     const double difference = std::fabs(loom_value - baseline_value);
     const bool finite = std::isfinite(loom_value) && std::isfinite(baseline_value);
     if (finite) {
