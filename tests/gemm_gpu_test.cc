@@ -250,6 +250,50 @@ INSTANTIATE_TEST_SUITE_P(
       return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param));
     });
 
+// Decode-size tiles, every fused op on both paths (unsplit; split, whose
+// partials of at most 16 live rows go straight from registers to the
+// workspace). N = 778: the last tile is ragged and out_cols is odd under
+// SwiGLU. M = 17 is the first size whose partials are staged; M = 129 has a
+// one-row tile after a full one.
+class DecodeEpilogueTest : public ::testing::TestWithParam<std::tuple<int64_t, int, Activation, DType>> {};
+TEST_P(DecodeEpilogueTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [m, split_k, activation, out_type] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t n = 778, k = 640;
+  const int64_t out_cols = activation == Activation::kSwiGLU ? n / 2 : n;
+  // Each dtype of bias and residual, paired against the output's.
+  const DType side = out_type == DType::kBF16 ? DType::kFP32 : DType::kBF16;
+  h.Input("A", DType::kBF16, m, k, rng);
+  h.Input("B", DType::kBF16, n, k, rng);
+  h.Input("bias", side, 1, n, rng);
+  h.Input("residual", out_type == DType::kBF16 ? DType::kBF16 : DType::kFP32, m, out_cols, rng);
+  h.Output("C", out_type, m, out_cols);
+  h.Build([&](const auto& t, GemmGraph& g) {
+    Epilogue epilogue;
+    epilogue.activation = activation;
+    epilogue.bias = t("bias");
+    epilogue.residual = t("residual");
+    g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
+  });
+  CompileOptions options;
+  options.split_k = split_k;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
+  EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1);
+  h.ExpectMatchesReference();
+}
+INSTANTIATE_TEST_SUITE_P(
+    DecodeTiles, DecodeEpilogueTest,
+    ::testing::Combine(::testing::Values(int64_t{1}, int64_t{16}, int64_t{17}, int64_t{129}), ::testing::Values(1, 3),
+                       ::testing::Values(Activation::kNone, Activation::kGELU, Activation::kSwiGLU),
+                       ::testing::Values(DType::kBF16, DType::kFP32)),
+    [](const auto& info) {
+      return "M" + std::to_string(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param)) +
+             "_" + std::string(ActivationName(std::get<2>(info.param))) +
+             (std::get<3>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
+    });
+
 TEST(GemmTest, SplitKReplayIsBitIdentical) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;

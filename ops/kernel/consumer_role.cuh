@@ -46,7 +46,7 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
     bool ok;
     if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
       if (!rows_in_range) continue;
-      if (!WaitForPartials(ctx, work, index)) return;
+      if (!WaitForPartials(ctx, work, warpgroup, index)) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       float sums[128];
       SumPartials(ctx, work, warpgroup, sums);

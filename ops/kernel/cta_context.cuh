@@ -116,11 +116,14 @@ struct CtaContext {
 // Waits until tile flag `flag_index` holds this launch's epoch (flags only
 // move forward), then acquires it: what the producer wrote before releasing
 // the flag is visible to this thread's later reads.
-// NOTE: it polls with relaxed loads and acquires once. On sm_90 every
-// ld.acquire.gpu invalidates the SM's whole L1 (CCTL.IVALL); a poll loop of
-// acquires kept every other role's job, node and dependency reads missing L1
-// for as long as a dependency wait lasted (decode traces: ~1.2 us per A
-// k-block, bench/NOTES.md v1.7).
+// NOTE: it polls with relaxed loads and then acquires with fence.acquire.gpu
+// (a relaxed load that saw the release, then an acquire fence: an acquire
+// pattern). Not a poll loop of ld.acquire.gpu: on sm_90 each one invalidates
+// the SM's whole L1 (CCTL.IVALL), which kept every other role's job, node and
+// dependency reads missing L1 for as long as a wait lasted (decode traces:
+// ~1.2 us per A k-block, bench/NOTES.md v1.7). The fence also spares the
+// second trip to L2 that a final ld.acquire made (no change measured on its
+// own, v1.10; it lets WaitForPartials poll every split at once).
 __device__ inline bool WaitForFlag(const CtaContext& ctx, int flag_index, int job_index) {
   const uint32_t* flag = &ctx.params.flags[flag_index];
   const uint32_t epoch = ctx.epoch;
@@ -131,7 +134,7 @@ __device__ inline bool WaitForFlag(const CtaContext& ctx, int flag_index, int jo
         return false;
       },
       WaitKind::kDependencyFlag, job_index, flag_index, epoch, flag);
-  if (done) ptx::ld_acquire_gpu(flag);  // reads the released value (or a later one): synchronises with it
+  if (done) cuda::ptx::fence(cuda::ptx::sem_acquire, cuda::ptx::scope_gpu);
   return done;
 }
 

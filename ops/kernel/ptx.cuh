@@ -78,16 +78,9 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_address, uint32_t r0, 
                : "memory");
 }
 
-// ld.acquire.gpu: a load that later loads of this thread cannot be reordered
-// before; pairs with st.release.gpu of the writer.
-__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* address) {
-  uint32_t value;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-
 // ld.relaxed.gpu: sees other SMs' stores without ordering anything after it
-// (and, unlike ld.acquire, without invalidating this SM's L1).
+// (and, unlike ld.acquire, without invalidating this SM's L1). After it saw
+// a st.release.gpu, fence.acquire.gpu makes the pair an acquire.
 __device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* address) {
   uint32_t value;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
@@ -103,6 +96,21 @@ __device__ __forceinline__ void st_release_gpu(uint32_t* address, uint32_t value
 // ld.volatile: a load that is never cached in registers across iterations.
 __device__ __forceinline__ uint32_t ld_volatile(const uint32_t* address) {
   return *reinterpret_cast<const volatile uint32_t*>(address);
+}
+
+// Named barrier `id` (an immediate; 0 is __syncthreads') over `threads`
+// threads: true for every thread when `predicate` holds for all of them.
+// Orders memory like bar.sync.
+template <int kId, int kThreads>
+__device__ __forceinline__ bool barrier_and(bool predicate) {
+  uint32_t all;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n bar.red.and.pred p, %2, %3, q;\n"
+      " selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(all)
+      : "r"(static_cast<uint32_t>(predicate)), "n"(kId), "n"(kThreads)
+      : "memory");
+  return all != 0;
 }
 
 __device__ __forceinline__ uint32_t smid() {

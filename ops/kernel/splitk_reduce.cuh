@@ -68,7 +68,11 @@ __device__ inline bool StorePartialDirectly(const CtaContext& ctx, const CtaWork
 }
 
 // Split-K reduce, part 1: waits until every split of this CTA tile has
-// published its partial. Returns false when the launch is aborting.
+// published its partial. Called by every thread of the consumer warpgroup:
+// thread t waits for split t's flag (and t + 128, ...), so the splits are
+// polled together, one round trip to L2 rather than one per split; the
+// barrier then hands each thread's acquire on to the whole warpgroup. Returns
+// false (in every thread) when the launch is aborting.
 // NOTE: the reduce job runs the epilogue but does not wait for a bias or
 // residual that another node produces: every split job's A loader already
 // waited for them (acquire) before its first load, and the split's partial
@@ -77,14 +81,16 @@ __device__ inline bool StorePartialDirectly(const CtaContext& ctx, const CtaWork
 // Waiting here again put the loaders' dependency code into the consumer role
 // and its register pressure into the main loop (spills, a quarter of the
 // GEMM throughput lost).
-__device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int job_index) {
+__device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, int job_index) {
   const sched::NodeSchedule& schedule = work.node->schedule;
   const int split_k = schedule.split_k;
-  const int tile = work.m_block * schedule.n_blocks + work.n_block;
-  for (int split = 0; split < split_k; ++split) {
-    if (!WaitForFlag(ctx, schedule.partial_flag_base + tile * split_k + split, job_index)) return false;
+  const int first_flag = schedule.partial_flag_base + (work.m_block * schedule.n_blocks + work.n_block) * split_k;
+  bool ok = true;
+  for (int split = threadIdx.x % 128; ok && split < split_k; split += 128) {
+    ok = WaitForFlag(ctx, first_flag + split, job_index);
   }
-  return true;
+  static_assert(KernelConfig::kConsumerWarpgroups == 2, "one named barrier per consumer warpgroup");
+  return warpgroup == 0 ? ptx::barrier_and<1, 128>(ok) : ptx::barrier_and<2, 128>(ok);
 }
 
 // Split-K reduce, part 2: sums the partials in split order (the same order
