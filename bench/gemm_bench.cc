@@ -1,6 +1,11 @@
 // gemm_bench: loom and cuBLAS (cublasLt, BF16 in, FP32 accumulate, BF16 out,
 // the same TN layout) side by side, in one process, on the same random data.
 //
+// The cuBLAS side is LtMatmul from cublas_baseline.h, the one graph_bench
+// uses: C[m, n] = A[m, k] · B[n, k]ᵀ with beta 0, its algorithm chosen by
+// cublasLt's heuristic for kCublasWorkspaceBytes (32 MiB, cuBLAS's recommended
+// workspace on Hopper).
+//
 // Per shape: inputs rotated across enough buffer sets to exceed twice the L2,
 // warm-up, the median of --iters timed runs of each (CUDA events around each
 // launch; the implementations take turns, see TimeMedianMs), loom's output
@@ -17,9 +22,11 @@
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <utility>
+#include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -28,6 +35,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "cublas_baseline.h"
 #include "device_fill.h"
 #include "loom/ops/host_numeric.h"
 #include "loom/runtime.h"
@@ -51,17 +59,6 @@ ABSL_FLAG(bool, timeline, false,
 namespace loom::bench {
 namespace {
 
-#define BENCH_CUDA(call)                                                                            \
-  do {                                                                                              \
-    cudaError_t e = (call);                                                                         \
-    if (e != cudaSuccess) return absl::InternalError(absl::StrFormat("%s: %s", #call, cudaGetErrorString(e))); \
-  } while (0)
-#define BENCH_CUBLAS(call)                                                                      \
-  do {                                                                                          \
-    cublasStatus_t status_ = (call);                                                            \
-    if (status_ != CUBLAS_STATUS_SUCCESS) return absl::InternalError(absl::StrFormat("%s: %d", #call, static_cast<int>(status_))); \
-  } while (0)
-
 struct Shape {
   int64_t m, n, k;
 };
@@ -76,17 +73,18 @@ struct Result {
   bool correct = false;
 };
 
+// Owns a cublasLt handle (an LtMatmul only borrows one).
+struct LtHandleDestroy {
+  void operator()(cublasLtHandle_t handle) const { cublasLtDestroy(handle); }
+};
+using LtHandle = std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, LtHandleDestroy>;
+
 struct BufferSet {
   void* a = nullptr;
   void* b = nullptr;
   void* c_loom = nullptr;
   void* c_cublas = nullptr;
 };
-
-double Median(std::vector<float> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // The order of the timed launches: (implementation, iteration) pairs.
 // Interleaved (the default): iteration i runs every implementation once, in
@@ -126,7 +124,7 @@ absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int war
   cudaEvent_t start, stop;
   BENCH_CUDA(cudaEventCreate(&start));
   BENCH_CUDA(cudaEventCreate(&stop));
-  std::vector<std::vector<float>> times(runs.size());
+  std::vector<std::vector<double>> times(runs.size());
   for (const auto& [r, i] : LaunchOrder(runs.size(), iters, interleave)) {
     BENCH_CUDA(cudaEventRecord(start));
     LOOM_RETURN_IF_ERROR(runs[r](i % sets));
@@ -139,59 +137,9 @@ absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int war
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::vector<double> medians;
-  for (std::vector<float>& t : times) medians.push_back(Median(std::move(t)));
+  for (std::vector<double>& t : times) medians.push_back(Median(std::move(t)));
   return medians;
 }
-
-class CublasGemm {
- public:
-  absl::Status Init(const Shape& s, void* workspace, size_t workspace_bytes) {
-    workspace_ = workspace;
-    workspace_bytes_ = workspace_bytes;
-    BENCH_CUBLAS(cublasLtCreate(&handle_));
-    BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    // Row-major C[M,N] = A[M,K] B[N,K]^T is column-major C^T[N,M] = B^T' A', i.e.
-    // cuBLAS "A" = our B (transposed), cuBLAS "B" = our A.
-    cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
-    BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
-    BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
-    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_a_, CUDA_R_16BF, s.k, s.n, s.k));
-    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_b_, CUDA_R_16BF, s.k, s.m, s.k));
-    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_c_, CUDA_R_16BF, s.n, s.m, s.n));
-    cublasLtMatmulPreference_t preference;
-    BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
-    BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &workspace_bytes_, sizeof(workspace_bytes_)));
-    int found = 0;
-    BENCH_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_a_, layout_b_, layout_c_, layout_c_,
-                                                preference, 1, &heuristic_, &found));
-    cublasLtMatmulPreferenceDestroy(preference);
-    if (found == 0) return absl::InternalError("cublasLt found no algorithm");
-    return absl::OkStatus();
-  }
-  absl::Status Run(const BufferSet& set) {
-    const float alpha = 1.0f, beta = 0.0f;
-    BENCH_CUBLAS(cublasLtMatmul(handle_, desc_, &alpha, set.b, layout_a_, set.a, layout_b_, &beta, set.c_cublas,
-                                layout_c_, set.c_cublas, layout_c_, &heuristic_.algo, workspace_,
-                                workspace_bytes_, nullptr));
-    return absl::OkStatus();
-  }
-  ~CublasGemm() {
-    if (layout_a_) cublasLtMatrixLayoutDestroy(layout_a_);
-    if (layout_b_) cublasLtMatrixLayoutDestroy(layout_b_);
-    if (layout_c_) cublasLtMatrixLayoutDestroy(layout_c_);
-    if (desc_) cublasLtMatmulDescDestroy(desc_);
-    if (handle_) cublasLtDestroy(handle_);
-  }
-
- private:
-  cublasLtHandle_t handle_ = nullptr;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t layout_a_ = nullptr, layout_b_ = nullptr, layout_c_ = nullptr;
-  cublasLtMatmulHeuristicResult_t heuristic_ = {};
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
-};
 
 // Checks `samples` random elements of loom's C against an FP64 dot product of
 // the bf16 inputs (TESTING.md tolerance), and records the worst error/bound.
@@ -285,13 +233,16 @@ absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Sha
     BENCH_CUDA(FillUniformBf16(buffers[i].b, s.n * s.k, 2 * i + 2, nullptr));
     BENCH_CUDA(cudaMemset(buffers[i].c_loom, 0xFF, s.m * s.n * 2));  // poison
   }
-  const size_t workspace_bytes = 64 << 20;
   void* workspace = nullptr;
-  BENCH_CUDA(cudaMalloc(&workspace, workspace_bytes));
+  BENCH_CUDA(cudaMalloc(&workspace, kCublasWorkspaceBytes));
 
   const double flops = 2.0 * s.m * s.n * s.k;
-  CublasGemm cublas;
-  LOOM_RETURN_IF_ERROR(cublas.Init(s, workspace, workspace_bytes));
+  cublasLtHandle_t lt = nullptr;
+  BENCH_CUBLAS(cublasLtCreate(&lt));
+  const LtHandle lt_owner(lt);
+  // cuBLAS: C[m, n] = A[m, k] · B[n, k]ᵀ, beta 0, on the default stream.
+  LtMatmul cublas;
+  LOOM_RETURN_IF_ERROR(cublas.Init(lt, s.m, s.n, s.k));
 
   std::vector<RingMode> modes;
   if (ring == "split" || ring == "both") modes.push_back(RingMode::kSplit);
@@ -302,7 +253,9 @@ absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Sha
     LOOM_ASSIGN_OR_RETURN(plans[m], CompilePlans(runtime, s, buffers, LoomOptions(modes[m], /*trace=*/false)));
   }
   std::vector<std::function<absl::Status(int)>> runs;
-  runs.push_back([&](int i) { return cublas.Run(buffers[i]); });
+  runs.push_back([&](int i) {
+    return cublas.Enqueue(buffers[i].a, buffers[i].b, buffers[i].c_cublas, /*beta=*/0.0f, workspace, nullptr);
+  });
   for (std::vector<Plan>& mode_plans : plans) {
     runs.push_back([&mode_plans](int i) { return mode_plans[i].Launch(nullptr); });
   }

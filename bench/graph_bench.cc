@@ -78,6 +78,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "baseline_kernels.h"
+#include "cublas_baseline.h"
 #include "device_fill.h"
 #include "loom/graph.h"
 #include "loom/ops/host_numeric.h"
@@ -104,23 +105,6 @@ ABSL_FLAG(double, max_seconds, 55, "hard wall-clock limit; the process exits wit
 namespace loom::bench {
 namespace {
 
-// --- Errors: every CUDA and cuBLAS call goes through one of these. ---
-
-absl::Status CudaStatus(cudaError_t error, std::string_view call, int line) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrFormat("graph_bench.cc:%d: %s: %s (%s)", line, call,
-                                             cudaGetErrorString(error), cudaGetErrorName(error)));
-}
-
-absl::Status CublasStatus(cublasStatus_t status, std::string_view call, int line) {
-  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrFormat("graph_bench.cc:%d: %s: %s (%s)", line, call,
-                                             cublasLtGetStatusString(status), cublasLtGetStatusName(status)));
-}
-
-#define GRAPH_BENCH_CUDA(call) LOOM_RETURN_IF_ERROR(CudaStatus((call), #call, __LINE__))
-#define GRAPH_BENCH_CUBLAS(call) LOOM_RETURN_IF_ERROR(CublasStatus((call), #call, __LINE__))
-
 // --- Owned CUDA objects. ---
 
 struct DeviceFree {
@@ -142,7 +126,7 @@ class EventList {
   absl::Status Create(int count) {
     for (int i = 0; i < count; ++i) {
       cudaEvent_t event = nullptr;
-      GRAPH_BENCH_CUDA(cudaEventCreate(&event));
+      BENCH_CUDA(cudaEventCreate(&event));
       events_.push_back(event);
     }
     return absl::OkStatus();
@@ -209,9 +193,6 @@ class Watchdog {
 
 // --- What every case shares. ---
 
-// cuBLAS's recommended workspace on Hopper.
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-
 struct BenchContext {
   const Runtime* runtime = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -231,13 +212,6 @@ struct Timing {
   int iters = 0;
 };
 
-// The median of per-launch times.
-double MedianUs(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // The timed loop may spend about this long per implementation and case; a
 // case slower than that runs fewer iterations (at least 3), and says so.
 constexpr double kTimedBudgetMs = 4000;
@@ -248,12 +222,12 @@ absl::StatusOr<Timing> TimeLaunches(const BenchContext& ctx, const std::function
                                     int iters) {
   EventList events;
   LOOM_RETURN_IF_ERROR(events.Create(2));
-  GRAPH_BENCH_CUDA(cudaEventRecord(events[0], ctx.stream));
+  BENCH_CUDA(cudaEventRecord(events[0], ctx.stream));
   for (int i = 0; i < ctx.warmup; ++i) LOOM_RETURN_IF_ERROR(launch());
-  GRAPH_BENCH_CUDA(cudaEventRecord(events[1], ctx.stream));
-  GRAPH_BENCH_CUDA(cudaEventSynchronize(events[1]));
+  BENCH_CUDA(cudaEventRecord(events[1], ctx.stream));
+  BENCH_CUDA(cudaEventSynchronize(events[1]));
   float warmup_ms = 0;
-  GRAPH_BENCH_CUDA(cudaEventElapsedTime(&warmup_ms, events[0], events[1]));
+  BENCH_CUDA(cudaEventElapsedTime(&warmup_ms, events[0], events[1]));
   const double per_launch_ms = warmup_ms / std::max(ctx.warmup, 1);
   int count = iters;
   if (per_launch_ms > 0 && per_launch_ms * iters > kTimedBudgetMs) {
@@ -262,25 +236,25 @@ absl::StatusOr<Timing> TimeLaunches(const BenchContext& ctx, const std::function
 
   EventList marks;
   LOOM_RETURN_IF_ERROR(marks.Create(count + 1));
-  GRAPH_BENCH_CUDA(cudaEventRecord(marks[0], ctx.stream));
+  BENCH_CUDA(cudaEventRecord(marks[0], ctx.stream));
   for (int i = 0; i < count; ++i) {
     LOOM_RETURN_IF_ERROR(launch());
-    GRAPH_BENCH_CUDA(cudaEventRecord(marks[i + 1], ctx.stream));
+    BENCH_CUDA(cudaEventRecord(marks[i + 1], ctx.stream));
   }
-  GRAPH_BENCH_CUDA(cudaEventSynchronize(marks[count]));
+  BENCH_CUDA(cudaEventSynchronize(marks[count]));
   std::vector<double> times_us;
   for (int i = 0; i < count; ++i) {
     float ms = 0;
-    GRAPH_BENCH_CUDA(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]));
+    BENCH_CUDA(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]));
     times_us.push_back(1000.0 * ms);
   }
-  return Timing{MedianUs(std::move(times_us)), count};
+  return Timing{Median(std::move(times_us)), count};
 }
 
 // Records whatever `enqueue` puts on `stream` into a CUDA graph and
 // instantiates it. The capture is always ended, also when `enqueue` fails.
 absl::StatusOr<GraphExec> CaptureGraph(cudaStream_t stream, const std::function<absl::Status(cudaStream_t)>& enqueue) {
-  GRAPH_BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   const absl::Status enqueued = enqueue(stream);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
@@ -288,11 +262,11 @@ absl::StatusOr<GraphExec> CaptureGraph(cudaStream_t stream, const std::function<
     if (graph != nullptr) cudaGraphDestroy(graph);
     return enqueued;
   }
-  GRAPH_BENCH_CUDA(ended);
+  BENCH_CUDA(ended);
   cudaGraphExec_t exec = nullptr;
   const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  GRAPH_BENCH_CUDA(instantiated);
+  BENCH_CUDA(instantiated);
   return GraphExec(exec);
 }
 
@@ -301,84 +275,23 @@ absl::StatusOr<GraphExec> CaptureGraph(cudaStream_t stream, const std::function<
 absl::StatusOr<Timing> TimeBaselineGraph(const BenchContext& ctx,
                                          const std::function<absl::Status(cudaStream_t)>& enqueue) {
   LOOM_RETURN_IF_ERROR(enqueue(ctx.stream));
-  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
   LOOM_ASSIGN_OR_RETURN(GraphExec graph, CaptureGraph(ctx.stream, enqueue));
   return TimeLaunches(
       ctx,
       [&]() -> absl::Status {
-        GRAPH_BENCH_CUDA(cudaGraphLaunch(graph.get(), ctx.stream));
+        BENCH_CUDA(cudaGraphLaunch(graph.get(), ctx.stream));
         return absl::OkStatus();
       },
       ctx.iters);
 }
 
-// --- The baseline's GEMM. ---
-
-// One cublasLt matmul shape: row-major D[m, n] = A[m, k] · B[n, k]ᵀ + beta · D,
-// bf16 in and out, FP32 accumulate and scale (what torch.nn.functional.linear
-// calls). cuBLAS is column-major, so it computes Dᵀ[n, m] = B · Aᵀ: its first
-// operand is our B read transposed (stored [k, n] column-major, ld k), its
-// second our A ([k, m], ld k), and D is [n, m] with ld n. beta = 1 with D
-// holding a copy of x is the residual.
-class LtMatmul {
- public:
-  LtMatmul() = default;
-  LtMatmul(const LtMatmul&) = delete;
-  LtMatmul& operator=(const LtMatmul&) = delete;
-  ~LtMatmul() {
-    if (preference_ != nullptr) cublasLtMatmulPreferenceDestroy(preference_);
-    if (layout_weight_ != nullptr) cublasLtMatrixLayoutDestroy(layout_weight_);
-    if (layout_input_ != nullptr) cublasLtMatrixLayoutDestroy(layout_input_);
-    if (layout_output_ != nullptr) cublasLtMatrixLayoutDestroy(layout_output_);
-    if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
-  }
-
-  absl::Status Init(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k) {
-    handle_ = handle;
-    GRAPH_BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-    GRAPH_BENCH_CUBLAS(
-        cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
-    GRAPH_BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
-    GRAPH_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_weight_, CUDA_R_16BF, k, n, k));
-    GRAPH_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_input_, CUDA_R_16BF, k, m, k));
-    GRAPH_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_output_, CUDA_R_16BF, n, m, n));
-    GRAPH_BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&preference_));
-    const size_t workspace_bytes = kCublasWorkspaceBytes;
-    GRAPH_BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                            &workspace_bytes, sizeof(workspace_bytes)));
-    int found = 0;
-    GRAPH_BENCH_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_weight_, layout_input_, layout_output_,
-                                                      layout_output_, preference_, 1, &heuristic_, &found));
-    if (found == 0) {
-      return absl::NotFoundError(absl::StrFormat("cublasLt has no algorithm for %d x %d x %d bf16", m, n, k));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Enqueue(const void* a, const void* b, void* d, float beta, void* workspace,
-                       cudaStream_t stream) const {
-    const float alpha = 1.0f;
-    GRAPH_BENCH_CUBLAS(cublasLtMatmul(handle_, desc_, &alpha, b, layout_weight_, a, layout_input_, &beta, d,
-                                      layout_output_, d, layout_output_, &heuristic_.algo, workspace,
-                                      kCublasWorkspaceBytes, stream));
-    return absl::OkStatus();
-  }
-
- private:
-  cublasLtHandle_t handle_ = nullptr;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t layout_weight_ = nullptr, layout_input_ = nullptr, layout_output_ = nullptr;
-  cublasLtMatmulPreference_t preference_ = nullptr;
-  cublasLtMatmulHeuristicResult_t heuristic_ = {};
-};
-
 // --- Host-side reads and checks. ---
 
 absl::StatusOr<std::vector<uint16_t>> CopyBf16ToHost(const void* data, int64_t elements, cudaStream_t stream) {
   std::vector<uint16_t> host(static_cast<size_t>(elements));
-  GRAPH_BENCH_CUDA(cudaMemcpyAsync(host.data(), data, host.size() * kBf16Bytes, cudaMemcpyDeviceToHost, stream));
-  GRAPH_BENCH_CUDA(cudaStreamSynchronize(stream));
+  BENCH_CUDA(cudaMemcpyAsync(host.data(), data, host.size() * kBf16Bytes, cudaMemcpyDeviceToHost, stream));
+  BENCH_CUDA(cudaStreamSynchronize(stream));
   return host;
 }
 
@@ -537,15 +450,15 @@ absl::StatusOr<double> MeasureCopyGBps(BenchContext& ctx) {
   constexpr int64_t kCopyBytes = int64_t{1} << 30;
   LOOM_ASSIGN_OR_RETURN(DeviceBuffer source, AllocateBf16(kCopyBytes / kBf16Bytes, "copy source"));
   LOOM_ASSIGN_OR_RETURN(DeviceBuffer destination, AllocateBf16(kCopyBytes / kBf16Bytes, "copy destination"));
-  GRAPH_BENCH_CUDA(FillUniformBf16(source.get(), kCopyBytes / kBf16Bytes, 7, ctx.stream));
+  BENCH_CUDA(FillUniformBf16(source.get(), kCopyBytes / kBf16Bytes, 7, ctx.stream));
   BenchContext copy_ctx = ctx;
   copy_ctx.warmup = 2;
   LOOM_ASSIGN_OR_RETURN(Timing timing, TimeLaunches(
                                            copy_ctx,
                                            [&]() -> absl::Status {
-                                             GRAPH_BENCH_CUDA(cudaMemcpyAsync(destination.get(), source.get(),
-                                                                              kCopyBytes, cudaMemcpyDeviceToDevice,
-                                                                              ctx.stream));
+                                             BENCH_CUDA(cudaMemcpyAsync(destination.get(), source.get(),
+                                                                        kCopyBytes, cudaMemcpyDeviceToDevice,
+                                                                        ctx.stream));
                                              return absl::OkStatus();
                                            },
                                            10));
@@ -598,11 +511,11 @@ absl::StatusOr<MlpWeights> MakeMlpWeights(const BenchContext& ctx, const MlpShap
   MlpWeights weights;
   LOOM_ASSIGN_OR_RETURN(weights.gate_up, AllocateBf16(2 * shape.intermediate * shape.hidden, "W_gu"));
   LOOM_ASSIGN_OR_RETURN(weights.down, AllocateBf16(shape.hidden * shape.intermediate, "W_down"));
-  GRAPH_BENCH_CUDA(FillUniformBf16(weights.gate_up.get(), 2 * shape.intermediate * shape.hidden, 11, ctx.stream,
-                                   std::sqrt(3.0f / static_cast<float>(shape.hidden))));
-  GRAPH_BENCH_CUDA(FillUniformBf16(weights.down.get(), shape.hidden * shape.intermediate, 12, ctx.stream,
-                                   std::sqrt(3.0f / static_cast<float>(shape.intermediate))));
-  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  BENCH_CUDA(FillUniformBf16(weights.gate_up.get(), 2 * shape.intermediate * shape.hidden, 11, ctx.stream,
+                             std::sqrt(3.0f / static_cast<float>(shape.hidden))));
+  BENCH_CUDA(FillUniformBf16(weights.down.get(), shape.hidden * shape.intermediate, 12, ctx.stream,
+                             std::sqrt(3.0f / static_cast<float>(shape.intermediate))));
+  BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
   return weights;
 }
 
@@ -653,7 +566,7 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
   LOOM_ASSIGN_OR_RETURN(DeviceBuffer y_baseline, AllocateBf16(tokens * hidden, "y (baseline)"));
   LOOM_ASSIGN_OR_RETURN(DeviceBuffer h_loom, AllocateBf16(tokens * intermediate, "h (loom)"));
   LOOM_ASSIGN_OR_RETURN(DeviceBuffer y_loom, AllocateBf16(tokens * hidden, "y (loom)"));
-  GRAPH_BENCH_CUDA(FillUniformBf16(x.get(), tokens * hidden, 100 + tokens, ctx.stream));
+  BENCH_CUDA(FillUniformBf16(x.get(), tokens * hidden, 100 + tokens, ctx.stream));
   // Outputs start as bf16 NaN (0xFFFF): anything left unwritten fails the comparison.
   const std::pair<void*, int64_t> outputs[] = {{g.get(), tokens * 2 * intermediate},
                                                {h_baseline.get(), tokens * intermediate},
@@ -661,7 +574,7 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
                                                {h_loom.get(), tokens * intermediate},
                                                {y_loom.get(), tokens * hidden}};
   for (const auto& [output, elements] : outputs) {
-    GRAPH_BENCH_CUDA(cudaMemsetAsync(output, 0xFF, elements * kBf16Bytes, ctx.stream));
+    BENCH_CUDA(cudaMemsetAsync(output, 0xFF, elements * kBf16Bytes, ctx.stream));
   }
 
   // Baseline: GEMM, SwiGLU, copy x into y, GEMM with beta = 1, as one CUDA graph.
@@ -671,8 +584,8 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
   LOOM_RETURN_IF_ERROR(down_gemm.Init(ctx.lt, tokens, hidden, intermediate));
   auto enqueue_baseline = [&](cudaStream_t stream) -> absl::Status {
     LOOM_RETURN_IF_ERROR(gate_up_gemm.Enqueue(x.get(), weights.gate_up.get(), g.get(), 0.0f, ctx.workspace, stream));
-    GRAPH_BENCH_CUDA(SwiGLUInterleavedBf16(g.get(), h_baseline.get(), tokens * intermediate, stream));
-    GRAPH_BENCH_CUDA(
+    BENCH_CUDA(SwiGLUInterleavedBf16(g.get(), h_baseline.get(), tokens * intermediate, stream));
+    BENCH_CUDA(
         cudaMemcpyAsync(y_baseline.get(), x.get(), tokens * hidden * kBf16Bytes, cudaMemcpyDeviceToDevice, stream));
     LOOM_RETURN_IF_ERROR(down_gemm.Enqueue(h_baseline.get(), weights.down.get(), y_baseline.get(), 1.0f,
                                            ctx.workspace, stream));
@@ -730,14 +643,14 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
   const std::string step = absl::StrFormat("chain T=%d", tokens);
   ctx.watchdog->SetStep(step + ": setup");
   LOOM_ASSIGN_OR_RETURN(DeviceBuffer x, AllocateBf16(tokens * width, "x"));
-  GRAPH_BENCH_CUDA(FillUniformBf16(x.get(), tokens * width, 200 + tokens, ctx.stream));
+  BENCH_CUDA(FillUniformBf16(x.get(), tokens * width, 200 + tokens, ctx.stream));
   // outputs[l] is layer l's output; layer l reads x (l = 0) or outputs[l - 1].
   std::vector<DeviceBuffer> baseline_outputs, loom_outputs;
   for (int layer = 0; layer < layers; ++layer) {
     LOOM_ASSIGN_OR_RETURN(DeviceBuffer baseline_out, AllocateBf16(tokens * width, "chain output (baseline)"));
     LOOM_ASSIGN_OR_RETURN(DeviceBuffer loom_out, AllocateBf16(tokens * width, "chain output (loom)"));
-    GRAPH_BENCH_CUDA(cudaMemsetAsync(baseline_out.get(), 0xFF, tokens * width * kBf16Bytes, ctx.stream));
-    GRAPH_BENCH_CUDA(cudaMemsetAsync(loom_out.get(), 0xFF, tokens * width * kBf16Bytes, ctx.stream));
+    BENCH_CUDA(cudaMemsetAsync(baseline_out.get(), 0xFF, tokens * width * kBf16Bytes, ctx.stream));
+    BENCH_CUDA(cudaMemsetAsync(loom_out.get(), 0xFF, tokens * width * kBf16Bytes, ctx.stream));
     baseline_outputs.push_back(std::move(baseline_out));
     loom_outputs.push_back(std::move(loom_out));
   }
@@ -787,11 +700,11 @@ absl::StatusOr<std::vector<DeviceBuffer>> MakeChainWeights(const BenchContext& c
   std::vector<DeviceBuffer> weights;
   for (int layer = 0; layer < layers; ++layer) {
     LOOM_ASSIGN_OR_RETURN(DeviceBuffer w, AllocateBf16(width * width, absl::StrCat("w", layer)));
-    GRAPH_BENCH_CUDA(FillUniformBf16(w.get(), width * width, 300 + layer, ctx.stream,
-                                     std::sqrt(3.0f / static_cast<float>(width))));
+    BENCH_CUDA(FillUniformBf16(w.get(), width * width, 300 + layer, ctx.stream,
+                               std::sqrt(3.0f / static_cast<float>(width))));
     weights.push_back(std::move(w));
   }
-  GRAPH_BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
   return weights;
 }
 
@@ -986,9 +899,9 @@ int Main() {
   ctx.iters = absl::GetFlag(FLAGS_iters);
   DeviceBuffer workspace;
   const absl::Status setup = [&]() -> absl::Status {
-    GRAPH_BENCH_CUBLAS(cublasLtCreate(&ctx.lt));
-    GRAPH_BENCH_CUDA(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
-    GRAPH_BENCH_CUDA(cudaMalloc(&ctx.workspace, kCublasWorkspaceBytes));
+    BENCH_CUBLAS(cublasLtCreate(&ctx.lt));
+    BENCH_CUDA(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+    BENCH_CUDA(cudaMalloc(&ctx.workspace, kCublasWorkspaceBytes));
     workspace.reset(ctx.workspace);
     return absl::OkStatus();
   }();
