@@ -419,6 +419,26 @@ int64_t FreeDeviceBytes() {
   return static_cast<int64_t>(free_bytes);
 }
 
+// Free device memory before and after `body` runs, each read once the device
+// is idle, and printed to the test log under `what`.
+struct FreeMemory {
+  int64_t before = 0;
+  int64_t after = 0;
+  int64_t lost() const { return before - after; }
+};
+template <typename Body>
+FreeMemory FreeMemoryAround(const std::string& what, Body&& body) {
+  FreeMemory free;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  free.before = FreeDeviceBytes();
+  body();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  free.after = FreeDeviceBytes();
+  std::printf("[ loom     ] free device memory before %s %lld bytes, after %lld bytes\n", what.c_str(),
+              static_cast<long long>(free.before), static_cast<long long>(free.after));
+  return free;
+}
+
 // Device memory is measured with cudaMemGetInfo, which counts the whole
 // device: these checks assume no other process allocates on the GPU meanwhile
 // (run the gpu-label tests one at a time, no ctest -j). What a context keeps
@@ -448,23 +468,20 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
     LOOM_ASSERT_OK(h.Run(runtime));
     LOOM_ASSERT_OK(h.Replay());
   }
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const int64_t free_before = FreeDeviceBytes();
-  for (int i = 0; i < kGraphs && !HasFailure(); ++i) {
-    GpuHarness h;
-    RandomGraph graph(h, rng);
-    BuildRandomGraph(graph, rng);
-    SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description()));
-    LOOM_ASSERT_OK(h.Run(runtime));
-    h.ExpectEachNodeMatchesReference();
-    EXPECT_TRUE(ReplayIsBitIdentical(h));
-  }
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const int64_t free_after = FreeDeviceBytes();
-  std::printf("[ loom     ] free device memory before the soak %lld bytes, after %lld bytes\n",
-              static_cast<long long>(free_before), static_cast<long long>(free_after));
-  EXPECT_LE(free_before - free_after, kLeakSlackBytes)
-      << "device memory leaked over " << kGraphs << " graphs: " << (free_before - free_after) << " bytes";
+  const FreeMemory free = FreeMemoryAround("the soak", [&] {
+    for (int i = 0; i < kGraphs && !HasFailure(); ++i) {
+      GpuHarness h;
+      RandomGraph graph(h, rng);
+      BuildRandomGraph(graph, rng);
+      SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description()));
+      LOOM_ASSERT_OK(h.Run(runtime));
+      h.ExpectEachNodeMatchesReference();
+      EXPECT_TRUE(ReplayIsBitIdentical(h));
+    }
+  });
+  if (HasFailure()) return;
+  EXPECT_LE(free.lost(), kLeakSlackBytes) << "device memory leaked over " << kGraphs << " graphs: " << free.lost()
+                                          << " bytes";
 }
 
 // The same Plan (an MLP block in 4 forced splits: a split-K workspace,
@@ -490,15 +507,11 @@ TEST(GraphSoakTest, PlansReleaseTheirDeviceMemory) {
     return plan->Synchronize(nullptr);
   };
   LOOM_ASSERT_OK(round());  // warm-up
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const int64_t free_before = FreeDeviceBytes();
-  for (int i = 0; i < kRounds; ++i) LOOM_ASSERT_OK(round());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const int64_t free_after = FreeDeviceBytes();
-  std::printf("[ loom     ] free device memory before %d plans %lld bytes, after %lld bytes\n", kRounds,
-              static_cast<long long>(free_before), static_cast<long long>(free_after));
-  EXPECT_EQ(free_after, free_before) << "device memory leaked over " << kRounds
-                                     << " plans: " << (free_before - free_after) << " bytes";
+  const FreeMemory free = FreeMemoryAround(absl::StrCat(kRounds, " plans"), [&] {
+    for (int i = 0; i < kRounds; ++i) LOOM_ASSERT_OK(round());
+  });
+  if (HasFailure()) return;
+  EXPECT_EQ(free.lost(), 0) << "device memory leaked over " << kRounds << " plans: " << free.lost() << " bytes";
   // The last of those launches wrote the same buffers: still right.
   LOOM_ASSERT_OK(h.CopyOutputsBack());
   h.ExpectEachNodeMatchesReference();
