@@ -43,10 +43,12 @@ absl::Status CublasStatus(cublasStatus_t status, std::string_view call,
 
 // --- The baseline's GEMM. ---
 
-// cuBLAS's recommended workspace on Hopper. Every LtMatmul picks its algorithm
-// for this much workspace and hands this size to cublasLtMatmul, so the
-// workspace given to Enqueue must be at least this large.
-inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// The baseline's workspace: twice cuBLAS's recommended 32 MiB on Hopper, so
+// that no algorithm is ruled out for want of workspace (a weaker baseline
+// would flatter loom). Every LtMatmul picks its algorithm for this much
+// workspace and hands this size to cublasLtMatmul, so the workspace given to
+// Enqueue must be at least this large.
+inline constexpr size_t kCublasWorkspaceBytes = size_t{64} << 20;
 
 // One cublasLt matmul shape: row-major D[m, n] = A[m, k] · B[n, k]ᵀ + beta · D,
 // bf16 in and out, FP32 accumulate and scale (what torch.nn.functional.linear

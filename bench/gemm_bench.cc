@@ -3,8 +3,7 @@
 //
 // The cuBLAS side is LtMatmul from cublas_baseline.h, the one graph_bench
 // uses: C[m, n] = A[m, k] · B[n, k]ᵀ with beta 0, its algorithm chosen by
-// cublasLt's heuristic for kCublasWorkspaceBytes (32 MiB, cuBLAS's recommended
-// workspace on Hopper).
+// cublasLt's heuristic for kCublasWorkspaceBytes (64 MiB).
 //
 // Per shape: inputs rotated across enough buffer sets to exceed twice the L2,
 // warm-up, the median of --iters timed runs of each (CUDA events around each
