@@ -212,19 +212,18 @@ TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
   again.ExpectMatchesReference();
 }
 
-// Split-K: partials to the workspace, one reduce job per tile summing them in
-// split order, then the fused epilogue.
-class SplitKTest : public ::testing::TestWithParam<std::tuple<Shape, int, Activation, DType>> {};
-TEST_P(SplitKTest, MatchesReference) {
-  LOOM_SKIP_WITHOUT_GPU();
-  const auto [shape, split_k, activation, out_type] = GetParam();
+// One GEMM with every fused op (the activation, a bias and a residual), its
+// split-K forced (1: unsplit), launched twice and checked against the CPU
+// reference.
+void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
+                  DType residual_type) {
   Rng rng;
   GpuHarness h;
   const int64_t out_cols = activation == Activation::kSwiGLU ? shape.n / 2 : shape.n;
   h.Input("A", DType::kBF16, shape.m, shape.k, rng);
   h.Input("B", DType::kBF16, shape.n, shape.k, rng);
-  h.Input("bias", DType::kBF16, 1, shape.n, rng);
-  h.Input("residual", DType::kFP32, shape.m, out_cols, rng);
+  h.Input("bias", bias_type, 1, shape.n, rng);
+  h.Input("residual", residual_type, shape.m, out_cols, rng);
   h.Output("C", out_type, shape.m, out_cols);
   h.Build([&](const auto& t, GemmGraph& g) {
     Epilogue epilogue;
@@ -236,8 +235,17 @@ TEST_P(SplitKTest, MatchesReference) {
   CompileOptions options;
   options.split_k = split_k;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
-  EXPECT_GT(h.plan().schedule().workspace_elements, 0) << "the plan was not split";
+  EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1) << "split_k " << split_k;
   h.ExpectMatchesReference();
+}
+
+// Split-K: partials to the workspace, one reduce job per tile summing them in
+// split order, then the fused epilogue.
+class SplitKTest : public ::testing::TestWithParam<std::tuple<Shape, int, Activation, DType>> {};
+TEST_P(SplitKTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [shape, split_k, activation, out_type] = GetParam();
+  RunFusedGemm(shape, split_k, activation, out_type, /*bias_type=*/DType::kBF16, /*residual_type=*/DType::kFP32);
 }
 INSTANTIATE_TEST_SUITE_P(
     Splits, SplitKTest,
@@ -259,29 +267,9 @@ class DecodeEpilogueTest : public ::testing::TestWithParam<std::tuple<int64_t, i
 TEST_P(DecodeEpilogueTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
   const auto [m, split_k, activation, out_type] = GetParam();
-  Rng rng;
-  GpuHarness h;
-  const int64_t n = 778, k = 640;
-  const int64_t out_cols = activation == Activation::kSwiGLU ? n / 2 : n;
-  // Each dtype of bias and residual, paired against the output's.
-  const DType side = out_type == DType::kBF16 ? DType::kFP32 : DType::kBF16;
-  h.Input("A", DType::kBF16, m, k, rng);
-  h.Input("B", DType::kBF16, n, k, rng);
-  h.Input("bias", side, 1, n, rng);
-  h.Input("residual", out_type == DType::kBF16 ? DType::kBF16 : DType::kFP32, m, out_cols, rng);
-  h.Output("C", out_type, m, out_cols);
-  h.Build([&](const auto& t, GemmGraph& g) {
-    Epilogue epilogue;
-    epilogue.activation = activation;
-    epilogue.bias = t("bias");
-    epilogue.residual = t("residual");
-    g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
-  });
-  CompileOptions options;
-  options.split_k = split_k;
-  LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
-  EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1);
-  h.ExpectMatchesReference();
+  // The bias in the other dtype than the output, the residual in the same.
+  const DType other = out_type == DType::kBF16 ? DType::kFP32 : DType::kBF16;
+  RunFusedGemm(Shape{m, 778, 640}, split_k, activation, out_type, /*bias_type=*/other, /*residual_type=*/out_type);
 }
 INSTANTIATE_TEST_SUITE_P(
     DecodeTiles, DecodeEpilogueTest,
