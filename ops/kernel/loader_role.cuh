@@ -14,52 +14,9 @@
 #define LOOM_OPS_KERNEL_LOADER_ROLE_CUH_
 
 #include "cta_context.cuh"
+#include "dependencies.cuh"
 
 namespace loom::kernel {
-
-// Waits until every producer tile that elements [row_begin, row_end) x
-// [col_begin, col_end) of `operand` read is complete in this epoch. The memo
-// remembers the last box known complete, so the k-blocks that fall inside one
-// producer tile poll its flag once.
-struct DependencyMemo {
-  int dependency = -1;
-  sched::TileBox satisfied;
-  __device__ void Reset() { dependency = -1; }
-  __device__ bool Covers(int d, const sched::TileBox& box) const {
-    return d == dependency && box.m_begin >= satisfied.m_begin && box.m_end <= satisfied.m_end &&
-           box.n_begin >= satisfied.n_begin && box.n_end <= satisfied.n_end;
-  }
-};
-
-__device__ inline bool WaitForProducers(const CtaContext& ctx, const KernelNode& node, int job_index,
-                                        sched::DependencyOperand operand, int64_t row_begin,
-                                        int64_t row_end, int64_t col_begin, int64_t col_end,
-                                        DependencyMemo& memo) {
-  const sched::NodeSchedule& schedule = node.schedule;
-  bool waited = false;
-  for (int d = 0; d < schedule.dependency_count; ++d) {
-    const sched::DependencyEdge& edge = ctx.params.dependencies[schedule.dependency_begin + d];
-    if (edge.operand != static_cast<uint8_t>(operand)) continue;
-    const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
-    const sched::TileBox box =
-        sched::ProducerTiles(producer, KernelConfig::tile(), edge, row_begin, row_end, col_begin, col_end);
-    if (box.empty()) continue;
-    if (memo.Covers(d, box)) continue;
-    for (int mb = box.m_begin; mb < box.m_end; ++mb) {
-      for (int nb = box.n_begin; nb < box.n_end; ++nb) {
-        if (!WaitForFlag(ctx, sched::OutputFlagIndex(producer, mb, nb), job_index)) return false;
-      }
-    }
-    memo.dependency = d;
-    memo.satisfied = box;
-    waited = true;
-  }
-  // The producer wrote through the async proxy (TMA store) and released the
-  // flag after a proxy fence; this fence orders our acquire before the TMA
-  // loads (async proxy) we are about to issue.
-  if (waited) cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-  return true;
-}
 
 // Issues the TMA loads of one operand slot: rows [row0, row0 + 2 * box_rows)
 // at k offset `k0`, into `slot` (two boxes of box_rows x 128 B each).

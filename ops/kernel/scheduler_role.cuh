@@ -4,10 +4,19 @@
 // cta_context.cuh). The queue is a topological order of the dependencies, so
 // indices are handed out in an order in which every job's producers were
 // handed out before it.
+//
+// A cluster holds at most one job that cannot start yet: while the last job
+// it fetched still waits for its inputs, it fetches nothing more. Without
+// that, a cluster with nothing to do at launch took a job slot's worth of
+// jobs that all waited on the same producers and then ran them one after
+// another, while other clusters sat idle (the MLP block's two modes, v1.9).
+// Holding back never blocks progress: the held job's producers were handed
+// out before it, to running clusters.
 #ifndef LOOM_OPS_KERNEL_SCHEDULER_ROLE_CUH_
 #define LOOM_OPS_KERNEL_SCHEDULER_ROLE_CUH_
 
 #include "cta_context.cuh"
+#include "dependencies.cuh"
 
 namespace loom::kernel {
 
@@ -15,9 +24,19 @@ __device__ inline void RunScheduler(const CtaContext& ctx) {
   RingCursor slot;
   const uint32_t slots_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.job_slots));
   const uint32_t full_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.barriers->job_full));
+  int last = -1;  // the last job fetched
   for (;;) {
     if (!ctx.watchdog.WaitBarrier(&ctx.barriers->job_empty[slot.stage], slot.phase ^ 1,
                                   WaitKind::kJobSlot, -1, Watchdog::kClusterScope)) {
+      return;
+    }
+    if (last >= 0 && !ctx.watchdog.SpinUntil(
+                         [&] {
+                           if (JobInputsReady(ctx, last)) return true;
+                           __nanosleep(256);
+                           return false;
+                         },
+                         WaitKind::kJobSlot, last)) {
       return;
     }
     int index = static_cast<int>(atomicAdd(&ctx.params.state->cursor, 1u));
@@ -28,6 +47,7 @@ __device__ inline void RunScheduler(const CtaContext& ctx) {
           ptx::mapa_shared_cluster(full_base + slot.stage * sizeof(uint64_t), r));
     }
     if (index < 0) return;
+    last = index;
     slot.Advance(KernelConfig::kJobSlots);
   }
 }
