@@ -90,8 +90,10 @@ __device__ inline bool ProducersDone(const CtaContext& ctx, const KernelNode& no
   return true;
 }
 
-// Whether queue entry `index` could start now: a GEMM job's A producers over
-// its whole k-range, or a reduce job's partials, are complete. Looks at the
+// Whether queue entry `index` could start now: the A producers of a GEMM
+// job's first k-blocks (up to where the A loader would wait again,
+// a_wait_k_blocks), or a reduce job's partials, are complete. A job that can
+// start works through its k-blocks as their producers finish. Looks at the
 // cluster's first CTA tile only (a hint for pacing the fetch, not a wait that
 // orders anything).
 __device__ inline bool JobInputsReady(const CtaContext& ctx, int index) {
@@ -108,9 +110,10 @@ __device__ inline bool JobInputsReady(const CtaContext& ctx, int index) {
   }
   if (schedule.dependency_count == 0) return true;
   const int64_t row0 = int64_t{tile.m_block} * KernelConfig::kBlockM;
+  const int64_t first_wait_end = (int64_t{job.k_block_begin} / schedule.a_wait_k_blocks + 1) * schedule.a_wait_k_blocks;
+  const int64_t k_end = first_wait_end < job.k_block_end ? first_wait_end : int64_t{job.k_block_end};
   return ProducersDone(ctx, node, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
-                       int64_t{job.k_block_begin} * KernelConfig::kBlockK,
-                       int64_t{job.k_block_end} * KernelConfig::kBlockK);
+                       int64_t{job.k_block_begin} * KernelConfig::kBlockK, k_end * KernelConfig::kBlockK);
 }
 
 }  // namespace loom::kernel
