@@ -12,7 +12,8 @@
 //
 // Job slots (kJobSlots deep; slot data lives in every CTA of the cluster,
 // job_empty only in rank 0):
-//   scheduler: wait job_empty[s] (parity ph ^ 1)
+//   scheduler: wait job_empty[s] (parity ph ^ 1), then until the last job it
+//              fetched can start (scheduler_role.cuh)
 //              -> idx = atomicAdd(cursor) -> st.shared::cluster idx into slot s of each CTA
 //              -> mbarrier.arrive.release.cluster on job_full[s] of each CTA     (count 1)
 //   readers:   wait job_full[s] (acquire.cluster: the slot was written remotely)

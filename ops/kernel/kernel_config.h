@@ -39,7 +39,8 @@ struct KernelConfig {
   // the more slots, the more of a dependent graph is handed out before anyone
   // knows which clusters will be free (66 clusters x 4 slots held most of the
   // 8-layer chain's 320 jobs at launch). Measured: the chain at one token 5-7%
-  // faster with 2; the MLP block within noise.
+  // faster with 2; the MLP block within noise. (Since v1.10 the scheduler also
+  // holds back while its last job cannot start: scheduler_role.cuh.)
   static constexpr int kJobSlots = 2;
   // Arrivals per CTA that free a job slot: the A loader, the B loader and the
   // store warp (one thread each), and every consumer warp.
