@@ -212,6 +212,43 @@ TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
   again.ExpectMatchesReference();
 }
 
+// The A loader reads its producers' flags many tile columns ahead, four to a
+// 16-byte word (dependencies.cuh). Every tile it reads must still be waited
+// for: here all of the producer's tiles count as published but one, 15 tile
+// columns into the second row, whose first flag (17) is not 16-byte aligned.
+// The consumer must wait for that tile, and time out naming its flag.
+TEST(GemmTest, ConsumerWaitsForEachProducerTileItReadsAhead) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  constexpr int64_t kWidth = 17 * 256;  // 17 producer tile columns, 68 k-blocks for the consumer
+  h.Input("x", DType::kBF16, 256, 256, rng);
+  h.Input("w1", DType::kBF16, kWidth, 256, rng);
+  h.Input("w2", DType::kBF16, 256, kWidth, rng);
+  h.Output("h", DType::kBF16, 256, kWidth);
+  h.Output("y", DType::kBF16, 256, 256);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("first", t("x"), t("w1"), t("h"));
+    g.AddGemm("second", t("h"), t("w2"), t("y"));
+  });
+  CompileOptions options;
+  // Long enough for the first, normal launch under compute-sanitizer.
+  options.spin_timeout_ns = 2'000'000'000;  // 2 s
+  options.split_k = 1;                      // one job per row reads all 17 tile columns
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectMatchesReference();
+  const sched::NodeSchedule& first = h.plan().schedule().nodes[0];
+  ASSERT_EQ(first.n_blocks, 17);
+  const int missing = 1 * first.n_blocks + 15;  // row 1, tile column 15
+  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
+  LOOM_ASSERT_OK(internal::PublishFlagsForTesting(h.plan(), /*node=*/0, missing));
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  const absl::Status status = h.plan().Synchronize(nullptr);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  ASSERT_TRUE(h.plan().last_timeout().has_value());
+  EXPECT_EQ(h.plan().last_timeout()->flag, first.flag_base + missing) << status;
+}
+
 // One GEMM with every fused op (the activation, a bias and a residual), its
 // split-K forced (1: unsplit), launched twice and checked against the CPU
 // reference.

@@ -685,6 +685,10 @@ TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
   for (const JobTrace& t : *timeline) {
     if (t.node == 1 && !t.reduce) {
       EXPECT_GE(t.data_ready + kTick, first_gate_up_publish) << "down job " << t.job;
+      EXPECT_GE(t.a_dependency, 0) << "down job " << t.job;  // it has A producers: its loader checked them
+    }
+    if (t.reduce) {
+      EXPECT_EQ(t.a_dependency, -1) << "reduce job " << t.job;
     }
   }
   absl::StatusOr<std::string> explained = h.plan().ExplainTimeline();

@@ -88,19 +88,22 @@ JobTrace Trace(int job, int node, bool reduce, double fetched, double data_ready
 // stamp it), "-" where no job has the span, and no row for a node without
 // jobs.
 TEST(RuntimeTest, TimelineTableSummarisesEachNodeAndKind) {
-  const std::vector<JobTrace> timeline = {
+  std::vector<JobTrace> timeline = {
       Trace(0, 0, false, 0.0, 2.0, 12.0, 14.0, 15.0),
       Trace(1, 0, false, 1.0, 5.0, 25.0, 27.0, 26.5),  // store stamped before staged: -0.5
       Trace(2, 0, false, 1.0, 3.0, 13.0, -1, -1),      // rows past M: nothing staged or stored
       Trace(3, 1, true, 4.0, 30.0, 33.0, 35.0, 36.0),
   };
+  timeline[0].a_dependency = 0.5;
+  timeline[1].a_dependency = 3.0;
+  timeline[2].a_dependency = 1.5;
   const std::string table = internal::FormatTimeline(timeline, {"gate_up", "down", "unused"});
   EXPECT_NE(table.find("4 CTA-jobs, last store at 36.0 us"), std::string::npos) << table;
   // gate_up gemm: 3 jobs, fetched 0-1, published 15-26.5; median wait of
   // {2, 4, 2} = 2, main loop of {10, 20, 10} = 10, epilogue of {2, 2} (job 2
-  // staged nothing) = 2, store of {1, -0.5} = 1.
+  // staged nothing) = 2, store of {1, -0.5} = 1, A deps of {0.5, 3, 1.5} = 1.5.
   EXPECT_NE(table.find("gate_up      gemm           3  0.0-1.0        15.0-26.5"), std::string::npos) << table;
-  EXPECT_NE(table.find("2.0 us    10.0 us    2.0 us 1.0 us"), std::string::npos) << table;
+  EXPECT_NE(table.find("2.0 us    10.0 us    2.0 us 1.0 us  1.5 us"), std::string::npos) << table;
   EXPECT_NE(table.find("down         reduce         1  4.0-4.0        36.0-36.0"), std::string::npos) << table;
   EXPECT_EQ(table.find("down         gemm"), std::string::npos) << table;
   EXPECT_EQ(table.find("unused"), std::string::npos) << table;
@@ -108,7 +111,7 @@ TEST(RuntimeTest, TimelineTableSummarisesEachNodeAndKind) {
   const std::vector<JobTrace> unstored = {Trace(0, 0, false, 0.0, 1.0, 2.0, -1, -1)};
   const std::string partial = internal::FormatTimeline(unstored, {"only"});
   EXPECT_NE(partial.find("last store at -"), std::string::npos) << partial;
-  EXPECT_NE(partial.find("1.0 us     1.0 us         -      -"), std::string::npos) << partial;
+  EXPECT_NE(partial.find("1.0 us     1.0 us         -      -       -"), std::string::npos) << partial;
 }
 
 TEST(RuntimeTest, GridLargerThanCoresidentIsRefused) {

@@ -34,7 +34,9 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
     if (DeviceJobTrace* trace = ctx.trace_of(index, recorder)) {
-      *trace = DeviceJobTrace{};
+      // Every event of the last launch is cleared, not the A loader's
+      // a_dependency_ns: the loader may have finished this job already.
+      trace->data_ready = trace->mma_done = trace->staged = trace->published = 0;
       trace->fetched = ptx::globaltimer();
       trace->sm = static_cast<int32_t>(ptx::smid());
     }

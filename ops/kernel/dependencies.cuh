@@ -9,6 +9,28 @@
 
 namespace loom::kernel {
 
+// Calls visit(d, producer, box) for each dependency edge d of `operand` and
+// the box of producer tiles that elements [row_begin, row_end) x [col_begin,
+// col_end) of the operand read, when that box is not empty. Stops, returning
+// false, as soon as visit does.
+template <typename Visit>
+__device__ __forceinline__ bool ForEachProducerBox(const CtaContext& ctx, const KernelNode& node,
+                                                   sched::DependencyOperand operand, int64_t row_begin,
+                                                   int64_t row_end, int64_t col_begin, int64_t col_end,
+                                                   Visit&& visit) {
+  const sched::NodeSchedule& schedule = node.schedule;
+  for (int d = 0; d < schedule.dependency_count; ++d) {
+    const sched::DependencyEdge& edge = ctx.params.dependencies[schedule.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(operand)) continue;
+    const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
+    const sched::TileBox box =
+        sched::ProducerTiles(producer, KernelConfig::tile(), edge, row_begin, row_end, col_begin, col_end);
+    if (box.empty()) continue;
+    if (!visit(d, producer, box)) return false;
+  }
+  return true;
+}
+
 // Waits until every producer tile that elements [row_begin, row_end) x
 // [col_begin, col_end) of `operand` read is complete in this epoch. The memo
 // remembers the last box known complete, so the k-blocks that fall inside one
@@ -27,30 +49,146 @@ __device__ inline bool WaitForProducers(const CtaContext& ctx, const KernelNode&
                                         sched::DependencyOperand operand, int64_t row_begin,
                                         int64_t row_end, int64_t col_begin, int64_t col_end,
                                         DependencyMemo& memo) {
-  const sched::NodeSchedule& schedule = node.schedule;
   bool waited = false;
-  for (int d = 0; d < schedule.dependency_count; ++d) {
-    const sched::DependencyEdge& edge = ctx.params.dependencies[schedule.dependency_begin + d];
-    if (edge.operand != static_cast<uint8_t>(operand)) continue;
-    const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
-    const sched::TileBox box =
-        sched::ProducerTiles(producer, KernelConfig::tile(), edge, row_begin, row_end, col_begin, col_end);
-    if (box.empty()) continue;
-    if (memo.Covers(d, box)) continue;
-    for (int mb = box.m_begin; mb < box.m_end; ++mb) {
-      for (int nb = box.n_begin; nb < box.n_end; ++nb) {
-        if (!WaitForFlag(ctx, sched::OutputFlagIndex(producer, mb, nb), job_index)) return false;
-      }
-    }
-    memo.dependency = d;
-    memo.satisfied = box;
-    waited = true;
-  }
+  const bool done = ForEachProducerBox(
+      ctx, node, operand, row_begin, row_end, col_begin, col_end,
+      [&](int d, const sched::NodeSchedule& producer, const sched::TileBox& box) {
+        if (memo.Covers(d, box)) return true;
+        for (int mb = box.m_begin; mb < box.m_end; ++mb) {
+          for (int nb = box.n_begin; nb < box.n_end; ++nb) {
+            if (!WaitForFlag(ctx, sched::OutputFlagIndex(producer, mb, nb), job_index)) return false;
+          }
+        }
+        memo.dependency = d;
+        memo.satisfied = box;
+        waited = true;
+        return true;
+      });
   // The producer wrote through the async proxy (TMA store) and released the
   // flag after a proxy fence; this fence orders our acquire before the TMA
   // loads (async proxy) we are about to issue.
   if (waited) cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-  return true;
+  return done;
+}
+
+// The end of the granule of A's k-blocks that k-block kb belongs to: the
+// k-blocks [j * a_wait_k_blocks, (j + 1) * a_wait_k_blocks) read one producer
+// tile column (AWaitKBlocks), so one check of their first covers them all.
+// (32-bit: k-blocks fit a TileJob's 16 bits, and a_wait_k_blocks is at most
+// 2^30.)
+__device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, int kb) {
+  return (kb / schedule.a_wait_k_blocks + 1) * schedule.a_wait_k_blocks;
+}
+
+// The producer tiles of the granules of A from k-block kb on, when they form
+// a run of consecutive flags (the usual case: one A edge, producer tiles as
+// tall as the consumer's, one producer tile column per granule): flags
+// [first_flag, first_flag + granules) belong to granules 0, 1, ... The run
+// stops at the first granule that breaks the pattern, at kb_end, or where it
+// would leave the kWords aligned words from the one that holds first_flag;
+// granules == 0 when kb's own granule does not fit it.
+struct FlagRun {
+  static constexpr int kWords = 4;  // 16-byte words read per poll
+  int first_flag = 0;
+  int granules = 0;
+  // The most granules the words can hold after first_flag's offset in its word.
+  __device__ int capacity() const { return 4 * kWords - (first_flag & 3); }
+};
+
+__device__ inline FlagRun AProducerRun(const CtaContext& ctx, const KernelNode& node, int64_t row0, int kb,
+                                       int kb_end) {
+  FlagRun run;
+  for (int g = kb; g < kb_end && run.granules < run.capacity(); g = AGranuleEnd(node.schedule, g)) {
+    int tiles = 0;
+    int flag = -1;
+    ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
+                       g * KernelConfig::kBlockK, (g + 1) * KernelConfig::kBlockK,
+                       [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
+                         tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
+                         flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
+                         return tiles <= 1;
+                       });
+    if (tiles != 1 || (run.granules > 0 && flag != run.first_flag + run.granules)) break;
+    if (run.granules == 0) run.first_flag = flag;
+    ++run.granules;
+  }
+  return run;
+}
+
+// How many of the run's granules, from the first, have every flag at this
+// epoch: one poll, the run's flags read as aligned 16-byte words (the flag
+// array is padded to a whole word, runtime.cc), all in flight together. Every
+// granule of the run lies in the words read (FlagRun::capacity).
+__device__ __forceinline__ int CompleteGranules(const CtaContext& ctx, const FlagRun& run) {
+  const int base = run.first_flag & ~3;
+  const int skip = run.first_flag - base;
+  const int words = (skip + run.granules + 3) / 4;
+  uint4 seen[FlagRun::kWords];
+#pragma unroll
+  for (int w = 0; w < FlagRun::kWords; ++w) {
+    if (w < words) seen[w] = ptx::ld_relaxed_gpu_v4(&ctx.params.flags[base + 4 * w]);
+  }
+  int complete = run.granules;
+#pragma unroll
+  for (int w = FlagRun::kWords - 1; w >= 0; --w) {
+    const uint32_t value[4] = {seen[w].x, seen[w].y, seen[w].z, seen[w].w};
+#pragma unroll
+    for (int c = 3; c >= 0; --c) {
+      const int granule = 4 * w + c - skip;
+      if (w < words && granule >= 0 && granule < run.granules &&
+          static_cast<int32_t>(value[c] - ctx.epoch) < 0) {
+        complete = granule;
+      }
+    }
+  }
+  return complete;
+}
+
+// Waits until the producer tiles that k-block kb of A reads are complete and
+// acquires them; the same polls read the flags of the granules after kb's
+// (a granule: the a_wait_k_blocks k-blocks that read one producer tile
+// column). Returns the k-block where the A loader must look again, the end of
+// the leading granules found complete (at most kb_end), or -1 when the launch
+// is aborting.
+// NOTE: a wait is on the A loader's path: while it waits, no A load is
+// issued. Traced (bench/NOTES.md v1.11), the 8192-token MLP's down projection
+// took 321 us per tile against 155 us standalone while it waited once per
+// producer tile column (two k-blocks, ~1.4 us of wgmma); reading ahead, 244
+// us. Its loader still spends ~105 us per tile in here, even when every
+// producer finished long before (all of gate_up queued first): not yet
+// understood. A granule whose producer is still running costs what it did.
+__device__ inline int WaitForAProducersAhead(const CtaContext& ctx, const KernelNode& node, int job_index,
+                                             int64_t row0, int kb, int kb_end) {
+  const sched::NodeSchedule& schedule = node.schedule;
+  const int granule_end = min(AGranuleEnd(schedule, kb), kb_end);
+  const FlagRun run = AProducerRun(ctx, node, row0, kb, kb_end);
+  if (run.granules == 0) {
+    // No producer, several producer tiles, or more than one edge: kb's own
+    // granule alone, as WaitForProducers finds it.
+    DependencyMemo memo;
+    if (!WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
+                          kb * KernelConfig::kBlockK, (kb + 1) * KernelConfig::kBlockK, memo)) {
+      return -1;
+    }
+    return granule_end;
+  }
+  int complete = 0;
+  const bool done = ctx.watchdog.SpinUntil(
+      [&] {
+        complete = CompleteGranules(ctx, run);
+        if (complete > 0) return true;
+        __nanosleep(64);
+        return false;
+      },
+      WaitKind::kDependencyFlag, job_index, run.first_flag, ctx.epoch, &ctx.params.flags[run.first_flag]);
+  if (!done) return -1;
+  // Relaxed reads that saw the releases, then an acquire fence: an acquire
+  // (see WaitForFlag). Then the proxy fence of WaitForProducers.
+  cuda::ptx::fence(cuda::ptx::sem_acquire, cuda::ptx::scope_gpu);
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+  int end = kb;
+  for (int g = 0; g < complete; ++g) end = AGranuleEnd(schedule, end);
+  return min(end, kb_end);
 }
 
 // Whether every producer tile that elements [row_begin, row_end) x
@@ -61,38 +199,33 @@ __device__ inline bool WaitForProducers(const CtaContext& ctx, const KernelNode&
 __device__ inline bool ProducersDone(const CtaContext& ctx, const KernelNode& node, sched::DependencyOperand operand,
                                      int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
   constexpr int kBatch = 8;
-  const sched::NodeSchedule& schedule = node.schedule;
-  for (int d = 0; d < schedule.dependency_count; ++d) {
-    const sched::DependencyEdge& edge = ctx.params.dependencies[schedule.dependency_begin + d];
-    if (edge.operand != static_cast<uint8_t>(operand)) continue;
-    const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
-    const sched::TileBox box =
-        sched::ProducerTiles(producer, KernelConfig::tile(), edge, row_begin, row_end, col_begin, col_end);
-    if (box.empty()) continue;
-    const int cols = box.n_end - box.n_begin;
-    const int count = (box.m_end - box.m_begin) * cols;
-    for (int i0 = 0; i0 < count; i0 += kBatch) {
-      uint32_t seen[kBatch];
+  return ForEachProducerBox(
+      ctx, node, operand, row_begin, row_end, col_begin, col_end,
+      [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
+        const int cols = box.n_end - box.n_begin;
+        const int count = (box.m_end - box.m_begin) * cols;
+        for (int i0 = 0; i0 < count; i0 += kBatch) {
+          uint32_t seen[kBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int i = i0 + u;
-        if (i < count) {
-          seen[u] = ptx::ld_relaxed_gpu(
-              &ctx.params.flags[sched::OutputFlagIndex(producer, box.m_begin + i / cols, box.n_begin + i % cols)]);
+          for (int u = 0; u < kBatch; ++u) {
+            const int i = i0 + u;
+            if (i < count) {
+              seen[u] = ptx::ld_relaxed_gpu(&ctx.params.flags[sched::OutputFlagIndex(
+                  producer, box.m_begin + i / cols, box.n_begin + i % cols)]);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            if (i0 + u < count && static_cast<int32_t>(seen[u] - ctx.epoch) < 0) return false;
+          }
         }
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (i0 + u < count && static_cast<int32_t>(seen[u] - ctx.epoch) < 0) return false;
-      }
-    }
-  }
-  return true;
+        return true;
+      });
 }
 
 // Whether queue entry `index` could start now: the A producers of a GEMM
-// job's first k-blocks (up to where the A loader would wait again,
-// a_wait_k_blocks), or a reduce job's partials, are complete. A job that can
+// job's first granule of k-blocks (AGranuleEnd), or a reduce job's partials,
+// are complete. A job that can
 // start works through its k-blocks as their producers finish. Looks at the
 // cluster's first CTA tile only (a hint for pacing the fetch, not a wait that
 // orders anything).
@@ -110,8 +243,7 @@ __device__ inline bool JobInputsReady(const CtaContext& ctx, int index) {
   }
   if (schedule.dependency_count == 0) return true;
   const int64_t row0 = int64_t{tile.m_block} * KernelConfig::kBlockM;
-  const int64_t first_wait_end = (int64_t{job.k_block_begin} / schedule.a_wait_k_blocks + 1) * schedule.a_wait_k_blocks;
-  const int64_t k_end = first_wait_end < job.k_block_end ? first_wait_end : int64_t{job.k_block_end};
+  const int64_t k_end = min(AGranuleEnd(schedule, job.k_block_begin), int{job.k_block_end});
   return ProducersDone(ctx, node, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
                        int64_t{job.k_block_begin} * KernelConfig::kBlockK, k_end * KernelConfig::kBlockK);
 }

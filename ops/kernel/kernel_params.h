@@ -82,7 +82,7 @@ struct DeviceJobTrace {
   uint64_t staged;      // its last panel was handed to the store thread
   uint64_t published;   // store thread: stores complete (and the tile flag released)
   int32_t sm;
-  int32_t unused;
+  uint32_t a_dependency_ns;  // A loader: time spent checking and waiting for A's producers (gemm jobs)
 };
 
 struct KernelParams {

@@ -3,7 +3,8 @@
 //
 // The A loader also owns dependencies: before each k-block it waits until the
 // producer tiles holding that slice of A are done this launch (acquire), then
-// fences the async proxy so its TMA load sees the producer's TMA stores. The B
+// fences the async proxy so its TMA load sees the producer's TMA stores; each
+// wait also reads ahead, so finished producers cost one wait per batch. The B
 // loader has its own ring, so the weight stream runs ahead while A waits.
 //
 // Cluster sharing: boxes are half tiles. When the cluster shares an operand,
@@ -49,6 +50,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
   constexpr int kBlockK = KernelConfig::kBlockK;
   const bool lockstep = ctx.params.lockstep != 0;
   const uint32_t slot_bytes = KernelConfig::kAStageBytes + (lockstep ? KernelConfig::kBStageBytes : 0);
+  const bool traced = ctx.params.trace != nullptr;
   JobStream jobs;
   RingCursor ring;
   DependencyMemo memo;
@@ -80,16 +82,17 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
         return;
       }
     }
-    // A's producers are checked at the first k-block and then only where the
-    // k-blocks start reading another producer tile column (a_wait_k_blocks):
-    // each check reloads dependency records from global memory.
-    const int wait_every = schedule.a_wait_k_blocks;
+    // A's producers are known complete for the k-blocks below a_ready_end;
+    // each wait looks many producer tile columns ahead.
+    int a_ready_end = has_dependencies ? job.k_block_begin : job.k_block_end;
+    uint64_t a_dependency_ns = 0;  // for the trace
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
-      if (has_dependencies && (kb == job.k_block_begin || kb % wait_every == 0) &&
-          !WaitForProducers(ctx, node, index, sched::DependencyOperand::kA, row0,
-                            row0 + KernelConfig::kBlockM, k0, k0 + kBlockK, memo)) {
-        return;
+      if (kb >= a_ready_end) {
+        const uint64_t start = traced ? ptx::globaltimer() : 0;
+        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, kb, job.k_block_end);
+        if (a_ready_end < 0) return;
+        if (traced) a_dependency_ns += ptx::globaltimer() - start;
       }
       if (!ctx.watchdog.WaitBarrier(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1,
                                     WaitKind::kRingEmpty, index)) {
@@ -106,6 +109,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
       }
       ring.Advance(ctx.params.a_stages);
     }
+    if (DeviceJobTrace* trace = ctx.trace_of(index, traced)) trace->a_dependency_ns = static_cast<uint32_t>(a_dependency_ns);
   }
 }
 

@@ -87,6 +87,16 @@ __device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* address) {
   return value;
 }
 
+// Four consecutive words, relaxed, in one load; `address` 16-byte aligned.
+__device__ __forceinline__ uint4 ld_relaxed_gpu_v4(const uint32_t* address) {
+  uint4 value;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+               : "l"(address)
+               : "memory");
+  return value;
+}
+
 // st.release.gpu: a store that this thread's earlier memory operations are
 // ordered before, for any thread that acquires the value.
 __device__ __forceinline__ void st_release_gpu(uint32_t* address, uint32_t value) {

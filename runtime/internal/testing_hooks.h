@@ -12,6 +12,12 @@ namespace loom::internal {
 // waits forever (until the watchdog's time-out).
 absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node);
 
+// Marks every output tile of `node` but tile `except_tile` (m_block *
+// n_blocks + n_block) complete for the plan's next launch, as if the node
+// had published them. With SuppressFlagPublishingForTesting on the same
+// node, a consumer then finds exactly one of its producer tiles missing.
+absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile);
+
 }  // namespace loom::internal
 
 #endif  // LOOM_RUNTIME_INTERNAL_TESTING_HOOKS_H_

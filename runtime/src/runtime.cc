@@ -182,7 +182,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes));
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue));
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies));
-  const size_t flag_count = std::max<int64_t>(impl.schedule.num_flags, 1);
+  // Rounded up to whole 16-byte words: the A loader polls flags four at a time.
+  const size_t flag_count = (std::max<int64_t>(impl.schedule.num_flags, 1) + 3) / 4 * 4;
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.flags), flag_count * sizeof(uint32_t)));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.flags, 0, flag_count * sizeof(uint32_t)));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.state), sizeof(kernel::LaunchState)));
@@ -412,6 +413,26 @@ absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node) {
                                    offsetof(kernel::KernelNode, has_dependents),
                                &zero, 1, cudaMemcpyHostToDevice),
                     "clearing has_dependents");
+}
+
+absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
+  Plan::Impl& impl = *plan.impl_;
+  if (impl.flags == nullptr || node < 0 || node >= static_cast<int>(impl.schedule.nodes.size())) {
+    return absl::InvalidArgumentError("PublishFlagsForTesting: no such device node");
+  }
+  const sched::NodeSchedule& schedule = impl.schedule.nodes[node];
+  const int tiles = schedule.m_blocks * schedule.n_blocks;
+  if (except_tile < 0 || except_tile >= tiles) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("PublishFlagsForTesting: except_tile %d is not in [0, %d)", except_tile, tiles));
+  }
+  kernel::LaunchState state;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(&state, impl.state, sizeof(state), cudaMemcpyDeviceToHost));
+  std::vector<uint32_t> flags(static_cast<size_t>(tiles), state.epoch + 1);  // the next launch's epoch
+  flags[static_cast<size_t>(except_tile)] = state.epoch;
+  return CudaStatus(cudaMemcpy(impl.flags + schedule.flag_base, flags.data(), flags.size() * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice),
+                    "writing tile flags");
 }
 
 }  // namespace loom::internal

@@ -87,6 +87,7 @@ absl::StatusOr<std::vector<JobTrace>> Plan::Timeline() const {
     trace.mma_done = micros(r.mma_done);
     trace.staged = micros(r.staged);
     trace.published = micros(r.published);
+    if (!trace.reduce) trace.a_dependency = static_cast<double>(r.a_dependency_ns) * 1e-3;
     out.push_back(trace);
   }
   return out;
@@ -108,11 +109,11 @@ std::string FormatTimeline(const std::vector<JobTrace>& timeline, const std::vec
   std::string out = absl::StrFormat(
       "timeline (us from the first job fetch; %%globaltimer, ~1 us ticks): %d CTA-jobs, last store at %s\n",
       static_cast<int>(timeline.size()), stores.last < 0 ? std::string("-") : FormatMicros(stores.last));
-  out += "  node / kind          CTA-jobs  fetched        published      median: wait  main loop  epilogue  store\n";
+  out += "  node / kind          CTA-jobs  fetched        published      median: wait  main loop  epilogue  store  A deps\n";
   for (int node = 0; node < static_cast<int>(node_names.size()); ++node) {
     for (bool reduce : {false, true}) {
       Range fetched, published;
-      std::vector<double> wait, main_loop, epilogue, store;
+      std::vector<double> wait, main_loop, epilogue, store, a_dependency;
       int count = 0;
       for (const JobTrace& t : timeline) {
         if (t.node != node || t.reduce != reduce) continue;
@@ -123,12 +124,14 @@ std::string FormatTimeline(const std::vector<JobTrace>& timeline, const std::vec
         AddSpan(t.data_ready, t.mma_done, main_loop);
         AddSpan(t.mma_done, t.staged, epilogue);
         AddSpan(t.staged, t.published, store);
+        if (t.a_dependency >= 0) a_dependency.push_back(t.a_dependency);
       }
       if (count == 0) continue;
-      out += absl::StrFormat("  %-12s %-7s %8d  %-13s  %-13s  %12s %10s %9s %6s\n", node_names[node].substr(0, 12),
+      out += absl::StrFormat("  %-12s %-7s %8d  %-13s  %-13s  %12s %10s %9s %6s %7s\n", node_names[node].substr(0, 12),
                              reduce ? "reduce" : "gemm", count, fetched.ToString(), published.ToString(),
                              FormatMicros(Median(wait)), FormatMicros(Median(main_loop)),
-                             FormatMicros(Median(epilogue)), FormatMicros(Median(store)));
+                             FormatMicros(Median(epilogue)), FormatMicros(Median(store)),
+                             FormatMicros(Median(a_dependency)));
     }
   }
   return out;

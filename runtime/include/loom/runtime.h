@@ -30,6 +30,7 @@ namespace loom {
 class Plan;
 namespace internal {
 absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node);  // tests only
+absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile);  // tests only
 }  // namespace internal
 
 // The facts about a GPU that lowering depends on.
@@ -85,6 +86,9 @@ struct JobTrace {
   double mma_done = -1;    // main loop (or partial sum) finished
   double staged = -1;      // last output panel handed to the store thread
   double published = -1;   // stores complete, tile flag released
+  // Time this CTA's A loader spent checking and waiting for the job's A
+  // producers, in us (gemm jobs; 0 without producers, -1 for reduce jobs).
+  double a_dependency = -1;
 };
 
 // Why a launch stopped early: filled in by the kernel when a bounded wait ran
@@ -133,6 +137,7 @@ class Plan {
  private:
   friend class Runtime;
   friend absl::Status internal::SuppressFlagPublishingForTesting(Plan& plan, int node);
+  friend absl::Status internal::PublishFlagsForTesting(Plan& plan, int node, int except_tile);
   explicit Plan(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
