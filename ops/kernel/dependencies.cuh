@@ -81,44 +81,54 @@ __device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, 
 }
 
 // The producer tiles of the granules of A from k-block kb on, when they form
-// a run of consecutive flags (the usual case: one A edge, producer tiles as
-// tall as the consumer's, one producer tile column per granule): flags
-// [first_flag, first_flag + granules) belong to granules 0, 1, ... The run
-// stops at the first granule that breaks the pattern, at kb_end, or where it
-// would leave the kWords aligned words from the one that holds first_flag;
-// granules == 0 when kb's own granule does not fit it.
+// a run of consecutive flags: one A edge, kb's granule reads one producer
+// tile, and each granule is one producer tile column (a_wait_k_blocks k-blocks
+// = the producer's out_tile_n columns), so granule j reads the tile j columns
+// right of granule 0's, flag first_flag + j. The run ends at kb_end, at the
+// producer's last tile column, or where it would leave the kWords aligned
+// words from the one that holds first_flag. granules == 0 when the pattern
+// does not hold (several A edges, offsets inside a tile column, a granule
+// reading several tiles): the caller then waits granule by granule.
+// NOTE: worked out from granule 0 alone. A first version found each
+// granule's tiles with ProducerTiles (64-bit divisions, records read from
+// global memory), and those instructions, issued by one thread among busy
+// consumer warps, cost the 8192-token MLP's down projection ~105 us per tile
+// whether it looked ahead 8 or 16 granules per poll (bench/NOTES.md v1.11).
 struct FlagRun {
   static constexpr int kWords = 4;  // 16-byte words read per poll
   int first_flag = 0;
   int granules = 0;
-  // The most granules the words can hold after first_flag's offset in its word.
-  __device__ int capacity() const { return 4 * kWords - (first_flag & 3); }
 };
 
 __device__ inline FlagRun AProducerRun(const CtaContext& ctx, const KernelNode& node, int64_t row0, int kb,
                                        int kb_end) {
   FlagRun run;
-  for (int g = kb; g < kb_end && run.granules < run.capacity(); g = AGranuleEnd(node.schedule, g)) {
-    int tiles = 0;
-    int flag = -1;
-    ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
-                       g * KernelConfig::kBlockK, (g + 1) * KernelConfig::kBlockK,
-                       [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
-                         tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
-                         flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
-                         return tiles <= 1;
-                       });
-    if (tiles != 1 || (run.granules > 0 && flag != run.first_flag + run.granules)) break;
-    if (run.granules == 0) run.first_flag = flag;
-    ++run.granules;
-  }
+  int edges = 0;
+  int tiles = 0;
+  int columns_left = 0;  // producer tile columns from granule 0's to the last
+  bool one_column_per_granule = false;
+  ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
+                     int64_t{kb} * KernelConfig::kBlockK, int64_t{kb + 1} * KernelConfig::kBlockK,
+                     [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
+                       ++edges;
+                       tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
+                       run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
+                       columns_left = producer.n_blocks - box.n_begin;
+                       one_column_per_granule =
+                           node.schedule.a_wait_k_blocks * KernelConfig::kBlockK == producer.out_tile_n;
+                       return true;
+                     });
+  if (edges != 1 || tiles != 1 || !one_column_per_granule) return run;
+  const int granule = node.schedule.a_wait_k_blocks;
+  const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
+  run.granules = min(min(granules_left, columns_left), 4 * FlagRun::kWords - (run.first_flag & 3));
   return run;
 }
 
 // How many of the run's granules, from the first, have every flag at this
 // epoch: one poll, the run's flags read as aligned 16-byte words (the flag
 // array is padded to a whole word, runtime.cc), all in flight together. Every
-// granule of the run lies in the words read (FlagRun::capacity).
+// granule of the run lies in the words read (AProducerRun).
 __device__ __forceinline__ int CompleteGranules(const CtaContext& ctx, const FlagRun& run) {
   const int base = run.first_flag & ~3;
   const int skip = run.first_flag - base;
@@ -153,18 +163,16 @@ __device__ __forceinline__ int CompleteGranules(const CtaContext& ctx, const Fla
 // NOTE: a wait is on the A loader's path: while it waits, no A load is
 // issued. Traced (bench/NOTES.md v1.11), the 8192-token MLP's down projection
 // took 321 us per tile against 155 us standalone while it waited once per
-// producer tile column (two k-blocks, ~1.4 us of wgmma); reading ahead, 244
-// us. Its loader still spends ~105 us per tile in here, even when every
-// producer finished long before (all of gate_up queued first): not yet
-// understood. A granule whose producer is still running costs what it did.
+// producer tile column (two k-blocks, ~1.4 us of wgmma). A granule whose
+// producer is still running costs what it did.
 __device__ inline int WaitForAProducersAhead(const CtaContext& ctx, const KernelNode& node, int job_index,
                                              int64_t row0, int kb, int kb_end) {
   const sched::NodeSchedule& schedule = node.schedule;
   const int granule_end = min(AGranuleEnd(schedule, kb), kb_end);
   const FlagRun run = AProducerRun(ctx, node, row0, kb, kb_end);
   if (run.granules == 0) {
-    // No producer, several producer tiles, or more than one edge: kb's own
-    // granule alone, as WaitForProducers finds it.
+    // Not a run (AProducerRun): kb's own granule alone, as WaitForProducers
+    // finds it.
     DependencyMemo memo;
     if (!WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
                           kb * KernelConfig::kBlockK, (kb + 1) * KernelConfig::kBlockK, memo)) {
