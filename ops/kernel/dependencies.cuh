@@ -31,6 +31,16 @@ __device__ __forceinline__ bool ForEachProducerBox(const CtaContext& ctx, const 
   return true;
 }
 
+// Whether any dependency edge of `node` is on `operand`.
+__device__ inline bool HasProducers(const CtaContext& ctx, const KernelNode& node, sched::DependencyOperand operand) {
+  for (int d = 0; d < node.schedule.dependency_count; ++d) {
+    if (ctx.params.dependencies[node.schedule.dependency_begin + d].operand == static_cast<uint8_t>(operand)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Waits until every producer tile that elements [row_begin, row_end) x
 // [col_begin, col_end) of `operand` read is complete in this epoch. The memo
 // remembers the last box known complete, so the k-blocks that fall inside one

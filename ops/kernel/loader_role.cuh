@@ -130,13 +130,15 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
     const sched::TileJob job = *work.job;  // in registers; see the A loader
     if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
     const KernelNode& node = *work.node;
-    const bool has_dependencies = node.schedule.dependency_count > 0;
+    // Looked up once per job: the per-k-block check reads the node's edges
+    // from global memory, which the A loader's acquire fences evict from L1.
+    const bool b_has_producers = HasProducers(ctx, node, sched::DependencyOperand::kB);
     const bool share_b = SharesOperand(ctx, node, sched::ClusterShare::kShareB);
     const int32_t n_row0 = work.n_block * KernelConfig::kBlockN;
     memo.Reset();
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
-      if (has_dependencies &&
+      if (b_has_producers &&
           !WaitForProducers(ctx, node, index, sched::DependencyOperand::kB, n_row0,
                             n_row0 + KernelConfig::kBlockN, k0, k0 + kBlockK, memo)) {
         return;
