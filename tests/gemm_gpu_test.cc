@@ -174,21 +174,27 @@ TEST(GemmTest, ModelShapeSampledRows) {
   h.ExpectMatchesReference();
 }
 
+// Two dependent GEMMs: x[m, 256] -> "first" -> h[m, width] -> "second" ->
+// y[m, 256].
+void AddTwoGemmChain(GpuHarness& h, Rng& rng, int64_t m, int64_t width) {
+  h.Input("x", DType::kBF16, m, 256, rng);
+  h.Input("w1", DType::kBF16, width, 256, rng);
+  h.Input("w2", DType::kBF16, 256, width, rng);
+  h.Output("h", DType::kBF16, m, width);
+  h.Output("y", DType::kBF16, m, 256);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("first", t("x"), t("w1"), t("h"));
+    g.AddGemm("second", t("h"), t("w2"), t("y"));
+  });
+}
+
 // A dependency that is never satisfied: the producer is told not to publish
 // its tile flags, so the consumer's loader waits until the watchdog fires.
 TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
   GpuHarness h;
-  h.Input("x", DType::kBF16, 128, 256, rng);
-  h.Input("w1", DType::kBF16, 256, 256, rng);
-  h.Input("w2", DType::kBF16, 256, 256, rng);
-  h.Output("h", DType::kBF16, 128, 256);
-  h.Output("y", DType::kBF16, 128, 256);
-  h.Build([](const auto& t, GemmGraph& g) {
-    g.AddGemm("first", t("x"), t("w1"), t("h"));
-    g.AddGemm("second", t("h"), t("w2"), t("y"));
-  });
+  AddTwoGemmChain(h, rng, /*m=*/128, /*width=*/256);
   CompileOptions options;
   options.spin_timeout_ns = 20'000'000;  // 20 ms
   // Run once normally to build the plan, then break it and replay.
@@ -221,16 +227,8 @@ TEST(GemmTest, ConsumerWaitsForEachProducerTileItReadsAhead) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
   GpuHarness h;
-  constexpr int64_t kWidth = 17 * 256;  // 17 producer tile columns, 68 k-blocks for the consumer
-  h.Input("x", DType::kBF16, 256, 256, rng);
-  h.Input("w1", DType::kBF16, kWidth, 256, rng);
-  h.Input("w2", DType::kBF16, 256, kWidth, rng);
-  h.Output("h", DType::kBF16, 256, kWidth);
-  h.Output("y", DType::kBF16, 256, 256);
-  h.Build([](const auto& t, GemmGraph& g) {
-    g.AddGemm("first", t("x"), t("w1"), t("h"));
-    g.AddGemm("second", t("h"), t("w2"), t("y"));
-  });
+  // 17 producer tile columns: 68 k-blocks for the consumer.
+  AddTwoGemmChain(h, rng, /*m=*/256, /*width=*/17 * 256);
   CompileOptions options;
   // Long enough for the first, normal launch under compute-sanitizer.
   options.spin_timeout_ns = 2'000'000'000;  // 2 s
