@@ -294,7 +294,7 @@ TEST(ExplainTest, MentionsEveryNodeItsDependenciesAndTheQueue) {
   for (const char* fragment : {"'o_proj'", "'up'", "'down'", "'node 3'", "reads A from 'up' (node 1)",
                                "reads residual from 'o_proj'", "split_k 4", "sharing B", "sharing A",
                                "raster along", "queue: ", "#0 ", "jobs at queue positions",
-                               "A's producers checked at each job's first k-block and every 2 k-blocks"}) {
+                               "A's producers: one granule of producer tiles every 2 k-blocks"}) {
     EXPECT_NE(text.find(fragment), std::string::npos) << "no \"" << fragment << "\" in\n" << text;
   }
 }

@@ -1,7 +1,9 @@
 // dependencies.cuh: what a job waits for before it can start. The A loader
-// waits for the producer tiles of each slice of A it loads (WaitForProducers);
-// the scheduler looks, without waiting, whether a job it handed out can start
-// yet (JobInputsReady), and holds back further fetches while it cannot.
+// waits for the producer tiles of each slice of A it loads, reading many
+// producer tile columns' flags per check (WaitForAProducersAhead), and for the
+// epilogue's inputs once per job (WaitForProducers); the scheduler looks,
+// without waiting, whether a job it handed out can start yet
+// (JobInputsReady), and holds back further fetches while it cannot.
 #ifndef LOOM_OPS_KERNEL_DEPENDENCIES_CUH_
 #define LOOM_OPS_KERNEL_DEPENDENCIES_CUH_
 

@@ -81,7 +81,7 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
     }
     const bool a_has_producer_tiles = node.a_wait_k_blocks < node.k_blocks;
     if (a_has_producer_tiles) {
-      absl::StrAppendFormat(&out, "  A's producers checked at each job's first k-block and every %d k-blocks\n",
+      absl::StrAppendFormat(&out, "  A's producers: one granule of producer tiles every %d k-blocks\n",
                             node.a_wait_k_blocks);
     }
   }

@@ -101,9 +101,9 @@ struct NodeSchedule {
   int64_t workspace_offset = -1;   // split-K: fp32 partials, [split_k][m_blocks*tile.m][n_blocks*tile.n]
   int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
   int32_t dependency_count = 0;
-  // The A loader waits for A's producers only at the first k-block of a job
-  // and at k-blocks that are multiples of this: every k-block from one such
-  // point to the next reads the same producer tiles (AWaitKBlocks).
+  // Every k-block from one multiple of this to the next reads the same
+  // producer tiles of A (AWaitKBlocks): the A loader checks A's producers
+  // once per such granule at most, and reads several granules' flags at once.
   int32_t a_wait_k_blocks = 1;
 };
 
