@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "internal/testing_hooks.h"
 #include "internal/timeline.h"
 
 namespace loom {
@@ -54,6 +55,20 @@ TEST(RuntimeTest, LaunchOfHostOnlyPlanIsFailedPrecondition) {
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(HasStatus(plan->Launch(nullptr), absl::StatusCode::kFailedPrecondition, {"without a GPU"}));
+}
+
+// The test hook that marks a node's tiles published names what it refuses:
+// a node or a tile out of range, and a plan with no device flags.
+TEST(RuntimeTest, PublishFlagsForTestingRefusesBadArguments) {
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(HasStatus(internal::PublishFlagsForTesting(*plan, 1, 0), absl::StatusCode::kInvalidArgument,
+                        {"node 1 is not in [0, 1)"}));
+  // 512 x 768 in 128 x 256 tiles: 4 x 3.
+  EXPECT_TRUE(HasStatus(internal::PublishFlagsForTesting(*plan, 0, 12), absl::StatusCode::kInvalidArgument,
+                        {"except_tile 12 is not in [0, 12)"}));
+  EXPECT_TRUE(HasStatus(internal::PublishFlagsForTesting(*plan, 0, 11), absl::StatusCode::kFailedPrecondition,
+                        {"host-only plan"}));
 }
 
 TEST(RuntimeTest, TimelineNeedsATracedLaunchedPlan) {

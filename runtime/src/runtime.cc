@@ -417,14 +417,19 @@ absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node) {
 
 absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
   Plan::Impl& impl = *plan.impl_;
-  if (impl.flags == nullptr || node < 0 || node >= static_cast<int>(impl.schedule.nodes.size())) {
-    return absl::InvalidArgumentError("PublishFlagsForTesting: no such device node");
+  const int nodes = static_cast<int>(impl.schedule.nodes.size());
+  if (node < 0 || node >= nodes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("PublishFlagsForTesting: node %d is not in [0, %d)", node, nodes));
   }
   const sched::NodeSchedule& schedule = impl.schedule.nodes[node];
   const int tiles = schedule.m_blocks * schedule.n_blocks;
   if (except_tile < 0 || except_tile >= tiles) {
     return absl::InvalidArgumentError(
         absl::StrFormat("PublishFlagsForTesting: except_tile %d is not in [0, %d)", except_tile, tiles));
+  }
+  if (impl.flags == nullptr) {
+    return absl::FailedPreconditionError("PublishFlagsForTesting: a host-only plan has no tile flags");
   }
   kernel::LaunchState state;
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(&state, impl.state, sizeof(state), cudaMemcpyDeviceToHost));
