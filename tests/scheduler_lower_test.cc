@@ -64,6 +64,9 @@ TEST(LowerTest, RefusesBadOptionsNamingTheOption) {
   o = Options();
   o.max_clusters = 0;
   ExpectInvalid(Lower(g, o), "max_clusters must be positive, got 0");
+  o = Options();
+  o.group_size = -1;  // reachable from the command line: loom_graph_bench --group_size
+  ExpectInvalid(Lower(g, o), "group_size must be >= 0, got -1");
 }
 
 TEST(LowerTest, RefusesBadNodesNamingTheNode) {
