@@ -11,9 +11,10 @@
 namespace loom::internal {
 
 // The table Plan::ExplainTimeline prints: per node and job kind, the number
-// of CTA-jobs, when they were fetched and published, and the median wait for
+// of CTA-jobs, when they were fetched and published, the median wait for
 // data, main loop, epilogue and store of the jobs where both events of a span
-// happened ("-" where none did). node_names[i] names graph node i.
+// happened, and the median time the A loader spent on A's producers (gemm
+// jobs); "-" where no job has the value. node_names[i] names graph node i.
 std::string FormatTimeline(const std::vector<JobTrace>& timeline, const std::vector<std::string>& node_names);
 
 }  // namespace loom::internal
