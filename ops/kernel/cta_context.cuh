@@ -114,6 +114,13 @@ struct CtaContext {
   }
 };
 
+// Whether a flag value read in this launch says its tile is done: it holds
+// this launch's epoch. Epochs only move forward, and the comparison is
+// modular, so it stays right when the 32-bit epoch wraps.
+__device__ __forceinline__ bool FlagDone(uint32_t value, uint32_t epoch) {
+  return static_cast<int32_t>(value - epoch) >= 0;
+}
+
 // Waits until tile flag `flag_index` holds this launch's epoch (flags only
 // move forward), then acquires it: what the producer wrote before releasing
 // the flag is visible to this thread's later reads.
@@ -130,7 +137,7 @@ __device__ inline bool WaitForFlag(const CtaContext& ctx, int flag_index, int jo
   const uint32_t epoch = ctx.epoch;
   const bool done = ctx.watchdog.SpinUntil(
       [&] {
-        if (static_cast<int32_t>(ptx::ld_relaxed_gpu(flag) - epoch) >= 0) return true;
+        if (FlagDone(ptx::ld_relaxed_gpu(flag), epoch)) return true;
         __nanosleep(64);
         return false;
       },

@@ -158,7 +158,7 @@ __device__ __forceinline__ int CompleteGranules(const CtaContext& ctx, const Fla
     for (int c = 3; c >= 0; --c) {
       const int granule = 4 * w + c - skip;
       if (w < words && granule >= 0 && granule < run.granules &&
-          static_cast<int32_t>(value[c] - ctx.epoch) < 0) {
+          !FlagDone(value[c], ctx.epoch)) {
         complete = granule;
       }
     }
@@ -236,7 +236,7 @@ __device__ inline bool ProducersDone(const CtaContext& ctx, const KernelNode& no
           }
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
-            if (i0 + u < count && static_cast<int32_t>(seen[u] - ctx.epoch) < 0) return false;
+            if (i0 + u < count && !FlagDone(seen[u], ctx.epoch)) return false;
           }
         }
         return true;
@@ -257,7 +257,7 @@ __device__ inline bool JobInputsReady(const CtaContext& ctx, int index) {
   if (job.kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
     const int first = schedule.partial_flag_base + (tile.m_block * schedule.n_blocks + tile.n_block) * schedule.split_k;
     for (int split = 0; split < schedule.split_k; ++split) {
-      if (static_cast<int32_t>(ptx::ld_relaxed_gpu(&ctx.params.flags[first + split]) - ctx.epoch) < 0) return false;
+      if (!FlagDone(ptx::ld_relaxed_gpu(&ctx.params.flags[first + split]), ctx.epoch)) return false;
     }
     return true;
   }
