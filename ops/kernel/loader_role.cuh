@@ -84,7 +84,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
     }
     // A's producers are known complete for the k-blocks below a_ready_end;
     // each wait looks many producer tile columns ahead.
-    int a_ready_end = has_dependencies ? job.k_block_begin : job.k_block_end;
+    int a_ready_end = HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin : job.k_block_end;
     uint64_t a_dependency_ns = 0;  // for the trace
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
