@@ -288,7 +288,12 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{129, 257, 520}, 3, Activation::kReLU, DType::kFP32},
                       std::tuple{Shape{300, 512, 1024}, 2, Activation::kSwiGLU, DType::kBF16},
                       std::tuple{Shape{64, 4096, 14336}, 7, Activation::kNone, DType::kBF16},
-                      std::tuple{Shape{16, 520, 264}, 4, Activation::kGELU, DType::kFP32}),
+                      std::tuple{Shape{16, 520, 264}, 4, Activation::kGELU, DType::kFP32},
+                      // Decode reduces (rows x splits <= 16 slots: SumFewRowPartials):
+                      // all 16 slots as 2 x 8 and 1 x 16; then 5 x 4 = 20, past them.
+                      std::tuple{Shape{2, 1000, 4096}, 8, Activation::kSiLU, DType::kBF16},
+                      std::tuple{Shape{1, 1000, 4096}, 16, Activation::kReLU, DType::kFP32},
+                      std::tuple{Shape{5, 1000, 4096}, 4, Activation::kNone, DType::kFP32}),
     [](const auto& info) {
       return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param));
     });

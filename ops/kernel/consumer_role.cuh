@@ -25,8 +25,10 @@ namespace loom::kernel {
 // arrays share registers instead of spilling, and (3) plans without split-K
 // launch the kSplitK = false instantiation, which has no reduce path at all.
 // The build refuses a kernel with C7515 (tests/kernel_codegen_check.cmake).
+// Forced inline: once outlined by nvcc (it happened as the reduce path grew),
+// the consumers' state crossed a call and the kernel spilled more.
 template <bool kSplitK>
-__device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
+__device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup) {
   const bool recorder = warpgroup == 0 && threadIdx.x % 128 == 0;  // writes the job traces
   JobStream jobs;
   RingCursor a_ring, b_ring, staging;
@@ -51,9 +53,14 @@ __device__ inline void RunConsumer(const CtaContext& ctx, int warpgroup) {
       if (!WaitForPartials(ctx, work, warpgroup, index)) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       float sums[128];
-      SumPartials(ctx, work, warpgroup, sums);
+      bool ops_applied = false;  // by the decode path, which also applies the fused ops
+      if (SumsInOneLanding(node.schedule, work.m_block)) {
+        if (!SumFewRowPartials(ctx, work, warpgroup, staging, index, sums, &ops_applied)) return;
+      } else {
+        SumPartials(ctx, work, warpgroup, sums);
+      }
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
-      ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index);
+      ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index, ops_applied);
     } else {
       if (ctx.params.trace != nullptr && recorder && work.job->k_block_end > work.job->k_block_begin) {
         // Waiting for the first slot here too is harmless: the main loop's

@@ -60,6 +60,21 @@ __device__ __forceinline__ float Activate(float v) {
   return v;
 }
 
+// The same, chosen at run time (for the few values of a decode reduce,
+// splitk_reduce.cuh; SwiGLU is not an element-wise activation).
+__device__ __forceinline__ float Activate(EpilogueActivation activation, float v) {
+  switch (activation) {
+    case EpilogueActivation::kReLU:
+      return Activate<EpilogueActivation::kReLU>(v);
+    case EpilogueActivation::kGELU:
+      return Activate<EpilogueActivation::kGELU>(v);
+    case EpilogueActivation::kSiLU:
+      return Activate<EpilogueActivation::kSiLU>(v);
+    default:
+      return v;
+  }
+}
+
 // The passes below each cover the registers [begin, end) of one panel, so
 // their temporaries (loaded bias and residual values) stay few.
 template <EpilogueActivation kActivation>
@@ -373,13 +388,16 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
 }
 
 // The fused epilogue into C, in the instantiation for this node's output.
+// ops_applied: `acc` already holds the finished outputs of a whole tile inside
+// C's TMA columns (a decode reduce, splitk_reduce.cuh), so it is staged as a
+// plain tile.
 __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
-                                   RingCursor& staging, float (&acc)[128], int index) {
+                                   RingCursor& staging, float (&acc)[128], int index, bool ops_applied = false) {
   const EpilogueFields fields(node);
   const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
-  const bool plain = fields.bias == nullptr && fields.residual == nullptr &&
-                     fields.activation == EpilogueActivation::kNone &&
-                     int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
+  const bool plain = ops_applied || (fields.bias == nullptr && fields.residual == nullptr &&
+                                     fields.activation == EpilogueActivation::kNone &&
+                                     int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols);
   if (plain) {
     return node.out_type == ElementType::kBF16
                ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, index)

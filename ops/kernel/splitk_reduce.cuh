@@ -8,6 +8,7 @@
 #define LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 
 #include "cta_context.cuh"
+#include "epilogue_role.cuh"
 
 namespace loom::kernel {
 
@@ -67,6 +68,13 @@ __device__ inline bool StorePartialDirectly(const CtaContext& ctx, const CtaWork
   return true;
 }
 
+// A barrier over one consumer warpgroup (named barrier 1 or 2): true in every
+// thread when `predicate` holds in all 128.
+__device__ __forceinline__ bool ConsumerBarrierAnd(int warpgroup, bool predicate) {
+  static_assert(KernelConfig::kConsumerWarpgroups == 2, "one named barrier per consumer warpgroup");
+  return warpgroup == 0 ? ptx::barrier_and<1, 128>(predicate) : ptx::barrier_and<2, 128>(predicate);
+}
+
 // Split-K reduce, part 1: waits until every split of this CTA tile has
 // published its partial. Called by every thread of the consumer warpgroup:
 // thread t waits for split t's flag (and t + 128, ...), so the splits are
@@ -89,8 +97,7 @@ __device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& wor
   for (int split = threadIdx.x % 128; ok && split < split_k; split += 128) {
     ok = WaitForFlag(ctx, first_flag + split, job_index);
   }
-  static_assert(KernelConfig::kConsumerWarpgroups == 2, "one named barrier per consumer warpgroup");
-  return warpgroup == 0 ? ptx::barrier_and<1, 128>(ok) : ptx::barrier_and<2, 128>(ok);
+  return ConsumerBarrierAnd(warpgroup, ok);
 }
 
 // Split-K reduce, part 2: sums the partials in split order (the same order
@@ -118,6 +125,144 @@ __device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, i
       }
     }
   }
+}
+
+// Elements [at, at + 1] of a bf16 or fp32 tensor, as floats.
+__device__ __forceinline__ float2 LoadPair(const void* base, ElementType type, int64_t at) {
+  return type == ElementType::kBF16
+             ? make_float2(LoadFloat<__nv_bfloat16>(base, at), LoadFloat<__nv_bfloat16>(base, at + 1))
+             : make_float2(LoadFloat<float>(base, at), LoadFloat<float>(base, at + 1));
+}
+
+// A decode reduce (a tile with few rows inside M) whose live rows x splits
+// fit the consumer warpgroup's two staging buffers, one fp32 tile row of one
+// split per slot, is summed by SumFewRowPartials.
+constexpr int kLandingSlots =
+    KernelConfig::kStagingBuffers * KernelConfig::kStagingPanelBytes / (KernelConfig::kBlockN * 4);  // 16
+
+__device__ inline bool SumsInOneLanding(const sched::NodeSchedule& schedule, int32_t m_block) {
+  return (schedule.m - int64_t{m_block} * KernelConfig::kBlockM) * schedule.split_k <= kLandingSlots;
+}
+
+// Split-K reduce, part 2 for a SumsInOneLanding tile (one consumer warp's
+// rows at most, so only warpgroup 0 runs it). SumPartials leaves such a sum
+// to the few lanes that own the live rows, one split after another: a round
+// trip to L2 per split (traced at one token: 5.3 us for a chain layer's 4
+// splits, 13.1 us for the MLP down projection's 8; bench/NOTES.md v1.12).
+// Here the whole warpgroup copies every (row, split) slice into the staging
+// buffers at once (cp.async, no registers held), then each thread sums one
+// column pair in split order (the same adds in the same order as SumPartials:
+// the same bits). When the tile is a whole non-SwiGLU tile inside C's TMA
+// columns, the thread also applies the fused ops, StageTile's order, with the
+// bias and residual loaded while the copies are in flight (StageTile makes a
+// round trip per panel for them); *ops_applied says so, and the caller stages
+// `acc` as a plain tile. The results reach the accumulator layout of `acc`
+// through the same buffers; rows past M are zero. The buffers are waited for
+// as the staging that follows will wait for them, without moving the cursor,
+// so those waits then pass at once. Returns false when the launch is aborting.
+__device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
+                                         const RingCursor& staging, int job_index, float (&acc)[128],
+                                         bool* ops_applied) {
+  static_assert(KernelConfig::kStagingBuffers == 2, "the landing zone is both staging buffers");
+  constexpr int kChunksPerSlot = KernelConfig::kBlockN * 4 / 16;  // 16-byte copies per slot
+  const KernelNode& node = *work.node;
+  const sched::NodeSchedule& schedule = node.schedule;
+  const EpilogueFields fields(node);
+  const int split_k = schedule.split_k;
+  const int64_t row0 = int64_t{work.m_block} * KernelConfig::kBlockM;
+  const int live_rows = static_cast<int>(schedule.m - row0);  // 1 .. kLandingSlots / 2 (>= 2 splits)
+  const bool fused = node.activation != EpilogueActivation::kSwiGLU &&
+                     int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
+  *ops_applied = fused;
+  // Slots: both buffers of this warpgroup, which are adjacent.
+  float* slots = reinterpret_cast<float*>(ctx.staging_panel(warpgroup, 0));
+  RingCursor second = staging;
+  second.Advance(KernelConfig::kStagingBuffers);
+  bool ok = WaitForStaging(ctx, warpgroup, staging, job_index) && WaitForStaging(ctx, warpgroup, second, job_index);
+
+  const int t = threadIdx.x % 128;
+  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
+  const int64_t split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+  const int64_t tile_col0 = int64_t{work.n_block} * KernelConfig::kBlockN;
+  const float* partials = ctx.params.workspace + schedule.workspace_offset + row0 * padded_cols + tile_col0;
+  const int64_t col = tile_col0 + 2 * t;  // this thread's column pair: col, col + 1
+  float2 bias = make_float2(0.0f, 0.0f);
+  if (ok) {
+    // Slot q = row * split_k + split; copy c of this thread: 16 bytes of slot
+    // (t + 128 c) / kChunksPerSlot.
+#pragma unroll
+    for (int c = 0; c < kLandingSlots * kChunksPerSlot / 128; ++c) {
+      const int piece = t + 128 * c;
+      const int slot = piece / kChunksPerSlot;
+      const int chunk = piece % kChunksPerSlot;
+      if (slot < live_rows * split_k) {
+        ptx::cp_async_16(slots + slot * KernelConfig::kBlockN + 4 * chunk,
+                         partials + (slot % split_k) * split_stride + (slot / split_k) * padded_cols + 4 * chunk);
+      }
+    }
+    if (fused && fields.bias != nullptr) {
+      bias = LoadPair(fields.bias, fields.bias_type, col);
+    }
+  }
+  // The first row's residual travels with the copies (one token: the only row).
+  const bool add_residual = fused && fields.residual != nullptr;
+  float2 residual = make_float2(0.0f, 0.0f);
+  if (ok && add_residual) residual = LoadPair(fields.residual, fields.residual_type, row0 * fields.residual_stride + col);
+  ptx::cp_async_wait_all();
+  if (!ConsumerBarrierAnd(warpgroup, ok)) return false;  // every thread's copies have landed
+
+  // Row i's sum, in split order, then into slot i: only this thread reads or
+  // writes its column pair of any slot, and no later row reads slot i (row
+  // i' > i starts at slot i' * split_k > i).
+  float* mine = slots + 2 * t;
+#pragma unroll 1
+  for (int i = 0; i < live_rows; ++i) {
+    if (add_residual && i > 0) {
+      residual = LoadPair(fields.residual, fields.residual_type, (row0 + i) * fields.residual_stride + col);
+    }
+    float2 sum = make_float2(0.0f, 0.0f);
+    for (int split = 0; split < split_k; ++split) {
+      const float2 v = *reinterpret_cast<const float2*>(mine + (i * split_k + split) * KernelConfig::kBlockN);
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    if (fused) {  // StageTile's order: bias, activation, residual
+      if (fields.bias != nullptr) {
+        sum.x += bias.x;
+        sum.y += bias.y;
+      }
+      sum.x = Activate(fields.activation, sum.x);
+      sum.y = Activate(fields.activation, sum.y);
+      if (add_residual) {
+        sum.x += residual.x;
+        sum.y += residual.y;
+      }
+    }
+    *reinterpret_cast<float2*>(mine + i * KernelConfig::kBlockN) = sum;
+  }
+  ConsumerBarrierAnd(warpgroup, true);
+
+  // Into the accumulator layout: lane l of warp w holds rows 16 w + l / 4
+  // (registers 4c, 4c + 1) and 8 further (4c + 2, 4c + 3), columns
+  // 8c + 2 (l % 4) + {0, 1}.
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const int row_lo = warp * 16 + lane / 4;
+  const float* lo = slots + row_lo * KernelConfig::kBlockN + 2 * (lane % 4);
+  const float* hi = lo + 8 * KernelConfig::kBlockN;
+#pragma unroll
+  for (int c = 0; c < 32; ++c) {
+    const float2 v_lo = row_lo < live_rows ? *reinterpret_cast<const float2*>(lo + 8 * c) : make_float2(0.0f, 0.0f);
+    const float2 v_hi =
+        row_lo + 8 < live_rows ? *reinterpret_cast<const float2*>(hi + 8 * c) : make_float2(0.0f, 0.0f);
+    acc[4 * c] = v_lo.x;
+    acc[4 * c + 1] = v_lo.y;
+    acc[4 * c + 2] = v_hi.x;
+    acc[4 * c + 3] = v_hi.y;
+  }
+  // Every read of the slots comes before the epilogue writes its first panel.
+  ConsumerBarrierAnd(warpgroup, true);
+  return true;
 }
 
 }  // namespace loom::kernel
