@@ -19,19 +19,21 @@
 
 namespace loom::kernel {
 
-// Issues the TMA loads of one operand slot: rows [row0, row0 + 2 * box_rows)
-// at k offset `k0`, into `slot` (two boxes of box_rows x 128 B each).
+// Issues the TMA loads of one operand slot: rows [row0, row0 + halves *
+// box_rows) at k offset `k0`, into `slot` (up to two boxes of box_rows x 128 B
+// each; the first `halves` of them).
 __device__ inline void LoadOperandSlot(const CtaContext& ctx, const CUtensorMap* map, uint8_t* slot,
                                        uint64_t* full_barrier, int32_t k0, int32_t row0,
-                                       int32_t box_rows, bool shared_by_cluster) {
+                                       int32_t box_rows, bool shared_by_cluster, int halves = 2) {
   const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * KernelConfig::kPanelBytes;
   if (shared_by_cluster) {
+    if (static_cast<int>(ctx.rank) >= halves) return;
     const int32_t coords[2] = {k0, row0 + static_cast<int32_t>(ctx.rank) * box_rows};
     const uint16_t every_cta = static_cast<uint16_t>((1u << ctx.params.cluster_size) - 1);
     cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
                                     slot + ctx.rank * box_bytes, map, coords, full_barrier, every_cta);
   } else {
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < halves; ++half) {
       const int32_t coords[2] = {k0, row0 + half * box_rows};
       cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
                                       slot + half * box_bytes, map, coords, full_barrier);
@@ -49,7 +51,6 @@ __device__ inline bool SharesOperand(const CtaContext& ctx, const KernelNode& no
 __device__ inline void RunALoader(const CtaContext& ctx) {
   constexpr int kBlockK = KernelConfig::kBlockK;
   const bool lockstep = ctx.params.lockstep != 0;
-  const uint32_t slot_bytes = KernelConfig::kAStageBytes + (lockstep ? KernelConfig::kBStageBytes : 0);
   const bool traced = ctx.params.trace != nullptr;
   JobStream jobs;
   RingCursor ring;
@@ -70,6 +71,13 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
     const bool share_b = SharesOperand(ctx, node, sched::ClusterShare::kShareB);
     const int32_t row0 = work.m_block * KernelConfig::kBlockM;
     const int32_t n_row0 = work.n_block * KernelConfig::kBlockN;
+    // A tile whose second half of rows lies wholly past M (decode) loads only
+    // the first: those rows are the second consumer warpgroup's, which then
+    // issues no wgmma (RunMainLoop), so no load of all-zero rows is needed.
+    static_assert(KernelConfig::kABoxRows == KernelConfig::kRowsPerConsumer, "an A half is one warpgroup's rows");
+    const int a_halves = row0 + KernelConfig::kABoxRows < schedule.m ? 2 : 1;
+    const uint32_t slot_bytes =
+        a_halves * KernelConfig::kAStageBytes / 2 + (lockstep ? KernelConfig::kBStageBytes : 0);
     memo.Reset();
     if (has_dependencies) {
       // The epilogue reads bias and residual: wait for them before the first
@@ -102,7 +110,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                            cuda::ptx::space_shared, full, slot_bytes);
       LoadOperandSlot(ctx, &node.a_map, ctx.a_stage(ring.stage), full, k0, row0, KernelConfig::kABoxRows,
-                      share_a);
+                      share_a, a_halves);
       if (lockstep) {
         LoadOperandSlot(ctx, &node.b_map, ctx.b_stage(ring.stage), full, k0, n_row0, KernelConfig::kBBoxRows,
                         share_b);
