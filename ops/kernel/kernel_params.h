@@ -19,6 +19,10 @@ enum class ElementType : uint8_t { kBF16 = 0, kFP32 = 1 };
 struct KernelNode {
   CUtensorMap a_map;  // A [M, K] bf16, box {kBlockK, kABoxRows}, 128B swizzle
   CUtensorMap b_map;  // B [N, K] bf16, box {kBlockK, kBBoxRows}, 128B swizzle
+  // The same two, box {kBlockK, 2 x box rows}: a whole slot in one load, for a
+  // CTA that loads both halves itself (loader_role.cuh).
+  CUtensorMap a_slot_map;
+  CUtensorMap b_slot_map;
   // C [M, c_tma_cols], box {128 B of columns, 64 rows}, 128B swizzle.
   // NOTE: TMA stores clip the innermost dimension at 16-byte granularity (seen
   // on the H200: a 777-column bf16 row got its padding written), so the map

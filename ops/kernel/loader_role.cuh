@@ -20,24 +20,26 @@
 namespace loom::kernel {
 
 // Issues the TMA loads of one operand slot: rows [row0, row0 + halves *
-// box_rows) at k offset `k0`, into `slot` (up to two boxes of box_rows x 128 B
-// each; the first `halves` of them).
-__device__ inline void LoadOperandSlot(const CtaContext& ctx, const CUtensorMap* map, uint8_t* slot,
-                                       uint64_t* full_barrier, int32_t k0, int32_t row0,
-                                       int32_t box_rows, bool shared_by_cluster, int halves = 2) {
+// box_rows) at k offset `k0`, into `slot` (the first `halves` of its two
+// boxes of box_rows x 128 B). Shared by the cluster: this CTA's half, for both
+// CTAs. Otherwise both halves in one load through `slot_map` (box 2 x
+// box_rows): each TMA load costs the loader time of its own, more than its
+// rows do (bench/NOTES.md, v1.12).
+__device__ inline void LoadOperandSlot(const CtaContext& ctx, const CUtensorMap* half_map,
+                                       const CUtensorMap* slot_map, uint8_t* slot, uint64_t* full_barrier,
+                                       int32_t k0, int32_t row0, int32_t box_rows, bool shared_by_cluster,
+                                       int halves = 2) {
   const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * KernelConfig::kPanelBytes;
   if (shared_by_cluster) {
     if (static_cast<int>(ctx.rank) >= halves) return;
     const int32_t coords[2] = {k0, row0 + static_cast<int32_t>(ctx.rank) * box_rows};
     const uint16_t every_cta = static_cast<uint16_t>((1u << ctx.params.cluster_size) - 1);
     cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                    slot + ctx.rank * box_bytes, map, coords, full_barrier, every_cta);
+                                    slot + ctx.rank * box_bytes, half_map, coords, full_barrier, every_cta);
   } else {
-    for (int half = 0; half < halves; ++half) {
-      const int32_t coords[2] = {k0, row0 + half * box_rows};
-      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                      slot + half * box_bytes, map, coords, full_barrier);
-    }
+    const int32_t coords[2] = {k0, row0};
+    cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, slot,
+                                    halves == 2 ? slot_map : half_map, coords, full_barrier);
   }
 }
 
@@ -109,11 +111,11 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
       uint64_t* full = &ctx.barriers->a_full[ring.stage];
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                            cuda::ptx::space_shared, full, slot_bytes);
-      LoadOperandSlot(ctx, &node.a_map, ctx.a_stage(ring.stage), full, k0, row0, KernelConfig::kABoxRows,
-                      share_a, a_halves);
+      LoadOperandSlot(ctx, &node.a_map, &node.a_slot_map, ctx.a_stage(ring.stage), full, k0, row0,
+                      KernelConfig::kABoxRows, share_a, a_halves);
       if (lockstep) {
-        LoadOperandSlot(ctx, &node.b_map, ctx.b_stage(ring.stage), full, k0, n_row0, KernelConfig::kBBoxRows,
-                        share_b);
+        LoadOperandSlot(ctx, &node.b_map, &node.b_slot_map, ctx.b_stage(ring.stage), full, k0, n_row0,
+                        KernelConfig::kBBoxRows, share_b);
       }
       ring.Advance(ctx.params.a_stages);
     }
@@ -159,8 +161,8 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
       const uint32_t slot_bytes = KernelConfig::kBStageBytes;
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                            cuda::ptx::space_shared, full, slot_bytes);
-      LoadOperandSlot(ctx, &node.b_map, ctx.b_stage(ring.stage), full, k0, n_row0, KernelConfig::kBBoxRows,
-                      share_b);
+      LoadOperandSlot(ctx, &node.b_map, &node.b_slot_map, ctx.b_stage(ring.stage), full, k0, n_row0,
+                      KernelConfig::kBBoxRows, share_b);
       ring.Advance(ctx.params.b_stages);
     }
   }

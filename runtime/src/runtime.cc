@@ -148,6 +148,10 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     if (node.m() == 0 || node.n() == 0 || node.k() == 0) continue;  // no jobs, no tensor maps
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
+    LOOM_RETURN_IF_ERROR(
+        internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, 2 * KernelConfig::kABoxRows, &out.a_slot_map));
+    LOOM_RETURN_IF_ERROR(
+        internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, 2 * KernelConfig::kBBoxRows, &out.b_slot_map));
     const sched::NodeSchedule& lowered = schedule.nodes[i];
     if (lowered.split_k > 1) {
       LOOM_RETURN_IF_ERROR(internal::EncodeWorkspaceMap(
