@@ -140,6 +140,8 @@ __device__ __forceinline__ float2 LoadPair(const void* base, ElementType type, i
 constexpr int kLandingSlots =
     KernelConfig::kStagingBuffers * KernelConfig::kStagingPanelBytes / (KernelConfig::kBlockN * 4);  // 16
 
+static_assert(kLandingSlots == sched::kOneLandingSlots, "the scheduler's split choice assumes this many slots");
+
 __device__ inline bool SumsInOneLanding(const sched::NodeSchedule& schedule, int32_t m_block) {
   return (schedule.m - int64_t{m_block} * KernelConfig::kBlockM) * schedule.split_k <= kLandingSlots;
 }

@@ -67,9 +67,12 @@ CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row
 // Split-K for one node. `forced` >= 1 forces it (clamped to k_blocks, because a
 // split without k-blocks would do no work). forced == 0 decides: when the node
 // has at most half a wave of cluster tiles (2 * clusters <= max_clusters), split
-// so that clusters * split_k is about one wave, each split keeping >= 4
-// k-blocks; otherwise 1. Never more than kMaxSplitK.
-int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced);
+// so that clusters * split_k is about one wave, each split keeping >= 16
+// k-blocks, or >= 8 when the node is one row block of `rows` rows (0: more
+// than one) and rows x split_k <= kOneLandingSlots; otherwise 1. Never more
+// than kMaxSplitK.
+int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced,
+                     int64_t rows = 0);
 
 // The k-blocks of split `split` of `split_k`: contiguous ranges that partition
 // [0, k_blocks) in order, sizes differing by at most one (the first
