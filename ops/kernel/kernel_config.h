@@ -71,6 +71,10 @@ struct KernelConfig {
                 "setmaxnreg takes multiples of 8");
 };
 
+// Named barriers (bar.sync / bar.red ids; 0 is __syncthreads'), one per
+// consumer warpgroup for syncs among its 128 threads.
+enum class NamedBarrier : int { kConsumer0 = 1, kConsumer1 = 2 };
+
 // Byte offsets into the dynamic shared memory of one CTA.
 struct SmemLayout {
   uint32_t a_ring = 0;       // [a_stages][kBlockM][kBlockK] bf16, 128B swizzle

@@ -68,11 +68,13 @@ __device__ inline bool StorePartialDirectly(const CtaContext& ctx, const CtaWork
   return true;
 }
 
-// A barrier over one consumer warpgroup (named barrier 1 or 2): true in every
+// A barrier over one consumer warpgroup (its NamedBarrier): true in every
 // thread when `predicate` holds in all 128.
 __device__ __forceinline__ bool ConsumerBarrierAnd(int warpgroup, bool predicate) {
   static_assert(KernelConfig::kConsumerWarpgroups == 2, "one named barrier per consumer warpgroup");
-  return warpgroup == 0 ? ptx::barrier_and<1, 128>(predicate) : ptx::barrier_and<2, 128>(predicate);
+  constexpr int kFirst = static_cast<int>(NamedBarrier::kConsumer0);
+  constexpr int kSecond = static_cast<int>(NamedBarrier::kConsumer1);
+  return warpgroup == 0 ? ptx::barrier_and<kFirst, 128>(predicate) : ptx::barrier_and<kSecond, 128>(predicate);
 }
 
 // Split-K reduce, part 1: waits until every split of this CTA tile has
