@@ -255,7 +255,7 @@ __device__ inline bool JobInputsReady(const CtaContext& ctx, int index) {
   const sched::NodeSchedule& schedule = node.schedule;
   const sched::CtaTile tile = sched::CtaTileOf(job, schedule.share, 0);
   if (job.kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
-    const int first = schedule.partial_flag_base + (tile.m_block * schedule.n_blocks + tile.n_block) * schedule.split_k;
+    const int first = sched::PartialFlagIndex(schedule, tile.m_block, tile.n_block, 0);
     for (int split = 0; split < schedule.split_k; ++split) {
       if (!FlagDone(ptx::ld_relaxed_gpu(&ctx.params.flags[first + split]), ctx.epoch)) return false;
     }

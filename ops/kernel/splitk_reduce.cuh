@@ -94,7 +94,7 @@ __device__ __forceinline__ bool ConsumerBarrierAnd(int warpgroup, bool predicate
 __device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, int job_index) {
   const sched::NodeSchedule& schedule = work.node->schedule;
   const int split_k = schedule.split_k;
-  const int first_flag = schedule.partial_flag_base + (work.m_block * schedule.n_blocks + work.n_block) * split_k;
+  const int first_flag = sched::PartialFlagIndex(schedule, work.m_block, work.n_block, 0);
   bool ok = true;
   for (int split = threadIdx.x % 128; ok && split < split_k; split += 128) {
     ok = WaitForFlag(ctx, first_flag + split, job_index);

@@ -85,8 +85,7 @@ __device__ inline void RunStore(const CtaContext& ctx) {
       // then published. A partial always has a reader: its tile's reduce job.
       cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
       cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-      const int tile = work.m_block * node.schedule.n_blocks + work.n_block;
-      const int flag = partial ? node.schedule.partial_flag_base + tile * node.schedule.split_k + job.split
+      const int flag = partial ? sched::PartialFlagIndex(node.schedule, work.m_block, work.n_block, job.split)
                                : sched::OutputFlagIndex(node.schedule, work.m_block, work.n_block);
       ptx::st_release_gpu(&ctx.params.flags[flag], ctx.epoch);
     }

@@ -108,10 +108,9 @@ void AppendJobReads(const Schedule& schedule, const TileJob& job, int32_t k_bloc
     for (int rank = 0; rank < schedule.cluster_size; ++rank) {
       const CtaTile cta = CtaTileOf(job, node.share, rank);
       if (!CtaTileInRange(node, cta)) continue;
-      const int32_t t = cta.m_block * node.n_blocks + cta.n_block;
       for (int32_t s = 0; s < node.split_k; ++s) {
-        reads->push_back(FlagRead{node.partial_flag_base + t * node.split_k + s, job.node,
-                                  cta.m_block, cta.n_block, s});
+        reads->push_back(FlagRead{PartialFlagIndex(node, cta.m_block, cta.n_block, s), job.node, cta.m_block,
+                                  cta.n_block, s});
       }
     }
     return;
@@ -138,8 +137,7 @@ void AppendJobWrites(const Schedule& schedule, const TileJob& job, std::vector<F
       writes->push_back(FlagWrite{OutputFlagIndex(node, cta.m_block, cta.n_block), cta.m_block,
                                   cta.n_block, -1});
     } else {
-      const int32_t t = cta.m_block * node.n_blocks + cta.n_block;
-      writes->push_back(FlagWrite{node.partial_flag_base + t * node.split_k + job.split, cta.m_block,
+      writes->push_back(FlagWrite{PartialFlagIndex(node, cta.m_block, cta.n_block, job.split), cta.m_block,
                                   cta.n_block, job.split});
     }
   }

@@ -188,6 +188,13 @@ LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_
   return node.flag_base + m_block * node.n_blocks + n_block;
 }
 
+// The flag of split `split`'s partial of tile (m_block, n_block) of a split-K
+// node (layout: NodeSchedule::partial_flag_base).
+LOOM_HOST_DEVICE inline int32_t PartialFlagIndex(const NodeSchedule& node, int32_t m_block, int32_t n_block,
+                                                 int32_t split) {
+  return node.partial_flag_base + (m_block * node.n_blocks + n_block) * node.split_k + split;
+}
+
 }  // namespace loom::sched
 
 #endif  // LOOM_SCHEDULER_SCHEDULE_H_
