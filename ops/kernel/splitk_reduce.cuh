@@ -12,26 +12,10 @@
 
 namespace loom::kernel {
 
-// A CTA tile's split-K partials in the workspace (layout: schedule.h,
-// workspace_offset): split 0's element (0, 0) of the tile, the floats from
-// one row to the next, and from one split to the next.
-struct TilePartials {
-  float* first;
-  int64_t row_stride;
-  int64_t split_stride;
-
-  __device__ TilePartials(const CtaContext& ctx, const CtaWork& work) {
-    const sched::NodeSchedule& schedule = work.node->schedule;
-    row_stride = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
-    split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * row_stride;
-    first = ctx.params.workspace + schedule.workspace_offset +
-            int64_t{work.m_block} * KernelConfig::kBlockM * row_stride + int64_t{work.n_block} * KernelConfig::kBlockN;
-  }
-};
-
 // Where this lane's accumulator rows live in a split-K partial: its two rows
-// (lane / 4 and 8 further, of its warp's 16) in split 0's slice, pointing at
-// the lane's first column pair; each further split is `split_stride` floats on.
+// (lane / 4 and 8 further, of its warp's 16) in split 0's slice of the
+// workspace (layout: schedule.h, workspace_offset), pointing at the lane's
+// first column pair; each further split is `split_stride` floats on.
 struct LanePartialRows {
   float* lo;
   float* hi;
@@ -39,16 +23,18 @@ struct LanePartialRows {
   bool lo_ok, hi_ok;  // the row is inside M
 
   __device__ LanePartialRows(const CtaContext& ctx, const CtaWork& work, int warpgroup) {
-    const TilePartials tile(ctx, work);
+    const sched::NodeSchedule& schedule = work.node->schedule;
     const int warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32;
-    const int row = warpgroup * KernelConfig::kRowsPerConsumer + warp * 16 + lane / 4;  // in the tile
-    const int64_t rows_inside = work.node->schedule.m - int64_t{work.m_block} * KernelConfig::kBlockM;
-    split_stride = tile.split_stride;
-    lo_ok = row < rows_inside;
-    hi_ok = row + 8 < rows_inside;
-    lo = tile.first + row * tile.row_stride + 2 * (lane % 4);
-    hi = lo + 8 * tile.row_stride;
+    const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
+    const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM +
+                           warpgroup * KernelConfig::kRowsPerConsumer + warp * 16 + lane / 4;
+    split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+    lo_ok = row_lo < schedule.m;
+    hi_ok = row_lo + 8 < schedule.m;
+    lo = ctx.params.workspace + schedule.workspace_offset + row_lo * padded_cols +
+         int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
+    hi = lo + 8 * padded_cols;
   }
 };
 
@@ -199,8 +185,11 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   bool ok = WaitForStaging(ctx, warpgroup, staging, job_index) && WaitForStaging(ctx, warpgroup, second, job_index);
 
   const int t = threadIdx.x % 128;
-  const TilePartials partials(ctx, work);
-  const int64_t col = int64_t{work.n_block} * KernelConfig::kBlockN + 2 * t;  // this thread's pair: col, col + 1
+  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
+  const int64_t split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+  const int64_t tile_col0 = int64_t{work.n_block} * KernelConfig::kBlockN;
+  const float* partials = ctx.params.workspace + schedule.workspace_offset + row0 * padded_cols + tile_col0;
+  const int64_t col = tile_col0 + 2 * t;  // this thread's column pair: col, col + 1
   float2 bias = make_float2(0.0f, 0.0f);
   if (ok) {
     // Slot q = row * split_k + split; copy c of this thread: 16 bytes of slot
@@ -212,8 +201,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
       const int chunk = piece % kChunksPerSlot;
       if (slot < live_rows * split_k) {
         ptx::cp_async_16(slots + slot * KernelConfig::kBlockN + 4 * chunk,
-                         partials.first + (slot % split_k) * partials.split_stride +
-                             (slot / split_k) * partials.row_stride + 4 * chunk);
+                         partials + (slot % split_k) * split_stride + (slot / split_k) * padded_cols + 4 * chunk);
       }
     }
     if (fused && fields.bias != nullptr) {
