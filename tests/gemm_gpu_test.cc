@@ -289,11 +289,14 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{300, 512, 1024}, 2, Activation::kSwiGLU, DType::kBF16},
                       std::tuple{Shape{64, 4096, 14336}, 7, Activation::kNone, DType::kBF16},
                       std::tuple{Shape{16, 520, 264}, 4, Activation::kGELU, DType::kFP32},
-                      // Decode reduces (rows x splits <= 16 slots: SumFewRowPartials):
-                      // all 16 slots as 2 x 8 and 1 x 16; then 5 x 4 = 20, past them.
+                      // Few-row reduces (<= 16 rows: SumFewRowPartials), 32 slices
+                      // loaded at a time: 16 (2 x 8 and 1 x 16), 20, 33 (one past
+                      // a pass) and 128 slices (four passes).
                       std::tuple{Shape{2, 1000, 4096}, 8, Activation::kSiLU, DType::kBF16},
                       std::tuple{Shape{1, 1000, 4096}, 16, Activation::kReLU, DType::kFP32},
-                      std::tuple{Shape{5, 1000, 4096}, 4, Activation::kNone, DType::kFP32}),
+                      std::tuple{Shape{5, 1000, 4096}, 4, Activation::kNone, DType::kFP32},
+                      std::tuple{Shape{11, 1000, 4096}, 3, Activation::kGELU, DType::kBF16},
+                      std::tuple{Shape{16, 1000, 4096}, 8, Activation::kSiLU, DType::kFP32}),
     [](const auto& info) {
       return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param));
     });
@@ -322,35 +325,36 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<3>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
     });
 
-// The decode reduce (SumFewRowPartials: rows x splits <= 16, fused ops in
-// its own pass) must give the bits of the general one (SumPartials, then
+// The few-row reduce (SumFewRowPartials: at most 16 rows inside M, fused ops
+// in its own pass) must give the bits of the general one (SumPartials, then
 // StageTile): the same partials, summed in the same order, the same fused
-// ops. Row 0 of a 17-row GEMM (partials staged, the general reduce) against
-// that row alone (1 row x 8 splits: one landing), fp32 out, with a bias and
-// a residual.
-class DecodeReduceBitsTest : public ::testing::TestWithParam<Activation> {};
+// ops. The first rows of a 17-row GEMM (partials staged, the general reduce)
+// against those rows alone (1 or 16 rows x 8 splits), fp32 out, with a bias
+// and a residual.
+class DecodeReduceBitsTest : public ::testing::TestWithParam<std::tuple<Activation, int64_t>> {};
 TEST_P(DecodeReduceBitsTest, MatchTheGeneralReduce) {
   LOOM_SKIP_WITHOUT_GPU();
+  const auto [activation, rows] = GetParam();
   constexpr int64_t kN = 1000, kK = 4096;
   Rng rng;
   GpuHarness general, decode;
-  auto add = [&](GpuHarness& h, int64_t m) {
+  auto add = [&, activation = activation](GpuHarness& h, int64_t m) {
     h.Input("A", DType::kBF16, m, kK, rng);
     h.Input("B", DType::kBF16, kN, kK, rng);
     h.Input("bias", DType::kBF16, 1, kN, rng);
     h.Input("residual", DType::kFP32, m, kN, rng);
     h.Output("C", DType::kFP32, m, kN);
-    h.Build([](const auto& t, GemmGraph& g) {
+    h.Build([activation](const auto& t, GemmGraph& g) {
       Epilogue epilogue;
-      epilogue.activation = GetParam();
+      epilogue.activation = activation;
       epilogue.bias = t("bias");
       epilogue.residual = t("residual");
       g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
     });
   };
   add(general, 17);
-  add(decode, 1);
-  // The decode GEMM's inputs are the general one's (its first row of A and
+  add(decode, rows);
+  // The decode GEMM's inputs are the general one's (its first rows of A and
   // of the residual).
   for (const char* name : {"A", "B", "bias", "residual"}) {
     HostMatrix& to = decode.host(name);
@@ -365,19 +369,26 @@ TEST_P(DecodeReduceBitsTest, MatchTheGeneralReduce) {
   LOOM_ASSERT_OK(decode.Run(TestRuntime(), options));
   general.ExpectMatchesReference();
   decode.ExpectMatchesReference();
-  int64_t differing = 0, first = -1;
-  for (int64_t c = 0; c < kN; ++c) {
-    if (decode.host("C").at(0, c) != general.host("C").at(0, c)) {
-      if (differing++ == 0) first = c;
+  int64_t differing = 0, first_row = -1, first_col = -1;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < kN; ++c) {
+      if (decode.host("C").at(r, c) != general.host("C").at(r, c) && differing++ == 0) {
+        first_row = r;
+        first_col = c;
+      }
     }
   }
-  EXPECT_EQ(differing, 0) << "columns of row 0 whose bits differ; the first is " << first << ": "
-                          << decode.host("C").at(0, first) << " (decode) against "
-                          << general.host("C").at(0, first) << " (general)";
+  EXPECT_EQ(differing, 0) << "elements whose bits differ; the first is (" << first_row << ", " << first_col
+                          << "): " << decode.host("C").at(first_row, first_col) << " (few rows) against "
+                          << general.host("C").at(first_row, first_col) << " (general)";
 }
-INSTANTIATE_TEST_SUITE_P(Activations, DecodeReduceBitsTest,
-                         ::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU),
-                         [](const auto& info) { return std::string(ActivationName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(
+    Activations, DecodeReduceBitsTest,
+    ::testing::Combine(::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU),
+                       ::testing::Values(int64_t{1}, int64_t{16})),
+    [](const auto& info) {
+      return std::string(ActivationName(std::get<0>(info.param))) + "_M" + std::to_string(std::get<1>(info.param));
+    });
 
 TEST(GemmTest, SplitKReplayIsBitIdentical) {
   LOOM_SKIP_WITHOUT_GPU();

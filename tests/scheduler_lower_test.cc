@@ -258,7 +258,7 @@ TEST(LowerTest, AWaitGranuleCoversEveryKBlockItSkips) {
 }
 
 TEST(LowerTest, SmallMSplitsKToFillAWave) {
-  absl::StatusOr<Schedule> s = Lower({Gemm(16, 4096, 4096)}, Options());
+  absl::StatusOr<Schedule> s = Lower({Gemm(17, 4096, 4096)}, Options());
   ASSERT_TRUE(s.ok());
   const NodeSchedule& node = s->nodes[0];
   // 8 cluster tiles (16 n-blocks, kShareA pairs): 66 / 8 = 8 splits would fill
@@ -266,6 +266,10 @@ TEST(LowerTest, SmallMSplitsKToFillAWave) {
   EXPECT_EQ(node.share, ClusterShare::kShareA);
   EXPECT_EQ(node.split_k, 4);
   EXPECT_EQ(s->queue.size(), 8u * (4 + 1));
+  // With at most 16 rows (kFewRowReduceRows), >= 8 k-blocks: 8 splits.
+  s = Lower({Gemm(16, 4096, 4096)}, Options());
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->nodes[0].split_k, 8);
   // A longer K fills the wave: 1 x 4096 x 14336 (224 k-blocks) splits 8 ways.
   s = Lower({Gemm(1, 4096, 14336)}, Options());
   ASSERT_TRUE(s.ok());
@@ -295,7 +299,7 @@ TEST(ExplainTest, MentionsEveryNodeItsDependenciesAndTheQueue) {
   ASSERT_TRUE(s.ok());
   const std::string text = ExplainSchedule(*s, {"o_proj", "up", "down"});
   for (const char* fragment : {"'o_proj'", "'up'", "'down'", "'node 3'", "reads A from 'up' (node 1)",
-                               "reads residual from 'o_proj'", "split_k 4", "sharing B", "sharing A",
+                               "reads residual from 'o_proj'", "split_k 8", "sharing B", "sharing A",
                                "raster along", "queue: ", "#0 ", "jobs at queue positions",
                                "A's producers: one granule of producer tiles every 2 k-blocks"}) {
     EXPECT_NE(text.find(fragment), std::string::npos) << "no \"" << fragment << "\" in\n" << text;

@@ -101,11 +101,10 @@ TEST(ChooseSplitKTest, SplitsOnlyWellUnderAWaveAndKeepsSixteenBlocks) {
   EXPECT_EQ(ChooseSplitK(100, 2, 66, 5), 2);                                           // forced, clamped to K
 }
 
-TEST(ChooseSplitKTest, DecodeRowsWhosePartialsFitOneLandingKeepEightBlocks) {
-  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/1), 8);   // 1 x 8 <= kOneLandingSlots
-  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/2), 8);   // 2 x 8 = 16
-  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/3), 4);   // 3 x 8 > 16: >= 16 blocks again
-  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/16), 4);
+TEST(ChooseSplitKTest, FewRowNodesKeepEightBlocks) {
+  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/1), 8);
+  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/16), 8);  // kFewRowReduceRows
+  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/17), 4);  // >= 16 blocks again
   EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/0), 4);   // more than one row block
   EXPECT_EQ(ChooseSplitK(8, 15, 66, 0, /*rows=*/1), 1);   // two splits would get 7
   EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, /*rows=*/1), 8);  // the wave, not K, limits it

@@ -54,7 +54,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       float sums[128];
       bool ops_applied = false;  // by the decode path, which also applies the fused ops
-      if (SumsInOneLanding(node.schedule, work.m_block)) {
+      if (SumsFewRows(node.schedule, work.m_block)) {
         if (!SumFewRowPartials(ctx, work, warpgroup, staging, index, sums, &ops_applied)) return;
       } else {
         SumPartials(ctx, work, warpgroup, sums);

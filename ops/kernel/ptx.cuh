@@ -123,19 +123,6 @@ __device__ __forceinline__ bool barrier_and(bool predicate) {
   return all != 0;
 }
 
-// cp.async.cg, 16 bytes from global to shared memory (through L2, not L1):
-// an asynchronous copy that lands once this thread's cp_async_wait_all()
-// returns; a barrier after that makes it visible to the other threads.
-__device__ __forceinline__ void cp_async_16(void* shared, const void* global) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(shared))),
-               "l"(global)
-               : "memory");
-}
-
-// cp.async.wait_all: every cp.async this thread issued has landed.
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 __device__ __forceinline__ uint32_t smid() {
   uint32_t value;
   asm volatile("mov.u32 %0, %%smid;\n" : "=r"(value));

@@ -136,115 +136,155 @@ __device__ __forceinline__ float2 LoadPair(const void* base, ElementType type, i
              : make_float2(LoadFloat<float>(base, at), LoadFloat<float>(base, at + 1));
 }
 
-// A decode reduce (a tile with few rows inside M) whose live rows x splits
-// fit the consumer warpgroup's two staging buffers, one fp32 tile row of one
-// split per slot, is summed by SumFewRowPartials.
-constexpr int kLandingSlots =
-    KernelConfig::kStagingBuffers * KernelConfig::kStagingPanelBytes / (KernelConfig::kBlockN * 4);  // 16
-
-static_assert(kLandingSlots == sched::kOneLandingSlots, "the scheduler's split choice assumes this many slots");
-
-__device__ inline bool SumsInOneLanding(const sched::NodeSchedule& schedule, int32_t m_block) {
-  return (schedule.m - int64_t{m_block} * KernelConfig::kBlockM) * schedule.split_k <= kLandingSlots;
+// A reduce tile with at most kDirectPartialRows rows inside M (decode, a few
+// tokens: one consumer warp's rows, so only warpgroup 0 runs it) is summed by
+// SumFewRowPartials. Its sums land in the warpgroup's two staging buffers,
+// one fp32 tile row per row.
+__device__ inline bool SumsFewRows(const sched::NodeSchedule& schedule, int32_t m_block) {
+  return StoresPartialDirectly(schedule, m_block);
 }
 
-// Split-K reduce, part 2 for a SumsInOneLanding tile (one consumer warp's
-// rows at most, so only warpgroup 0 runs it). SumPartials leaves such a sum
-// to the few lanes that own the live rows, one split after another: a round
-// trip to L2 per split (traced at one token: 5.3 us for a chain layer's 4
-// splits, 13.1 us for the MLP down projection's 8; bench/NOTES.md v1.12).
-// Here the whole warpgroup copies every (row, split) slice into the staging
-// buffers at once (cp.async, no registers held), then each thread sums one
-// column pair in split order (the same adds in the same order as SumPartials:
-// the same bits). When the tile is a whole non-SwiGLU tile inside C's TMA
-// columns, the thread also applies the fused ops, StageTile's order, with the
-// bias and residual loaded while the copies are in flight (StageTile makes a
-// round trip per panel for them); *ops_applied says so, and the caller stages
-// `acc` as a plain tile. The results reach the accumulator layout of `acc`
-// through the same buffers; rows past M are zero. The buffers are waited for
-// as the staging that follows will wait for them, without moving the cursor,
-// so those waits then pass at once. Returns false when the launch is aborting.
+static_assert(kDirectPartialRows * KernelConfig::kBlockN * 4 ==
+                  KernelConfig::kStagingBuffers * KernelConfig::kStagingPanelBytes,
+              "a few-row tile's sums fill both staging buffers");
+static_assert(kDirectPartialRows == sched::kFewRowReduceRows, "the scheduler's split choice assumes this many rows");
+
+// The fused ops SumFewRowPartials applies to one thread's column pair.
+struct PairOps {
+  bool apply = false;  // bias, activation, residual, in StageTile's order
+  bool has_bias = false;
+  float2 bias = make_float2(0.0f, 0.0f);
+  EpilogueActivation activation = EpilogueActivation::kNone;
+  const void* residual = nullptr;  // none when null; else row i's pair at element
+  ElementType residual_type = ElementType::kBF16;  // residual_at + i * residual_stride
+  int64_t residual_at = 0;
+  int64_t residual_stride = 0;
+
+  // Row i's residual pair, when the ops add one (zero otherwise).
+  __device__ float2 Residual(int i) const {
+    return apply && residual != nullptr ? LoadPair(residual, residual_type, residual_at + i * residual_stride)
+                                        : make_float2(0.0f, 0.0f);
+  }
+  // The ops on a sum, given its row's Residual.
+  __device__ float2 Apply(float2 x, float2 row_residual) const {
+    if (!apply) return x;
+    if (has_bias) {  // no + 0 when there is none: it would turn -0 into +0
+      x.x += bias.x;
+      x.y += bias.y;
+    }
+    x.x = Activate(activation, x.x);
+    x.y = Activate(activation, x.y);
+    if (residual != nullptr) {
+      x.x += row_residual.x;
+      x.y += row_residual.y;
+    }
+    return x;
+  }
+};
+
+// SumFewRowPartials' work for one thread's column pair: `partials` points at
+// it in row 0 of split 0; row i's sum of the splits, in split order, then
+// `ops`, goes to `out` + i * kBlockN. kRows rows at a time, each with its
+// residual loaded first: every load of a step is issued before the first add
+// waits (a past-the-end row re-reads the last, unconditionally: a guarded
+// load is a branch, and ptxas then waited for each load before the next,
+// measured 2-3x slower). Traced on the H200 at 16 tokens, 1 row at a time
+// summed a chain layer's 16 x 8 in ~11.5 us, 2 or 4 rows in 7-11; at one
+// token, 2 rows (the row and its repeat) cost the chain 3 us against 1.
+template <int kRows>
+__device__ __forceinline__ void SumColumnPair(const float* partials, int64_t split_stride, int64_t padded_cols,
+                                              int live_rows, int split_k, const PairOps& ops, float* out) {
+#pragma unroll 1
+  for (int i = 0; i < live_rows; i += kRows) {
+    const float* row[kRows];
+    float2 x[kRows], residual[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      row[r] = partials + min(i + r, live_rows - 1) * padded_cols;
+      x[r] = make_float2(0.0f, 0.0f);
+      residual[r] = i + r < live_rows ? ops.Residual(i + r) : make_float2(0.0f, 0.0f);
+    }
+#pragma unroll 8
+    for (int split = 0; split < split_k; ++split) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(row[r] + split * split_stride));
+        x[r].x += v.x;
+        x[r].y += v.y;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (i + r < live_rows) {
+        *reinterpret_cast<float2*>(out + (i + r) * KernelConfig::kBlockN) = ops.Apply(x[r], residual[r]);
+      }
+    }
+  }
+}
+
+// Split-K reduce, part 2 for a SumsFewRows tile. SumPartials leaves such a
+// sum to the one warp that owns the live rows, 64 loads of 8 rows x 8 bytes
+// each per lane and split, with 128 accumulators held (traced at 16 tokens:
+// 9.8 us for a chain layer's 4 splits, 23.9 us for the MLP down projection's
+// 8; bench/NOTES.md v1.12). Here each thread of the warpgroup owns one column
+// pair of every row (a warp reads 256 contiguous bytes per load) and sums it
+// split after split (SumColumnPair): the same adds in the same order as
+// SumPartials, so the same bits. Each row's sum goes to its staging row. When
+// the tile is a whole non-SwiGLU tile inside C's TMA columns, the thread also
+// applies the fused ops to its pairs in StageTile's order, with the bias and
+// the rows' residuals loaded before the sums (StageTile makes a round trip
+// per panel for them); *ops_applied says so, and the caller stages `acc` as a
+// plain tile. The results reach the accumulator layout of `acc` through the
+// staging buffers; rows past M are zero. The buffers are waited for as the
+// staging that follows will wait for them, without moving the cursor, so
+// those waits then pass at once. Returns false when the launch is aborting.
 __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
                                          const RingCursor& staging, int job_index, float (&acc)[128],
                                          bool* ops_applied) {
-  static_assert(KernelConfig::kStagingBuffers == 2, "the landing zone is both staging buffers");
-  constexpr int kChunksPerSlot = KernelConfig::kBlockN * 4 / 16;  // 16-byte copies per slot
+  static_assert(KernelConfig::kStagingBuffers == 2, "the sums land in both staging buffers");
+  static_assert(KernelConfig::kBlockN == 2 * 128, "one column pair per thread of the warpgroup");
   const KernelNode& node = *work.node;
   const sched::NodeSchedule& schedule = node.schedule;
   const EpilogueFields fields(node);
   const int split_k = schedule.split_k;
   const int64_t row0 = int64_t{work.m_block} * KernelConfig::kBlockM;
-  const int live_rows = static_cast<int>(schedule.m - row0);  // 1 .. kLandingSlots / 2 (>= 2 splits)
+  const int live_rows = static_cast<int>(schedule.m - row0);  // 1 .. kDirectPartialRows
   const bool fused = node.activation != EpilogueActivation::kSwiGLU &&
                      int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
   *ops_applied = fused;
-  // Slots: both buffers of this warpgroup, which are adjacent.
-  float* slots = reinterpret_cast<float*>(ctx.staging_panel(warpgroup, 0));
+  // Row i's sum goes to staging row i: both buffers of this warpgroup, which
+  // are adjacent.
+  float* sums = reinterpret_cast<float*>(ctx.staging_panel(warpgroup, 0));
   RingCursor second = staging;
   second.Advance(KernelConfig::kStagingBuffers);
-  bool ok = WaitForStaging(ctx, warpgroup, staging, job_index) && WaitForStaging(ctx, warpgroup, second, job_index);
+  const bool ok =
+      WaitForStaging(ctx, warpgroup, staging, job_index) && WaitForStaging(ctx, warpgroup, second, job_index);
 
   const int t = threadIdx.x % 128;
   const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
   const int64_t split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
-  const int64_t tile_col0 = int64_t{work.n_block} * KernelConfig::kBlockN;
-  const float* partials = ctx.params.workspace + schedule.workspace_offset + row0 * padded_cols + tile_col0;
-  const int64_t col = tile_col0 + 2 * t;  // this thread's column pair: col, col + 1
-  float2 bias = make_float2(0.0f, 0.0f);
+  const int64_t col = int64_t{work.n_block} * KernelConfig::kBlockN + 2 * t;  // this thread's pair
+  const float* partials = ctx.params.workspace + schedule.workspace_offset + row0 * padded_cols + col;
   if (ok) {
-    // Slot q = row * split_k + split; copy c of this thread: 16 bytes of slot
-    // (t + 128 c) / kChunksPerSlot.
-#pragma unroll
-    for (int c = 0; c < kLandingSlots * kChunksPerSlot / 128; ++c) {
-      const int piece = t + 128 * c;
-      const int slot = piece / kChunksPerSlot;
-      const int chunk = piece % kChunksPerSlot;
-      if (slot < live_rows * split_k) {
-        ptx::cp_async_16(slots + slot * KernelConfig::kBlockN + 4 * chunk,
-                         partials + (slot % split_k) * split_stride + (slot / split_k) * padded_cols + 4 * chunk);
-      }
+    PairOps ops;
+    if (fused) {
+      ops.apply = true;
+      ops.has_bias = fields.bias != nullptr;
+      if (ops.has_bias) ops.bias = LoadPair(fields.bias, fields.bias_type, col);
+      ops.activation = fields.activation;
+      ops.residual = fields.residual;
+      ops.residual_type = fields.residual_type;
+      ops.residual_at = row0 * fields.residual_stride + col;
+      ops.residual_stride = fields.residual_stride;
     }
-    if (fused && fields.bias != nullptr) {
-      bias = LoadPair(fields.bias, fields.bias_type, col);
+    float* mine = sums + 2 * t;
+    if (live_rows == 1) {
+      SumColumnPair<1>(partials, split_stride, padded_cols, live_rows, split_k, ops, mine);
+    } else {
+      SumColumnPair<2>(partials, split_stride, padded_cols, live_rows, split_k, ops, mine);
     }
   }
-  // The first row's residual travels with the copies (one token: the only row).
-  const bool add_residual = fused && fields.residual != nullptr;
-  float2 residual = make_float2(0.0f, 0.0f);
-  if (ok && add_residual) residual = LoadPair(fields.residual, fields.residual_type, row0 * fields.residual_stride + col);
-  ptx::cp_async_wait_all();
-  if (!ConsumerBarrierAnd(warpgroup, ok)) return false;  // every thread's copies have landed
-
-  // Row i's sum, in split order, then into slot i: only this thread reads or
-  // writes its column pair of any slot, and no later row reads slot i (row
-  // i' > i starts at slot i' * split_k > i).
-  float* mine = slots + 2 * t;
-#pragma unroll 1
-  for (int i = 0; i < live_rows; ++i) {
-    if (add_residual && i > 0) {
-      residual = LoadPair(fields.residual, fields.residual_type, (row0 + i) * fields.residual_stride + col);
-    }
-    float2 sum = make_float2(0.0f, 0.0f);
-    for (int split = 0; split < split_k; ++split) {
-      const float2 v = *reinterpret_cast<const float2*>(mine + (i * split_k + split) * KernelConfig::kBlockN);
-      sum.x += v.x;
-      sum.y += v.y;
-    }
-    if (fused) {  // StageTile's order: bias, activation, residual
-      if (fields.bias != nullptr) {
-        sum.x += bias.x;
-        sum.y += bias.y;
-      }
-      sum.x = Activate(fields.activation, sum.x);
-      sum.y = Activate(fields.activation, sum.y);
-      if (add_residual) {
-        sum.x += residual.x;
-        sum.y += residual.y;
-      }
-    }
-    *reinterpret_cast<float2*>(mine + i * KernelConfig::kBlockN) = sum;
-  }
-  ConsumerBarrierAnd(warpgroup, true);
+  if (!ConsumerBarrierAnd(warpgroup, ok)) return false;  // every row's sum is in place
 
   // Into the accumulator layout: lane l of warp w holds rows 16 w + l / 4
   // (registers 4c, 4c + 1) and 8 further (4c + 2, 4c + 3), columns
@@ -252,7 +292,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const int row_lo = warp * 16 + lane / 4;
-  const float* lo = slots + row_lo * KernelConfig::kBlockN + 2 * (lane % 4);
+  const float* lo = sums + row_lo * KernelConfig::kBlockN + 2 * (lane % 4);
   const float* hi = lo + 8 * KernelConfig::kBlockN;
 #pragma unroll
   for (int c = 0; c < 32; ++c) {
@@ -264,7 +304,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
     acc[4 * c + 2] = v_hi.x;
     acc[4 * c + 3] = v_hi.y;
   }
-  // Every read of the slots comes before the epilogue writes its first panel.
+  // Every read of the buffers comes before the epilogue writes its first panel.
   ConsumerBarrierAnd(warpgroup, true);
   return true;
 }

@@ -46,10 +46,11 @@ enum class ClusterShare : uint8_t { kShareB = 0, kShareA = 1 };
 //   RasterizeClusterTiles for the exact order.
 enum class RasterOrder : uint8_t { kAlongM = 0, kAlongN = 1 };
 
-// The kernel sums the split-K partials of a decode tile in one round trip
-// when its rows x split_k is at most this (ops/kernel/splitk_reduce.cuh,
-// which checks that the two agree); ChooseSplitK (tiling.h) counts on it.
-inline constexpr int32_t kOneLandingSlots = 16;
+// The kernel sums the split-K partials of a tile with at most this many rows
+// inside M (decode) with the whole warpgroup, a few round trips for any split
+// count (ops/kernel/splitk_reduce.cuh, which checks that the two agree);
+// ChooseSplitK (tiling.h) counts on it.
+inline constexpr int32_t kFewRowReduceRows = 16;
 
 enum class JobKind : uint8_t {
   kGemm = 0,    // accumulate A·Bᵀ over [k_block_begin, k_block_end); epilogue if split_k == 1

@@ -69,8 +69,8 @@ CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row
 // has at most half a wave of cluster tiles (2 * clusters <= max_clusters), split
 // so that clusters * split_k is about one wave, each split keeping >= 16
 // k-blocks, or >= 8 when the node is one row block of `rows` rows (0: more
-// than one) and rows x split_k <= kOneLandingSlots; otherwise 1. Never more
-// than kMaxSplitK.
+// than one) and rows <= kFewRowReduceRows; otherwise 1. Never more than
+// kMaxSplitK.
 int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced,
                      int64_t rows = 0);
 
