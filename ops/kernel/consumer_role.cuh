@@ -49,13 +49,20 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
     const bool rows_in_range = work.in_range && row0 < node.schedule.m;  // else the store thread skips it too
     bool ok;
     if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
-      if (!rows_in_range) continue;
-      if (!WaitForPartials(ctx, work, warpgroup, index)) return;
+      // A few-row tile's rows are all warpgroup 0's; warpgroup 1 helps sum
+      // them when there are two or more, and must then reach the barriers of
+      // SumFewRowPartials even when the launch is aborting.
+      const bool few_rows = work.in_range && SumsFewRows(node.schedule, work.m_block);
+      const bool helps = few_rows && SumsWithBothWarpgroups(node.schedule, work.m_block);
+      if (!rows_in_range && !helps) continue;
+      const bool partials_ready = WaitForPartials(ctx, work, warpgroup, index);
+      if (!few_rows && !partials_ready) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       float sums[128];
       bool ops_applied = false;  // by the decode path, which also applies the fused ops
-      if (SumsFewRows(node.schedule, work.m_block)) {
-        if (!SumFewRowPartials(ctx, work, warpgroup, staging, index, sums, &ops_applied)) return;
+      if (few_rows) {
+        if (!SumFewRowPartials(ctx, work, warpgroup, staging, index, partials_ready, sums, &ops_applied)) return;
+        if (warpgroup == 1) continue;  // warpgroup 0 stages the tile
       } else {
         SumPartials(ctx, work, warpgroup, sums);
       }

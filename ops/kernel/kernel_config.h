@@ -71,9 +71,10 @@ struct KernelConfig {
                 "setmaxnreg takes multiples of 8");
 };
 
-// Named barriers (bar.sync / bar.red ids; 0 is __syncthreads'), one per
-// consumer warpgroup for syncs among its 128 threads.
-enum class NamedBarrier : int { kConsumer0 = 1, kConsumer1 = 2 };
+// Named barriers (bar.sync / bar.red ids; 0 is __syncthreads'): one per
+// consumer warpgroup for syncs among its 128 threads, and one over both
+// consumer warpgroups (256 threads).
+enum class NamedBarrier : int { kConsumer0 = 1, kConsumer1 = 2, kConsumers = 3 };
 
 // Byte offsets into the dynamic shared memory of one CTA.
 struct SmemLayout {

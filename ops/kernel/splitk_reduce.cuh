@@ -77,6 +77,12 @@ __device__ __forceinline__ bool ConsumerBarrierAnd(int warpgroup, bool predicate
   return warpgroup == 0 ? ptx::barrier_and<kFirst, 128>(predicate) : ptx::barrier_and<kSecond, 128>(predicate);
 }
 
+// A barrier over both consumer warpgroups: true in every thread when
+// `predicate` holds in all 256.
+__device__ __forceinline__ bool ConsumersBarrierAnd(bool predicate) {
+  return ptx::barrier_and<static_cast<int>(NamedBarrier::kConsumers), 2 * 128>(predicate);
+}
+
 // Split-K reduce, part 1: waits until every split of this CTA tile has
 // published its partial. Called by every thread of the consumer warpgroup:
 // thread t waits for split t's flag (and t + 128, ...), so the splits are
@@ -137,11 +143,19 @@ __device__ __forceinline__ float2 LoadPair(const void* base, ElementType type, i
 }
 
 // A reduce tile with at most kDirectPartialRows rows inside M (decode, a few
-// tokens: one consumer warp's rows, so only warpgroup 0 runs it) is summed by
-// SumFewRowPartials. Its sums land in the warpgroup's two staging buffers,
-// one fp32 tile row per row.
+// tokens: one consumer warp's rows, all of them warpgroup 0's) is summed by
+// SumFewRowPartials. Its sums land in warpgroup 0's two staging buffers, one
+// fp32 tile row per row.
 __device__ inline bool SumsFewRows(const sched::NodeSchedule& schedule, int32_t m_block) {
   return StoresPartialDirectly(schedule, m_block);
+}
+
+// A SumsFewRows tile of more than one row is summed by both consumer
+// warpgroups, the first half of its rows by warpgroup 0 and the rest by
+// warpgroup 1 (which has no rows of its own in such a tile); one row is
+// warpgroup 0's alone, so warpgroup 1 moves on without waiting.
+__device__ inline bool SumsWithBothWarpgroups(const sched::NodeSchedule& schedule, int32_t m_block) {
+  return SumsFewRows(schedule, m_block) && schedule.m - int64_t{m_block} * KernelConfig::kBlockM > 1;
 }
 
 static_assert(kDirectPartialRows * KernelConfig::kBlockN * 4 ==
@@ -226,21 +240,25 @@ __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t spl
 // sum to the one warp that owns the live rows, 64 loads of 8 rows x 8 bytes
 // each per lane and split, with 128 accumulators held (traced at 16 tokens:
 // 9.8 us for a chain layer's 4 splits, 23.9 us for the MLP down projection's
-// 8; bench/NOTES.md v1.12). Here each thread of the warpgroup owns one column
-// pair of every row (a warp reads 256 contiguous bytes per load) and sums it
+// 8; bench/NOTES.md v1.12). Here each thread owns one column pair of its
+// warpgroup's rows (a warp reads 256 contiguous bytes per load) and sums it
 // split after split (SumColumnPair): the same adds in the same order as
-// SumPartials, so the same bits. Each row's sum goes to its staging row. When
-// the tile is a whole non-SwiGLU tile inside C's TMA columns, the thread also
-// applies the fused ops to its pairs in StageTile's order, with the bias and
-// the rows' residuals loaded before the sums (StageTile makes a round trip
-// per panel for them); *ops_applied says so, and the caller stages `acc` as a
-// plain tile. The results reach the accumulator layout of `acc` through the
-// staging buffers; rows past M are zero. The buffers are waited for as the
+// SumPartials, so the same bits. With SumsWithBothWarpgroups, warpgroup 1
+// sums the second half of the rows (more loads in flight; the sum is bound
+// by their latency). Each row's sum goes to its row of warpgroup 0's staging
+// buffers. When the tile is a whole non-SwiGLU tile inside C's TMA columns,
+// the threads also apply the fused ops to their pairs in StageTile's order,
+// with the bias and the rows' residuals loaded before the sums (StageTile
+// makes a round trip per panel for them); *ops_applied says so, and the
+// caller stages `acc` as a plain tile. Warpgroup 0 then reads the results
+// into the accumulator layout of `acc` (rows past M are zero); warpgroup 1
+// returns and has nothing to stage. The buffers are waited for as the
 // staging that follows will wait for them, without moving the cursor, so
-// those waits then pass at once. Returns false when the launch is aborting.
+// those waits then pass at once. `partials_ready`: WaitForPartials' result in
+// this warpgroup. Returns false when the launch is aborting.
 __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
-                                         const RingCursor& staging, int job_index, float (&acc)[128],
-                                         bool* ops_applied) {
+                                         const RingCursor& staging, int job_index, bool partials_ready,
+                                         float (&acc)[128], bool* ops_applied) {
   static_assert(KernelConfig::kStagingBuffers == 2, "the sums land in both staging buffers");
   static_assert(KernelConfig::kBlockN == 2 * 128, "one column pair per thread of the warpgroup");
   const KernelNode& node = *work.node;
@@ -249,22 +267,32 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   const int split_k = schedule.split_k;
   const int64_t row0 = int64_t{work.m_block} * KernelConfig::kBlockM;
   const int live_rows = static_cast<int>(schedule.m - row0);  // 1 .. kDirectPartialRows
+  const bool both = SumsWithBothWarpgroups(schedule, work.m_block);
   const bool fused = node.activation != EpilogueActivation::kSwiGLU &&
                      int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
   *ops_applied = fused;
-  // Row i's sum goes to staging row i: both buffers of this warpgroup, which
-  // are adjacent.
-  float* sums = reinterpret_cast<float*>(ctx.staging_panel(warpgroup, 0));
-  RingCursor second = staging;
-  second.Advance(KernelConfig::kStagingBuffers);
-  const bool ok =
-      WaitForStaging(ctx, warpgroup, staging, job_index) && WaitForStaging(ctx, warpgroup, second, job_index);
+  // Row i's sum goes to staging row i: both buffers of warpgroup 0, which are
+  // adjacent.
+  float* sums = reinterpret_cast<float*>(ctx.staging_panel(0, 0));
+  bool ok = partials_ready;
+  if (warpgroup == 0) {
+    RingCursor second = staging;
+    second.Advance(KernelConfig::kStagingBuffers);
+    ok = ok && WaitForStaging(ctx, 0, staging, job_index) && WaitForStaging(ctx, 0, second, job_index);
+  }
+  // With both warpgroups, warpgroup 1 may write the buffers once warpgroup 0
+  // has waited for them.
+  if (both && !ConsumersBarrierAnd(ok)) return false;
+  const int first_half = (live_rows + 1) / 2;
+  const int first_row = both && warpgroup == 1 ? first_half : 0;
+  const int rows = both ? (warpgroup == 0 ? first_half : live_rows - first_half) : live_rows;
 
   const int t = threadIdx.x % 128;
   const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
   const int64_t split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
   const int64_t col = int64_t{work.n_block} * KernelConfig::kBlockN + 2 * t;  // this thread's pair
-  const float* partials = ctx.params.workspace + schedule.workspace_offset + row0 * padded_cols + col;
+  const float* partials =
+      ctx.params.workspace + schedule.workspace_offset + (row0 + first_row) * padded_cols + col;
   if (ok) {
     PairOps ops;
     if (fused) {
@@ -274,17 +302,23 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
       ops.activation = fields.activation;
       ops.residual = fields.residual;
       ops.residual_type = fields.residual_type;
-      ops.residual_at = row0 * fields.residual_stride + col;
+      ops.residual_at = (row0 + first_row) * fields.residual_stride + col;
       ops.residual_stride = fields.residual_stride;
     }
-    float* mine = sums + 2 * t;
-    if (live_rows == 1) {
-      SumColumnPair<1>(partials, split_stride, padded_cols, live_rows, split_k, ops, mine);
+    float* mine = sums + first_row * KernelConfig::kBlockN + 2 * t;
+    if (rows == 1) {
+      SumColumnPair<1>(partials, split_stride, padded_cols, rows, split_k, ops, mine);
     } else {
-      SumColumnPair<2>(partials, split_stride, padded_cols, live_rows, split_k, ops, mine);
+      SumColumnPair<2>(partials, split_stride, padded_cols, rows, split_k, ops, mine);
     }
   }
-  if (!ConsumerBarrierAnd(warpgroup, ok)) return false;  // every row's sum is in place
+  // Every row's sum is in place.
+  if (both) {
+    ConsumersBarrierAnd(true);
+    if (warpgroup == 1) return true;
+  } else if (!ConsumerBarrierAnd(0, ok)) {
+    return false;
+  }
 
   // Into the accumulator layout: lane l of warp w holds rows 16 w + l / 4
   // (registers 4c, 4c + 1) and 8 further (4c + 2, 4c + 3), columns
@@ -305,7 +339,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
     acc[4 * c + 3] = v_hi.y;
   }
   // Every read of the buffers comes before the epilogue writes its first panel.
-  ConsumerBarrierAnd(warpgroup, true);
+  ConsumerBarrierAnd(0, true);
   return true;
 }
 
