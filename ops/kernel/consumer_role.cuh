@@ -59,15 +59,22 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       if (!few_rows && !partials_ready) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       float sums[128];
-      bool ops_applied = false;  // by the decode path, which also applies the fused ops
+      bool stored = false;  // by the decode path, straight into C
       if (few_rows) {
-        if (!SumFewRowPartials(ctx, work, warpgroup, staging, index, partials_ready, sums, &ops_applied)) return;
-        if (warpgroup == 1) continue;  // warpgroup 0 stages the tile
+        if (!SumFewRowPartials(ctx, work, warpgroup, staging, index, partials_ready, sums, &stored)) return;
+        if (warpgroup == 1) continue;  // warpgroup 0 finishes the tile
       } else {
         SumPartials(ctx, work, warpgroup, sums);
       }
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
-      ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index, ops_applied);
+      if (stored) {
+        // The handshake orders every thread's stores before the store
+        // thread's flag release.
+        ok = WaitForStaging(ctx, warpgroup, staging, index);
+        if (ok) PublishPanel(ctx, warpgroup, staging);
+      } else {
+        ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index);
+      }
     } else {
       if (ctx.params.trace != nullptr && recorder && work.job->k_block_end > work.job->k_block_begin) {
         // Waiting for the first slot here too is harmless: the main loop's

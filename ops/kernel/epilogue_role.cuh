@@ -388,16 +388,13 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
 }
 
 // The fused epilogue into C, in the instantiation for this node's output.
-// ops_applied: `acc` already holds the finished outputs of a whole tile inside
-// C's TMA columns (a decode reduce, splitk_reduce.cuh), so it is staged as a
-// plain tile.
 __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
-                                   RingCursor& staging, float (&acc)[128], int index, bool ops_applied = false) {
+                                   RingCursor& staging, float (&acc)[128], int index) {
   const EpilogueFields fields(node);
   const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
-  const bool plain = ops_applied || (fields.bias == nullptr && fields.residual == nullptr &&
-                                     fields.activation == EpilogueActivation::kNone &&
-                                     int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols);
+  const bool plain = fields.bias == nullptr && fields.residual == nullptr &&
+                     fields.activation == EpilogueActivation::kNone &&
+                     int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
   if (plain) {
     return node.out_type == ElementType::kBF16
                ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, index)

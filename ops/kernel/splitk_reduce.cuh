@@ -158,6 +158,15 @@ __device__ inline bool SumsWithBothWarpgroups(const sched::NodeSchedule& schedul
   return SumsFewRows(schedule, m_block) && schedule.m - int64_t{m_block} * KernelConfig::kBlockM > 1;
 }
 
+// A SumsFewRows tile that is a whole non-SwiGLU tile inside C's TMA columns
+// goes from the threads that sum it, fused ops applied, straight into C (no
+// staging, no TMA store); the store thread only publishes it, after one
+// staging handshake, as for a direct partial.
+__device__ inline bool ReduceStoresDirectly(const KernelNode& node, int32_t m_block, int32_t n_block) {
+  return SumsFewRows(node.schedule, m_block) && node.activation != EpilogueActivation::kSwiGLU &&
+         int64_t{n_block} * node.schedule.out_tile_n + node.schedule.out_tile_n <= node.c_tma_cols;
+}
+
 static_assert(kDirectPartialRows * KernelConfig::kBlockN * 4 ==
                   KernelConfig::kStagingBuffers * KernelConfig::kStagingPanelBytes,
               "a few-row tile's sums fill both staging buffers");
@@ -205,9 +214,29 @@ struct PairOps {
 // measured 2-3x slower). Traced on the H200 at 16 tokens, 1 row at a time
 // summed a chain layer's 16 x 8 in ~11.5 us, 2 or 4 rows in 7-11; at one
 // token, 2 rows (the row and its repeat) cost the chain 3 us against 1.
+// Where SumColumnPair puts row i's finished pair: fp32 into the staging row
+// `staging` + i * kBlockN, or, when `c` is set, converted straight into C's
+// row i (`c` points at the thread's pair in the first row).
+struct PairSink {
+  float* staging = nullptr;
+  void* c = nullptr;
+  int64_t c_stride = 0;  // elements
+  ElementType c_type = ElementType::kBF16;
+
+  __device__ void Store(int i, float2 x) const {
+    if (c == nullptr) {
+      *reinterpret_cast<float2*>(staging + i * KernelConfig::kBlockN) = x;
+    } else if (c_type == ElementType::kBF16) {
+      reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(c) + i * c_stride)[0] = __float22bfloat162_rn(x);
+    } else {
+      reinterpret_cast<float2*>(static_cast<float*>(c) + i * c_stride)[0] = x;
+    }
+  }
+};
+
 template <int kRows>
 __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t split_stride, int64_t padded_cols,
-                                              int live_rows, int split_k, const PairOps& ops, float* out) {
+                                              int live_rows, int split_k, const PairOps& ops, const PairSink& out) {
 #pragma unroll 1
   for (int i = 0; i < live_rows; i += kRows) {
     const float* row[kRows];
@@ -229,9 +258,7 @@ __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t spl
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (i + r < live_rows) {
-        *reinterpret_cast<float2*>(out + (i + r) * KernelConfig::kBlockN) = ops.Apply(x[r], residual[r]);
-      }
+      if (i + r < live_rows) out.Store(i + r, ops.Apply(x[r], residual[r]));
     }
   }
 }
@@ -245,20 +272,25 @@ __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t spl
 // split after split (SumColumnPair): the same adds in the same order as
 // SumPartials, so the same bits. With SumsWithBothWarpgroups, warpgroup 1
 // sums the second half of the rows (more loads in flight; the sum is bound
-// by their latency). Each row's sum goes to its row of warpgroup 0's staging
-// buffers. When the tile is a whole non-SwiGLU tile inside C's TMA columns,
-// the threads also apply the fused ops to their pairs in StageTile's order,
-// with the bias and the rows' residuals loaded before the sums (StageTile
-// makes a round trip per panel for them); *ops_applied says so, and the
-// caller stages `acc` as a plain tile. Warpgroup 0 then reads the results
-// into the accumulator layout of `acc` (rows past M are zero); warpgroup 1
-// returns and has nothing to stage. The buffers are waited for as the
-// staging that follows will wait for them, without moving the cursor, so
-// those waits then pass at once. `partials_ready`: WaitForPartials' result in
-// this warpgroup. Returns false when the launch is aborting.
+// by their latency).
+// - A ReduceStoresDirectly tile (*stored): the threads also apply the fused
+//   ops to their pairs in StageTile's order, with the bias and the rows'
+//   residuals loaded before the sums (StageTile makes a round trip per panel
+//   for them), and store the results straight into C. The caller then hands
+//   the tile to the store thread with one staging handshake, which orders
+//   every thread's stores (warpgroup 1's through the barrier here) before the
+//   flag release.
+// - Otherwise (SwiGLU, a tile past C's TMA columns), each row's sum goes to
+//   its row of warpgroup 0's staging buffers, and from there into the
+//   accumulator layout of `acc` (rows past M are zero) for StageOutput. The
+//   buffers are waited for as that staging will wait for them, without
+//   moving the cursor, so those waits then pass at once.
+// Warpgroup 1 returns once its rows are in place, with nothing to stage.
+// `partials_ready`: WaitForPartials' result in this warpgroup. Returns false
+// when the launch is aborting.
 __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
                                          const RingCursor& staging, int job_index, bool partials_ready,
-                                         float (&acc)[128], bool* ops_applied) {
+                                         float (&acc)[128], bool* stored) {
   static_assert(KernelConfig::kStagingBuffers == 2, "the sums land in both staging buffers");
   static_assert(KernelConfig::kBlockN == 2 * 128, "one column pair per thread of the warpgroup");
   const KernelNode& node = *work.node;
@@ -268,21 +300,20 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   const int64_t row0 = int64_t{work.m_block} * KernelConfig::kBlockM;
   const int live_rows = static_cast<int>(schedule.m - row0);  // 1 .. kDirectPartialRows
   const bool both = SumsWithBothWarpgroups(schedule, work.m_block);
-  const bool fused = node.activation != EpilogueActivation::kSwiGLU &&
-                     int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
-  *ops_applied = fused;
+  const bool direct = ReduceStoresDirectly(node, work.m_block, work.n_block);
+  *stored = direct;
   // Row i's sum goes to staging row i: both buffers of warpgroup 0, which are
-  // adjacent.
+  // adjacent (unless direct).
   float* sums = reinterpret_cast<float*>(ctx.staging_panel(0, 0));
   bool ok = partials_ready;
-  if (warpgroup == 0) {
+  if (warpgroup == 0 && !direct) {
     RingCursor second = staging;
     second.Advance(KernelConfig::kStagingBuffers);
     ok = ok && WaitForStaging(ctx, 0, staging, job_index) && WaitForStaging(ctx, 0, second, job_index);
   }
   // With both warpgroups, warpgroup 1 may write the buffers once warpgroup 0
   // has waited for them.
-  if (both && !ConsumersBarrierAnd(ok)) return false;
+  if (both && !direct && !ConsumersBarrierAnd(ok)) return false;
   const int first_half = (live_rows + 1) / 2;
   const int first_row = both && warpgroup == 1 ? first_half : 0;
   const int rows = both ? (warpgroup == 0 ? first_half : live_rows - first_half) : live_rows;
@@ -295,7 +326,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
       ctx.params.workspace + schedule.workspace_offset + (row0 + first_row) * padded_cols + col;
   if (ok) {
     PairOps ops;
-    if (fused) {
+    if (direct) {
       ops.apply = true;
       ops.has_bias = fields.bias != nullptr;
       if (ops.has_bias) ops.bias = LoadPair(fields.bias, fields.bias_type, col);
@@ -305,16 +336,25 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
       ops.residual_at = (row0 + first_row) * fields.residual_stride + col;
       ops.residual_stride = fields.residual_stride;
     }
-    float* mine = sums + first_row * KernelConfig::kBlockN + 2 * t;
-    if (rows == 1) {
-      SumColumnPair<1>(partials, split_stride, padded_cols, rows, split_k, ops, mine);
+    PairSink sink;
+    if (direct) {  // a whole tile: output column = tile column
+      sink.c_type = node.out_type;
+      sink.c_stride = fields.c_stride;
+      const int64_t at = (row0 + first_row) * fields.c_stride + col;
+      sink.c = node.out_type == ElementType::kBF16 ? static_cast<void*>(static_cast<__nv_bfloat16*>(fields.c) + at)
+                                                    : static_cast<void*>(static_cast<float*>(fields.c) + at);
     } else {
-      SumColumnPair<2>(partials, split_stride, padded_cols, rows, split_k, ops, mine);
+      sink.staging = sums + first_row * KernelConfig::kBlockN + 2 * t;
+    }
+    if (rows == 1) {
+      SumColumnPair<1>(partials, split_stride, padded_cols, rows, split_k, ops, sink);
+    } else {
+      SumColumnPair<2>(partials, split_stride, padded_cols, rows, split_k, ops, sink);
     }
   }
-  // Every row's sum is in place.
+  // Every row is in place.
   if (both) {
-    ConsumersBarrierAnd(true);
+    if (!ConsumersBarrierAnd(ok)) return false;
     if (warpgroup == 1) return true;
   } else if (!ConsumerBarrierAnd(0, ok)) {
     return false;
@@ -325,14 +365,18 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   // 8c + 2 (l % 4) + {0, 1}.
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
+  // NOTE: a direct tile gets zeros here rather than an early return: with
+  // that return (or with its staging handshake in here) ptxas spilled 11 KB
+  // in the split-K kernel, against 0.46 KB.
   const int row_lo = warp * 16 + lane / 4;
+  const int rows_in_acc = direct ? 0 : live_rows;
   const float* lo = sums + row_lo * KernelConfig::kBlockN + 2 * (lane % 4);
   const float* hi = lo + 8 * KernelConfig::kBlockN;
 #pragma unroll
   for (int c = 0; c < 32; ++c) {
-    const float2 v_lo = row_lo < live_rows ? *reinterpret_cast<const float2*>(lo + 8 * c) : make_float2(0.0f, 0.0f);
+    const float2 v_lo = row_lo < rows_in_acc ? *reinterpret_cast<const float2*>(lo + 8 * c) : make_float2(0.0f, 0.0f);
     const float2 v_hi =
-        row_lo + 8 < live_rows ? *reinterpret_cast<const float2*>(hi + 8 * c) : make_float2(0.0f, 0.0f);
+        row_lo + 8 < rows_in_acc ? *reinterpret_cast<const float2*>(hi + 8 * c) : make_float2(0.0f, 0.0f);
     acc[4 * c] = v_lo.x;
     acc[4 * c + 1] = v_lo.y;
     acc[4 * c + 2] = v_hi.x;

@@ -29,9 +29,12 @@ __device__ inline void RunStore(const CtaContext& ctx) {
     // A split-K partial goes to the node's workspace slice, raw fp32, whole
     // padded tile; everything else (unsplit jobs, reduce jobs) to C.
     const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1;
-    // The consumers wrote a direct partial themselves: one handshake per
-    // warpgroup, nothing to store, then the flag.
-    const bool direct = partial && StoresPartialDirectly(node.schedule, work.m_block);
+    // The consumers wrote a direct partial, or a few-row reduce's output,
+    // themselves: one handshake per warpgroup with rows, nothing to store,
+    // then the flag.
+    const bool direct = partial ? StoresPartialDirectly(node.schedule, work.m_block)
+                                : job.kind == static_cast<uint8_t>(sched::JobKind::kReduce) &&
+                                      ReduceStoresDirectly(node, work.m_block, work.n_block);
     const int cols_per_panel =
         KernelConfig::kPanelBytes / (partial || node.out_type == ElementType::kFP32 ? 4 : 2);
     const int32_t out_tile_n = partial ? KernelConfig::kBlockN : node.schedule.out_tile_n;
@@ -56,7 +59,7 @@ __device__ inline void RunStore(const CtaContext& ctx) {
         }
         const int64_t panel_col0 = out_col0 + p * cols_per_panel;
         if (direct) {
-          // written by the consumers (StorePartialDirectly)
+          // written by the consumers (StorePartialDirectly, SumFewRowPartials)
         } else if (partial) {
           const int32_t coords[3] = {static_cast<int32_t>(panel_col0), static_cast<int32_t>(rows),
                                      static_cast<int32_t>(job.split)};
