@@ -144,8 +144,9 @@ __device__ __forceinline__ float2 LoadPair(const void* base, ElementType type, i
 
 // A reduce tile with at most kDirectPartialRows rows inside M (decode, a few
 // tokens: one consumer warp's rows, all of them warpgroup 0's) is summed by
-// SumFewRowPartials. Its sums land in warpgroup 0's two staging buffers, one
-// fp32 tile row per row.
+// SumFewRowPartials, one column pair per thread. Unless it goes straight into
+// C (ReduceStoresDirectly), its sums land in warpgroup 0's two staging
+// buffers, one fp32 tile row per row.
 __device__ inline bool SumsFewRows(const sched::NodeSchedule& schedule, int32_t m_block) {
   return StoresPartialDirectly(schedule, m_block);
 }
@@ -205,15 +206,6 @@ struct PairOps {
   }
 };
 
-// SumFewRowPartials' work for one thread's column pair: `partials` points at
-// it in row 0 of split 0; row i's sum of the splits, in split order, then
-// `ops`, goes to `out` + i * kBlockN. kRows rows at a time, each with its
-// residual loaded first: every load of a step is issued before the first add
-// waits (a past-the-end row re-reads the last, unconditionally: a guarded
-// load is a branch, and ptxas then waited for each load before the next,
-// measured 2-3x slower). Traced on the H200 at 16 tokens, 1 row at a time
-// summed a chain layer's 16 x 8 in ~11.5 us, 2 or 4 rows in 7-11; at one
-// token, 2 rows (the row and its repeat) cost the chain 3 us against 1.
 // Where SumColumnPair puts row i's finished pair: fp32 into the staging row
 // `staging` + i * kBlockN, or, when `c` is set, converted straight into C's
 // row i (`c` points at the thread's pair in the first row).
@@ -234,6 +226,15 @@ struct PairSink {
   }
 };
 
+// SumFewRowPartials' work for one thread's column pair: `partials` points at
+// it in row 0 of split 0; row i's sum of the splits, in split order, then
+// `ops`, goes to `out` (row i). kRows rows at a time, each with its
+// residual loaded first: every load of a step is issued before the first add
+// waits (a past-the-end row re-reads the last, unconditionally: a guarded
+// load is a branch, and ptxas then waited for each load before the next,
+// measured 2-3x slower). Traced on the H200 at 16 tokens, 1 row at a time
+// summed a chain layer's 16 x 8 in ~11.5 us, 2 or 4 rows in 7-11; at one
+// token, 2 rows (the row and its repeat) cost the chain 3 us against 1.
 template <int kRows>
 __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t split_stride, int64_t padded_cols,
                                               int live_rows, int split_k, const PairOps& ops, const PairSink& out) {
