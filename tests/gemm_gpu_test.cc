@@ -289,9 +289,10 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{300, 512, 1024}, 2, Activation::kSwiGLU, DType::kBF16},
                       std::tuple{Shape{64, 4096, 14336}, 7, Activation::kNone, DType::kBF16},
                       std::tuple{Shape{16, 520, 264}, 4, Activation::kGELU, DType::kFP32},
-                      // Few-row reduces (<= 16 rows: SumFewRowPartials), 32 slices
-                      // loaded at a time: 16 (2 x 8 and 1 x 16), 20, 33 (one past
-                      // a pass) and 128 slices (four passes).
+                      // Few-row reduces (<= 16 rows: SumFewRowPartials, one column
+                      // pair per thread, the rows halved between the warpgroups):
+                      // 2 x 8, 1 x 16 (warpgroup 0 alone), 5 x 4 (3 + 2 rows),
+                      // 11 x 3, 16 x 8 (8 + 8 rows, 2 a step).
                       std::tuple{Shape{2, 1000, 4096}, 8, Activation::kSiLU, DType::kBF16},
                       std::tuple{Shape{1, 1000, 4096}, 16, Activation::kReLU, DType::kFP32},
                       std::tuple{Shape{5, 1000, 4096}, 4, Activation::kNone, DType::kFP32},

@@ -47,9 +47,9 @@ enum class ClusterShare : uint8_t { kShareB = 0, kShareA = 1 };
 enum class RasterOrder : uint8_t { kAlongM = 0, kAlongN = 1 };
 
 // The kernel sums the split-K partials of a tile with at most this many rows
-// inside M (decode) with the whole warpgroup, a few round trips for any split
-// count (ops/kernel/splitk_reduce.cuh, which checks that the two agree);
-// ChooseSplitK (tiling.h) counts on it.
+// inside M (decode) with both consumer warpgroups, one column pair per
+// thread, for any split count (ops/kernel/splitk_reduce.cuh, which checks
+// that the two agree); ChooseSplitK (tiling.h) counts on it.
 inline constexpr int32_t kFewRowReduceRows = 16;
 
 enum class JobKind : uint8_t {
