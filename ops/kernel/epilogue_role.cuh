@@ -127,6 +127,13 @@ struct EpilogueFields {
         residual_type(node.residual_type) {}
 };
 
+// Whether output tile column n_block lies wholly inside C's TMA columns: its
+// panels are stored whole by TMA, with no column left for the consumers to
+// write themselves (WriteRaggedPanel).
+__device__ __forceinline__ bool TileInsideTmaColumns(int32_t n_block, int32_t out_tile_n, int64_t c_tma_cols) {
+  return int64_t{n_block} * out_tile_n + out_tile_n <= c_tma_cols;
+}
+
 // acc[i] += bias[column of i] (accumulator columns). Registers 4c..4c+3 hold
 // columns 8c + 2 * (lane % 4) + {0, 1} of two rows, so each chunk loads two
 // values. kChecked: the tile reaches past N, so columns are bounds-checked.
@@ -325,7 +332,7 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
   const int64_t acc_col0 = static_cast<int64_t>(work.n_block) * KernelConfig::kBlockN;
   const int64_t out_col0 = static_cast<int64_t>(work.n_block) * node.out_tile_n;
   const int panels = OutputPanels(node.out_cols, node.out_tile_n, Shape::kOutCols, work.n_block);
-  const bool ragged = out_col0 + node.out_tile_n > node.c_tma_cols;
+  const bool ragged = !TileInsideTmaColumns(work.n_block, node.out_tile_n, node.c_tma_cols);
 
   // NOTE: the panel loop is deliberately not unrolled, so one panel's code is
   // fetched once per tile and reused (unrolled, the epilogue was tens of KB of
@@ -394,7 +401,7 @@ __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, c
   const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
   const bool plain = fields.bias == nullptr && fields.residual == nullptr &&
                      fields.activation == EpilogueActivation::kNone &&
-                     int64_t{work.n_block} * fields.out_tile_n + fields.out_tile_n <= fields.c_tma_cols;
+                     TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols);
   if (plain) {
     return node.out_type == ElementType::kBF16
                ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, index)

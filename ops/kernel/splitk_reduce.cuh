@@ -1,9 +1,12 @@
 // splitk_reduce.cuh: the consumer side of a split-K reduce job. The split
 // jobs store raw fp32 partials of their CTA tile into the node's workspace
 // slice (store_role.cuh) and release one partial flag each; the reduce job of
-// that tile waits for every split's flag, sums the partials in split order
-// (bit-identical every run) into the accumulator layout, and then runs the
-// node's fused epilogue like any tile (consumer_role.cuh).
+// that tile waits for every split's flag and sums the partials in split order
+// (bit-identical every run). A tile of many rows is summed into the
+// accumulator layout and then runs the node's fused epilogue like any tile
+// (SumPartials, consumer_role.cuh); a tile of a few rows is summed one column
+// pair per thread, and when whole goes straight into C with its fused ops
+// applied (SumFewRowPartials).
 #ifndef LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 #define LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 
@@ -165,7 +168,7 @@ __device__ inline bool SumsWithBothWarpgroups(const sched::NodeSchedule& schedul
 // staging handshake, as for a direct partial.
 __device__ inline bool ReduceStoresDirectly(const KernelNode& node, int32_t m_block, int32_t n_block) {
   return SumsFewRows(node.schedule, m_block) && node.activation != EpilogueActivation::kSwiGLU &&
-         int64_t{n_block} * node.schedule.out_tile_n + node.schedule.out_tile_n <= node.c_tma_cols;
+         TileInsideTmaColumns(n_block, node.schedule.out_tile_n, node.c_tma_cols);
 }
 
 static_assert(kDirectPartialRows * KernelConfig::kBlockN * 4 ==
