@@ -99,6 +99,8 @@ ABSL_FLAG(bool, timeline, false,
 ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: the scheduler chooses)");
 ABSL_FLAG(int, group_size, 0,
           "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
+ABSL_FLAG(bool, reduce_in_parts, true,
+          "loom: reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
 ABSL_FLAG(int, a_stages, 4, "loom: A ring depth");
 ABSL_FLAG(int, b_stages, 4, "loom: B ring depth");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
@@ -894,6 +896,7 @@ int Main() {
   ctx.runtime = &*runtime;
   ctx.loom_options.split_k = absl::GetFlag(FLAGS_split_k);
   ctx.loom_options.group_size = absl::GetFlag(FLAGS_group_size);
+  ctx.loom_options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
   ctx.loom_options.a_stages = absl::GetFlag(FLAGS_a_stages);
   ctx.loom_options.b_stages = absl::GetFlag(FLAGS_b_stages);
   ctx.timeline = absl::GetFlag(FLAGS_timeline);

@@ -297,7 +297,15 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{1, 1000, 4096}, 16, Activation::kReLU, DType::kFP32},
                       std::tuple{Shape{5, 1000, 4096}, 4, Activation::kNone, DType::kFP32},
                       std::tuple{Shape{11, 1000, 4096}, 3, Activation::kGELU, DType::kBF16},
-                      std::tuple{Shape{16, 1000, 4096}, 8, Activation::kSiLU, DType::kFP32}),
+                      std::tuple{Shape{16, 1000, 4096}, 8, Activation::kSiLU, DType::kFP32},
+                      // Reduced in parts of 16 rows (one row block, whole tiles):
+                      // 17 = 16 + 1 (warpgroup 0 alone in the second part),
+                      // 40 = 16 + 16 + 8, 100 (the last part 4 rows), 128 (8
+                      // parts, rows of both warpgroups' halves of the tile).
+                      std::tuple{Shape{17, 1024, 4096}, 8, Activation::kGELU, DType::kBF16},
+                      std::tuple{Shape{40, 512, 4096}, 4, Activation::kSiLU, DType::kFP32},
+                      std::tuple{Shape{100, 512, 2048}, 3, Activation::kNone, DType::kFP32},
+                      std::tuple{Shape{128, 1024, 4096}, 8, Activation::kReLU, DType::kBF16}),
     [](const auto& info) {
       return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param));
     });
@@ -387,6 +395,71 @@ INSTANTIATE_TEST_SUITE_P(
     Activations, DecodeReduceBitsTest,
     ::testing::Combine(::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU),
                        ::testing::Values(int64_t{1}, int64_t{16})),
+    [](const auto& info) {
+      return std::string(ActivationName(std::get<0>(info.param))) + "_M" + std::to_string(std::get<1>(info.param));
+    });
+
+// A tile reduced in parts (NodeSchedule::reduce_parts: 16 rows a job, each
+// summed one column pair per thread straight into C) must give the bits of
+// the one-job reduce of the same tile (SumPartials, then StageTile): fp32
+// out, bias and residual, 8 splits, the same inputs compiled both ways.
+class ReducePartsBitsTest : public ::testing::TestWithParam<std::tuple<Activation, int64_t>> {};
+TEST_P(ReducePartsBitsTest, MatchTheOneJobReduce) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [activation, rows] = GetParam();
+  constexpr int64_t kN = 1024, kK = 4096;
+  Rng rng;
+  GpuHarness parts, whole;
+  auto add = [&, activation = activation, rows = rows](GpuHarness& h) {
+    h.Input("A", DType::kBF16, rows, kK, rng);
+    h.Input("B", DType::kBF16, kN, kK, rng);
+    h.Input("bias", DType::kBF16, 1, kN, rng);
+    h.Input("residual", DType::kFP32, rows, kN, rng);
+    h.Output("C", DType::kFP32, rows, kN);
+    h.Build([activation](const auto& t, GemmGraph& g) {
+      Epilogue epilogue;
+      epilogue.activation = activation;
+      epilogue.bias = t("bias");
+      epilogue.residual = t("residual");
+      g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
+    });
+  };
+  add(parts);
+  add(whole);
+  for (const char* name : {"A", "B", "bias", "residual"}) {
+    HostMatrix& to = whole.host(name);
+    const HostMatrix& from = parts.host(name);
+    for (int64_t r = 0; r < to.rows(); ++r) {
+      for (int64_t c = 0; c < to.cols(); ++c) to.set(r, c, from.at(r, c));
+    }
+  }
+  CompileOptions options;
+  options.split_k = 8;
+  LOOM_ASSERT_OK(parts.Run(TestRuntime(), options));
+  options.reduce_in_parts = false;
+  LOOM_ASSERT_OK(whole.Run(TestRuntime(), options));
+  EXPECT_EQ(parts.plan().schedule().nodes[0].reduce_parts, (rows + 15) / 16);
+  EXPECT_EQ(whole.plan().schedule().nodes[0].reduce_parts, 1);
+  parts.ExpectMatchesReference();
+  whole.ExpectMatchesReference();
+  int64_t differing = 0, first_row = -1, first_col = -1;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < kN; ++c) {
+      if (parts.host("C").at(r, c) != whole.host("C").at(r, c) && differing++ == 0) {
+        first_row = r;
+        first_col = c;
+      }
+    }
+  }
+  EXPECT_EQ(differing, 0) << "elements whose bits differ; the first is (" << first_row << ", " << first_col
+                          << "): " << parts.host("C").at(first_row, first_col) << " (in parts) against "
+                          << whole.host("C").at(first_row, first_col) << " (one job)";
+  EXPECT_TRUE(ReplayIsBitIdentical(parts));
+}
+INSTANTIATE_TEST_SUITE_P(
+    Activations, ReducePartsBitsTest,
+    ::testing::Combine(::testing::Values(Activation::kNone, Activation::kGELU, Activation::kSiLU),
+                       ::testing::Values(int64_t{40}, int64_t{128})),
     [](const auto& info) {
       return std::string(ActivationName(std::get<0>(info.param))) + "_M" + std::to_string(std::get<1>(info.param));
     });

@@ -627,6 +627,47 @@ TEST_P(GraphSplitKTest, ForcedThreeSplitsWithBiasAndReLU) {
 INSTANTIATE_TEST_SUITE_P(OutputTypes, GraphSplitKTest, ::testing::Values(kBF16, kFP32),
                          [](const auto& info) { return DTypeSuffix(info.param); });
 
+// Four chained 2048 x 2048 layers at 17-128 tokens, split by the scheduler
+// (2 splits) and reduced in parts of 16 rows: the parts of a tile finish on
+// different clusters, and the last one to finish publishes the tile's flag,
+// which the next layer's loads wait for. Replays check that the parts'
+// count, kept across launches by epoch, starts over each launch.
+class ChainReducedInPartsTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(ChainReducedInPartsTest, EveryLayerMatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int kLayers = 4;
+  const int64_t tokens = GetParam(), width = 2048;
+  Rng rng;
+  GpuHarness h;
+  h.Input("h0", kBF16, tokens, width, rng);
+  for (int i = 0; i < kLayers; ++i) {
+    h.Input(absl::StrCat("W", i), kBF16, width, width, rng);
+    FillRandom(h.host(absl::StrCat("W", i)), rng, -1.0 / 32, 1.0 / 32);
+    h.Input(absl::StrCat("bias", i), kBF16, 1, width, rng);
+    h.Output(absl::StrCat("h", i + 1), i == kLayers - 1 ? kFP32 : kBF16, tokens, width);
+  }
+  h.Build([](const auto& t, GemmGraph& g) {
+    for (int i = 0; i < kLayers; ++i) {
+      const TensorView in = t(absl::StrCat("h", i));
+      Epilogue epilogue;
+      epilogue.activation = kLayerActivations[i % 4];
+      if (i % 2 == 0) epilogue.bias = t(absl::StrCat("bias", i));
+      if (i % 2 == 1) epilogue.residual = in;
+      g.AddGemm(absl::StrCat("layer", i), in, t(absl::StrCat("W", i)), t(absl::StrCat("h", i + 1)), epilogue);
+    }
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  for (const sched::NodeSchedule& node : h.plan().schedule().nodes) {
+    EXPECT_GT(node.split_k, 1);
+    EXPECT_EQ(node.reduce_parts, (tokens + 15) / 16);
+  }
+  ExpectNodesRightAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(Tokens, ChainReducedInPartsTest,
+                         ::testing::Values(int64_t{17}, int64_t{64}, int64_t{100}, int64_t{128}),
+                         [](const auto& info) { return "tokens" + std::to_string(info.param); });
+
 // Both MLP nodes in 4 forced splits at 16 tokens: the down projection reads h
 // only once gate_up's reduction (and its SwiGLU) has stored each tile.
 TEST(GraphTest, MlpBlockWithForcedSplitK) {

@@ -36,6 +36,7 @@
 #include "loom/ops/reference.h"
 #include "loom/reference.h"
 #include "loom/runtime.h"
+#include "loom/scheduler/queue.h"
 #include "loom/scheduler/schedule.h"
 #include "testbed/testbed.h"
 
@@ -338,26 +339,32 @@ class SplitKTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, 
 
 TEST_P(SplitKTest, SameResultAsWithoutSplitWithinOneUlp) {
   const auto [m, k, split_k] = GetParam();
-  constexpr int64_t n = 129;
-  Rng rng;
-  HostGraph g(rng);
-  g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, m, k), g.Input("b", DType::kBF16, n, k),
-                    g.Output("c", DType::kFP32, m, n));
-  const std::vector<HostMatrix> expected = g.NaiveOutputs();
-  absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(split_k));
-  ASSERT_TRUE(schedule.ok()) << schedule.status();
-  for (uint64_t seed : {uint64_t{0}, uint64_t{1}, rng.seed()}) {
-    g.PoisonOutputs();
-    const ReferenceOptions options{.simulated_sms = seed == 0 ? 0 : 7, .seed = seed};
-    const absl::Status status = RunReference(g.graph(), *schedule, options);
-    ASSERT_TRUE(status.ok()) << status;
-    ExpectWithinOneUlp(g.graph().nodes()[0].c, expected[0].view("naive"));
+  // N = 129: a ragged last tile; 128: whole tiles, so that 17-64 rows are
+  // reduced in parts (ChooseReduceParts).
+  for (int64_t n : {129, 128}) {
+    SCOPED_TRACE(::testing::Message() << "N " << n);
+    Rng rng;
+    HostGraph g(rng);
+    g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, m, k), g.Input("b", DType::kBF16, n, k),
+                      g.Output("c", DType::kFP32, m, n));
+    const std::vector<HostMatrix> expected = g.NaiveOutputs();
+    absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(split_k));
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    const bool in_parts = n == 128 && m > sched::kFewRowReduceRows && m <= 64 && k > 32;
+    EXPECT_EQ(schedule->nodes[0].reduce_parts > 1, in_parts);
+    for (uint64_t seed : {uint64_t{0}, uint64_t{1}, rng.seed()}) {
+      g.PoisonOutputs();
+      const ReferenceOptions options{.simulated_sms = seed == 0 ? 0 : 7, .seed = seed};
+      const absl::Status status = RunReference(g.graph(), *schedule, options);
+      ASSERT_TRUE(status.ok()) << status;
+      ExpectWithinOneUlp(g.graph().nodes()[0].c, expected[0].view("naive"));
+    }
+    g.ExpectGuardsIntact();
   }
-  g.ExpectGuardsIntact();
 }
 
 INSTANTIATE_TEST_SUITE_P(RaggedSplits, SplitKTest,
-                         ::testing::Combine(::testing::Values(1, 3, 65, 129),
+                         ::testing::Combine(::testing::Values(1, 3, 40, 65, 129),  // 40: 3 reduce parts
                                             ::testing::Values(63, 64, 65, 129, 1000),
                                             ::testing::Values(2, 3, 4, 7)),
                          [](const auto& info) {
@@ -721,7 +728,9 @@ TEST(BrokenSplitScheduleTest, ReduceBeforePartialsAndBadSplitRanges) {
   HostGraph g(rng);
   g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, 64, 128), g.Input("b", DType::kBF16, 64, 128),
                     g.Output("c", DType::kFP32, 64, 64));
-  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), SmallTiles(2, 1));
+  sched::SchedulerOptions options = SmallTiles(2, 1);
+  options.reduce_in_parts = false;  // one reduce job (parts: the next test)
+  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), options);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->queue.size(), 3u);  // split 0, split 1, reduce
   sched::Schedule reduce_first = *s;
@@ -730,6 +739,55 @@ TEST(BrokenSplitScheduleTest, ReduceBeforePartialsAndBadSplitRanges) {
   sched::Schedule gap = *s;
   gap.queue[1].k_block_begin += 1;  // split 1 no longer starts where split 0 ends
   ExpectInternal(RunReference(g.graph(), gap), "expected to start at");
+}
+
+TEST(BrokenSplitScheduleTest, EveryReducePartOnceAndTheTileWholeOnlyWithAll) {
+  Rng rng;
+  HostGraph g(rng);
+  g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, 40, 128), g.Input("b", DType::kBF16, 64, 128),
+                    g.Output("c", DType::kFP32, 40, 64));
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), SmallTiles(2, 1));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].reduce_parts, 3);  // rows 0-15, 16-31, 32-39
+  ASSERT_EQ(s->queue.size(), 5u);          // split 0, split 1, part 0, part 1, part 2
+  g.ExpectExecutorMatches(*s, {}, expected);
+  sched::Schedule twice = *s;
+  twice.queue[4] = twice.queue[3];
+  ExpectInternal(RunReference(g.graph(), twice), "reduces tile (0, 0) a second time");
+  sched::Schedule missing = *s;
+  missing.queue.pop_back();
+  ExpectInternal(RunReference(g.graph(), missing), "is never computed");
+  sched::Schedule past = *s;
+  past.queue[4].split = 3;
+  ExpectInternal(RunReference(g.graph(), past), "part 3 of reduce_parts 3");
+}
+
+// A consumer of a node reduced in parts waits for every part: with one part
+// moved behind the consumer's first job, the queue is not topological.
+TEST(BrokenSplitScheduleTest, ConsumerOfAPartedTileWaitsForEveryPart) {
+  Rng rng;
+  HostGraph g(rng);
+  const TensorView h = g.Output("h", DType::kBF16, 40, 64);
+  g.graph().AddGemm("first", g.Input("x", DType::kBF16, 40, 128), g.Input("w1", DType::kBF16, 64, 128), h);
+  g.graph().AddGemm("second", h, g.Input("w2", DType::kBF16, 32, 64), g.Output("y", DType::kFP32, 40, 32));
+  sched::SchedulerOptions options = SmallTiles(2, 1);
+  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].reduce_parts, 3);
+  EXPECT_TRUE(sched::CheckQueue(*s).ok()) << sched::CheckQueue(*s);
+  EXPECT_TRUE(RunReference(g.graph(), *s, {.simulated_sms = 3, .seed = rng.seed()}).ok());
+  // The first node's last part, moved to the end of the queue.
+  sched::Schedule late = *s;
+  size_t last_part = 0;
+  for (size_t i = 0; i < late.queue.size(); ++i) {
+    if (late.queue[i].node == 0 && late.queue[i].kind == static_cast<uint8_t>(sched::JobKind::kReduce)) last_part = i;
+  }
+  std::rotate(late.queue.begin() + last_part, late.queue.begin() + last_part + 1, late.queue.end());
+  const absl::Status order = sched::CheckQueue(late);
+  EXPECT_EQ(order.code(), absl::StatusCode::kInternal) << order;
+  EXPECT_NE(order.message().find("before any job that writes it"), std::string::npos) << order;
+  ExpectInternal(RunReference(g.graph(), late), "not a topological order");
 }
 
 // --- The test bed's own checks -------------------------------------------------

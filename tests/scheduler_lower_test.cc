@@ -108,7 +108,14 @@ TEST(LowerTest, FlagsAreConsecutivePerNodeThenPartials) {
   EXPECT_EQ(c.flag_base, 9);  // the zero-size node has no flags
   EXPECT_EQ(a.partial_flag_base, 10);
   EXPECT_EQ(c.partial_flag_base, 10 + 9 * 2);
-  EXPECT_EQ(s->num_flags, 10 + 18 + 2);
+  // c is one row block of 128 rows: reduced in 8 parts, one count word per
+  // tile after its partial flags. a has three row blocks: one reduce job.
+  EXPECT_EQ(a.reduce_parts, 1);
+  EXPECT_EQ(a.part_count_base, -1);
+  EXPECT_EQ(c.reduce_parts, 8);
+  EXPECT_EQ(c.part_count_base, 10 + 18 + 2);
+  EXPECT_EQ(ReducePartCountIndex(c, 0, 0), 10 + 18 + 2);
+  EXPECT_EQ(s->num_flags, 10 + 18 + 2 + 1);
   EXPECT_EQ(a.workspace_offset, 0);
   EXPECT_EQ(c.workspace_offset, int64_t{2} * 3 * 128 * 3 * 256);
   EXPECT_EQ(s->workspace_elements, c.workspace_offset + int64_t{2} * 128 * 256);
@@ -153,7 +160,7 @@ TEST_P(LowerCoverageTest, EveryTileAndSplitExactlyOnce) {
   ASSERT_TRUE(s.ok()) << s.status();
   const NodeSchedule& node = s->nodes[0];
   std::map<std::tuple<int, int, int>, int> gemm_count;  // (mb, nb, split)
-  std::map<std::pair<int, int>, int> reduce_count;
+  std::map<std::tuple<int, int, int>, int> reduce_count;  // (mb, nb, part)
   for (const TileJob& job : s->queue) {
     if (node.share == ClusterShare::kShareB) {
       EXPECT_EQ(job.m_block % cluster_size, 0u);
@@ -167,7 +174,8 @@ TEST_P(LowerCoverageTest, EveryTileAndSplitExactlyOnce) {
         continue;
       }
       if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
-        ++reduce_count[{t.m_block, t.n_block}];
+        ++reduce_count[{t.m_block, t.n_block, job.split}];
+        EXPECT_LT(job.split, node.reduce_parts);
         EXPECT_EQ(job.k_block_begin, 0);
         EXPECT_EQ(job.k_block_end, node.k_blocks);
       } else {
@@ -181,7 +189,7 @@ TEST_P(LowerCoverageTest, EveryTileAndSplitExactlyOnce) {
   const int64_t tiles = int64_t{node.m_blocks} * node.n_blocks;
   EXPECT_EQ(static_cast<int64_t>(gemm_count.size()), tiles * node.split_k);
   for (const auto& [key, count] : gemm_count) EXPECT_EQ(count, 1);
-  EXPECT_EQ(static_cast<int64_t>(reduce_count.size()), node.split_k > 1 ? tiles : 0);
+  EXPECT_EQ(static_cast<int64_t>(reduce_count.size()), node.split_k > 1 ? tiles * node.reduce_parts : 0);
   for (const auto& [key, count] : reduce_count) EXPECT_EQ(count, 1);
   if (split_k > 0) {
     EXPECT_EQ(node.split_k, std::min<int>(split_k, node.k_blocks));
@@ -265,7 +273,9 @@ TEST(LowerTest, SmallMSplitsKToFillAWave) {
   // the wave, but each split keeps >= 16 of the 64 k-blocks: 4 splits.
   EXPECT_EQ(node.share, ClusterShare::kShareA);
   EXPECT_EQ(node.split_k, 4);
-  EXPECT_EQ(s->queue.size(), 8u * (4 + 1));
+  // 17 rows: each tile reduced in two parts of 16 rows.
+  EXPECT_EQ(node.reduce_parts, 2);
+  EXPECT_EQ(s->queue.size(), 8u * (4 + 2));
   // With at most 16 rows (kFewRowReduceRows), >= 8 k-blocks: 8 splits.
   s = Lower({Gemm(16, 4096, 4096)}, Options());
   ASSERT_TRUE(s.ok());

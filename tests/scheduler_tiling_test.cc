@@ -111,6 +111,28 @@ TEST(ChooseSplitKTest, FewRowNodesKeepEightBlocks) {
   EXPECT_EQ(ChooseSplitK(40, 64, 66, 0, /*rows=*/1), 1);  // over half a wave
 }
 
+// A split node of one row block is reduced in parts of 16 rows when every
+// part can go straight into C: more than 16 rows, whole non-SwiGLU tiles.
+TEST(ChooseReducePartsTest, OneRowBlockOfWholeTilesWithMoreThanSixteenRows) {
+  auto parts = [](int64_t m, int64_t n, int64_t k, bool swiglu = false, bool allowed = true) {
+    SchedulerOptions o = Options();
+    o.reduce_in_parts = allowed;
+    absl::StatusOr<NodeSchedule> node = TileNode(Gemm(m, n, k, swiglu), 0, o);
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? node->reduce_parts : -1;
+  };
+  EXPECT_EQ(parts(64, 4096, 14336), 4);
+  EXPECT_EQ(parts(128, 4096, 14336), 8);
+  EXPECT_EQ(parts(17, 4096, 4096), 2);
+  EXPECT_EQ(parts(100, 4096, 4096), 7);  // the last part has 4 rows
+  EXPECT_EQ(parts(16, 4096, 4096), 1);    // one few-row job already
+  EXPECT_EQ(parts(129, 4096, 4096), 1);   // two row blocks
+  EXPECT_EQ(parts(64, 4000, 4096), 1);    // a ragged last tile is staged
+  EXPECT_EQ(parts(64, 8192, 4096, /*swiglu=*/true), 1);
+  EXPECT_EQ(parts(64, 4096, 64), 1);      // one k-block: no split
+  EXPECT_EQ(parts(64, 4096, 14336, false, /*allowed=*/false), 1);
+}
+
 class SplitKRangeTest : public testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(SplitKRangeTest, PartitionsKExactlyInOrderWithSizesWithinOne) {

@@ -49,12 +49,15 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
     const bool rows_in_range = work.in_range && row0 < node.schedule.m;  // else the store thread skips it too
     bool ok;
     if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
-      // A few-row tile's rows are all warpgroup 0's; warpgroup 1 helps sum
-      // them when there are two or more, and must then reach the barriers of
-      // SumFewRowPartials even when the launch is aborting.
+      // A few-row job's rows (its tile's, or its part's) are taken as
+      // warpgroup 0's; warpgroup 1 helps sum them when there are two or
+      // more, and must then reach the barriers of SumFewRowPartials even when
+      // the launch is aborting.
       const bool few_rows = work.in_range && SumsFewRows(node.schedule, work.m_block);
-      const bool helps = few_rows && SumsWithBothWarpgroups(node.schedule, work.m_block);
-      if (!rows_in_range && !helps) continue;
+      const bool takes_part = few_rows ? warpgroup == 0 || SumsWithBothWarpgroups(node.schedule, work.m_block,
+                                                                                   work.job->split)
+                                       : rows_in_range;
+      if (!takes_part) continue;
       const bool partials_ready = WaitForPartials(ctx, work, warpgroup, index);
       if (!few_rows && !partials_ready) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);

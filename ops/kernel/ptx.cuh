@@ -103,6 +103,18 @@ __device__ __forceinline__ void st_release_gpu(uint32_t* address, uint32_t value
   asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
 }
 
+// atom.acq_rel.gpu.cas: writes `desired` where `*address` holds `expected`,
+// returning what it held. An acquire of the value it read and a release of
+// the one it wrote.
+__device__ __forceinline__ uint32_t atom_cas_acq_rel_gpu(uint32_t* address, uint32_t expected, uint32_t desired) {
+  uint32_t prior;
+  asm volatile("atom.acq_rel.gpu.global.cas.b32 %0, [%1], %2, %3;\n"
+               : "=r"(prior)
+               : "l"(address), "r"(expected), "r"(desired)
+               : "memory");
+  return prior;
+}
+
 // ld.volatile: a load that is never cached in registers across iterations.
 __device__ __forceinline__ uint32_t ld_volatile(const uint32_t* address) {
   return *reinterpret_cast<const volatile uint32_t*>(address);

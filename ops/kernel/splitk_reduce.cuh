@@ -6,7 +6,10 @@
 // accumulator layout and then runs the node's fused epilogue like any tile
 // (SumPartials, consumer_role.cuh); a tile of a few rows is summed one column
 // pair per thread, and when whole goes straight into C with its fused ops
-// applied (SumFewRowPartials).
+// applied (SumFewRowPartials). A node reduced in parts
+// (NodeSchedule::reduce_parts) has one reduce job per 16 rows of a tile, each
+// a few-row sum straight into C; the part that finishes a tile last publishes
+// its flag (FinishesReducePart).
 #ifndef LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 #define LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 
@@ -145,30 +148,69 @@ __device__ __forceinline__ float2 LoadPair(const void* base, ElementType type, i
              : make_float2(LoadFloat<float>(base, at), LoadFloat<float>(base, at + 1));
 }
 
-// A reduce tile with at most kDirectPartialRows rows inside M (decode, a few
-// tokens: one consumer warp's rows, all of them warpgroup 0's) is summed by
-// SumFewRowPartials, one column pair per thread. Unless it goes straight into
-// C (ReduceStoresDirectly), its sums land in warpgroup 0's two staging
-// buffers, one fp32 tile row per row.
+// The output rows [row0, row0 + rows) that a reduce job sums for its CTA tile
+// (m_block inside the node): all the tile's rows inside M, or those of the
+// job's part (`part`, TileJob::split) when the node is reduced in parts.
+struct ReduceRows {
+  int64_t row0;
+  int rows;
+};
+__device__ __forceinline__ ReduceRows ReduceRowsOfJob(const sched::NodeSchedule& schedule, int32_t m_block,
+                                                      int part) {
+  const sched::RowRange range = sched::ReduceRowsOf(schedule, KernelConfig::tile(), part);
+  const int64_t tile_row0 = int64_t{m_block} * KernelConfig::kBlockM;
+  const int64_t end = min(tile_row0 + range.end, schedule.m);
+  return ReduceRows{tile_row0 + range.begin, static_cast<int>(end - tile_row0 - range.begin)};
+}
+
+// A reduce job with at most kDirectPartialRows rows to sum (decode, a few
+// tokens; or one part of a tile reduced in parts) is summed by
+// SumFewRowPartials, one column pair per thread, its rows taken as
+// warpgroup 0's. Unless it goes straight into C (ReduceStoresDirectly, which
+// every part does), its sums land in warpgroup 0's two staging buffers, one
+// fp32 tile row per row.
 __device__ inline bool SumsFewRows(const sched::NodeSchedule& schedule, int32_t m_block) {
-  return StoresPartialDirectly(schedule, m_block);
+  return schedule.reduce_parts > 1 || StoresPartialDirectly(schedule, m_block);
 }
 
-// A SumsFewRows tile of more than one row is summed by both consumer
+// A SumsFewRows job of more than one row is summed by both consumer
 // warpgroups, the first half of its rows by warpgroup 0 and the rest by
-// warpgroup 1 (which has no rows of its own in such a tile); one row is
-// warpgroup 0's alone, so warpgroup 1 moves on without waiting.
-__device__ inline bool SumsWithBothWarpgroups(const sched::NodeSchedule& schedule, int32_t m_block) {
-  return SumsFewRows(schedule, m_block) && schedule.m - int64_t{m_block} * KernelConfig::kBlockM > 1;
+// warpgroup 1; one row is warpgroup 0's alone, so warpgroup 1 moves on
+// without waiting.
+__device__ inline bool SumsWithBothWarpgroups(const sched::NodeSchedule& schedule, int32_t m_block, int part) {
+  return SumsFewRows(schedule, m_block) && ReduceRowsOfJob(schedule, m_block, part).rows > 1;
 }
 
-// A SumsFewRows tile that is a whole non-SwiGLU tile inside C's TMA columns
-// goes from the threads that sum it, fused ops applied, straight into C (no
-// staging, no TMA store); the store thread only publishes it, after one
-// staging handshake, as for a direct partial.
+// A SumsFewRows job whose tile is a whole non-SwiGLU tile inside C's TMA
+// columns goes from the threads that sum it, fused ops applied, straight into
+// C (no staging, no TMA store); the store thread only publishes it, after one
+// staging handshake, as for a direct partial. Every part of a node reduced in
+// parts does (the scheduler and the runtime see to it: a part cannot be
+// staged, its TMA store would overwrite the other parts' rows).
 __device__ inline bool ReduceStoresDirectly(const KernelNode& node, int32_t m_block, int32_t n_block) {
   return SumsFewRows(node.schedule, m_block) && node.activation != EpilogueActivation::kSwiGLU &&
          TileInsideTmaColumns(n_block, node.schedule.out_tile_n, node.c_tma_cols);
+}
+
+// The store thread of a reduce part, once the part is in C (and ordered
+// before this by the staging handshake): counts the part done, and returns
+// true for the one that completes its tile, which then publishes the tile's
+// flag. The count word holds (epoch << 8) | parts done; a word of an older
+// epoch (a launch that aborted part-way) counts as zero. Each CAS is a
+// release of this part's stores and an acquire of the earlier parts', so the
+// last part's flag release covers every part.
+__device__ inline bool FinishesReducePart(const CtaContext& ctx, const sched::NodeSchedule& schedule,
+                                          int32_t m_block, int32_t n_block) {
+  static_assert(sched::kFewRowReduceRows * 255 >= KernelConfig::kBlockM, "a tile's parts fit the count's 8 bits");
+  uint32_t* word = &ctx.params.flags[sched::ReducePartCountIndex(schedule, m_block, n_block)];
+  const uint32_t tag = ctx.epoch << 8;
+  uint32_t seen = ptx::ld_relaxed_gpu(word);
+  for (;;) {
+    const uint32_t done = (seen & ~0xFFu) == tag ? (seen & 0xFFu) + 1 : 1;
+    const uint32_t prior = ptx::atom_cas_acq_rel_gpu(word, seen, tag | done);
+    if (prior == seen) return done == static_cast<uint32_t>(schedule.reduce_parts);
+    seen = prior;
+  }
 }
 
 static_assert(kDirectPartialRows * KernelConfig::kBlockN * 4 ==
@@ -301,9 +343,11 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   const sched::NodeSchedule& schedule = node.schedule;
   const EpilogueFields fields(node);
   const int split_k = schedule.split_k;
-  const int64_t row0 = int64_t{work.m_block} * KernelConfig::kBlockM;
-  const int live_rows = static_cast<int>(schedule.m - row0);  // 1 .. kDirectPartialRows
-  const bool both = SumsWithBothWarpgroups(schedule, work.m_block);
+  const int part = work.job->split;
+  const ReduceRows job_rows = ReduceRowsOfJob(schedule, work.m_block, part);
+  const int64_t row0 = job_rows.row0;
+  const int live_rows = job_rows.rows;  // 1 .. kDirectPartialRows
+  const bool both = SumsWithBothWarpgroups(schedule, work.m_block, part);
   const bool direct = ReduceStoresDirectly(node, work.m_block, work.n_block);
   *stored = direct;
   // Row i's sum goes to staging row i: both buffers of warpgroup 0, which are

@@ -29,12 +29,14 @@ __device__ inline void RunStore(const CtaContext& ctx) {
     // A split-K partial goes to the node's workspace slice, raw fp32, whole
     // padded tile; everything else (unsplit jobs, reduce jobs) to C.
     const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1;
+    const bool reduce = job.kind == static_cast<uint8_t>(sched::JobKind::kReduce);
+    // A few-row reduce is staged (or handed over) by warpgroup 0 alone.
+    const bool few_row_reduce = reduce && SumsFewRows(node.schedule, work.m_block);
     // The consumers wrote a direct partial, or a few-row reduce's output,
     // themselves: one handshake per warpgroup with rows, nothing to store,
     // then the flag.
     const bool direct = partial ? StoresPartialDirectly(node.schedule, work.m_block)
-                                : job.kind == static_cast<uint8_t>(sched::JobKind::kReduce) &&
-                                      ReduceStoresDirectly(node, work.m_block, work.n_block);
+                                : reduce && ReduceStoresDirectly(node, work.m_block, work.n_block);
     const int cols_per_panel =
         KernelConfig::kPanelBytes / (partial || node.out_type == ElementType::kFP32 ? 4 : 2);
     const int32_t out_tile_n = partial ? KernelConfig::kBlockN : node.schedule.out_tile_n;
@@ -50,7 +52,7 @@ __device__ inline void RunStore(const CtaContext& ctx) {
     for (int p = 0; p < panels; ++p) {
       for (int w = 0; w < KernelConfig::kConsumerWarpgroups; ++w) {
         const int64_t rows = row0 + w * KernelConfig::kRowsPerConsumer;
-        if (rows >= node.schedule.m) continue;
+        if (rows >= node.schedule.m || (w > 0 && few_row_reduce)) continue;
         RingCursor& cursor = staging[w];
         if (!ctx.watchdog.WaitBarrier(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase,
                                       WaitKind::kStaging, index)) {
@@ -90,7 +92,11 @@ __device__ inline void RunStore(const CtaContext& ctx) {
       cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
       const int flag = partial ? sched::PartialFlagIndex(node.schedule, work.m_block, work.n_block, job.split)
                                : sched::OutputFlagIndex(node.schedule, work.m_block, work.n_block);
-      ptx::st_release_gpu(&ctx.params.flags[flag], ctx.epoch);
+      // A tile reduced in parts is published by the part that completes it.
+      const bool in_parts = reduce && node.schedule.reduce_parts > 1;
+      if (!in_parts || FinishesReducePart(ctx, node.schedule, work.m_block, work.n_block)) {
+        ptx::st_release_gpu(&ctx.params.flags[flag], ctx.epoch);
+      }
     }
     if (ctx.params.trace != nullptr) {
       cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});

@@ -24,6 +24,7 @@
 #include "loom/ops/reference.h"
 #include "loom/runtime.h"
 #include "loom/scheduler/schedule.h"
+#include "loom/scheduler/tiling.h"
 #include "loom/status.h"
 
 namespace loom {
@@ -87,6 +88,7 @@ class ReferenceExecutor {
  private:
   struct NodeState {
     std::vector<uint8_t> tile_done;     // [m_blocks * n_blocks]
+    std::vector<uint8_t> parts_done;    // [m_blocks * n_blocks]: reduce parts done, one bit each
     std::vector<uint8_t> partial_done;  // [tiles * split_k]
     // [tiles * split_k]: the k-blocks each partial covers.
     std::vector<std::pair<int32_t, int32_t>> partial_k_blocks;
@@ -171,6 +173,7 @@ absl::Status ReferenceExecutor::Prepare() {
     NodeState& s = state_[i];
     const size_t tiles = static_cast<size_t>(ns.m_blocks) * ns.n_blocks;
     s.tile_done.assign(tiles, 0);
+    s.parts_done.assign(tiles, 0);
     if (ns.split_k > 1) {
       s.partial_done.assign(tiles * ns.split_k, 0);
       s.partial_k_blocks.assign(tiles * ns.split_k, {0, 0});
@@ -290,10 +293,10 @@ std::string ReferenceExecutor::DescribeJob(size_t index) const {
   const sched::TileJob& job = schedule_.queue[index];
   const std::string node_name =
       job.node < graph_.nodes().size() ? graph_.nodes()[job.node].name : "?";
-  return absl::StrFormat("job %d (node %d \"%s\", %s, split %d, m_block %d, n_block %d, "
+  return absl::StrFormat("job %d (node %d \"%s\", %s %d, m_block %d, n_block %d, "
                          "k-blocks [%d, %d))",
                          index, job.node, node_name,
-                         job.kind == static_cast<uint8_t>(JobKind::kReduce) ? "reduce" : "gemm",
+                         job.kind == static_cast<uint8_t>(JobKind::kReduce) ? "reduce, part" : "gemm, split",
                          job.split, job.m_block, job.n_block, job.k_block_begin, job.k_block_end);
 }
 
@@ -312,6 +315,11 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
   if (job.kind == static_cast<uint8_t>(JobKind::kReduce) && ns.split_k == 1) {
     return absl::InternalError(
         absl::StrCat("schedule: ", DescribeJob(index), " reduces a node without split-K"));
+  }
+  if (job.kind == static_cast<uint8_t>(JobKind::kReduce) &&
+      (job.split >= std::max(ns.reduce_parts, 1) || ns.reduce_parts > sched::kMaxReduceParts)) {
+    return absl::InternalError(absl::StrFormat("schedule: %s: part %d of reduce_parts %d", DescribeJob(index),
+                                               job.split, ns.reduce_parts));
   }
   if (job.kind == static_cast<uint8_t>(JobKind::kGemm)) {
     if (job.k_block_begin > job.k_block_end || job.k_block_end > ns.k_blocks) {
@@ -407,10 +415,15 @@ absl::Status ReferenceExecutor::ReduceTile(const sched::TileJob& job, const sche
   const GemmNode& node = graph_.nodes()[job.node];
   NodeState& s = state_[job.node];
   const size_t tile_index = static_cast<size_t>(tile.m_block) * ns.n_blocks + tile.n_block;
-  if (s.tile_done[tile_index]) {
+  // In parts: this job's rows only, and the tile is done with its last part.
+  const uint8_t part_bit = ns.reduce_parts > 1 ? static_cast<uint8_t>(1u << job.split) : 0;
+  if (s.tile_done[tile_index] || (s.parts_done[tile_index] & part_bit) != 0) {
     return absl::InternalError(absl::StrFormat("schedule: %s reduces tile (%d, %d) a second time",
                                                DescribeJob(index), tile.m_block, tile.n_block));
   }
+  const sched::RowRange part = sched::ReduceRowsOf(ns, schedule_.tile, job.split);
+  const int64_t row_begin = std::max(e.row_begin, e.row_begin + part.begin);
+  const int64_t row_end = std::min(e.row_end, e.row_begin + part.end);
   // The partials must exist and cover the k-blocks [0, k_blocks) in split order.
   int32_t next_k_block = 0;
   for (int split = 0; split < ns.split_k; ++split) {
@@ -436,7 +449,7 @@ absl::Status ReferenceExecutor::ReduceTile(const sched::TileJob& job, const sche
   }
   const int64_t cols = e.acc_col_end - e.acc_col_begin;
   std::vector<double> acc(static_cast<size_t>(cols));
-  for (int64_t r = e.row_begin; r < e.row_end; ++r) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       double sum = 0.0;
       for (int split = 0; split < ns.split_k; ++split) {
@@ -446,7 +459,8 @@ absl::Status ReferenceExecutor::ReduceTile(const sched::TileJob& job, const sche
     }
     ops::StoreEpilogueRow(node, r, e.acc_col_begin, acc.data(), cols);
   }
-  s.tile_done[tile_index] = 1;
+  s.parts_done[tile_index] |= part_bit;
+  if (part_bit == 0 || s.parts_done[tile_index] == (1u << ns.reduce_parts) - 1) s.tile_done[tile_index] = 1;
   return absl::OkStatus();
 }
 

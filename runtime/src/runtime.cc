@@ -159,6 +159,13 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
           int64_t{lowered.m_blocks} * KernelConfig::kBlockM, lowered.split_k, KernelConfig::kPanelBytes / 4,
           KernelConfig::kRowsPerConsumer, &out.partial_map));
     }
+    if (lowered.reduce_parts > 1 && out.c_tma_cols < int64_t{lowered.n_blocks} * lowered.out_tile_n) {
+      // The kernel stores a reduce part straight into C, never through TMA.
+      return absl::InternalError(absl::StrFormat(
+          "schedule: node %d \"%s\" is reduced in %d parts, but its last output tile reaches column %d, past "
+          "C's %d TMA columns",
+          i, node.name, lowered.reduce_parts, int64_t{lowered.n_blocks} * lowered.out_tile_n, out.c_tma_cols));
+    }
     if (out.c_tma_cols > 0) {
       const uint32_t panel_cols = KernelConfig::kPanelBytes / static_cast<uint32_t>(node.c.element_size());
       TensorView aligned = node.c;
@@ -320,6 +327,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.max_clusters = impl->grid_clusters;
   scheduler_options.split_k = options.split_k;
   scheduler_options.group_size = options.group_size;
+  scheduler_options.reduce_in_parts = options.reduce_in_parts;
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph), scheduler_options));
 
   if (has_gpu() && !impl->schedule.queue.empty()) LOOM_RETURN_IF_ERROR(AllocateDeviceResources(*impl));

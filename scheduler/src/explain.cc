@@ -54,15 +54,23 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
           schedule.cluster_size, node.share == ClusterShare::kShareB ? "B (consecutive m-blocks)"
                                                                      : "A (consecutive n-blocks)",
           grid.rows, grid.cols);
-      absl::StrAppendFormat(&out, "  raster along %s, group %d; split_k %d; %d jobs\n",
-                            node.raster == RasterOrder::kAlongM ? "M" : "N", node.group_size, node.split_k,
-                            NodeJobCount(schedule, i));
+      absl::StrAppendFormat(&out, "  raster along %s, group %d; split_k %d", node.raster == RasterOrder::kAlongM ? "M" : "N",
+                            node.group_size, node.split_k);
+      if (node.reduce_parts > 1) {
+        absl::StrAppendFormat(&out, ", each tile reduced in %d parts of %d rows", node.reduce_parts,
+                              kFewRowReduceRows);
+      }
+      absl::StrAppendFormat(&out, "; %d jobs\n", NodeJobCount(schedule, i));
       absl::StrAppendFormat(&out, "  flags [%d, %d)", node.flag_base,
                             node.flag_base + node.m_blocks * node.n_blocks);
       if (node.split_k > 1) {
         absl::StrAppendFormat(&out, "; partial flags [%d, %d); workspace at %d", node.partial_flag_base,
                               node.partial_flag_base + node.m_blocks * node.n_blocks * node.split_k,
                               node.workspace_offset);
+      }
+      if (node.reduce_parts > 1) {
+        absl::StrAppendFormat(&out, "; part counts [%d, %d)", node.part_count_base,
+                              node.part_count_base + node.m_blocks * node.n_blocks);
       }
       out += "\n";
     }
@@ -110,6 +118,8 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
       if (job.node < num_nodes && schedule.nodes[job.node].split_k > 1) {
         absl::StrAppendFormat(&out, " split %d", job.split);
       }
+    } else if (job.node < num_nodes && schedule.nodes[job.node].reduce_parts > 1) {
+      absl::StrAppendFormat(&out, " part %d", job.split);
     }
     out += "\n";
   }

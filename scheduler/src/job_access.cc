@@ -134,8 +134,9 @@ void AppendJobWrites(const Schedule& schedule, const TileJob& job, std::vector<F
     const CtaTile cta = CtaTileOf(job, node.share, rank);
     if (!CtaTileInRange(node, cta)) continue;
     if (epilogue) {
-      writes->push_back(FlagWrite{OutputFlagIndex(node, cta.m_block, cta.n_block), cta.m_block,
-                                  cta.n_block, -1});
+      const bool in_parts = job.kind == static_cast<uint8_t>(JobKind::kReduce) && node.reduce_parts > 1;
+      writes->push_back(FlagWrite{OutputFlagIndex(node, cta.m_block, cta.n_block), cta.m_block, cta.n_block,
+                                  -1, in_parts ? job.split : 0, in_parts ? node.reduce_parts : 1});
     } else {
       writes->push_back(FlagWrite{PartialFlagIndex(node, cta.m_block, cta.n_block, job.split), cta.m_block,
                                   cta.n_block, job.split});

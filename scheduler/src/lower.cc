@@ -49,7 +49,8 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
   }
 
   // Flags: every node's output tiles, node after node; then the split-K
-  // partial flags of split nodes. Workspace: split nodes' partials, in order.
+  // partial flags of split nodes, each followed by its tiles' reduce part
+  // counts if it reduces in parts. Workspace: split nodes' partials, in order.
   int64_t flags = 0;
   for (NodeSchedule& node : schedule.nodes) {
     node.flag_base = static_cast<int32_t>(flags);
@@ -63,12 +64,16 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     if (node.split_k <= 1 || tiles == 0) continue;
     node.partial_flag_base = static_cast<int32_t>(flags);
     flags += tiles * node.split_k;
+    if (node.reduce_parts > 1) {
+      node.part_count_base = static_cast<int32_t>(flags);
+      flags += tiles;
+    }
     node.workspace_offset = workspace;
     workspace += int64_t{node.split_k} * node.m_blocks * options.tile.m * node.n_blocks * options.tile.n;
   }
   if (flags > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("graph: more than ", std::numeric_limits<int32_t>::max(),
-                                                   " tile flags (output tiles + split-K partials)"));
+                                                   " tile flags (output tiles + split-K partials + reduce part counts)"));
   }
   schedule.num_flags = static_cast<int32_t>(flags);
   schedule.workspace_elements = workspace;

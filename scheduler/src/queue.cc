@@ -24,7 +24,7 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
   std::vector<TileJob> jobs;
   if (grid.size() <= 0) return jobs;
   const int32_t split_k = std::max(node.split_k, 1);
-  jobs.reserve(static_cast<size_t>(grid.size() * (split_k == 1 ? 1 : split_k + 1)));
+  jobs.reserve(static_cast<size_t>(grid.size() * (split_k == 1 ? 1 : split_k + node.reduce_parts)));
   for (int64_t i = 0; i < grid.size(); ++i) {
     const ClusterCoord c = RasterizedClusterTile(i, grid, node.raster, node.group_size);
     const CtaTile first = FirstTileOfCluster(node.share, schedule.cluster_size, c.row, c.col);
@@ -47,10 +47,12 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
       jobs.push_back(job);
     }
     job.kind = static_cast<uint8_t>(JobKind::kReduce);
-    job.split = 0;
     job.k_block_begin = 0;
     job.k_block_end = static_cast<uint16_t>(node.k_blocks);
-    jobs.push_back(job);
+    for (int32_t part = 0; part < node.reduce_parts; ++part) {
+      job.split = static_cast<uint8_t>(part);
+      jobs.push_back(job);
+    }
   }
   return jobs;
 }
@@ -58,7 +60,7 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
 int64_t NodeJobCount(const Schedule& schedule, int node_index) {
   const NodeSchedule& node = schedule.nodes[node_index];
   const int64_t clusters = std::max<int64_t>(ClusterGridOf(node, schedule.cluster_size).size(), 0);
-  return clusters * (node.split_k <= 1 ? 1 : node.split_k + 1);
+  return clusters * (node.split_k <= 1 ? 1 : node.split_k + node.reduce_parts);
 }
 
 namespace {
@@ -194,6 +196,7 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
   std::vector<TileJob> queue;
   queue.reserve(jobs.size());
   std::vector<FlagWrite> writes;
+  std::vector<int32_t> writers_seen(static_cast<size_t>(std::max(schedule.num_flags, 0)), 0);
   for (int64_t position = 0; position < num_jobs; ++position) {
     while (!pending.empty() && pending.top().first <= position) {
       make_eligible(pending.top().second);
@@ -213,6 +216,7 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
     writes.clear();
     AppendJobWrites(schedule, jobs[j], &writes);
     for (const FlagWrite& w : writes) {
+      if (w.writers > 1 && ++writers_seen[w.flag] < w.writers) continue;  // a tile's other parts to come
       release_unit(w.flag, position);
       if (w.split < 0 && --output_tiles_left[node] == 0) {
         release_unit(schedule.num_flags + node, position);
@@ -229,8 +233,8 @@ auto JobKey(const TileJob& j) {
 }
 
 std::string DescribeJob(const TileJob& j) {
-  return absl::StrCat("node ", j.node, j.kind == static_cast<uint8_t>(JobKind::kReduce) ? " reduce" : " gemm",
-                      " split ", j.split, " m_block ", j.m_block, " n_block ", j.n_block, " k-blocks [",
+  return absl::StrCat("node ", j.node, j.kind == static_cast<uint8_t>(JobKind::kReduce) ? " reduce part " : " gemm split ",
+                      j.split, " m_block ", j.m_block, " n_block ", j.n_block, " k-blocks [",
                       j.k_block_begin, ", ", j.k_block_end, ")");
 }
 
@@ -258,8 +262,10 @@ absl::Status CheckQueue(const Schedule& schedule) {
     }
   }
 
-  // Topological: every flag a job waits on is written by an earlier job.
+  // Topological: every flag a job waits on is written by earlier jobs (all
+  // its writers, for the output flag of a tile reduced in parts).
   std::vector<char> written(static_cast<size_t>(std::max(schedule.num_flags, 0)), 0);
+  std::vector<int32_t> writers_seen(written.size(), 0);
   std::vector<FlagRead> reads;
   std::vector<FlagWrite> writes;
   for (size_t position = 0; position < schedule.queue.size(); ++position) {
@@ -284,7 +290,7 @@ absl::Status CheckQueue(const Schedule& schedule) {
                                                 ") writes flag ", w.flag, " outside [0, ",
                                                 schedule.num_flags, ")"));
       }
-      written[w.flag] = 1;
+      if (++writers_seen[w.flag] >= w.writers) written[w.flag] = 1;
     }
   }
   return absl::OkStatus();

@@ -27,6 +27,8 @@ struct Simulator::Plan {
   struct Write {
     int32_t flag;
     int32_t unit;
+    int32_t part;     // of `writers` jobs that write the unit (FlagWrite)
+    int32_t writers;
   };
   std::vector<TileJob> queue;
   int32_t num_flags = 0;
@@ -46,7 +48,7 @@ std::string DescribeJob(const TileJob& job, int64_t position) {
   return absl::StrCat("queue job #", position, " (node ", job.node,
                       job.kind == static_cast<uint8_t>(JobKind::kReduce) ? " reduce" : " gemm", " m", job.m_block,
                       " n", job.n_block, " k[", job.k_block_begin, ",", job.k_block_end, ")",
-                      job.kind == static_cast<uint8_t>(JobKind::kGemm) ? absl::StrCat(" split ", job.split) : "",
+                      job.kind == static_cast<uint8_t>(JobKind::kGemm) ? " split " : " part ", job.split,
                       ")");
 }
 
@@ -130,7 +132,8 @@ Simulator::Simulator(const Schedule& schedule) {
     job_writes.clear();
     AppendJobWrites(schedule, job, &job_writes);
     for (const FlagWrite& w : job_writes) {
-      plan->writes.push_back(Plan::Write{flag_or_invalid(w.flag), unit_of(job.node, w.m_block, w.n_block, w.split)});
+      plan->writes.push_back(
+          Plan::Write{flag_or_invalid(w.flag), unit_of(job.node, w.m_block, w.n_block, w.split), w.part, w.writers});
     }
     plan->write_begin.push_back(static_cast<int64_t>(plan->writes.size()));
   }
@@ -155,6 +158,7 @@ SimulationResult Simulator::Run(int virtual_sms, uint64_t seed) const {
   std::vector<int32_t> flag_waiters(flag_set.size(), -1);  // head of a list of workers, linked by next_waiter
   std::vector<int32_t> next_waiter(workers, -1);
   std::vector<int32_t> unit_done(static_cast<size_t>(plan.num_units), 0);
+  std::vector<uint32_t> unit_parts(unit_done.size(), 0);  // parts written, one bit each (reduce parts)
   std::vector<int64_t> job_of(workers, -1), step_of(workers, 0), read_of(workers, 0);
   std::vector<int32_t> node_in_flight(static_cast<size_t>(plan.num_nodes) + 1, 0);
   int32_t jobs_in_flight = 0, nodes_in_flight = 0;
@@ -233,6 +237,17 @@ SimulationResult Simulator::Run(int virtual_sms, uint64_t seed) const {
     // Complete: publish the data, then the flags (release), then wake waiters.
     for (int64_t i = plan.write_begin[j]; i < plan.write_begin[j + 1]; ++i) {
       const Plan::Write& write = plan.writes[i];
+      if (write.writers > 1) {  // one part of the unit: whole once every part is in
+        const uint32_t bit = uint32_t{1} << write.part;
+        if (unit_parts[write.unit] & bit) {
+          ++result.duplicate_tiles;
+          note(absl::StrCat(DescribeJob(plan.queue[j], j), " computes part ", write.part, " of data unit ",
+                            write.unit, " a second time"));
+          continue;
+        }
+        unit_parts[write.unit] |= bit;
+        if (unit_parts[write.unit] != (uint32_t{1} << write.writers) - 1) continue;
+      }
       if (++unit_done[write.unit] > 1) {
         ++result.duplicate_tiles;
         note(absl::StrCat(DescribeJob(plan.queue[j], j), " computes data unit ", write.unit, " a second time"));

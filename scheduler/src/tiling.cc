@@ -88,6 +88,13 @@ int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_cluste
   return static_cast<int32_t>(std::max<int64_t>(split, 1));
 }
 
+int32_t ChooseReduceParts(const NodeSchedule& node, bool swiglu, bool allowed) {
+  if (!allowed || node.split_k <= 1 || swiglu || node.m_blocks != 1 || node.m <= kFewRowReduceRows) return 1;
+  if (node.out_cols % node.out_tile_n != 0) return 1;
+  const int64_t parts = CeilDiv(node.m, kFewRowReduceRows);
+  return parts <= kMaxReduceParts ? static_cast<int32_t>(parts) : 1;
+}
+
 KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split) {
   const int32_t base = k_blocks / split_k;
   const int32_t extra = k_blocks % split_k;  // the first `extra` splits get base + 1
@@ -154,6 +161,7 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
   }
   node.split_k = ChooseSplitK(grid.size(), node.k_blocks, options.max_clusters, options.split_k,
                               node.m_blocks == 1 ? problem.m : 0);
+  node.reduce_parts = ChooseReduceParts(node, problem.swiglu, options.reduce_in_parts);
   return node;
 }
 

@@ -81,12 +81,16 @@ void AppendJobReadBoxes(const Schedule& schedule, const TileJob& job, int32_t k_
 void AppendJobReads(const Schedule& schedule, const TileJob& job, int32_t k_block_begin,
                     int32_t k_block_end, ReadPhase phase, std::vector<FlagRead>* reads);
 
-// One flag a job publishes when it completes.
+// One flag a job publishes when it completes. A tile reduced in parts
+// (NodeSchedule::reduce_parts) has `writers` jobs, part 0, 1, ...: its flag
+// is set, and its data whole, once all of them have completed.
 struct FlagWrite {
   int32_t flag = 0;
   int32_t m_block = 0;
   int32_t n_block = 0;
   int32_t split = -1;  // >= 0: a split-K partial
+  int32_t part = 0;
+  int32_t writers = 1;
 };
 
 // Appends what `job` publishes when done: the output flags of its in-range CTA

@@ -39,7 +39,8 @@ namespace loom::sched {
 
 // The jobs of node `node_index` in raster order of its cluster tiles. Per
 // cluster tile: one kGemm job over all k-blocks when split_k == 1; else the
-// split_k kGemm jobs (split 0, 1, ...) followed by that tile's kReduce job.
+// split_k kGemm jobs (split 0, 1, ...) followed by that tile's reduce_parts
+// kReduce jobs (part 0, 1, ...).
 // Needs schedule.tile, cluster_size and nodes[node_index]'s tiling.
 std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index);
 

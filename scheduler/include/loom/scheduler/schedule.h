@@ -49,19 +49,21 @@ enum class RasterOrder : uint8_t { kAlongM = 0, kAlongN = 1 };
 // The kernel sums the split-K partials of a tile with at most this many rows
 // inside M (decode) with both consumer warpgroups, one column pair per
 // thread, for any split count (ops/kernel/splitk_reduce.cuh, which checks
-// that the two agree); ChooseSplitK (tiling.h) counts on it.
+// that the two agree); ChooseSplitK (tiling.h) counts on it, and a reduce in
+// parts (NodeSchedule::reduce_parts) gives each job this many rows.
 inline constexpr int32_t kFewRowReduceRows = 16;
 
 enum class JobKind : uint8_t {
   kGemm = 0,    // accumulate A·Bᵀ over [k_block_begin, k_block_end); epilogue if split_k == 1
-  kReduce = 1,  // sum the split-K partials of a tile in split order, then the epilogue
+  kReduce = 1,  // sum the split-K partials of a tile (or of one row part of it) in split order,
+                // then the epilogue
 };
 
 // One cluster tile job. 16 bytes, stored in device memory in queue order.
 struct TileJob {
   uint16_t node = 0;
   uint8_t kind = 0;           // JobKind
-  uint8_t split = 0;          // kGemm: split-K index; kReduce: 0
+  uint8_t split = 0;          // kGemm: split-K index; kReduce: row part (NodeSchedule::reduce_parts)
   uint32_t m_block = 0;       // the cluster's first m-block
   uint32_t n_block = 0;       // the cluster's first n-block
   uint16_t k_block_begin = 0; // [begin, end), in k-blocks of TileShape::k
@@ -105,6 +107,14 @@ struct NodeSchedule {
   int32_t flag_base = 0;       // output tile (mb, nb) has flag flag_base + mb * n_blocks + nb
   int32_t partial_flag_base = -1;  // split-K: tile t, split s -> partial_flag_base + t * split_k + s
   int64_t workspace_offset = -1;   // split-K: fp32 partials, [split_k][m_blocks*tile.m][n_blocks*tile.n]
+  // Split-K: reduce jobs per cluster tile (ChooseReduceParts). 1: one job
+  // sums every row of its tiles. More: reduce job `part` (TileJob::split)
+  // sums rows [part * kFewRowReduceRows, +kFewRowReduceRows) of each of its
+  // tiles, on its own cluster, and stores them straight into C; the part that
+  // finishes a tile last publishes its output flag, the parts counting in
+  // flag part_count_base + tile index (ReducePartCountIndex).
+  int32_t reduce_parts = 1;
+  int32_t part_count_base = -1;
   int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
   int32_t dependency_count = 0;
   // Every k-block from one multiple of this to the next reads the same
@@ -120,6 +130,7 @@ struct SchedulerOptions {
   int32_t max_clusters = 66;  // co-resident clusters the kernel will run
   int32_t split_k = 0;        // 0: the scheduler decides per node; >= 1: forced for every node
   int32_t group_size = 0;     // 0: the scheduler decides per node
+  bool reduce_in_parts = true;  // false: one reduce job per tile (NodeSchedule::reduce_parts = 1)
 };
 
 struct Schedule {
@@ -128,7 +139,7 @@ struct Schedule {
   std::vector<NodeSchedule> nodes;
   std::vector<DependencyEdge> dependencies;  // grouped by consumer node
   std::vector<TileJob> queue;                // topological, wavefront order
-  int32_t num_flags = 0;                     // output-tile flags + split-K partial flags
+  int32_t num_flags = 0;  // output-tile flags + split-K partial flags + reduce part counts
   int64_t workspace_elements = 0;            // fp32 elements of split-K partials
 };
 
@@ -194,6 +205,25 @@ LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_
 LOOM_HOST_DEVICE inline int32_t PartialFlagIndex(const NodeSchedule& node, int32_t m_block, int32_t n_block,
                                                  int32_t split) {
   return node.partial_flag_base + (m_block * node.n_blocks + n_block) * node.split_k + split;
+}
+
+// The word in which the reduce parts of tile (m_block, n_block) of a node
+// with reduce_parts > 1 count themselves (layout: NodeSchedule::part_count_base).
+LOOM_HOST_DEVICE inline int32_t ReducePartCountIndex(const NodeSchedule& node, int32_t m_block,
+                                                     int32_t n_block) {
+  return node.part_count_base + m_block * node.n_blocks + n_block;
+}
+
+// The rows of its CTA tile that a reduce job sums, relative to the tile's
+// first row: every row for reduce_parts == 1, else part `part`'s
+// kFewRowReduceRows (clipped to M by the caller).
+struct RowRange {
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+LOOM_HOST_DEVICE inline RowRange ReduceRowsOf(const NodeSchedule& node, const TileShape& tile, int part) {
+  if (node.reduce_parts <= 1) return RowRange{0, tile.m};
+  return RowRange{part * kFewRowReduceRows, (part + 1) * kFewRowReduceRows};
 }
 
 }  // namespace loom::sched

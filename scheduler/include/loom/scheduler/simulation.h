@@ -16,7 +16,9 @@
 // The checks are against the data, not only the flags: each producer tile and
 // split-K partial is tracked by (node, m-block, n-block, split), and a step
 // that proceeds (because its flags are set) but reads a tile not yet computed
-// is a violation; so is a tile computed twice, or never.
+// is a violation; so is a tile computed twice, or never. A tile reduced in
+// parts is computed once every part has completed (and a part twice is a
+// duplicate too).
 //
 //   loom::sched::SimulationResult r = loom::sched::Simulate(schedule, 132, seed);
 //   EXPECT_TRUE(r.ok()) << r.Summary();

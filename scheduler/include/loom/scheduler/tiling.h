@@ -25,6 +25,7 @@ inline constexpr int64_t kMaxNodes = 65535;        // TileJob::node is 16-bit
 inline constexpr int64_t kMaxKBlocks = 65535;      // TileJob::k_block_end is 16-bit
 inline constexpr int32_t kMaxSplitK = 256;         // TileJob::split is 8-bit (0..255)
 inline constexpr int64_t kMaxBlocksPerDim = INT32_MAX;  // NodeSchedule::m_blocks is int32
+inline constexpr int32_t kMaxReduceParts = 8;      // a reduce part's bit in a uint8_t mask
 
 // Checks the options Lower() depends on: positive tile sizes, cluster_size 1 or
 // 2, positive num_sms / max_clusters, split_k in [0, 256], group_size >= 0.
@@ -32,7 +33,7 @@ inline constexpr int64_t kMaxBlocksPerDim = INT32_MAX;  // NodeSchedule::m_block
 absl::Status ValidateOptions(const SchedulerOptions& options);
 
 // Tiles node `node_index`: copies m, n, k; sets out_cols, out_tile_n,
-// m/n/k_blocks, share, raster, group_size and split_k. Leaves flag_base,
+// m/n/k_blocks, share, raster, group_size, split_k and reduce_parts. Leaves flag_base,
 // partial_flag_base, workspace_offset and the dependency range to Lower().
 //
 // NOTE: a node with m, n or k == 0 has no tiles: m_blocks = n_blocks = 0 (so it
@@ -73,6 +74,18 @@ CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row
 // kMaxSplitK.
 int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced,
                      int64_t rows = 0);
+
+// Reduce jobs per cluster tile of a node (NodeSchedule::reduce_parts):
+// ceil(m / kFewRowReduceRows) when `allowed` and the node splits K, is one
+// row block of more than kFewRowReduceRows rows, is not SwiGLU and has output
+// tiles that are all whole (out_cols a multiple of out_tile_n), so that every
+// part can go from the threads that sum it straight into C, which the kernel
+// needs (a part cannot be staged for a TMA store: the box would overwrite the
+// other parts' rows); else 1. At most kMaxReduceParts.
+// Why: a one-job reduce of 64-128 rows sums 0.5-1 MiB of partials on one SM
+// (traced at 64 tokens: 19-22 us, plus 11 of epilogue, on 16 of 132 SMs);
+// in parts, as many SMs share it, each with the few-row sum.
+int32_t ChooseReduceParts(const NodeSchedule& node, bool swiglu, bool allowed);
 
 // The k-blocks of split `split` of `split_k`: contiguous ranges that partition
 // [0, k_blocks) in order, sizes differing by at most one (the first
