@@ -311,10 +311,11 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Decode-size tiles, every fused op on both paths (unsplit; split, whose
-// partials of at most 16 live rows go straight from registers to the
+// partials of at most 64 live rows go straight from registers to the
 // workspace). N = 778: the last tile is ragged and out_cols is odd under
-// SwiGLU. M = 17 is the first size whose partials are staged; M = 129 has a
-// one-row tile after a full one.
+// SwiGLU. M = 17 is the first size whose reduce is the general one (a ragged
+// tile is not reduced in parts); M = 129 has a one-row tile after a full one
+// (its partials staged for TMA stores).
 class DecodeEpilogueTest : public ::testing::TestWithParam<std::tuple<int64_t, int, Activation, DType>> {};
 TEST_P(DecodeEpilogueTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -337,7 +338,7 @@ INSTANTIATE_TEST_SUITE_P(
 // The few-row reduce (SumFewRowPartials: at most 16 rows inside M, fused ops
 // in its own pass) must give the bits of the general one (SumPartials, then
 // StageTile): the same partials, summed in the same order, the same fused
-// ops. The first rows of a 17-row GEMM (partials staged, the general reduce)
+// ops. The first rows of a 17-row GEMM (N ragged: the general reduce)
 // against those rows alone (1 or 16 rows x 8 splits), fp32 out, with a bias
 // and a residual.
 class DecodeReduceBitsTest : public ::testing::TestWithParam<std::tuple<Activation, int64_t>> {};

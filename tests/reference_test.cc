@@ -340,7 +340,7 @@ class SplitKTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, 
 TEST_P(SplitKTest, SameResultAsWithoutSplitWithinOneUlp) {
   const auto [m, k, split_k] = GetParam();
   // N = 129: a ragged last tile; 128: whole tiles, so that 17-64 rows are
-  // reduced in parts (ChooseReduceParts).
+  // reduced in parts (ReducePartsIfSplit).
   for (int64_t n : {129, 128}) {
     SCOPED_TRACE(::testing::Message() << "N " << n);
     Rng rng;

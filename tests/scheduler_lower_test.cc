@@ -266,16 +266,23 @@ TEST(LowerTest, AWaitGranuleCoversEveryKBlockItSkips) {
 }
 
 TEST(LowerTest, SmallMSplitsKToFillAWave) {
-  absl::StatusOr<Schedule> s = Lower({Gemm(17, 4096, 4096)}, Options());
+  // 8 cluster tiles (16 n-blocks, kShareA pairs): 66 / 8 = 8 splits would fill
+  // the wave, but each split keeps >= 16 of the 64 k-blocks: 4 splits. (A
+  // ragged N: its 64 rows are reduced by one job each.)
+  absl::StatusOr<Schedule> s = Lower({Gemm(64, 4000, 4096)}, Options());
   ASSERT_TRUE(s.ok());
   const NodeSchedule& node = s->nodes[0];
-  // 8 cluster tiles (16 n-blocks, kShareA pairs): 66 / 8 = 8 splits would fill
-  // the wave, but each split keeps >= 16 of the 64 k-blocks: 4 splits.
   EXPECT_EQ(node.share, ClusterShare::kShareA);
   EXPECT_EQ(node.split_k, 4);
-  // 17 rows: each tile reduced in two parts of 16 rows.
-  EXPECT_EQ(node.reduce_parts, 2);
-  EXPECT_EQ(s->queue.size(), 8u * (4 + 2));
+  EXPECT_EQ(node.reduce_parts, 1);
+  EXPECT_EQ(s->queue.size(), 8u * (4 + 1));
+  // 17 rows of whole tiles: each tile reduced in two parts of 16 rows, so
+  // >= 8 k-blocks a split: 8 splits.
+  s = Lower({Gemm(17, 4096, 4096)}, Options());
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->nodes[0].split_k, 8);
+  EXPECT_EQ(s->nodes[0].reduce_parts, 2);
+  EXPECT_EQ(s->queue.size(), 8u * (8 + 2));
   // With at most 16 rows (kFewRowReduceRows), >= 8 k-blocks: 8 splits.
   s = Lower({Gemm(16, 4096, 4096)}, Options());
   ASSERT_TRUE(s.ok());

@@ -101,19 +101,34 @@ TEST(ChooseSplitKTest, SplitsOnlyWellUnderAWaveAndKeepsSixteenBlocks) {
   EXPECT_EQ(ChooseSplitK(100, 2, 66, 5), 2);                                           // forced, clamped to K
 }
 
-TEST(ChooseSplitKTest, FewRowNodesKeepEightBlocks) {
-  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/1), 8);
-  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/16), 8);  // kFewRowReduceRows
-  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/17), 4);  // >= 16 blocks again
-  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*rows=*/0), 4);   // more than one row block
-  EXPECT_EQ(ChooseSplitK(8, 15, 66, 0, /*rows=*/1), 1);   // two splits would get 7
-  EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, /*rows=*/1), 8);  // the wave, not K, limits it
-  EXPECT_EQ(ChooseSplitK(40, 64, 66, 0, /*rows=*/1), 1);  // over half a wave
+TEST(ChooseSplitKTest, FewRowReducesKeepEightBlocks) {
+  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*few_row_reduce=*/true), 8);
+  EXPECT_EQ(ChooseSplitK(8, 64, 66, 0, /*few_row_reduce=*/false), 4);  // >= 16 blocks
+  EXPECT_EQ(ChooseSplitK(8, 15, 66, 0, true), 1);    // two splits would get 7
+  EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, true), 8);   // the wave, not K, limits it
+  EXPECT_EQ(ChooseSplitK(40, 64, 66, 0, true), 1);   // over half a wave
+}
+
+// Which nodes TileNode treats as few-row reduces: one row block of at most 16
+// rows, or a node reduced in parts.
+TEST(TileNodeTest, FewRowAndPartedNodesKeepEightBlocksASplit) {
+  auto split = [](int64_t m, int64_t n) {
+    absl::StatusOr<NodeSchedule> node = TileNode(Gemm(m, n, 4096), 0, Options());
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? node->split_k : -1;
+  };
+  EXPECT_EQ(split(1, 4096), 8);
+  EXPECT_EQ(split(16, 4096), 8);
+  EXPECT_EQ(split(17, 4096), 8);   // reduced in 2 parts
+  EXPECT_EQ(split(64, 4096), 8);   // reduced in 4 parts
+  EXPECT_EQ(split(64, 4000), 4);   // ragged: one reduce job of 64 rows, >= 16 blocks
+  EXPECT_EQ(split(129, 4096), 4);  // two row blocks
 }
 
 // A split node of one row block is reduced in parts of 16 rows when every
-// part can go straight into C: more than 16 rows, whole non-SwiGLU tiles.
-TEST(ChooseReducePartsTest, OneRowBlockOfWholeTilesWithMoreThanSixteenRows) {
+// part can go straight into C (more than 16 rows, whole non-SwiGLU tiles) and
+// the parts of all its tiles fit one wave.
+TEST(ReducePartsTest, OneRowBlockOfWholeTilesWithMoreThanSixteenRowsInAWave) {
   auto parts = [](int64_t m, int64_t n, int64_t k, bool swiglu = false, bool allowed = true) {
     SchedulerOptions o = Options();
     o.reduce_in_parts = allowed;
@@ -122,15 +137,22 @@ TEST(ChooseReducePartsTest, OneRowBlockOfWholeTilesWithMoreThanSixteenRows) {
     return node.ok() ? node->reduce_parts : -1;
   };
   EXPECT_EQ(parts(64, 4096, 14336), 4);
-  EXPECT_EQ(parts(128, 4096, 14336), 8);
+  EXPECT_EQ(parts(128, 4096, 14336), 8);  // 8 cluster tiles x 8 parts <= 66
   EXPECT_EQ(parts(17, 4096, 4096), 2);
-  EXPECT_EQ(parts(100, 4096, 4096), 7);  // the last part has 4 rows
+  EXPECT_EQ(parts(100, 4096, 4096), 7);   // the last part has 4 rows
   EXPECT_EQ(parts(16, 4096, 4096), 1);    // one few-row job already
   EXPECT_EQ(parts(129, 4096, 4096), 1);   // two row blocks
   EXPECT_EQ(parts(64, 4000, 4096), 1);    // a ragged last tile is staged
   EXPECT_EQ(parts(64, 8192, 4096, /*swiglu=*/true), 1);
   EXPECT_EQ(parts(64, 4096, 64), 1);      // one k-block: no split
   EXPECT_EQ(parts(64, 4096, 14336, false, /*allowed=*/false), 1);
+  EXPECT_EQ(parts(128, 14336, 4096), 1);  // 28 cluster tiles x 8 parts: past a wave
+  EXPECT_EQ(parts(32, 14336, 4096), 2);   // 28 x 2 = 56 fit
+  // ReducePartsIfSplit itself: the wave bound.
+  absl::StatusOr<NodeSchedule> node = TileNode(Gemm(64, 4096, 14336), 0, Options());
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(ReducePartsIfSplit(*node, false, /*cluster_tiles=*/16, /*max_clusters=*/66, true), 4);
+  EXPECT_EQ(ReducePartsIfSplit(*node, false, 17, 66, true), 1);  // 68 > 66
 }
 
 class SplitKRangeTest : public testing::TestWithParam<std::tuple<int, int>> {};

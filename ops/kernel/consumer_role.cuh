@@ -98,7 +98,8 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       const CtaWork tile = ResolveJob(ctx, index);
       if (kSplitK && tile.node->schedule.split_k > 1) {
         // A partial: the raw accumulators of the whole padded tile (no fused
-        // op, every column inside the workspace map), or only its few live rows.
+        // op, every column inside the workspace map), or, for a tile of at
+        // most 64 rows, only its live rows, straight from registers.
         ok = StoresPartialDirectly(tile.node->schedule, tile.m_block)
                  ? StorePartialDirectly(ctx, tile, warpgroup, staging, accumulators, index)
                  : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, accumulators, index);

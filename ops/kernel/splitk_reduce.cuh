@@ -44,13 +44,17 @@ struct LanePartialRows {
   }
 };
 
-// A split-K partial whose CTA tile has at most this many rows inside M (one
-// consumer warp's rows: decode, a few tokens) is written by the consumers
+// A split-K partial whose CTA tile has at most this many rows inside M (all
+// of them warpgroup 0's: decode, up to 64 tokens) is written by the consumers
 // straight from registers to the workspace, live rows only, instead of eight
-// fp32 panels staged for TMA stores that clip all but a row or two. The store
+// fp32 panels staged for TMA stores (which clip the rows past M). The store
 // thread then only publishes it (store_role.cuh), after one staging handshake
 // per warpgroup that orders the consumers' stores before its flag release.
-constexpr int kDirectPartialRows = 16;
+// Measured (bench/NOTES.md v1.14), this limit at 128 rows against 16: the
+// chain at 32 tokens 212 -> 197 us, 32x4096x4096 0.74 -> 0.80 of cuBLAS, but
+// no gain at 128 rows (128x14336x4096 0.76 -> 0.73), so fuller tiles keep the
+// staged stores.
+constexpr int kDirectPartialRows = KernelConfig::kRowsPerConsumer;
 
 __device__ inline bool StoresPartialDirectly(const sched::NodeSchedule& schedule, int32_t m_block) {
   return schedule.m - int64_t{m_block} * KernelConfig::kBlockM <= kDirectPartialRows;
@@ -163,14 +167,15 @@ __device__ __forceinline__ ReduceRows ReduceRowsOfJob(const sched::NodeSchedule&
   return ReduceRows{tile_row0 + range.begin, static_cast<int>(end - tile_row0 - range.begin)};
 }
 
-// A reduce job with at most kDirectPartialRows rows to sum (decode, a few
+// A reduce job with at most kFewRowReduceRows rows to sum (decode, a few
 // tokens; or one part of a tile reduced in parts) is summed by
 // SumFewRowPartials, one column pair per thread, its rows taken as
 // warpgroup 0's. Unless it goes straight into C (ReduceStoresDirectly, which
 // every part does), its sums land in warpgroup 0's two staging buffers, one
 // fp32 tile row per row.
 __device__ inline bool SumsFewRows(const sched::NodeSchedule& schedule, int32_t m_block) {
-  return schedule.reduce_parts > 1 || StoresPartialDirectly(schedule, m_block);
+  return schedule.reduce_parts > 1 ||
+         schedule.m - int64_t{m_block} * KernelConfig::kBlockM <= sched::kFewRowReduceRows;
 }
 
 // A SumsFewRows job of more than one row is summed by both consumer
@@ -204,19 +209,22 @@ __device__ inline bool FinishesReducePart(const CtaContext& ctx, const sched::No
   static_assert(sched::kFewRowReduceRows * 255 >= KernelConfig::kBlockM, "a tile's parts fit the count's 8 bits");
   uint32_t* word = &ctx.params.flags[sched::ReducePartCountIndex(schedule, m_block, n_block)];
   const uint32_t tag = ctx.epoch << 8;
-  uint32_t seen = ptx::ld_relaxed_gpu(word);
+  const uint32_t parts = static_cast<uint32_t>(schedule.reduce_parts);
+  // The first try guesses that this part is the last (the others' count in
+  // the word): the last part is the one on the critical path, and then one
+  // round trip settles it. A wrong guess returns the word to try again with.
+  uint32_t seen = tag | (parts - 1);
   for (;;) {
     const uint32_t done = (seen & ~0xFFu) == tag ? (seen & 0xFFu) + 1 : 1;
     const uint32_t prior = ptx::atom_cas_acq_rel_gpu(word, seen, tag | done);
-    if (prior == seen) return done == static_cast<uint32_t>(schedule.reduce_parts);
+    if (prior == seen) return done == parts;
     seen = prior;
   }
 }
 
-static_assert(kDirectPartialRows * KernelConfig::kBlockN * 4 ==
+static_assert(sched::kFewRowReduceRows * KernelConfig::kBlockN * 4 ==
                   KernelConfig::kStagingBuffers * KernelConfig::kStagingPanelBytes,
               "a few-row tile's sums fill both staging buffers");
-static_assert(kDirectPartialRows == sched::kFewRowReduceRows, "the scheduler's split choice assumes this many rows");
 
 // The fused ops SumFewRowPartials applies to one thread's column pair.
 struct PairOps {
@@ -346,7 +354,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   const int part = work.job->split;
   const ReduceRows job_rows = ReduceRowsOfJob(schedule, work.m_block, part);
   const int64_t row0 = job_rows.row0;
-  const int live_rows = job_rows.rows;  // 1 .. kDirectPartialRows
+  const int live_rows = job_rows.rows;  // 1 .. kFewRowReduceRows
   const bool both = SumsWithBothWarpgroups(schedule, work.m_block, part);
   const bool direct = ReduceStoresDirectly(node, work.m_block, work.n_block);
   *stored = direct;

@@ -64,7 +64,7 @@ CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row
 }
 
 int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced,
-                     int64_t rows) {
+                     bool few_row_reduce) {
   if (k_blocks <= 1 || cluster_tiles <= 0) return 1;
   if (forced >= 1) return std::min({forced, k_blocks, kMaxSplitK});
   // Split only when the node alone leaves most of a wave idle; a node that
@@ -82,17 +82,20 @@ int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_cluste
   // per thread, pays for a split in k-blocks, not in reduce time: measured
   // (v1.12), the one-token chain ran 8% faster with 8 splits of 8 than with 4
   // of 16; at 16 tokens the new sum and 8 splits together took the chain from
-  // 242 to 217 us (v1.13).
+  // 242 to 217 us (v1.13); reduced in parts, at 32-128 tokens, 8 splits
+  // against 4 took it from 238-284 to 211-261 us (v1.14).
   const int64_t keeping_8_blocks = std::min<int64_t>({to_fill_wave, k_blocks / 8, kMaxSplitK});
-  if (rows > 0 && rows <= kFewRowReduceRows) split = std::max(split, keeping_8_blocks);
+  if (few_row_reduce) split = std::max(split, keeping_8_blocks);
   return static_cast<int32_t>(std::max<int64_t>(split, 1));
 }
 
-int32_t ChooseReduceParts(const NodeSchedule& node, bool swiglu, bool allowed) {
-  if (!allowed || node.split_k <= 1 || swiglu || node.m_blocks != 1 || node.m <= kFewRowReduceRows) return 1;
+int32_t ReducePartsIfSplit(const NodeSchedule& node, bool swiglu, int64_t cluster_tiles, int32_t max_clusters,
+                           bool allowed) {
+  if (!allowed || swiglu || node.m_blocks != 1 || node.m <= kFewRowReduceRows) return 1;
   if (node.out_cols % node.out_tile_n != 0) return 1;
   const int64_t parts = CeilDiv(node.m, kFewRowReduceRows);
-  return parts <= kMaxReduceParts ? static_cast<int32_t>(parts) : 1;
+  if (parts > kMaxReduceParts || cluster_tiles * parts > max_clusters) return 1;
+  return static_cast<int32_t>(parts);
 }
 
 KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split) {
@@ -159,9 +162,11 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
     node.group_size = ChooseGroupSize(grid, node.raster, options.max_clusters,
                                       cross_extent * std::max<int64_t>(problem.k, 1) * 2);
   }
-  node.split_k = ChooseSplitK(grid.size(), node.k_blocks, options.max_clusters, options.split_k,
-                              node.m_blocks == 1 ? problem.m : 0);
-  node.reduce_parts = ChooseReduceParts(node, problem.swiglu, options.reduce_in_parts);
+  const int32_t parts =
+      ReducePartsIfSplit(node, problem.swiglu, grid.size(), options.max_clusters, options.reduce_in_parts);
+  const bool few_row_reduce = (node.m_blocks == 1 && problem.m <= kFewRowReduceRows) || parts > 1;
+  node.split_k = ChooseSplitK(grid.size(), node.k_blocks, options.max_clusters, options.split_k, few_row_reduce);
+  node.reduce_parts = node.split_k > 1 ? parts : 1;
   return node;
 }
 

@@ -107,7 +107,7 @@ struct NodeSchedule {
   int32_t flag_base = 0;       // output tile (mb, nb) has flag flag_base + mb * n_blocks + nb
   int32_t partial_flag_base = -1;  // split-K: tile t, split s -> partial_flag_base + t * split_k + s
   int64_t workspace_offset = -1;   // split-K: fp32 partials, [split_k][m_blocks*tile.m][n_blocks*tile.n]
-  // Split-K: reduce jobs per cluster tile (ChooseReduceParts). 1: one job
+  // Split-K: reduce jobs per cluster tile (ReducePartsIfSplit). 1: one job
   // sums every row of its tiles. More: reduce job `part` (TileJob::split)
   // sums rows [part * kFewRowReduceRows, +kFewRowReduceRows) of each of its
   // tiles, on its own cluster, and stores them straight into C; the part that

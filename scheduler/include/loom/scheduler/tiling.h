@@ -65,27 +65,31 @@ ClusterGrid ClusterGridOf(const NodeSchedule& node, int32_t cluster_size);
 // kShareB, (row, col * cluster_size) for kShareA.
 CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row, int32_t col);
 
+// Reduce jobs per cluster tile of a node if it splits K
+// (NodeSchedule::reduce_parts): ceil(m / kFewRowReduceRows) when `allowed`
+// and the node is one row block of more than kFewRowReduceRows rows, is not
+// SwiGLU, has output tiles that are all whole (out_cols a multiple of
+// out_tile_n), and its `cluster_tiles` times that many parts fit one wave
+// (max_clusters); else 1. At most kMaxReduceParts.
+// Why: a one-job reduce of 64-128 rows sums 0.5-1 MiB of partials on one SM
+// (traced at 64 tokens: 19-22 us, plus 11 of epilogue, on 16 of 132 SMs);
+// in parts, as many SMs share it, each with the few-row sum straight into C.
+// Every part must go straight into C, which the kernel needs (a part cannot
+// be staged for a TMA store: the box would overwrite the other parts' rows).
+// More parts than a wave cost more in jobs than they save (measured
+// 128x14336x4096, 28 cluster tiles x 8 parts: 0.70 -> 0.57 of cuBLAS).
+int32_t ReducePartsIfSplit(const NodeSchedule& node, bool swiglu, int64_t cluster_tiles, int32_t max_clusters,
+                           bool allowed);
+
 // Split-K for one node. `forced` >= 1 forces it (clamped to k_blocks, because a
 // split without k-blocks would do no work). forced == 0 decides: when the node
 // has at most half a wave of cluster tiles (2 * clusters <= max_clusters), split
 // so that clusters * split_k is about one wave, each split keeping >= 16
-// k-blocks, or >= 8 when the node is one row block of `rows` rows (0: more
-// than one) and rows <= kFewRowReduceRows; otherwise 1. Never more than
-// kMaxSplitK.
+// k-blocks, or >= 8 when every reduce job would sum at most
+// kFewRowReduceRows rows (`few_row_reduce`: one row block of that many rows,
+// or a node reduced in parts); otherwise 1. Never more than kMaxSplitK.
 int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced,
-                     int64_t rows = 0);
-
-// Reduce jobs per cluster tile of a node (NodeSchedule::reduce_parts):
-// ceil(m / kFewRowReduceRows) when `allowed` and the node splits K, is one
-// row block of more than kFewRowReduceRows rows, is not SwiGLU and has output
-// tiles that are all whole (out_cols a multiple of out_tile_n), so that every
-// part can go from the threads that sum it straight into C, which the kernel
-// needs (a part cannot be staged for a TMA store: the box would overwrite the
-// other parts' rows); else 1. At most kMaxReduceParts.
-// Why: a one-job reduce of 64-128 rows sums 0.5-1 MiB of partials on one SM
-// (traced at 64 tokens: 19-22 us, plus 11 of epilogue, on 16 of 132 SMs);
-// in parts, as many SMs share it, each with the few-row sum.
-int32_t ChooseReduceParts(const NodeSchedule& node, bool swiglu, bool allowed);
+                     bool few_row_reduce = false);
 
 // The k-blocks of split `split` of `split_k`: contiguous ranges that partition
 // [0, k_blocks) in order, sizes differing by at most one (the first
