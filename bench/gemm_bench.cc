@@ -51,6 +51,7 @@ ABSL_FLAG(int, a_stages, 4, "A ring depth");
 ABSL_FLAG(int, b_stages, 4, "B ring depth");
 ABSL_FLAG(bool, reduce_in_parts, true,
           "reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
+ABSL_FLAG(int, reduce_part_rows, 0, "rows of each reduce part (0: the scheduler chooses; at most 16)");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(bool, interleave, true,
           "time the implementations in turn per iteration (false: each one's runs back to back, in ABBA order)");
@@ -179,6 +180,7 @@ CompileOptions LoomOptions(RingMode mode, bool trace) {
   options.a_stages = absl::GetFlag(FLAGS_a_stages);
   options.b_stages = mode == RingMode::kLockstep ? options.a_stages : absl::GetFlag(FLAGS_b_stages);
   options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
+  options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
   options.trace = trace;
   return options;
 }

@@ -101,6 +101,7 @@ ABSL_FLAG(int, group_size, 0,
           "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
 ABSL_FLAG(bool, reduce_in_parts, true,
           "loom: reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
+ABSL_FLAG(int, reduce_part_rows, 0, "rows of each reduce part (0: the scheduler chooses; at most 16)");
 ABSL_FLAG(int, a_stages, 4, "loom: A ring depth");
 ABSL_FLAG(int, b_stages, 4, "loom: B ring depth");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
@@ -897,6 +898,7 @@ int Main() {
   ctx.loom_options.split_k = absl::GetFlag(FLAGS_split_k);
   ctx.loom_options.group_size = absl::GetFlag(FLAGS_group_size);
   ctx.loom_options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
+  ctx.loom_options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
   ctx.loom_options.a_stages = absl::GetFlag(FLAGS_a_stages);
   ctx.loom_options.b_stages = absl::GetFlag(FLAGS_b_stages);
   ctx.timeline = absl::GetFlag(FLAGS_timeline);

@@ -298,10 +298,11 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{5, 1000, 4096}, 4, Activation::kNone, DType::kFP32},
                       std::tuple{Shape{11, 1000, 4096}, 3, Activation::kGELU, DType::kBF16},
                       std::tuple{Shape{16, 1000, 4096}, 8, Activation::kSiLU, DType::kFP32},
-                      // Reduced in parts of 16 rows (one row block, whole tiles):
-                      // 17 = 16 + 1 (warpgroup 0 alone in the second part),
-                      // 40 = 16 + 16 + 8, 100 (the last part 4 rows), 128 (8
-                      // parts, rows of both warpgroups' halves of the tile).
+                      // Reduced in parts (one row block, whole tiles): 16 = 8 +
+                      // 8, 17 = 8 + 8 + 1 (warpgroup 0 alone in the last part),
+                      // 40 = 5 x 8, 100 = 6 x 16 + 4, 128 = 8 x 16 (rows of
+                      // both warpgroups' halves of the tile).
+                      std::tuple{Shape{16, 1024, 4096}, 8, Activation::kNone, DType::kFP32},
                       std::tuple{Shape{17, 1024, 4096}, 8, Activation::kGELU, DType::kBF16},
                       std::tuple{Shape{40, 512, 4096}, 4, Activation::kSiLU, DType::kFP32},
                       std::tuple{Shape{100, 512, 2048}, 3, Activation::kNone, DType::kFP32},
@@ -439,7 +440,9 @@ TEST_P(ReducePartsBitsTest, MatchTheOneJobReduce) {
   LOOM_ASSERT_OK(parts.Run(TestRuntime(), options));
   options.reduce_in_parts = false;
   LOOM_ASSERT_OK(whole.Run(TestRuntime(), options));
-  EXPECT_EQ(parts.plan().schedule().nodes[0].reduce_parts, (rows + 15) / 16);
+  const sched::NodeSchedule& parted = parts.plan().schedule().nodes[0];
+  ASSERT_GT(parted.reduce_part_rows, 0);
+  EXPECT_EQ(parted.reduce_parts, (rows + parted.reduce_part_rows - 1) / parted.reduce_part_rows);
   EXPECT_EQ(whole.plan().schedule().nodes[0].reduce_parts, 1);
   parts.ExpectMatchesReference();
   whole.ExpectMatchesReference();

@@ -340,7 +340,7 @@ class SplitKTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, 
 TEST_P(SplitKTest, SameResultAsWithoutSplitWithinOneUlp) {
   const auto [m, k, split_k] = GetParam();
   // N = 129: a ragged last tile; 128: whole tiles, so that 17-64 rows are
-  // reduced in parts (ReducePartsIfSplit).
+  // reduced in parts (ChooseReduceParts).
   for (int64_t n : {129, 128}) {
     SCOPED_TRACE(::testing::Message() << "N " << n);
     Rng rng;
@@ -350,7 +350,7 @@ TEST_P(SplitKTest, SameResultAsWithoutSplitWithinOneUlp) {
     const std::vector<HostMatrix> expected = g.NaiveOutputs();
     absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(split_k));
     ASSERT_TRUE(schedule.ok()) << schedule.status();
-    const bool in_parts = n == 128 && m > sched::kFewRowReduceRows && m <= 64 && k > 32;
+    const bool in_parts = n == 128 && m > 8 && m <= 64 && k > 32;
     EXPECT_EQ(schedule->nodes[0].reduce_parts > 1, in_parts);
     for (uint64_t seed : {uint64_t{0}, uint64_t{1}, rng.seed()}) {
       g.PoisonOutputs();
@@ -747,7 +747,9 @@ TEST(BrokenSplitScheduleTest, EveryReducePartOnceAndTheTileWholeOnlyWithAll) {
   g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, 40, 128), g.Input("b", DType::kBF16, 64, 128),
                     g.Output("c", DType::kFP32, 40, 64));
   const std::vector<HostMatrix> expected = g.NaiveOutputs();
-  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), SmallTiles(2, 1));
+  sched::SchedulerOptions options = SmallTiles(2, 1);
+  options.reduce_part_rows = 16;
+  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), options);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->nodes[0].reduce_parts, 3);  // rows 0-15, 16-31, 32-39
   ASSERT_EQ(s->queue.size(), 5u);          // split 0, split 1, part 0, part 1, part 2
@@ -774,7 +776,7 @@ TEST(BrokenSplitScheduleTest, ConsumerOfAPartedTileWaitsForEveryPart) {
   sched::SchedulerOptions options = SmallTiles(2, 1);
   absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), options);
   ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_EQ(s->nodes[0].reduce_parts, 3);
+  ASSERT_EQ(s->nodes[0].reduce_parts, 5);  // 8 rows each (the scheduler's choice)
   EXPECT_TRUE(sched::CheckQueue(*s).ok()) << sched::CheckQueue(*s);
   EXPECT_TRUE(RunReference(g.graph(), *s, {.simulated_sms = 3, .seed = rng.seed()}).ok());
   // The first node's last part, moved to the end of the queue.

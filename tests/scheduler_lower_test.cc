@@ -108,8 +108,8 @@ TEST(LowerTest, FlagsAreConsecutivePerNodeThenPartials) {
   EXPECT_EQ(c.flag_base, 9);  // the zero-size node has no flags
   EXPECT_EQ(a.partial_flag_base, 10);
   EXPECT_EQ(c.partial_flag_base, 10 + 9 * 2);
-  // c is one row block of 128 rows: reduced in 8 parts, one count word per
-  // tile after its partial flags. a has three row blocks: one reduce job.
+  // c is one row block of 128 rows: reduced in 8 parts of 16, one count word
+  // per tile after its partial flags. a has three row blocks: one reduce job.
   EXPECT_EQ(a.reduce_parts, 1);
   EXPECT_EQ(a.part_count_base, -1);
   EXPECT_EQ(c.reduce_parts, 8);
@@ -265,6 +265,21 @@ TEST(LowerTest, AWaitGranuleCoversEveryKBlockItSkips) {
   }
 }
 
+// A node whose output a later node reads gets 8-row reduce parts only
+// within half a wave (ChooseReduceParts): in a 64-token chain of 4096 x 4096
+// layers, the first layer is reduced in 4 parts of 16 rows, the last (no
+// consumers) in 8 parts of 8.
+TEST(LowerTest, NodesWithConsumersLeaveHalfTheWaveToThem) {
+  absl::StatusOr<Schedule> s =
+      Lower({Gemm(64, 4096, 4096), Gemm(64, 4096, 4096, {Edge(0, DependencyOperand::kA)})}, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->nodes[0].reduce_parts, 4);
+  EXPECT_EQ(s->nodes[0].reduce_part_rows, 16);
+  EXPECT_EQ(s->nodes[1].reduce_parts, 8);
+  EXPECT_EQ(s->nodes[1].reduce_part_rows, 8);
+  EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
+}
+
 TEST(LowerTest, SmallMSplitsKToFillAWave) {
   // 8 cluster tiles (16 n-blocks, kShareA pairs): 66 / 8 = 8 splits would fill
   // the wave, but each split keeps >= 16 of the 64 k-blocks: 4 splits. (A
@@ -276,13 +291,14 @@ TEST(LowerTest, SmallMSplitsKToFillAWave) {
   EXPECT_EQ(node.split_k, 4);
   EXPECT_EQ(node.reduce_parts, 1);
   EXPECT_EQ(s->queue.size(), 8u * (4 + 1));
-  // 17 rows of whole tiles: each tile reduced in two parts of 16 rows, so
+  // 17 rows of whole tiles: each tile reduced in three parts of 8 rows, so
   // >= 8 k-blocks a split: 8 splits.
   s = Lower({Gemm(17, 4096, 4096)}, Options());
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->nodes[0].split_k, 8);
-  EXPECT_EQ(s->nodes[0].reduce_parts, 2);
-  EXPECT_EQ(s->queue.size(), 8u * (8 + 2));
+  EXPECT_EQ(s->nodes[0].reduce_parts, 3);
+  EXPECT_EQ(s->nodes[0].reduce_part_rows, 8);
+  EXPECT_EQ(s->queue.size(), 8u * (8 + 3));
   // With at most 16 rows (kFewRowReduceRows), >= 8 k-blocks: 8 splits.
   s = Lower({Gemm(16, 4096, 4096)}, Options());
   ASSERT_TRUE(s.ok());

@@ -119,40 +119,62 @@ TEST(TileNodeTest, FewRowAndPartedNodesKeepEightBlocksASplit) {
   };
   EXPECT_EQ(split(1, 4096), 8);
   EXPECT_EQ(split(16, 4096), 8);
-  EXPECT_EQ(split(17, 4096), 8);   // reduced in 2 parts
-  EXPECT_EQ(split(64, 4096), 8);   // reduced in 4 parts
+  EXPECT_EQ(split(17, 4096), 8);   // reduced in 3 parts
+  EXPECT_EQ(split(64, 4096), 8);   // reduced in 8 parts
   EXPECT_EQ(split(64, 4000), 4);   // ragged: one reduce job of 64 rows, >= 16 blocks
   EXPECT_EQ(split(129, 4096), 4);  // two row blocks
 }
 
-// A split node of one row block is reduced in parts of 16 rows when every
-// part can go straight into C (more than 16 rows, whole non-SwiGLU tiles) and
-// the parts of all its tiles fit one wave.
-TEST(ReducePartsTest, OneRowBlockOfWholeTilesWithMoreThanSixteenRowsInAWave) {
-  auto parts = [](int64_t m, int64_t n, int64_t k, bool swiglu = false, bool allowed = true) {
+// A split node of one row block is reduced in parts of 8 or 16 rows when
+// every part can go straight into C (whole non-SwiGLU tiles) and the parts of
+// all its tiles fit one wave.
+TEST(ChooseReducePartsTest, EightRowsWhereTheyFitElseSixteenWithinAWave) {
+  auto parts = [](int64_t m, int64_t n, int64_t k, bool swiglu = false, bool allowed = true, int rows = 0,
+                  bool has_consumers = false) {
     SchedulerOptions o = Options();
     o.reduce_in_parts = allowed;
-    absl::StatusOr<NodeSchedule> node = TileNode(Gemm(m, n, k, swiglu), 0, o);
+    o.reduce_part_rows = rows;
+    absl::StatusOr<NodeSchedule> node = TileNode(Gemm(m, n, k, swiglu), 0, o, has_consumers);
     EXPECT_TRUE(node.ok()) << node.status();
-    return node.ok() ? node->reduce_parts : -1;
+    if (!node.ok()) return std::pair{-1, -1};
+    EXPECT_EQ(node->reduce_part_rows == 0, node->reduce_parts == 1);
+    return std::pair{node->reduce_parts, node->reduce_part_rows};
   };
-  EXPECT_EQ(parts(64, 4096, 14336), 4);
-  EXPECT_EQ(parts(128, 4096, 14336), 8);  // 8 cluster tiles x 8 parts <= 66
-  EXPECT_EQ(parts(17, 4096, 4096), 2);
-  EXPECT_EQ(parts(100, 4096, 4096), 7);   // the last part has 4 rows
-  EXPECT_EQ(parts(16, 4096, 4096), 1);    // one few-row job already
-  EXPECT_EQ(parts(129, 4096, 4096), 1);   // two row blocks
-  EXPECT_EQ(parts(64, 4000, 4096), 1);    // a ragged last tile is staged
-  EXPECT_EQ(parts(64, 8192, 4096, /*swiglu=*/true), 1);
-  EXPECT_EQ(parts(64, 4096, 64), 1);      // one k-block: no split
-  EXPECT_EQ(parts(64, 4096, 14336, false, /*allowed=*/false), 1);
-  EXPECT_EQ(parts(128, 14336, 4096), 1);  // 28 cluster tiles x 8 parts: past a wave
-  EXPECT_EQ(parts(32, 14336, 4096), 2);   // 28 x 2 = 56 fit
-  // ReducePartsIfSplit itself: the wave bound.
-  absl::StatusOr<NodeSchedule> node = TileNode(Gemm(64, 4096, 14336), 0, Options());
-  ASSERT_TRUE(node.ok());
-  EXPECT_EQ(ReducePartsIfSplit(*node, false, /*cluster_tiles=*/16, /*max_clusters=*/66, true), 4);
-  EXPECT_EQ(ReducePartsIfSplit(*node, false, 17, 66, true), 1);  // 68 > 66
+  using P = std::pair<int, int>;
+  EXPECT_EQ(parts(64, 4096, 14336), P(8, 8));    // 8 cluster tiles x 8 parts <= 66
+  EXPECT_EQ(parts(128, 4096, 14336), P(8, 16));  // 16 parts of 8 would be too many
+  EXPECT_EQ(parts(17, 4096, 4096), P(3, 8));     // the last part has 1 row
+  EXPECT_EQ(parts(100, 4096, 4096), P(7, 16));   // the last part has 4 rows
+  EXPECT_EQ(parts(16, 4096, 4096), P(2, 8));
+  EXPECT_EQ(parts(8, 4096, 4096), P(1, 0));      // one few-row job already
+  EXPECT_EQ(parts(129, 4096, 4096), P(1, 0));    // two row blocks
+  EXPECT_EQ(parts(64, 4000, 4096), P(1, 0));     // a ragged last tile is staged
+  EXPECT_EQ(parts(64, 8192, 4096, /*swiglu=*/true), P(1, 0));
+  EXPECT_EQ(parts(64, 4096, 64), P(1, 0));       // one k-block: no split
+  EXPECT_EQ(parts(64, 4096, 14336, false, /*allowed=*/false), P(1, 0));
+  EXPECT_EQ(parts(128, 14336, 4096), P(1, 0));   // 28 cluster tiles x 8 parts: past a wave
+  EXPECT_EQ(parts(32, 14336, 4096), P(2, 16));   // 28 x 4 parts of 8 do not fit, 28 x 2 do
+  // A node with consumers: 8-row parts only within half a wave (the next
+  // node's jobs need SMs too); 16-row parts within a wave, as before.
+  EXPECT_EQ(parts(16, 4096, 4096, false, true, 0, /*has_consumers=*/true), P(2, 8));    // 16 jobs
+  EXPECT_EQ(parts(32, 4096, 4096, false, true, 0, /*has_consumers=*/true), P(4, 8));    // 32 jobs
+  EXPECT_EQ(parts(64, 4096, 4096, false, true, 0, /*has_consumers=*/true), P(4, 16));   // 64 would not fit
+  EXPECT_EQ(parts(128, 4096, 4096, false, true, 0, /*has_consumers=*/true), P(8, 16));
+  // Forced rows: used where they fit, else no parts.
+  EXPECT_EQ(parts(64, 4096, 14336, false, true, /*rows=*/16), P(4, 16));
+  EXPECT_EQ(parts(64, 4096, 14336, false, true, /*rows=*/5), P(1, 0));  // 13 parts
+  EXPECT_EQ(parts(16, 4096, 4096, false, true, /*rows=*/16), P(1, 0));  // one part
+}
+
+TEST(ChooseReducePartsTest, OptionOutsideAFewRowReduceIsRefused) {
+  SchedulerOptions o = Options();
+  o.reduce_part_rows = 17;
+  const absl::Status status = ValidateOptions(o);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("reduce_part_rows must be in [0, 16]"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("got 17"), std::string::npos) << status;
+  o.reduce_part_rows = -1;
+  EXPECT_EQ(ValidateOptions(o).code(), absl::StatusCode::kInvalidArgument);
 }
 
 class SplitKRangeTest : public testing::TestWithParam<std::tuple<int, int>> {};

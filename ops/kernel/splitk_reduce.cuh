@@ -7,7 +7,7 @@
 // (SumPartials, consumer_role.cuh); a tile of a few rows is summed one column
 // pair per thread, and when whole goes straight into C with its fused ops
 // applied (SumFewRowPartials). A node reduced in parts
-// (NodeSchedule::reduce_parts) has one reduce job per 16 rows of a tile, each
+// (NodeSchedule::reduce_parts) has one reduce job per 8 or 16 rows of a tile, each
 // a few-row sum straight into C; the part that finishes a tile last publishes
 // its flag (FinishesReducePart).
 #ifndef LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_

@@ -328,6 +328,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.split_k = options.split_k;
   scheduler_options.group_size = options.group_size;
   scheduler_options.reduce_in_parts = options.reduce_in_parts;
+  scheduler_options.reduce_part_rows = options.reduce_part_rows;
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph), scheduler_options));
 
   if (has_gpu() && !impl->schedule.queue.empty()) LOOM_RETURN_IF_ERROR(AllocateDeviceResources(*impl));

@@ -58,7 +58,7 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
                             node.group_size, node.split_k);
       if (node.reduce_parts > 1) {
         absl::StrAppendFormat(&out, ", each tile reduced in %d parts of %d rows", node.reduce_parts,
-                              kFewRowReduceRows);
+                              node.reduce_part_rows);
       }
       absl::StrAppendFormat(&out, "; %d jobs\n", NodeJobCount(schedule, i));
       absl::StrAppendFormat(&out, "  flags [%d, %d)", node.flag_base,

@@ -42,8 +42,16 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
   schedule.tile = options.tile;
   schedule.cluster_size = options.cluster_size;
   schedule.nodes.reserve(problems.size());
+  std::vector<bool> has_consumers(problems.size(), false);
+  for (const NodeProblem& problem : problems) {
+    for (const DependencyEdge& edge : problem.dependencies) {
+      if (edge.producer >= 0 && edge.producer < static_cast<int32_t>(problems.size())) {
+        has_consumers[edge.producer] = true;
+      }
+    }
+  }
   for (int i = 0; i < static_cast<int>(problems.size()); ++i) {
-    absl::StatusOr<NodeSchedule> node = TileNode(problems[i], i, options);
+    absl::StatusOr<NodeSchedule> node = TileNode(problems[i], i, options, has_consumers[i]);
     if (!node.ok()) return node.status();
     schedule.nodes.push_back(*node);
   }

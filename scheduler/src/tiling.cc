@@ -44,6 +44,11 @@ absl::Status ValidateOptions(const SchedulerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("options: group_size must be >= 0, got ", options.group_size));
   }
+  if (options.reduce_part_rows < 0 || options.reduce_part_rows > kFewRowReduceRows) {
+    return absl::InvalidArgumentError(absl::StrCat("options: reduce_part_rows must be in [0, ", kFewRowReduceRows,
+                                                   "] (a part is one few-row reduce), got ",
+                                                   options.reduce_part_rows));
+  }
   return absl::OkStatus();
 }
 
@@ -89,13 +94,25 @@ int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_cluste
   return static_cast<int32_t>(std::max<int64_t>(split, 1));
 }
 
-int32_t ReducePartsIfSplit(const NodeSchedule& node, bool swiglu, int64_t cluster_tiles, int32_t max_clusters,
-                           bool allowed) {
-  if (!allowed || swiglu || node.m_blocks != 1 || node.m <= kFewRowReduceRows) return 1;
-  if (node.out_cols % node.out_tile_n != 0) return 1;
-  const int64_t parts = CeilDiv(node.m, kFewRowReduceRows);
-  if (parts > kMaxReduceParts || cluster_tiles * parts > max_clusters) return 1;
-  return static_cast<int32_t>(parts);
+ReduceParts ChooseReduceParts(const NodeSchedule& node, bool swiglu, int64_t cluster_tiles,
+                              const SchedulerOptions& options, bool has_consumers) {
+  if (!options.reduce_in_parts || swiglu || node.m_blocks != 1 || node.out_cols % node.out_tile_n != 0) {
+    return ReduceParts{};
+  }
+  auto fits = [&](int32_t rows) {
+    const int64_t parts = CeilDiv(node.m, rows);
+    const bool small = options.reduce_part_rows == 0 && rows < kFewRowReduceRows && has_consumers;
+    const int64_t jobs = small ? options.max_clusters / 2 : options.max_clusters;
+    return parts >= 2 && parts <= kMaxReduceParts && cluster_tiles * parts <= jobs;
+  };
+  for (int32_t rows : {options.reduce_part_rows, 8, kFewRowReduceRows}) {
+    if (rows <= 0 || !fits(rows)) {
+      if (options.reduce_part_rows > 0) break;  // forced, and it does not fit
+      continue;
+    }
+    return ReduceParts{static_cast<int32_t>(CeilDiv(node.m, rows)), rows};
+  }
+  return ReduceParts{};
 }
 
 KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split) {
@@ -106,7 +123,7 @@ KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split) {
 }
 
 absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,
-                                      const SchedulerOptions& options) {
+                                      const SchedulerOptions& options, bool has_consumers) {
   const TileShape& tile = options.tile;
   if (problem.m < 0) return NodeError(node_index, absl::StrCat("M must be >= 0, got ", problem.m));
   if (problem.n < 0) return NodeError(node_index, absl::StrCat("N must be >= 0, got ", problem.n));
@@ -162,11 +179,13 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
     node.group_size = ChooseGroupSize(grid, node.raster, options.max_clusters,
                                       cross_extent * std::max<int64_t>(problem.k, 1) * 2);
   }
-  const int32_t parts =
-      ReducePartsIfSplit(node, problem.swiglu, grid.size(), options.max_clusters, options.reduce_in_parts);
-  const bool few_row_reduce = (node.m_blocks == 1 && problem.m <= kFewRowReduceRows) || parts > 1;
+  const ReduceParts parts = ChooseReduceParts(node, problem.swiglu, grid.size(), options, has_consumers);
+  const bool few_row_reduce = (node.m_blocks == 1 && problem.m <= kFewRowReduceRows) || parts.parts > 1;
   node.split_k = ChooseSplitK(grid.size(), node.k_blocks, options.max_clusters, options.split_k, few_row_reduce);
-  node.reduce_parts = node.split_k > 1 ? parts : 1;
+  if (node.split_k > 1) {
+    node.reduce_parts = parts.parts;
+    node.reduce_part_rows = parts.rows;
+  }
   return node;
 }
 

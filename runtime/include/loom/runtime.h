@@ -63,10 +63,11 @@ struct CompileOptions {
   int max_clusters = 0;
   int split_k = 0;     // 0: per node, chosen by the scheduler; >= 1: forced
   int group_size = 0;  // 0: chosen by the scheduler
-  // A split-K node of one row block with more than 16 rows (17-128 tokens)
-  // has each tile's partials summed in parts of 16 rows, one job and cluster
-  // each (true), or all rows by one job (false; for comparisons).
+  // A split-K node of one row block (decode, up to 128 tokens) has each
+  // tile's partials summed in parts of a few rows, one job and cluster each
+  // (true), or all rows by one job (false; for comparisons).
   bool reduce_in_parts = true;
+  int reduce_part_rows = 0;  // rows of each part; 0: chosen by the scheduler (8 or 16); at most 16
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
   // Record every job's timeline on the device (Plan::Timeline). Costs a few

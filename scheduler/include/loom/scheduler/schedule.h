@@ -50,7 +50,7 @@ enum class RasterOrder : uint8_t { kAlongM = 0, kAlongN = 1 };
 // inside M (decode) with both consumer warpgroups, one column pair per
 // thread, for any split count (ops/kernel/splitk_reduce.cuh, which checks
 // that the two agree); ChooseSplitK (tiling.h) counts on it, and a reduce in
-// parts (NodeSchedule::reduce_parts) gives each job this many rows.
+// parts (NodeSchedule::reduce_parts) gives each job at most this many rows.
 inline constexpr int32_t kFewRowReduceRows = 16;
 
 enum class JobKind : uint8_t {
@@ -107,13 +107,14 @@ struct NodeSchedule {
   int32_t flag_base = 0;       // output tile (mb, nb) has flag flag_base + mb * n_blocks + nb
   int32_t partial_flag_base = -1;  // split-K: tile t, split s -> partial_flag_base + t * split_k + s
   int64_t workspace_offset = -1;   // split-K: fp32 partials, [split_k][m_blocks*tile.m][n_blocks*tile.n]
-  // Split-K: reduce jobs per cluster tile (ReducePartsIfSplit). 1: one job
+  // Split-K: reduce jobs per cluster tile (ChooseReduceParts). 1: one job
   // sums every row of its tiles. More: reduce job `part` (TileJob::split)
-  // sums rows [part * kFewRowReduceRows, +kFewRowReduceRows) of each of its
+  // sums rows [part * reduce_part_rows, +reduce_part_rows) of each of its
   // tiles, on its own cluster, and stores them straight into C; the part that
   // finishes a tile last publishes its output flag, the parts counting in
   // flag part_count_base + tile index (ReducePartCountIndex).
   int32_t reduce_parts = 1;
+  int32_t reduce_part_rows = 0;  // 1 .. kFewRowReduceRows when reduce_parts > 1
   int32_t part_count_base = -1;
   int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
   int32_t dependency_count = 0;
@@ -131,6 +132,7 @@ struct SchedulerOptions {
   int32_t split_k = 0;        // 0: the scheduler decides per node; >= 1: forced for every node
   int32_t group_size = 0;     // 0: the scheduler decides per node
   bool reduce_in_parts = true;  // false: one reduce job per tile (NodeSchedule::reduce_parts = 1)
+  int32_t reduce_part_rows = 0;  // 0: the scheduler decides; 1 .. kFewRowReduceRows: rows of each part
 };
 
 struct Schedule {
@@ -216,14 +218,14 @@ LOOM_HOST_DEVICE inline int32_t ReducePartCountIndex(const NodeSchedule& node, i
 
 // The rows of its CTA tile that a reduce job sums, relative to the tile's
 // first row: every row for reduce_parts == 1, else part `part`'s
-// kFewRowReduceRows (clipped to M by the caller).
+// reduce_part_rows (clipped to M by the caller).
 struct RowRange {
   int32_t begin = 0;
   int32_t end = 0;
 };
 LOOM_HOST_DEVICE inline RowRange ReduceRowsOf(const NodeSchedule& node, const TileShape& tile, int part) {
   if (node.reduce_parts <= 1) return RowRange{0, tile.m};
-  return RowRange{part * kFewRowReduceRows, (part + 1) * kFewRowReduceRows};
+  return RowRange{part * node.reduce_part_rows, (part + 1) * node.reduce_part_rows};
 }
 
 }  // namespace loom::sched

@@ -33,7 +33,8 @@ inline constexpr int32_t kMaxReduceParts = 8;      // a reduce part's bit in a u
 absl::Status ValidateOptions(const SchedulerOptions& options);
 
 // Tiles node `node_index`: copies m, n, k; sets out_cols, out_tile_n,
-// m/n/k_blocks, share, raster, group_size, split_k and reduce_parts. Leaves flag_base,
+// m/n/k_blocks, share, raster, group_size, split_k, reduce_parts and
+// reduce_part_rows. Leaves flag_base,
 // partial_flag_base, workspace_offset and the dependency range to Lower().
 //
 // NOTE: a node with m, n or k == 0 has no tiles: m_blocks = n_blocks = 0 (so it
@@ -44,8 +45,9 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 //
 // InvalidArgument naming the node for: negative dimensions; SwiGLU with odd n
 // or odd tile.n; k_blocks past 65535; m_blocks or n_blocks past INT32_MAX.
+// `has_consumers`: a later node reads this one's output (ChooseReduceParts).
 absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,
-                                      const SchedulerOptions& options);
+                                      const SchedulerOptions& options, bool has_consumers = false);
 
 // kShareB when the node has at least two m-blocks (the cluster's CTAs take
 // consecutive m-blocks and share the weight tile B), else kShareA.
@@ -65,21 +67,32 @@ ClusterGrid ClusterGridOf(const NodeSchedule& node, int32_t cluster_size);
 // kShareB, (row, col * cluster_size) for kShareA.
 CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row, int32_t col);
 
-// Reduce jobs per cluster tile of a node if it splits K
-// (NodeSchedule::reduce_parts): ceil(m / kFewRowReduceRows) when `allowed`
-// and the node is one row block of more than kFewRowReduceRows rows, is not
-// SwiGLU, has output tiles that are all whole (out_cols a multiple of
-// out_tile_n), and its `cluster_tiles` times that many parts fit one wave
-// (max_clusters); else 1. At most kMaxReduceParts.
+// How a node's tiles would be reduced if it splits K
+// (NodeSchedule::reduce_parts, reduce_part_rows): in parts of `rows` rows,
+// one reduce job each, when `options.reduce_in_parts` and the node is one row
+// block, not SwiGLU, with output tiles that are all whole (out_cols a multiple
+// of out_tile_n); `rows` is options.reduce_part_rows if set, else the first
+// of 8 and kFewRowReduceRows that gives 2 .. kMaxReduceParts parts whose
+// jobs (`cluster_tiles` times as many) fit one wave (max_clusters), or for
+// 8 rows and a node with consumers half a wave. Else one part.
 // Why: a one-job reduce of 64-128 rows sums 0.5-1 MiB of partials on one SM
 // (traced at 64 tokens: 19-22 us, plus 11 of epilogue, on 16 of 132 SMs);
-// in parts, as many SMs share it, each with the few-row sum straight into C.
+// in parts, as many SMs share it, each with the few-row sum straight into C,
+// whose time goes with the rows a thread sums (bench/NOTES.md v1.14).
 // Every part must go straight into C, which the kernel needs (a part cannot
 // be staged for a TMA store: the box would overwrite the other parts' rows).
 // More parts than a wave cost more in jobs than they save (measured
-// 128x14336x4096, 28 cluster tiles x 8 parts: 0.70 -> 0.57 of cuBLAS).
-int32_t ReducePartsIfSplit(const NodeSchedule& node, bool swiglu, int64_t cluster_tiles, int32_t max_clusters,
-                           bool allowed);
+// 128x14336x4096, 28 cluster tiles x 8 parts: 0.70 -> 0.57 of cuBLAS). 8 rows
+// beat 16 where they fit (MLP at 16 / 64 tokens 124 / 130 -> 121 / 126 us,
+// 64x4096x4096 0.67 -> 0.79), except in a chain at 64 tokens (214 -> 219
+// us), whose 64 reduce jobs a layer took the SMs the next layer's jobs
+// needed.
+struct ReduceParts {
+  int32_t parts = 1;
+  int32_t rows = 0;  // 0 when parts == 1
+};
+ReduceParts ChooseReduceParts(const NodeSchedule& node, bool swiglu, int64_t cluster_tiles,
+                              const SchedulerOptions& options, bool has_consumers);
 
 // Split-K for one node. `forced` >= 1 forces it (clamped to k_blocks, because a
 // split without k-blocks would do no work). forced == 0 decides: when the node
