@@ -355,7 +355,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   const ReduceRows job_rows = ReduceRowsOfJob(schedule, work.m_block, part);
   const int64_t row0 = job_rows.row0;
   const int live_rows = job_rows.rows;  // 1 .. kFewRowReduceRows
-  const bool both = SumsWithBothWarpgroups(schedule, work.m_block, part);
+  const bool both = live_rows > 1;  // SumsWithBothWarpgroups, as the caller decided it
   const bool direct = ReduceStoresDirectly(node, work.m_block, work.n_block);
   *stored = direct;
   // Row i's sum goes to staging row i: both buffers of warpgroup 0, which are

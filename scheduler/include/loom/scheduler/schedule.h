@@ -107,21 +107,25 @@ struct NodeSchedule {
   int32_t flag_base = 0;       // output tile (mb, nb) has flag flag_base + mb * n_blocks + nb
   int32_t partial_flag_base = -1;  // split-K: tile t, split s -> partial_flag_base + t * split_k + s
   int64_t workspace_offset = -1;   // split-K: fp32 partials, [split_k][m_blocks*tile.m][n_blocks*tile.n]
-  // Split-K: reduce jobs per cluster tile (ChooseReduceParts). 1: one job
-  // sums every row of its tiles. More: reduce job `part` (TileJob::split)
-  // sums rows [part * reduce_part_rows, +reduce_part_rows) of each of its
-  // tiles, on its own cluster, and stores them straight into C; the part that
-  // finishes a tile last publishes its output flag, the parts counting in
-  // flag part_count_base + tile index (ReducePartCountIndex).
-  int32_t reduce_parts = 1;
-  int32_t reduce_part_rows = 0;  // 1 .. kFewRowReduceRows when reduce_parts > 1
-  int32_t part_count_base = -1;
   int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
   int32_t dependency_count = 0;
   // Every k-block from one multiple of this to the next reads the same
   // producer tiles of A (AWaitKBlocks): the A loader checks A's producers
   // once per such granule at most, and reads several granules' flags at once.
   int32_t a_wait_k_blocks = 1;
+  // Split-K: reduce jobs per cluster tile (ChooseReduceParts). 1: one job
+  // sums every row of its tiles. More: reduce job `part` (TileJob::split)
+  // sums rows [part * reduce_part_rows, +reduce_part_rows) of each of its
+  // tiles, on its own cluster, and stores them straight into C; the part that
+  // finishes a tile last publishes its output flag, the parts counting in
+  // flag part_count_base + tile index (ReducePartCountIndex).
+  // NOTE: last, so that the fields the kernel's hot paths read keep their
+  // offsets: reduce_part_rows inserted after reduce_parts cost the split-K
+  // kernel 24 more bytes of spills, and the one-token chain ~1.8 us
+  // (bench/NOTES.md v1.14).
+  int32_t reduce_parts = 1;
+  int32_t reduce_part_rows = 0;  // 1 .. kFewRowReduceRows when reduce_parts > 1
+  int32_t part_count_base = -1;
 };
 
 struct SchedulerOptions {
