@@ -336,62 +336,79 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<3>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
     });
 
+// The two bit-identity tests below: C = act(A Bᵀ + bias) + residual, fp32 out,
+// K = kBitsK, 8 splits (kBitsN: whole tiles). AddBitsGemm builds one into `h`;
+// CopyInputs gives `to` the first rows of `from`'s inputs; SameBits compares
+// the first `rows` rows of the two outputs bit for bit.
+constexpr int64_t kBitsN = 1024, kBitsK = 4096;
+
+void AddBitsGemm(GpuHarness& h, Rng& rng, int64_t m, int64_t n, Activation activation) {
+  h.Input("A", DType::kBF16, m, kBitsK, rng);
+  h.Input("B", DType::kBF16, n, kBitsK, rng);
+  h.Input("bias", DType::kBF16, 1, n, rng);
+  h.Input("residual", DType::kFP32, m, n, rng);
+  h.Output("C", DType::kFP32, m, n);
+  h.Build([activation](const auto& t, GemmGraph& g) {
+    Epilogue epilogue;
+    epilogue.activation = activation;
+    epilogue.bias = t("bias");
+    epilogue.residual = t("residual");
+    g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
+  });
+}
+
+void CopyInputs(GpuHarness& from, GpuHarness& to) {
+  for (const char* name : {"A", "B", "bias", "residual"}) {
+    HostMatrix& into = to.host(name);
+    const HostMatrix& source = from.host(name);
+    for (int64_t r = 0; r < into.rows(); ++r) {
+      for (int64_t c = 0; c < into.cols(); ++c) into.set(r, c, source.at(r, c));
+    }
+  }
+}
+
+::testing::AssertionResult SameBits(GpuHarness& a, const char* a_name, GpuHarness& b, const char* b_name,
+                                    int64_t rows) {
+  const HostMatrix& ca = a.host("C");
+  const HostMatrix& cb = b.host("C");
+  int64_t differing = 0, first_row = -1, first_col = -1;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < ca.cols(); ++c) {
+      if (ca.at(r, c) != cb.at(r, c) && differing++ == 0) {
+        first_row = r;
+        first_col = c;
+      }
+    }
+  }
+  if (differing == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << differing << " elements whose bits differ; the first is (" << first_row
+                                       << ", " << first_col << "): " << ca.at(first_row, first_col) << " ("
+                                       << a_name << ") against " << cb.at(first_row, first_col) << " (" << b_name
+                                       << ")";
+}
+
 // The few-row reduce (SumFewRowPartials: at most 16 rows inside M, fused ops
 // in its own pass) must give the bits of the general one (SumPartials, then
 // StageTile): the same partials, summed in the same order, the same fused
-// ops. The first rows of a 17-row GEMM (N ragged: the general reduce)
-// against those rows alone (1 or 16 rows x 8 splits), fp32 out, with a bias
-// and a residual.
+// ops. The first rows of a 17-row GEMM (N = 1000, ragged: the general
+// reduce) against those rows alone (1 or 16 rows x 8 splits).
 class DecodeReduceBitsTest : public ::testing::TestWithParam<std::tuple<Activation, int64_t>> {};
 TEST_P(DecodeReduceBitsTest, MatchTheGeneralReduce) {
   LOOM_SKIP_WITHOUT_GPU();
   const auto [activation, rows] = GetParam();
-  constexpr int64_t kN = 1000, kK = 4096;
+  constexpr int64_t kN = 1000;
   Rng rng;
   GpuHarness general, decode;
-  auto add = [&, activation = activation](GpuHarness& h, int64_t m) {
-    h.Input("A", DType::kBF16, m, kK, rng);
-    h.Input("B", DType::kBF16, kN, kK, rng);
-    h.Input("bias", DType::kBF16, 1, kN, rng);
-    h.Input("residual", DType::kFP32, m, kN, rng);
-    h.Output("C", DType::kFP32, m, kN);
-    h.Build([activation](const auto& t, GemmGraph& g) {
-      Epilogue epilogue;
-      epilogue.activation = activation;
-      epilogue.bias = t("bias");
-      epilogue.residual = t("residual");
-      g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
-    });
-  };
-  add(general, 17);
-  add(decode, rows);
-  // The decode GEMM's inputs are the general one's (its first rows of A and
-  // of the residual).
-  for (const char* name : {"A", "B", "bias", "residual"}) {
-    HostMatrix& to = decode.host(name);
-    const HostMatrix& from = general.host(name);
-    for (int64_t r = 0; r < to.rows(); ++r) {
-      for (int64_t c = 0; c < to.cols(); ++c) to.set(r, c, from.at(r, c));
-    }
-  }
+  AddBitsGemm(general, rng, 17, kN, activation);
+  AddBitsGemm(decode, rng, rows, kN, activation);
+  CopyInputs(general, decode);
   CompileOptions options;
   options.split_k = 8;
   LOOM_ASSERT_OK(general.Run(TestRuntime(), options));
   LOOM_ASSERT_OK(decode.Run(TestRuntime(), options));
   general.ExpectMatchesReference();
   decode.ExpectMatchesReference();
-  int64_t differing = 0, first_row = -1, first_col = -1;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < kN; ++c) {
-      if (decode.host("C").at(r, c) != general.host("C").at(r, c) && differing++ == 0) {
-        first_row = r;
-        first_col = c;
-      }
-    }
-  }
-  EXPECT_EQ(differing, 0) << "elements whose bits differ; the first is (" << first_row << ", " << first_col
-                          << "): " << decode.host("C").at(first_row, first_col) << " (few rows) against "
-                          << general.host("C").at(first_row, first_col) << " (general)";
+  EXPECT_TRUE(SameBits(decode, "few rows", general, "general", rows));
 }
 INSTANTIATE_TEST_SUITE_P(
     Activations, DecodeReduceBitsTest,
@@ -401,40 +418,19 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(ActivationName(std::get<0>(info.param))) + "_M" + std::to_string(std::get<1>(info.param));
     });
 
-// A tile reduced in parts (NodeSchedule::reduce_parts: 16 rows a job, each
-// summed one column pair per thread straight into C) must give the bits of
-// the one-job reduce of the same tile (SumPartials, then StageTile): fp32
-// out, bias and residual, 8 splits, the same inputs compiled both ways.
+// A tile reduced in parts (NodeSchedule::reduce_parts: a few rows a job,
+// each summed one column pair per thread straight into C) must give the bits
+// of the one-job reduce of the same tile (SumPartials, then StageTile): the
+// same inputs compiled both ways (whole tiles, N = 1024).
 class ReducePartsBitsTest : public ::testing::TestWithParam<std::tuple<Activation, int64_t>> {};
 TEST_P(ReducePartsBitsTest, MatchTheOneJobReduce) {
   LOOM_SKIP_WITHOUT_GPU();
   const auto [activation, rows] = GetParam();
-  constexpr int64_t kN = 1024, kK = 4096;
   Rng rng;
   GpuHarness parts, whole;
-  auto add = [&, activation = activation, rows = rows](GpuHarness& h) {
-    h.Input("A", DType::kBF16, rows, kK, rng);
-    h.Input("B", DType::kBF16, kN, kK, rng);
-    h.Input("bias", DType::kBF16, 1, kN, rng);
-    h.Input("residual", DType::kFP32, rows, kN, rng);
-    h.Output("C", DType::kFP32, rows, kN);
-    h.Build([activation](const auto& t, GemmGraph& g) {
-      Epilogue epilogue;
-      epilogue.activation = activation;
-      epilogue.bias = t("bias");
-      epilogue.residual = t("residual");
-      g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
-    });
-  };
-  add(parts);
-  add(whole);
-  for (const char* name : {"A", "B", "bias", "residual"}) {
-    HostMatrix& to = whole.host(name);
-    const HostMatrix& from = parts.host(name);
-    for (int64_t r = 0; r < to.rows(); ++r) {
-      for (int64_t c = 0; c < to.cols(); ++c) to.set(r, c, from.at(r, c));
-    }
-  }
+  AddBitsGemm(parts, rng, rows, kBitsN, activation);
+  AddBitsGemm(whole, rng, rows, kBitsN, activation);
+  CopyInputs(parts, whole);
   CompileOptions options;
   options.split_k = 8;
   LOOM_ASSERT_OK(parts.Run(TestRuntime(), options));
@@ -446,18 +442,7 @@ TEST_P(ReducePartsBitsTest, MatchTheOneJobReduce) {
   EXPECT_EQ(whole.plan().schedule().nodes[0].reduce_parts, 1);
   parts.ExpectMatchesReference();
   whole.ExpectMatchesReference();
-  int64_t differing = 0, first_row = -1, first_col = -1;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < kN; ++c) {
-      if (parts.host("C").at(r, c) != whole.host("C").at(r, c) && differing++ == 0) {
-        first_row = r;
-        first_col = c;
-      }
-    }
-  }
-  EXPECT_EQ(differing, 0) << "elements whose bits differ; the first is (" << first_row << ", " << first_col
-                          << "): " << parts.host("C").at(first_row, first_col) << " (in parts) against "
-                          << whole.host("C").at(first_row, first_col) << " (one job)";
+  EXPECT_TRUE(SameBits(parts, "in parts", whole, "one job", rows));
   EXPECT_TRUE(ReplayIsBitIdentical(parts));
 }
 INSTANTIATE_TEST_SUITE_P(
