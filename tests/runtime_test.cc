@@ -177,6 +177,36 @@ TEST(RuntimeTest, SplitKOptionIsHonouredAndBoundsChecked) {
   }
 }
 
+TEST(RuntimeTest, ReducePartOptionsAreHonouredAndBoundsChecked) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  GemmGraph decode;  // 64 tokens, whole 256-column tiles: reduced in parts when split
+  decode.AddGemm("proj", Fake("x", 0x100000, 64, 1024), Fake("w", 0x10000000, 768, 1024),
+                 Fake("y", 0x20000000, 64, 768));
+  CompileOptions options;
+  options.split_k = 3;
+  absl::StatusOr<Plan> plan = runtime.Compile(decode, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().nodes[0].reduce_parts, 8);
+  EXPECT_EQ(plan->schedule().nodes[0].reduce_part_rows, 8);
+  options.reduce_part_rows = 16;
+  plan = runtime.Compile(decode, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().nodes[0].reduce_parts, 4);
+  EXPECT_EQ(plan->schedule().nodes[0].reduce_part_rows, 16);
+  options.reduce_in_parts = false;
+  plan = runtime.Compile(decode, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().nodes[0].reduce_parts, 1);
+
+  for (const int bad : {-1, 17}) {
+    options.reduce_part_rows = bad;
+    plan = runtime.Compile(decode, options);
+    EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument,
+                          {"reduce_part_rows", "[0, 16]", std::to_string(bad)}))
+        << bad;
+  }
+}
+
 TEST(RuntimeTest, InvalidGraphIsRefusedByCompile) {
   GemmGraph graph;
   graph.AddGemm("bad", Fake("x", 0x100000, 64, 128), Fake("w", 0x10000000, 64, 96), Fake("y", 0x20000000, 64, 64));

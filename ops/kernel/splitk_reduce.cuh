@@ -7,9 +7,9 @@
 // (SumPartials, consumer_role.cuh); a tile of a few rows is summed one column
 // pair per thread, and when whole goes straight into C with its fused ops
 // applied (SumFewRowPartials). A node reduced in parts
-// (NodeSchedule::reduce_parts) has one reduce job per 8 or 16 rows of a tile, each
-// a few-row sum straight into C; the part that finishes a tile last publishes
-// its flag (FinishesReducePart).
+// (NodeSchedule::reduce_parts) has one reduce job per 8 or 16 rows of a
+// tile, each a few-row sum straight into C; the part that finishes a tile
+// last publishes its flag (FinishesReducePart).
 #ifndef LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 #define LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 
@@ -201,12 +201,14 @@ __device__ inline bool ReduceStoresDirectly(const KernelNode& node, int32_t m_bl
 // before this by the staging handshake): counts the part done, and returns
 // true for the one that completes its tile, which then publishes the tile's
 // flag. The count word holds (epoch << 8) | parts done; a word of an older
-// epoch (a launch that aborted part-way) counts as zero. Each CAS is a
+// epoch (a launch that aborted part-way) counts as zero. (The tag keeps the
+// epoch's low 24 bits: every launch rewrites the word, so an older tag is
+// one of the last few launches', never 2^24 launches old.) Each CAS is a
 // release of this part's stores and an acquire of the earlier parts', so the
 // last part's flag release covers every part.
 __device__ inline bool FinishesReducePart(const CtaContext& ctx, const sched::NodeSchedule& schedule,
                                           int32_t m_block, int32_t n_block) {
-  static_assert(sched::kFewRowReduceRows * 255 >= KernelConfig::kBlockM, "a tile's parts fit the count's 8 bits");
+  static_assert(KernelConfig::kBlockM <= 0xFF, "a tile's parts (at most one per row) fit the count's 8 bits");
   uint32_t* word = &ctx.params.flags[sched::ReducePartCountIndex(schedule, m_block, n_block)];
   const uint32_t tag = ctx.epoch << 8;
   const uint32_t parts = static_cast<uint32_t>(schedule.reduce_parts);
