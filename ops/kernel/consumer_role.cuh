@@ -46,7 +46,8 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
     const KernelNode& node = *work.node;
     const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
                          warpgroup * KernelConfig::kRowsPerConsumer;
-    const bool rows_in_range = work.in_range && row0 < node.schedule.m;  // else the store thread skips it too
+    // A gemm job's HandsOverRows (the store thread expects its staging).
+    const bool rows_in_range = work.in_range && row0 < node.schedule.m;
     bool ok;
     if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
       // A few-row job's rows (its tile's, or its part's) are taken as
@@ -54,10 +55,8 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       // more, and must then reach the barriers of SumFewRowPartials even when
       // the launch is aborting.
       const bool few_rows = work.in_range && SumsFewRows(node.schedule, work.m_block);
-      const bool takes_part = few_rows ? warpgroup == 0 || SumsWithBothWarpgroups(node.schedule, work.m_block,
-                                                                                   work.job->split)
-                                       : rows_in_range;
-      if (!takes_part) continue;
+      const bool helps = few_rows && SumsWithBothWarpgroups(node.schedule, work.m_block, work.job->split);
+      if (!HandsOverRows(work, warpgroup) && !helps) continue;
       const bool partials_ready = WaitForPartials(ctx, work, warpgroup, index);
       if (!few_rows && !partials_ready) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);

@@ -186,6 +186,20 @@ __device__ inline bool SumsWithBothWarpgroups(const sched::NodeSchedule& schedul
   return SumsFewRows(schedule, m_block) && ReduceRowsOfJob(schedule, m_block, part).rows > 1;
 }
 
+// Whether consumer warpgroup `warpgroup` hands job `work`'s output to the
+// store thread (its staging handshakes): a warpgroup with rows inside M, but
+// for a SumsFewRows reduce job warpgroup 0 alone, whose rows they all are
+// taken to be. The consumers and the store thread both ask this: a
+// handshake one side expects and the other never makes is a hang.
+__device__ inline bool HandsOverRows(const CtaWork& work, int warpgroup) {
+  const sched::NodeSchedule& schedule = work.node->schedule;
+  if (!work.in_range) return false;
+  if (work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce) && SumsFewRows(schedule, work.m_block)) {
+    return warpgroup == 0;
+  }
+  return int64_t{work.m_block} * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer < schedule.m;
+}
+
 // A SumsFewRows job whose tile is a whole non-SwiGLU tile inside C's TMA
 // columns goes from the threads that sum it, fused ops applied, straight into
 // C (no staging, no TMA store); the store thread only publishes it, after one

@@ -30,8 +30,6 @@ __device__ inline void RunStore(const CtaContext& ctx) {
     // padded tile; everything else (unsplit jobs, reduce jobs) to C.
     const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1;
     const bool reduce = job.kind == static_cast<uint8_t>(sched::JobKind::kReduce);
-    // A few-row reduce is staged (or handed over) by warpgroup 0 alone.
-    const bool few_row_reduce = reduce && SumsFewRows(node.schedule, work.m_block);
     // The consumers wrote a direct partial, or a few-row reduce's output,
     // themselves: one handshake per warpgroup with rows, nothing to store,
     // then the flag.
@@ -45,14 +43,17 @@ __device__ inline void RunStore(const CtaContext& ctx) {
                                  : OutputPanels(node.schedule.out_cols, out_tile_n, cols_per_panel, work.n_block);
     const int64_t tma_cols = partial ? int64_t{node.schedule.n_blocks} * KernelConfig::kBlockN : node.c_tma_cols;
     const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM;
+    bool hands_over[KernelConfig::kConsumerWarpgroups];
+#pragma unroll
+    for (int w = 0; w < KernelConfig::kConsumerWarpgroups; ++w) hands_over[w] = HandsOverRows(work, w);
     const int64_t out_col0 = static_cast<int64_t>(work.n_block) * out_tile_n;
     // One store stays in flight: a panel's buffer is handed back once the
     // next store is issued and wait_group.read<1> says the older one was read.
     uint64_t* pending_empty = nullptr;
     for (int p = 0; p < panels; ++p) {
       for (int w = 0; w < KernelConfig::kConsumerWarpgroups; ++w) {
+        if (!hands_over[w]) continue;
         const int64_t rows = row0 + w * KernelConfig::kRowsPerConsumer;
-        if (rows >= node.schedule.m || (w > 0 && few_row_reduce)) continue;
         RingCursor& cursor = staging[w];
         if (!ctx.watchdog.WaitBarrier(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase,
                                       WaitKind::kStaging, index)) {
