@@ -96,6 +96,8 @@ ABSL_FLAG(int64_t, chain_width, 4096, "width of each chain layer [width x width]
 ABSL_FLAG(std::string, chain_tokens, "1,16", "comma-separated token counts for the chain (empty: none)");
 ABSL_FLAG(bool, timeline, false,
           "after timing, run one traced launch per case and print its per-node timeline (Plan::ExplainTimeline)");
+ABSL_FLAG(std::string, timeline_csv, "",
+          "with --timeline: also append every traced job (Plan::Timeline) to this CSV file, one row per job and CTA");
 ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: the scheduler chooses)");
 ABSL_FLAG(int, group_size, 0,
           "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
@@ -208,6 +210,7 @@ struct BenchContext {
   int iters = 50;
   CompileOptions loom_options;
   bool timeline = false;
+  std::string timeline_csv;  // with timeline: where the raw job traces go ("": nowhere)
 };
 
 // --- Timing. ---
@@ -472,6 +475,23 @@ absl::StatusOr<double> MeasureCopyGBps(BenchContext& ctx) {
 
 // --- loom's side of a case. ---
 
+// Appends one CSV row per traced job and CTA (times in us from the launch's
+// first fetch; -1 where the event did not happen), with a header if the file
+// is new, for looking at a launch's critical path off the device.
+absl::Status AppendTimelineCsv(const std::string& path, const std::string& step, const std::vector<JobTrace>& jobs) {
+  FILE* file = std::fopen(path.c_str(), "a");
+  if (file == nullptr) return absl::InvalidArgumentError(absl::StrCat("--timeline_csv: cannot open ", path));
+  if (std::ftell(file) == 0) {
+    std::fprintf(file, "case,job,rank,node,sm,reduce,fetched,data_ready,mma_done,staged,published,a_dependency\n");
+  }
+  for (const JobTrace& t : jobs) {
+    std::fprintf(file, "\"%s\",%d,%d,%d,%d,%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n", step.c_str(), t.job, t.rank, t.node,
+                 t.sm, t.reduce ? 1 : 0, t.fetched, t.data_ready, t.mma_done, t.staged, t.published, t.a_dependency);
+  }
+  const bool ok = std::fclose(file) == 0;
+  return ok ? absl::OkStatus() : absl::InternalError(absl::StrCat("--timeline_csv: cannot write ", path));
+}
+
 // Compiles `graph`, launches it once (checked), then times ctx.iters launches
 // into result.loom. With --timeline, one more launch of a traced plan prints
 // where each node's time went (its outputs are the same bits).
@@ -496,7 +516,9 @@ absl::Status TimeLoomGraph(BenchContext& ctx, const GemmGraph& graph, const std:
   LOOM_ASSIGN_OR_RETURN(std::string timeline, traced_plan.ExplainTimeline());
   std::cout << step << ", traced launch (timed median " << absl::StrFormat("%.1f", result.loom.median_us)
             << " us):\n" << timeline << std::flush;
-  return absl::OkStatus();
+  if (ctx.timeline_csv.empty()) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(std::vector<JobTrace> jobs, traced_plan.Timeline());
+  return AppendTimelineCsv(ctx.timeline_csv, step, jobs);
 }
 
 // --- The MLP block. ---
@@ -902,6 +924,7 @@ int Main() {
   ctx.loom_options.a_stages = absl::GetFlag(FLAGS_a_stages);
   ctx.loom_options.b_stages = absl::GetFlag(FLAGS_b_stages);
   ctx.timeline = absl::GetFlag(FLAGS_timeline);
+  ctx.timeline_csv = absl::GetFlag(FLAGS_timeline_csv);
   ctx.watchdog = &watchdog;
   ctx.warmup = absl::GetFlag(FLAGS_warmup);
   ctx.iters = absl::GetFlag(FLAGS_iters);
