@@ -144,6 +144,28 @@ TEST(RuntimeTest, SharedMemoryOverTheDeviceLimitIsRefused) {
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kFailedPrecondition, {"shared memory", "232448"}));
 }
 
+// A plan whose nodes all have at most 64 rows (decode) gets half-size A
+// stages, so a fifth B stage fits in shared memory; with one node of 65 rows
+// it does not.
+TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  auto decode = [](int64_t rows) {
+    GemmGraph graph;
+    const TensorView h = Fake("h", 0x30000000, rows, 768);
+    graph.AddGemm("up", Fake("x", 0x100000, rows, 1024), Fake("w", 0x10000000, 768, 1024), h);
+    graph.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, rows, 256));
+    return graph;
+  };
+  CompileOptions options;
+  options.b_stages = 5;
+  absl::StatusOr<Plan> plan = runtime.Compile(decode(64), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("A 4 stages of 8192 bytes"), std::string::npos) << plan->Explain();
+  plan = runtime.Compile(decode(65), options);
+  EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kFailedPrecondition,
+                        {"shared memory", "a_stages=4 (of 16384 bytes), b_stages=5"}));
+}
+
 TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions lockstep;
@@ -157,6 +179,7 @@ TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
   zero_stages.a_stages = 0;
   plan = runtime.Compile(OneGemm(), zero_stages);
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument, {"a_stages: 0"}));
+
 }
 
 TEST(RuntimeTest, SplitKOptionIsHonouredAndBoundsChecked) {

@@ -86,7 +86,7 @@ struct CtaContext {
   uint32_t epoch;     // this launch's epoch (flags equal to it are done)
   Watchdog watchdog;
 
-  __device__ uint8_t* a_stage(int s) const { return a_ring + s * KernelConfig::kAStageBytes; }
+  __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
   __device__ uint8_t* b_stage(int s) const { return b_ring + s * KernelConfig::kBStageBytes; }
   __device__ uint8_t* staging_panel(int warpgroup, int buffer) const {
     return staging +

@@ -60,6 +60,11 @@ struct KernelConfig {
   static constexpr int kBBoxRows = kBlockN / 2;  // 128
   static constexpr uint32_t kAStageBytes = kBlockM * kBlockK * 2;  // 16 KiB
   static constexpr uint32_t kBStageBytes = kBlockN * kBlockK * 2;  // 32 KiB
+  // A plan whose every node has at most kRowsPerConsumer rows (decode) only
+  // ever loads and reads the first half of an A stage (warpgroup 0's rows):
+  // its A stages are that half (KernelParams::a_stage_bytes), 32 KiB less
+  // shared memory per CTA.
+  static constexpr uint32_t kHalfAStageBytes = kAStageBytes / 2;  // 8 KiB
 
   static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
 
@@ -99,11 +104,12 @@ struct SmemBarriers {
   uint64_t staging_empty[KernelConfig::kConsumerWarpgroups][KernelConfig::kStagingBuffers];
 };
 
-LOOM_HOST_DEVICE constexpr SmemLayout ComputeSmemLayout(int a_stages, int b_stages) {
+LOOM_HOST_DEVICE constexpr SmemLayout ComputeSmemLayout(int a_stages, int b_stages,
+                                                        uint32_t a_stage_bytes = KernelConfig::kAStageBytes) {
   SmemLayout layout;
   uint32_t offset = 0;
   layout.a_ring = offset;
-  offset += static_cast<uint32_t>(a_stages) * KernelConfig::kAStageBytes;
+  offset += static_cast<uint32_t>(a_stages) * a_stage_bytes;
   layout.b_ring = offset;
   offset += static_cast<uint32_t>(b_stages) * KernelConfig::kBStageBytes;
   layout.staging = offset;

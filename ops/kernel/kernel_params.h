@@ -104,6 +104,7 @@ struct KernelParams {
   DeviceTimeoutRecord* timeout;  // host-mapped
   uint64_t spin_timeout_ns;
   DeviceJobTrace* trace;  // [num_jobs * cluster_size] (job, rank), or null
+  uint32_t a_stage_bytes;  // KernelConfig::kAStageBytes, or kHalfAStageBytes for a plan of <= 64-row nodes
 };
 
 }  // namespace loom::kernel

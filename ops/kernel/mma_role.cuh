@@ -42,7 +42,7 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
     ok &= ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, job_index);
     if (!lockstep) ok &= ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull, job_index);
     const uint64_t desc_a =
-        MakeSwizzle128Descriptor(a_ring_base + a_ring.stage * KernelConfig::kAStageBytes);
+        MakeSwizzle128Descriptor(a_ring_base + a_ring.stage * ctx.params.a_stage_bytes);
     // Lockstep mode keeps B in the slot of the same index as A.
     const int b_stage = lockstep ? a_ring.stage : b_ring.stage;
     const uint64_t desc_b = MakeSwizzle128Descriptor(b_ring_base + b_stage * KernelConfig::kBStageBytes);

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // 128B-swizzled tiles need 1024-byte alignment; the layout reserved slack.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
-  const SmemLayout layout = ComputeSmemLayout(params.a_stages, params.b_stages);
+  const SmemLayout layout = ComputeSmemLayout(params.a_stages, params.b_stages, params.a_stage_bytes);
   auto* barriers = reinterpret_cast<SmemBarriers*>(smem + layout.barriers);
   auto* epoch_slot = reinterpret_cast<uint32_t*>(smem + layout.epoch);
 
@@ -171,9 +171,10 @@ cudaLaunchConfig_t MakeLaunchConfig(int ctas, uint32_t smem_bytes, cudaStream_t 
 
 }  // namespace
 
-cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, int* clusters) {
+cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size,
+                                  int* clusters) {
   if (cudaError_t error = ConfigureKernels(); error != cudaSuccess) return error;
-  const uint32_t smem_bytes = SharedMemoryBytes(a_stages, b_stages);
+  const uint32_t smem_bytes = SharedMemoryBytes(a_stages, b_stages, a_stage_bytes);
   cudaLaunchAttribute attribute;
   cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, &attribute, cluster_size);
   *clusters = 0;
@@ -186,7 +187,7 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, 
 }
 
 cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, cudaStream_t stream) {
-  const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages);
+  const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages, params.a_stage_bytes);
   cudaLaunchAttribute attribute;
   cudaLaunchConfig_t config =
       MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, &attribute, params.cluster_size);

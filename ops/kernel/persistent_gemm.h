@@ -10,9 +10,9 @@
 
 namespace loom::kernel {
 
-// Dynamic shared memory one CTA needs for these ring depths.
-inline uint32_t SharedMemoryBytes(int a_stages, int b_stages) {
-  return ComputeSmemLayout(a_stages, b_stages).total;
+// Dynamic shared memory one CTA needs for these ring depths and A stages.
+inline uint32_t SharedMemoryBytes(int a_stages, int b_stages, uint32_t a_stage_bytes) {
+  return ComputeSmemLayout(a_stages, b_stages, a_stage_bytes).total;
 }
 
 // Clusters of `cluster_size` CTAs of the kernel that can be resident at once
@@ -20,7 +20,8 @@ inline uint32_t SharedMemoryBytes(int a_stages, int b_stages) {
 // of the two instantiations' answers). Also raises the kernels' shared-memory
 // limit to the device's maximum, so call it (Runtime::Compile does) before
 // LaunchPersistentGemm on a device.
-cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, int cluster_size, int* clusters);
+cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size,
+                                  int* clusters);
 
 // Launches the persistent kernel: `clusters` clusters of params.cluster_size
 // CTAs; the split-K instantiation when `split_k` (some node of the plan splits

@@ -83,7 +83,21 @@ std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph) {
   return problems;
 }
 
-absl::Status CheckOptions(const CompileOptions& options, const DeviceDescription& device) {
+// The A stage size for `graph` (KernelParams::a_stage_bytes): half a stage
+// when every node has at most one warpgroup's rows (decode), whose loads and
+// wgmma only ever touch the first half. Measured on the H200 (bench/NOTES.md
+// v1.15, same calls, interleaved): seven decode GEMMs 0.832 -> 0.847 of
+// cuBLAS (geomean of three rounds), the chain at 16 tokens 177-178 -> 174-175
+// us, the MLP at 64 tokens 126 -> 127. The fifth B stage that half stages
+// make room for gained nothing on its own and slowed the dependent graphs.
+uint32_t AStageBytesFor(const GemmGraph& graph) {
+  for (const GemmNode& node : graph.nodes()) {
+    if (node.a.rows > KernelConfig::kRowsPerConsumer) return KernelConfig::kAStageBytes;
+  }
+  return KernelConfig::kHalfAStageBytes;
+}
+
+absl::Status CheckOptions(const CompileOptions& options, const DeviceDescription& device, uint32_t a_stage_bytes) {
   for (auto [name, stages] : {std::pair{"a_stages", options.a_stages}, std::pair{"b_stages", options.b_stages}}) {
     if (stages < 1 || stages > KernelConfig::kMaxStages) {
       return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.%s: %d is outside [1, %d]", name, stages,
@@ -103,11 +117,11 @@ absl::Status CheckOptions(const CompileOptions& options, const DeviceDescription
     return absl::InvalidArgumentError(
         absl::StrFormat("CompileOptions.spin_timeout_ns: %d is not positive", options.spin_timeout_ns));
   }
-  const int64_t smem = kernel::SharedMemoryBytes(options.a_stages, options.b_stages);
+  const int64_t smem = kernel::SharedMemoryBytes(options.a_stages, options.b_stages, a_stage_bytes);
   if (smem > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "shared memory: a_stages=%d, b_stages=%d need %d bytes per block, but %s allows %d", options.a_stages,
-        options.b_stages, smem, device.name, device.shared_memory_per_block));
+        "shared memory: a_stages=%d (of %d bytes), b_stages=%d need %d bytes per block, but %s allows %d",
+        options.a_stages, a_stage_bytes, options.b_stages, smem, device.name, device.shared_memory_per_block));
   }
   return absl::OkStatus();
 }
@@ -213,6 +227,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.cluster_size = impl.schedule.cluster_size;
   params.a_stages = impl.options.a_stages;
   params.b_stages = impl.options.b_stages;
+  params.a_stage_bytes = AStageBytesFor(impl.graph);
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
   impl.has_split_k = false;
   for (const sched::NodeSchedule& node : impl.schedule.nodes) impl.has_split_k |= node.split_k > 1;
@@ -292,18 +307,19 @@ Runtime Runtime::ForDescription(DeviceDescription device) { return Runtime(std::
 
 absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptions& options) const {
   LOOM_RETURN_IF_ERROR(graph.Validate());
-  LOOM_RETURN_IF_ERROR(CheckOptions(options, device_));
+  const uint32_t a_stage_bytes = AStageBytesFor(graph);
+  LOOM_RETURN_IF_ERROR(CheckOptions(options, device_, a_stage_bytes));
 
   int coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
                                                        : device_.sm_count / kClusterSize;
   if (has_gpu()) {
     LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
     LOOM_CUDA_RETURN_IF_ERROR(
-        kernel::MaxCoresidentClusters(options.a_stages, options.b_stages, kClusterSize, &coresident));
+        kernel::MaxCoresidentClusters(options.a_stages, options.b_stages, a_stage_bytes, kClusterSize, &coresident));
     if (coresident < 1) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: not even one cluster of %d CTAs with %d bytes of shared memory fits", device_.name, kClusterSize,
-          kernel::SharedMemoryBytes(options.a_stages, options.b_stages)));
+          kernel::SharedMemoryBytes(options.a_stages, options.b_stages, a_stage_bytes)));
     }
   }
   if (options.max_clusters > coresident) {
@@ -400,10 +416,10 @@ std::optional<TimeoutRecord> Plan::last_timeout() const { return impl_->last_tim
 std::string Plan::Explain() const {
   std::vector<std::string> names;
   for (const GemmNode& node : impl_->graph.nodes()) names.push_back(node.name);
-  return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages, B %d stages)\n",
+  return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages of %d bytes, B %d stages)\n",
                          impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
                          impl_->options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
-                         impl_->options.a_stages, impl_->options.b_stages) +
+                         impl_->options.a_stages, AStageBytesFor(impl_->graph), impl_->options.b_stages) +
          sched::ExplainSchedule(impl_->schedule, names);
 }
 
