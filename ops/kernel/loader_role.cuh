@@ -76,6 +76,8 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
     // A tile whose second half of rows lies wholly past M (decode) loads only
     // the first: those rows are the second consumer warpgroup's, which then
     // issues no wgmma (RunMainLoop), so no load of all-zero rows is needed.
+    // A plan with half-size A stages (KernelParams::a_stage_bytes) has only
+    // nodes of at most 64 rows, so a_halves is 1 throughout it.
     static_assert(KernelConfig::kABoxRows == KernelConfig::kRowsPerConsumer, "an A half is one warpgroup's rows");
     const int a_halves = row0 + KernelConfig::kABoxRows < schedule.m ? 2 : 1;
     const uint32_t slot_bytes =

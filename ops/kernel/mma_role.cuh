@@ -20,7 +20,8 @@ namespace loom::kernel {
 // compute == false (this warpgroup's 64 rows are all past M, as in decode):
 // the slots are still waited for and released in step with the other
 // warpgroup and the peer CTA, but no wgmma is issued: for M <= 64 this halves
-// the tensor work of a memory-bound job.
+// the tensor work of a memory-bound job. (With half-size A stages, warpgroup
+// 1's descriptor would point into the next stage; it never computes there.)
 __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, int job_index,
                                    int warpgroup, bool compute, RingCursor& a_ring, RingCursor& b_ring,
                                    float (&accumulators)[128]) {
