@@ -18,10 +18,26 @@
 
 namespace loom::kernel {
 
+// A split-K node's fp32 partials in the workspace (layout: schedule.h,
+// workspace_offset): [split_k][m_blocks * kBlockM rows][n_blocks * kBlockN
+// columns], every CTA tile padded to whole blocks.
+struct PartialLayout {
+  float* split0;         // split 0's slice: row 0, column 0
+  int64_t row_stride;    // floats from one row to the next (the padded columns)
+  int64_t split_stride;  // floats from one split's slice to the next
+
+  __device__ PartialLayout(const CtaContext& ctx, const sched::NodeSchedule& schedule)
+      : split0(ctx.params.workspace + schedule.workspace_offset),
+        row_stride(int64_t{schedule.n_blocks} * KernelConfig::kBlockN),
+        split_stride(int64_t{schedule.m_blocks} * KernelConfig::kBlockM * row_stride) {}
+  // Row `row`, column `col` of split 0's slice.
+  __device__ float* At(int64_t row, int64_t col) const { return split0 + row * row_stride + col; }
+};
+
 // Where this lane's accumulator rows live in a split-K partial: its two rows
-// (lane / 4 and 8 further, of its warp's 16) in split 0's slice of the
-// workspace (layout: schedule.h, workspace_offset), pointing at the lane's
-// first column pair; each further split is `split_stride` floats on.
+// (lane / 4 and 8 further, of its warp's 16) in split 0's slice, pointing at
+// the lane's first column pair; each further split is `split_stride` floats
+// on.
 struct LanePartialRows {
   float* lo;
   float* hi;
@@ -30,17 +46,16 @@ struct LanePartialRows {
 
   __device__ LanePartialRows(const CtaContext& ctx, const CtaWork& work, int warpgroup) {
     const sched::NodeSchedule& schedule = work.node->schedule;
+    const PartialLayout partials(ctx, schedule);
     const int warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32;
-    const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
     const int64_t row_lo = int64_t{work.m_block} * KernelConfig::kBlockM +
                            warpgroup * KernelConfig::kRowsPerConsumer + warp * 16 + lane / 4;
-    split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+    split_stride = partials.split_stride;
     lo_ok = row_lo < schedule.m;
     hi_ok = row_lo + 8 < schedule.m;
-    lo = ctx.params.workspace + schedule.workspace_offset + row_lo * padded_cols +
-         int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4);
-    hi = lo + 8 * padded_cols;
+    lo = partials.At(row_lo, int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4));
+    hi = lo + 8 * partials.row_stride;
   }
 };
 
@@ -391,11 +406,9 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   const int rows = both ? (warpgroup == 0 ? first_half : live_rows - first_half) : live_rows;
 
   const int t = threadIdx.x % 128;
-  const int64_t padded_cols = int64_t{schedule.n_blocks} * KernelConfig::kBlockN;
-  const int64_t split_stride = int64_t{schedule.m_blocks} * KernelConfig::kBlockM * padded_cols;
+  const PartialLayout layout(ctx, schedule);
   const int64_t col = int64_t{work.n_block} * KernelConfig::kBlockN + 2 * t;  // this thread's pair
-  const float* partials =
-      ctx.params.workspace + schedule.workspace_offset + (row0 + first_row) * padded_cols + col;
+  const float* partials = layout.At(row0 + first_row, col);
   if (ok) {
     PairOps ops;
     if (direct) {
@@ -419,9 +432,9 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
       sink.staging = sums + first_row * KernelConfig::kBlockN + 2 * t;
     }
     if (rows == 1) {
-      SumColumnPair<1>(partials, split_stride, padded_cols, rows, split_k, ops, sink);
+      SumColumnPair<1>(partials, layout.split_stride, layout.row_stride, rows, split_k, ops, sink);
     } else {
-      SumColumnPair<2>(partials, split_stride, padded_cols, rows, split_k, ops, sink);
+      SumColumnPair<2>(partials, layout.split_stride, layout.row_stride, rows, split_k, ops, sink);
     }
   }
   // Every row is in place.
