@@ -422,7 +422,7 @@ absl::Status ReferenceExecutor::ReduceTile(const sched::TileJob& job, const sche
                                                DescribeJob(index), tile.m_block, tile.n_block));
   }
   const sched::RowRange part = sched::ReduceRowsOf(ns, schedule_.tile, job.split);
-  const int64_t row_begin = std::max(e.row_begin, e.row_begin + part.begin);
+  const int64_t row_begin = e.row_begin + part.begin;
   const int64_t row_end = std::min(e.row_end, e.row_begin + part.end);
   // The partials must exist and cover the k-blocks [0, k_blocks) in split order.
   int32_t next_k_block = 0;

@@ -24,7 +24,7 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
   std::vector<TileJob> jobs;
   if (grid.size() <= 0) return jobs;
   const int32_t split_k = std::max(node.split_k, 1);
-  jobs.reserve(static_cast<size_t>(grid.size() * (split_k == 1 ? 1 : split_k + node.reduce_parts)));
+  jobs.reserve(static_cast<size_t>(NodeJobCount(schedule, node_index)));
   for (int64_t i = 0; i < grid.size(); ++i) {
     const ClusterCoord c = RasterizedClusterTile(i, grid, node.raster, node.group_size);
     const CtaTile first = FirstTileOfCluster(node.share, schedule.cluster_size, c.row, c.col);
