@@ -18,6 +18,7 @@ struct Plan::Impl {
   int device_ordinal = -1;  // -1: host-only plan
   int grid_clusters = 0;
   bool has_split_k = false;  // some node splits K: launch the kernel's split-K instantiation
+  uint32_t a_stage_bytes = 0;  // AStageBytesFor(graph), as Compile sized shared memory with it
   std::optional<TimeoutRecord> last_timeout;
 
   // Device resources (device_ordinal >= 0 and the schedule has jobs).

@@ -227,7 +227,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.cluster_size = impl.schedule.cluster_size;
   params.a_stages = impl.options.a_stages;
   params.b_stages = impl.options.b_stages;
-  params.a_stage_bytes = AStageBytesFor(impl.graph);
+  params.a_stage_bytes = impl.a_stage_bytes;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
   impl.has_split_k = false;
   for (const sched::NodeSchedule& node : impl.schedule.nodes) impl.has_split_k |= node.split_k > 1;
@@ -335,6 +335,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   impl->device = device_;
   impl->device_ordinal = device_ordinal_;
   impl->grid_clusters = options.max_clusters > 0 ? options.max_clusters : coresident;
+  impl->a_stage_bytes = a_stage_bytes;
 
   sched::SchedulerOptions scheduler_options;
   scheduler_options.tile = KernelConfig::tile();
@@ -419,7 +420,7 @@ std::string Plan::Explain() const {
   return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages of %d bytes, B %d stages)\n",
                          impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
                          impl_->options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
-                         impl_->options.a_stages, AStageBytesFor(impl_->graph), impl_->options.b_stages) +
+                         impl_->options.a_stages, impl_->a_stage_bytes, impl_->options.b_stages) +
          sched::ExplainSchedule(impl_->schedule, names);
 }
 
