@@ -76,6 +76,7 @@ struct RingCursor {
 };
 
 struct CtaContext {
+  using Config = KernelConfig;  // the tile the shared protocol code (JobStream, dependencies.cuh) works in
   const KernelParams& params;
   SmemBarriers* barriers;
   uint8_t* a_ring;    // [a_stages][kBlockM][kBlockK] bf16, 128B swizzle
@@ -114,6 +115,20 @@ struct CtaContext {
   }
 };
 
+// The last CTA of the launch to finish resets the queue cursor and publishes
+// the epoch, so the next launch (a CUDA-graph replay too) needs no host work.
+__device__ inline void FinishLaunch(const KernelParams& params, uint32_t epoch) {
+  __threadfence();
+  const uint32_t finished = atomicAdd(&params.state->finished_ctas, 1u) + 1;
+  if (finished == gridDim.x) {
+    params.state->cursor = 0;
+    params.state->finished_ctas = 0;
+    params.state->abort = 0;
+    params.state->epoch = epoch;
+    __threadfence();
+  }
+}
+
 // Whether a flag value read in this launch says its tile is done: it holds
 // this launch's epoch. Epochs only move forward, and the comparison is
 // modular, so it stays right when the 32-bit epoch wraps.
@@ -132,7 +147,8 @@ __device__ __forceinline__ bool FlagDone(uint32_t value, uint32_t epoch) {
 // ~1.2 us per A k-block, bench/NOTES.md v1.7). The fence also spares the
 // second trip to L2 that a final ld.acquire made (no change measured on its
 // own, v1.10; it lets WaitForPartials poll every split at once).
-__device__ inline bool WaitForFlag(const CtaContext& ctx, int flag_index, int job_index) {
+template <typename Ctx>
+__device__ inline bool WaitForFlag(const Ctx& ctx, int flag_index, int job_index) {
   const uint32_t* flag = &ctx.params.flags[flag_index];
   const uint32_t epoch = ctx.epoch;
   const bool done = ctx.watchdog.SpinUntil(
@@ -162,7 +178,8 @@ __device__ __forceinline__ bool WaitForStaging(const CtaContext& ctx, int warpgr
 }
 
 // Stamps one event of a job's trace (CompileOptions::trace).
-__device__ inline void RecordTrace(const CtaContext& ctx, int job, bool recorder, uint64_t DeviceJobTrace::*event) {
+template <typename Ctx>
+__device__ inline void RecordTrace(const Ctx& ctx, int job, bool recorder, uint64_t DeviceJobTrace::*event) {
   if (DeviceJobTrace* trace = ctx.trace_of(job, recorder)) trace->*event = ptx::globaltimer();
 }
 
@@ -178,7 +195,8 @@ class JobStream {
   // cannot overtake it. With every lane reading and lane 0 releasing after a
   // __syncwarp, compute-sanitizer racecheck reported WAR hazards on the slot
   // (v1.9, two job slots).
-  __device__ int Next(const CtaContext& ctx) {
+  template <typename Ctx>
+  __device__ int Next(const Ctx& ctx) {
     const int s = cursor_.stage;
     if (!ctx.watchdog.WaitBarrier(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1,
                                   Watchdog::kClusterScope)) {
@@ -195,7 +213,7 @@ class JobStream {
       }
     }
     index = __shfl_sync(lanes, index, reader);
-    cursor_.Advance(KernelConfig::kJobSlots);
+    cursor_.Advance(Ctx::Config::kJobSlots);
     return index;
   }
 
@@ -212,7 +230,8 @@ struct CtaWork {
   bool in_range;
 };
 
-__device__ inline CtaWork ResolveJob(const CtaContext& ctx, int index) {
+template <typename Ctx>
+__device__ inline CtaWork ResolveJob(const Ctx& ctx, int index) {
   const sched::TileJob* job = &ctx.params.queue[index];
   const KernelNode* node = &ctx.params.nodes[job->node];
   const sched::CtaTile tile = sched::CtaTileOf(*job, node->schedule.share, static_cast<int>(ctx.rank));

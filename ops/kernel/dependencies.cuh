@@ -15,8 +15,8 @@ namespace loom::kernel {
 // the box of producer tiles that elements [row_begin, row_end) x [col_begin,
 // col_end) of the operand read, when that box is not empty. Stops, returning
 // false, as soon as visit does.
-template <typename Visit>
-__device__ __forceinline__ bool ForEachProducerBox(const CtaContext& ctx, const KernelNode& node,
+template <typename Ctx, typename Visit>
+__device__ __forceinline__ bool ForEachProducerBox(const Ctx& ctx, const KernelNode& node,
                                                    sched::DependencyOperand operand, int64_t row_begin,
                                                    int64_t row_end, int64_t col_begin, int64_t col_end,
                                                    Visit&& visit) {
@@ -26,7 +26,7 @@ __device__ __forceinline__ bool ForEachProducerBox(const CtaContext& ctx, const 
     if (edge.operand != static_cast<uint8_t>(operand)) continue;
     const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
     const sched::TileBox box =
-        sched::ProducerTiles(producer, KernelConfig::tile(), edge, row_begin, row_end, col_begin, col_end);
+        sched::ProducerTiles(producer, Ctx::Config::tile(), edge, row_begin, row_end, col_begin, col_end);
     if (box.empty()) continue;
     if (!visit(d, producer, box)) return false;
   }
@@ -34,7 +34,8 @@ __device__ __forceinline__ bool ForEachProducerBox(const CtaContext& ctx, const 
 }
 
 // Whether any dependency edge of `node` is on `operand`.
-__device__ inline bool HasProducers(const CtaContext& ctx, const KernelNode& node, sched::DependencyOperand operand) {
+template <typename Ctx>
+__device__ inline bool HasProducers(const Ctx& ctx, const KernelNode& node, sched::DependencyOperand operand) {
   for (int d = 0; d < node.schedule.dependency_count; ++d) {
     if (ctx.params.dependencies[node.schedule.dependency_begin + d].operand == static_cast<uint8_t>(operand)) {
       return true;
@@ -57,7 +58,8 @@ struct DependencyMemo {
   }
 };
 
-__device__ inline bool WaitForProducers(const CtaContext& ctx, const KernelNode& node, int job_index,
+template <typename Ctx>
+__device__ inline bool WaitForProducers(const Ctx& ctx, const KernelNode& node, int job_index,
                                         sched::DependencyOperand operand, int64_t row_begin,
                                         int64_t row_end, int64_t col_begin, int64_t col_end,
                                         DependencyMemo& memo) {
@@ -93,47 +95,66 @@ __device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, 
 }
 
 // The producer tiles of the granules of A from k-block kb on, when they form
-// a run of consecutive flags: one A edge, kb's granule reads one producer
-// tile, and each granule is one producer tile column (a_wait_k_blocks k-blocks
-// = the producer's out_tile_n columns), so granule j reads the tile j columns
-// right of granule 0's, flag first_flag + j. The run ends at kb_end, at the
-// producer's last tile column, or where it would leave the kWords aligned
-// words from the one that holds first_flag. granules == 0 when the pattern
-// does not hold (several A edges, offsets inside a tile column, a granule
-// reading several tiles): the caller then waits granule by granule.
+// a run of consecutive flags: one A edge, and each granule is exactly
+// tiles_per_granule whole producer tile columns of one tile row (a_wait_k_blocks
+// k-blocks = tiles_per_granule x the producer's out_tile_n columns, kb's
+// granule starting on a tile boundary), so granule j reads the tiles
+// first_flag + j * tiles_per_granule onwards. tiles_per_granule is 1 for the
+// tiled kernel (Config::kMaxTilesPerGranule), up to 4 for the narrow decode
+// kernel's 16- and 32-column tiles. The run ends at kb_end, at the producer's
+// last tile column, or where it would leave the Config::kFlagWordsPerPoll
+// aligned 16-byte words from the one that holds first_flag. granules == 0
+// when the pattern does not hold (several A edges, offsets inside a tile
+// column): the caller then waits granule by granule.
 // NOTE: worked out from granule 0 alone. A first version found each
 // granule's tiles with ProducerTiles (64-bit divisions, records read from
 // global memory), and those instructions, issued by one thread among busy
 // consumer warps, cost the 8192-token MLP's down projection ~105 us per tile
 // whether it looked ahead 8 or 16 granules per poll (bench/NOTES.md v1.11).
 struct FlagRun {
-  static constexpr int kWords = 4;  // 16-byte words read per poll
   int first_flag = 0;
   int granules = 0;
+  int tiles_per_granule = 1;
 };
 
-__device__ inline FlagRun AProducerRun(const CtaContext& ctx, const KernelNode& node, int64_t row0, int kb,
+template <typename Ctx>
+__device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, int64_t row0, int kb,
                                        int kb_end) {
+  constexpr bool kOneTile = Ctx::Config::kMaxTilesPerGranule == 1;
   FlagRun run;
   int edges = 0;
   int tiles = 0;
   int columns_left = 0;  // producer tile columns from granule 0's to the last
-  bool one_column_per_granule = false;
-  ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
-                     int64_t{kb} * KernelConfig::kBlockK, int64_t{kb + 1} * KernelConfig::kBlockK,
+  bool whole_columns = false;
+  ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + Ctx::Config::kBlockM,
+                     int64_t{kb} * Ctx::Config::kBlockK, int64_t{kb + 1} * Ctx::Config::kBlockK,
                      [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
                        ++edges;
                        tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
                        run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
                        columns_left = producer.n_blocks - box.n_begin;
-                       one_column_per_granule =
-                           node.schedule.a_wait_k_blocks * KernelConfig::kBlockK == producer.out_tile_n;
+                       const int granule_cols = node.schedule.a_wait_k_blocks * Ctx::Config::kBlockK;
+                       if constexpr (kOneTile) {
+                         whole_columns = granule_cols == producer.out_tile_n;
+                       } else {
+                         whole_columns = box.m_end - box.m_begin == 1 && granule_cols % producer.out_tile_n == 0 &&
+                                         granule_cols / producer.out_tile_n == box.n_end - box.n_begin;
+                       }
                        return true;
                      });
-  if (edges != 1 || tiles != 1 || !one_column_per_granule) return run;
   const int granule = node.schedule.a_wait_k_blocks;
   const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
-  run.granules = min(min(granules_left, columns_left), 4 * FlagRun::kWords - (run.first_flag & 3));
+  const int flags_left = 4 * Ctx::Config::kFlagWordsPerPoll - (run.first_flag & 3);
+  if constexpr (kOneTile) {
+    // NOTE: kept apart from the general form: that one, compiled into the
+    // tiled kernel, raised its spills from 464 to 510 bytes.
+    if (edges != 1 || tiles != 1 || !whole_columns) return run;
+    run.granules = min(min(granules_left, columns_left), flags_left);
+  } else {
+    if (edges != 1 || !whole_columns || tiles > Ctx::Config::kMaxTilesPerGranule) return run;
+    run.tiles_per_granule = tiles;
+    run.granules = min(min(granules_left, columns_left / tiles), flags_left / tiles);
+  }
   return run;
 }
 
@@ -141,23 +162,27 @@ __device__ inline FlagRun AProducerRun(const CtaContext& ctx, const KernelNode& 
 // epoch: one poll, the run's flags read as aligned 16-byte words (the flag
 // array is padded to a whole word, runtime.cc), all in flight together. Every
 // granule of the run lies in the words read (AProducerRun).
-__device__ __forceinline__ int CompleteGranules(const CtaContext& ctx, const FlagRun& run) {
+template <typename Ctx>
+__device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& run) {
   const int base = run.first_flag & ~3;
   const int skip = run.first_flag - base;
-  const int words = (skip + run.granules + 3) / 4;
-  uint4 seen[FlagRun::kWords];
+  constexpr bool kOneTile = Ctx::Config::kMaxTilesPerGranule == 1;
+  const int tiles = kOneTile ? run.granules : run.granules * run.tiles_per_granule;
+  const int words = (skip + tiles + 3) / 4;
+  uint4 seen[Ctx::Config::kFlagWordsPerPoll];
 #pragma unroll
-  for (int w = 0; w < FlagRun::kWords; ++w) {
+  for (int w = 0; w < Ctx::Config::kFlagWordsPerPoll; ++w) {
     if (w < words) seen[w] = ptx::ld_relaxed_gpu_v4(&ctx.params.flags[base + 4 * w]);
   }
   int complete = run.granules;
 #pragma unroll
-  for (int w = FlagRun::kWords - 1; w >= 0; --w) {
+  for (int w = Ctx::Config::kFlagWordsPerPoll - 1; w >= 0; --w) {
     const uint32_t value[4] = {seen[w].x, seen[w].y, seen[w].z, seen[w].w};
 #pragma unroll
     for (int c = 3; c >= 0; --c) {
-      const int granule = 4 * w + c - skip;
-      if (w < words && granule >= 0 && granule < run.granules &&
+      const int tile = 4 * w + c - skip;
+      const int granule = kOneTile ? tile : tile / run.tiles_per_granule;
+      if (w < words && tile >= 0 && granule < run.granules &&
           !FlagDone(value[c], ctx.epoch)) {
         complete = granule;
       }
@@ -177,7 +202,8 @@ __device__ __forceinline__ int CompleteGranules(const CtaContext& ctx, const Fla
 // took 321 us per tile against 155 us standalone while it waited once per
 // producer tile column (two k-blocks, ~1.4 us of wgmma). A granule whose
 // producer is still running costs what it did.
-__device__ inline int WaitForAProducersAhead(const CtaContext& ctx, const KernelNode& node, int job_index,
+template <typename Ctx>
+__device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
                                              int64_t row0, int kb, int kb_end) {
   const sched::NodeSchedule& schedule = node.schedule;
   const int granule_end = min(AGranuleEnd(schedule, kb), kb_end);
@@ -186,8 +212,8 @@ __device__ inline int WaitForAProducersAhead(const CtaContext& ctx, const Kernel
     // Not a run (AProducerRun): kb's own granule alone, as WaitForProducers
     // finds it.
     DependencyMemo memo;
-    if (!WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
-                          kb * KernelConfig::kBlockK, (kb + 1) * KernelConfig::kBlockK, memo)) {
+    if (!WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kA, row0, row0 + Ctx::Config::kBlockM,
+                          kb * Ctx::Config::kBlockK, (kb + 1) * Ctx::Config::kBlockK, memo)) {
       return -1;
     }
     return granule_end;
@@ -216,7 +242,8 @@ __device__ inline int WaitForAProducersAhead(const CtaContext& ctx, const Kernel
 // checked without waiting: relaxed reads, kBatch of them in flight together.
 // It acquires nothing: a caller that goes on to read the producers' data must
 // still wait (WaitForProducers) or fence.
-__device__ inline bool ProducersDone(const CtaContext& ctx, const KernelNode& node, sched::DependencyOperand operand,
+template <typename Ctx>
+__device__ inline bool ProducersDone(const Ctx& ctx, const KernelNode& node, sched::DependencyOperand operand,
                                      int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
   constexpr int kBatch = 8;
   return ForEachProducerBox(
@@ -249,7 +276,8 @@ __device__ inline bool ProducersDone(const CtaContext& ctx, const KernelNode& no
 // start works through its k-blocks as their producers finish. Looks at the
 // cluster's first CTA tile only (a hint for pacing the fetch, not a wait that
 // orders anything).
-__device__ inline bool JobInputsReady(const CtaContext& ctx, int index) {
+template <typename Ctx>
+__device__ inline bool JobInputsReady(const Ctx& ctx, int index) {
   const sched::TileJob& job = ctx.params.queue[index];
   const KernelNode& node = ctx.params.nodes[job.node];
   const sched::NodeSchedule& schedule = node.schedule;
@@ -262,10 +290,10 @@ __device__ inline bool JobInputsReady(const CtaContext& ctx, int index) {
     return true;
   }
   if (schedule.dependency_count == 0) return true;
-  const int64_t row0 = int64_t{tile.m_block} * KernelConfig::kBlockM;
+  const int64_t row0 = int64_t{tile.m_block} * Ctx::Config::kBlockM;
   const int64_t k_end = min(AGranuleEnd(schedule, job.k_block_begin), int{job.k_block_end});
-  return ProducersDone(ctx, node, sched::DependencyOperand::kA, row0, row0 + KernelConfig::kBlockM,
-                       int64_t{job.k_block_begin} * KernelConfig::kBlockK, k_end * KernelConfig::kBlockK);
+  return ProducersDone(ctx, node, sched::DependencyOperand::kA, row0, row0 + Ctx::Config::kBlockM,
+                       int64_t{job.k_block_begin} * Ctx::Config::kBlockK, k_end * Ctx::Config::kBlockK);
 }
 
 }  // namespace loom::kernel

@@ -34,6 +34,12 @@ struct KernelConfig {
   static constexpr int kConsumerRegisters = 224;
 
   static constexpr int kMaxStages = 8;   // per ring
+  // Producer tile columns one granule of A's k-blocks may read for the A
+  // loader's batched flag polls (dependencies.cuh, AProducerRun): one here,
+  // where a k-block is narrower than any tile.
+  static constexpr int kMaxTilesPerGranule = 1;
+  // 16-byte words of flags (four each) the A loader reads per poll.
+  static constexpr int kFlagWordsPerPoll = 4;
   // Jobs a cluster holds at once (fetched ahead of its loaders). 2, not 4
   // (v1.9, bench/NOTES.md): every fetched job is committed to its cluster, so
   // the more slots, the more of a dependent graph is handed out before anyone

@@ -57,20 +57,6 @@ __device__ void ClusterSync() {
   cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
 
-// The last CTA of the launch to finish resets the queue cursor and publishes
-// the epoch, so the next launch (a CUDA-graph replay too) needs no host work.
-__device__ void FinishLaunch(const KernelParams& params, uint32_t epoch) {
-  __threadfence();
-  const uint32_t finished = atomicAdd(&params.state->finished_ctas, 1u) + 1;
-  if (finished == gridDim.x) {
-    params.state->cursor = 0;
-    params.state->finished_ctas = 0;
-    params.state->abort = 0;
-    params.state->epoch = epoch;
-    __threadfence();
-  }
-}
-
 // kSplitK: the instantiation for plans with split-K nodes (partials, reduce
 // jobs). Plans without them launch the other one, whose consumers never see
 // the reduce path (see RunConsumer in consumer_role.cuh for why that matters).

@@ -20,7 +20,8 @@
 
 namespace loom::kernel {
 
-__device__ inline void RunScheduler(const CtaContext& ctx) {
+template <typename Ctx>
+__device__ inline void RunScheduler(const Ctx& ctx) {
   RingCursor slot;
   const uint32_t slots_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.job_slots));
   const uint32_t full_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.barriers->job_full));
@@ -48,7 +49,7 @@ __device__ inline void RunScheduler(const CtaContext& ctx) {
     }
     if (index < 0) return;
     last = index;
-    slot.Advance(KernelConfig::kJobSlots);
+    slot.Advance(Ctx::Config::kJobSlots);
   }
 }
 
