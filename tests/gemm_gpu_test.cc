@@ -247,11 +247,59 @@ TEST(GemmTest, ConsumerWaitsForEachProducerTileItReadsAhead) {
   EXPECT_EQ(h.plan().last_timeout()->flag, first.flag_base + missing) << status;
 }
 
+// The narrow decode kernel's A loader reads many producer flags per poll too,
+// two 32-column producer tiles per k-block (four of a SwiGLU producer's
+// 16-column ones). All but one of the producer's tiles count as published;
+// the consumer must wait for that one (flag 17 of 32: not 16-byte aligned),
+// and time out naming its k-block. The first launch, normal, must be right.
+class NarrowReadAheadTest : public ::testing::TestWithParam<bool> {};
+TEST_P(NarrowReadAheadTest, ConsumerWaitsForEachProducerTile) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const bool swiglu = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t m = 5, width = swiglu ? 512 : 1000;  // producer tiles: 32 of 16 or of 32 columns
+  h.Input("x", DType::kBF16, m, 256, rng);
+  h.Input("w1", DType::kBF16, swiglu ? 2 * width : width, 256, rng);
+  h.Input("w2", DType::kBF16, 256, width, rng);
+  h.Output("h", DType::kBF16, m, width);
+  h.Output("y", DType::kBF16, m, 256);
+  h.Build([swiglu](const auto& t, GemmGraph& g) {
+    g.AddGemm("first", t("x"), t("w1"), t("h"), {.activation = swiglu ? Activation::kSwiGLU : Activation::kNone});
+    g.AddGemm("second", t("h"), t("w2"), t("y"));
+  });
+  CompileOptions options;
+  options.narrow_decode = true;
+  options.spin_timeout_ns = 2'000'000'000;  // 2 s: the first launch may run under compute-sanitizer
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  const sched::NodeSchedule& first = h.plan().schedule().nodes[0];
+  ASSERT_EQ(first.n_blocks, 32);
+  ASSERT_EQ(first.out_tile_n, swiglu ? 16 : 32);
+  const int missing = 17;
+  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
+  LOOM_ASSERT_OK(internal::PublishFlagsForTesting(h.plan(), /*node=*/0, missing));
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  const absl::Status status = h.plan().Synchronize(nullptr);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(std::string(status.message()).find("node \"second\""), std::string::npos) << status;
+  ASSERT_TRUE(h.plan().last_timeout().has_value());
+  // The wait names the first flag of the k-block it waits for: tiles 16-17
+  // (16-19 of a SwiGLU producer).
+  const int tiles_per_k_block = 64 / first.out_tile_n;
+  EXPECT_EQ(h.plan().last_timeout()->flag, first.flag_base + missing / tiles_per_k_block * tiles_per_k_block)
+      << status;
+}
+INSTANTIATE_TEST_SUITE_P(Producers, NarrowReadAheadTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "swiglu" : "plain"; });
+
 // One GEMM with every fused op (the activation, a bias and a residual), its
 // split-K forced (1: unsplit), launched twice and checked against the CPU
 // reference.
+// `narrow`: on the narrow decode kernel (CompileOptions::narrow_decode; the
+// shape must have at most 64 rows, and split_k must be 0 or 1).
 void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
-                  DType residual_type) {
+                  DType residual_type, bool narrow = false) {
   Rng rng;
   GpuHarness h;
   const int64_t out_cols = activation == Activation::kSwiGLU ? shape.n / 2 : shape.n;
@@ -269,8 +317,10 @@ void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType 
   });
   CompileOptions options;
   options.split_k = split_k;
+  options.narrow_decode = narrow;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
   EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1) << "split_k " << split_k;
+  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : 256) << "narrow_decode " << narrow;
   h.ExpectMatchesReference();
 }
 
@@ -335,6 +385,48 @@ INSTANTIATE_TEST_SUITE_P(
              "_" + std::string(ActivationName(std::get<2>(info.param))) +
              (std::get<3>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
     });
+
+// The narrow decode kernel (64 x 32 tiles over the whole K, straight from
+// registers into C): every fused op, both output types, rows from 1 to 64
+// (A stages of 8 to 64 rows; 7 and 33 leave rows of the stage that TMA fills
+// with zeros), N = 778 (a ragged last tile, odd out_cols under SwiGLU), K =
+// 640 (10 k-blocks).
+class NarrowEpilogueTest : public ::testing::TestWithParam<std::tuple<int64_t, Activation, DType>> {};
+TEST_P(NarrowEpilogueTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [m, activation, out_type] = GetParam();
+  const DType other = out_type == DType::kBF16 ? DType::kFP32 : DType::kBF16;
+  RunFusedGemm(Shape{m, 778, 640}, /*split_k=*/0, activation, out_type, /*bias_type=*/other,
+               /*residual_type=*/out_type, /*narrow=*/true);
+}
+INSTANTIATE_TEST_SUITE_P(
+    NarrowTiles, NarrowEpilogueTest,
+    ::testing::Combine(::testing::Values(int64_t{1}, int64_t{7}, int64_t{16}, int64_t{33}, int64_t{64}),
+                       ::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU,
+                                         Activation::kSwiGLU),
+                       ::testing::Values(DType::kBF16, DType::kFP32)),
+    [](const auto& info) {
+      return "M" + std::to_string(std::get<0>(info.param)) + "_" + std::string(ActivationName(std::get<1>(info.param))) +
+             (std::get<2>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
+    });
+
+// Decode shapes of the benchmarks on the narrow kernel: long K (the jobs'
+// weights are several times the B ring), K not a multiple of 64, N not a
+// multiple of 32.
+class NarrowShapeTest : public ::testing::TestWithParam<std::tuple<Shape, Activation>> {};
+TEST_P(NarrowShapeTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [shape, activation] = GetParam();
+  RunFusedGemm(shape, /*split_k=*/1, activation, DType::kBF16, DType::kFP32, DType::kBF16, /*narrow=*/true);
+}
+INSTANTIATE_TEST_SUITE_P(
+    NarrowShapes, NarrowShapeTest,
+    ::testing::Values(std::tuple{Shape{1, 4096, 4096}, Activation::kNone},
+                      std::tuple{Shape{16, 4096, 14336}, Activation::kNone},
+                      std::tuple{Shape{8, 28672, 4096}, Activation::kSwiGLU},
+                      std::tuple{Shape{64, 1000, 4104}, Activation::kGELU},
+                      std::tuple{Shape{3, 100, 72}, Activation::kReLU}),
+    [](const auto& info) { return ShapeName(std::get<0>(info.param)); });
 
 // The two bit-identity tests below: C = act(A Bᵀ + bias) + residual, fp32 out,
 // K = kBitsK, 8 splits (kBitsN: whole tiles). AddBitsGemm builds one into `h`;

@@ -53,12 +53,8 @@ void RefillIntegers(GpuHarness& h, const std::string& name, Rng& rng, int lo, in
 // m-block, so every consumer reads producer tiles across tile edges.
 class ChainTest : public ::testing::TestWithParam<DType> {};
 
-TEST_P(ChainTest, ThreeDependentGemmsMatchReference) {
-  LOOM_SKIP_WITHOUT_GPU();
-  const DType out_type = GetParam();
-  Rng rng;
-  GpuHarness h;
-  const int64_t m = 300, k0 = 392, w1 = 520, w2 = 264, w3 = 1000;
+void AddRaggedChain(GpuHarness& h, Rng& rng, int64_t m, DType out_type) {
+  const int64_t k0 = 392, w1 = 520, w2 = 264, w3 = 1000;
   h.Input("x", kBF16, m, k0, rng);
   h.Input("W1", kBF16, w1, k0, rng);
   h.Input("W2", kBF16, w2, w1, rng);
@@ -74,6 +70,13 @@ TEST_P(ChainTest, ThreeDependentGemmsMatchReference) {
     g.AddGemm("layer2", t("h1"), t("W2"), t("h2"), {.bias = t("bias2")});
     g.AddGemm("layer3", t("h2"), t("W3"), t("y"), {.bias = t("bias3"), .residual = t("residual")});
   });
+}
+
+TEST_P(ChainTest, ThreeDependentGemmsMatchReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddRaggedChain(h, rng, /*m=*/300, GetParam());
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
   ExpectNodesRightAndReplayIdentical(h);
 }
@@ -240,12 +243,9 @@ constexpr Activation kLayerActivations[] = {Activation::kReLU, Activation::kNone
 
 // Weights in [-1/16, 1/16] keep the activations near 1 through the layers
 // (a K = 512 dot product of uniform values scales them by about 0.8).
-TEST(GraphTest, EightLayerChainAtOneToken) {
-  LOOM_SKIP_WITHOUT_GPU();
+void AddEightLayerChain(GpuHarness& h, Rng& rng, int64_t tokens) {
   constexpr int kLayers = 8;
-  Rng rng;
-  GpuHarness h;
-  const int64_t tokens = 1, width = 512;
+  const int64_t width = 512;
   h.Input("h0", kBF16, tokens, width, rng);
   for (int i = 0; i < kLayers; ++i) {
     h.Input(absl::StrCat("W", i), kBF16, width, width, rng);
@@ -264,6 +264,13 @@ TEST(GraphTest, EightLayerChainAtOneToken) {
       g.AddGemm(absl::StrCat("layer", i), in, t(absl::StrCat("W", i)), t(absl::StrCat("h", i + 1)), epilogue);
     }
   });
+}
+
+TEST(GraphTest, EightLayerChainAtOneToken) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddEightLayerChain(h, rng, /*tokens=*/1);
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
   ExpectNodesRightAndReplayIdentical(h);
 }
@@ -287,9 +294,9 @@ struct RandomNode {
 // (inputs) and out0, out1, ... (outputs); nodes n0, n1, ...
 class RandomGraph {
  public:
-  RandomGraph(GpuHarness& h, Rng& rng) : h_(h), rng_(rng) {}
+  RandomGraph(GpuHarness& h, Rng& rng, int64_t max_rows = 300) : h_(h), rng_(rng), max_rows_(max_rows) {}
 
-  int64_t Rows() { return rng_.UniformInt(1, 300); }
+  int64_t Rows() { return rng_.UniformInt(1, max_rows_); }
   int64_t Width() { return kSoakWidths[rng_.UniformInt(0, 4)]; }
   DType BF16OrFP32() { return rng_.UniformInt(0, 1) == 0 ? kBF16 : kFP32; }
 
@@ -352,6 +359,7 @@ class RandomGraph {
  private:
   GpuHarness& h_;
   Rng& rng_;
+  int64_t max_rows_;
   int inputs_ = 0, outputs_ = 0;
   std::vector<RandomNode> nodes_;
   std::string description_;
@@ -751,6 +759,88 @@ TEST(GraphTest, SchedulerChosenSplitKOnSkinnyLongK) {
   h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
   std::printf("[ loom     ] scheduler chose split_k = %d\n", h.plan().schedule().nodes[0].split_k);
+  ExpectNodesRightAndReplayIdentical(h);
+}
+
+// ---------------------------------------------------------------------------
+// 9. The narrow decode kernel (CompileOptions::narrow_decode): graphs of at
+// most 64 rows on 64 x 32 tiles over the whole of K, each tile stored straight
+// into C and published once.
+// ---------------------------------------------------------------------------
+
+CompileOptions NarrowOptions() {
+  CompileOptions options;
+  options.narrow_decode = true;
+  return options;
+}
+
+// Runs `h` on the narrow kernel, checks it ran there, and checks every node and
+// a replay.
+void RunNarrowAndCheck(GpuHarness& h) {
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
+  EXPECT_NE(h.plan().Explain().find("narrow decode kernel"), std::string::npos) << h.plan().Explain();
+  ExpectNodesRightAndReplayIdentical(h);
+}
+
+// The MLP block: a SwiGLU producer of 16-column output tiles, whose down
+// projection reads four of them per k-block.
+class NarrowMlpTest : public ::testing::TestWithParam<int64_t> {};
+TEST_P(NarrowMlpTest, SwiGLUBlockMatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, GetParam());
+  RunNarrowAndCheck(h);
+}
+INSTANTIATE_TEST_SUITE_P(Tokens, NarrowMlpTest, ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}, int64_t{64}),
+                         [](const auto& info) { return "tokens" + std::to_string(info.param); });
+
+// The ragged chain of section 1 (K and widths off the 64 / 32 grid, a bias in
+// each type, a residual) at 7 rows.
+class NarrowChainTest : public ::testing::TestWithParam<DType> {};
+TEST_P(NarrowChainTest, ThreeDependentGemmsMatchReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddRaggedChain(h, rng, /*m=*/7, GetParam());
+  RunNarrowAndCheck(h);
+}
+INSTANTIATE_TEST_SUITE_P(OutputTypes, NarrowChainTest, ::testing::Values(kBF16, kFP32),
+                         [](const auto& info) { return DTypeSuffix(info.param); });
+
+TEST(NarrowGraphTest, EightLayerChainAtOneAndEightTokens) {
+  LOOM_SKIP_WITHOUT_GPU();
+  for (const int64_t tokens : {1, 8}) {
+    SCOPED_TRACE(absl::StrCat(tokens, " tokens"));
+    Rng rng;
+    GpuHarness h;
+    AddEightLayerChain(h, rng, tokens);
+    RunNarrowAndCheck(h);
+  }
+}
+
+// Random graphs (batches, chains, both diamonds) of at most 64 rows.
+TEST(NarrowGraphTest, RandomDecodeGraphs) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int kGraphs = 40;
+  Rng rng;
+  for (int i = 0; i < kGraphs && !HasFailure(); ++i) {
+    GpuHarness h;
+    RandomGraph graph(h, rng, /*max_rows=*/64);
+    BuildRandomGraph(graph, rng);
+    SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description()));
+    RunNarrowAndCheck(h);
+  }
+}
+
+// A graph with a node of more than 64 rows stays on the tiled kernel.
+TEST(NarrowGraphTest, TallGraphsStayTiled) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, 65);
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
+  EXPECT_EQ(h.plan().Explain().find("narrow"), std::string::npos) << h.plan().Explain();
   ExpectNodesRightAndReplayIdentical(h);
 }
 

@@ -512,6 +512,35 @@ TEST(GraphTest, MlpBlock) {
   ExpectGraphMatchesNaive(g, rng);
 }
 
+// The narrow decode kernel's lowering (Runtime::Compile with narrow_decode:
+// 64 x 32 tiles over the whole K, no clusters, no split-K) of an MLP block at
+// 5 tokens, whose down projection reads four 16-column SwiGLU tiles per
+// k-block: in queue order and on virtual SMs it must equal the naive loop.
+TEST(GraphTest, MlpBlockLoweredForTheNarrowKernel) {
+  Rng rng;
+  HostGraph g(rng);
+  constexpr int64_t tokens = 5, hidden = 128, intermediate = 192;
+  const TensorView x = g.Input("x", DType::kBF16, tokens, hidden);
+  const TensorView h = g.Output("h", DType::kBF16, tokens, intermediate);
+  const TensorView y = g.Output("y", DType::kBF16, tokens, hidden);
+  g.graph().AddGemm("gate_up", x, g.Input("w_gate_up", DType::kBF16, 2 * intermediate, hidden), h,
+                    {.activation = Activation::kSwiGLU, .bias = {}, .residual = {}});
+  g.graph().AddGemm("down", h, g.Input("w_down", DType::kBF16, hidden, intermediate), y,
+                    {.activation = Activation::kNone, .bias = {}, .residual = x});
+  CompileOptions options;
+  options.narrow_decode = true;
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(g.graph(), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->schedule().tile.n, 32);
+  ASSERT_EQ(plan->schedule().nodes[0].out_tile_n, 16);
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  g.ExpectExecutorMatches(plan->schedule(), {}, expected);
+  for (int sms : {1, 7, 132}) {
+    g.ExpectExecutorMatches(plan->schedule(), {.simulated_sms = sms, .seed = rng.seed() + sms}, expected);
+  }
+  g.ExpectGuardsIntact();
+}
+
 TEST(GraphTest, EveryOperandProducedInGraph) {
   // The consumer's A, B, bias and residual all come from other nodes; two of
   // them write the column halves of one tensor (a concat) read as A.

@@ -3,9 +3,11 @@
 #include "loom/runtime.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "internal/testing_hooks.h"
 #include "internal/timeline.h"
@@ -144,26 +146,99 @@ TEST(RuntimeTest, SharedMemoryOverTheDeviceLimitIsRefused) {
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kFailedPrecondition, {"shared memory", "232448"}));
 }
 
+// Two chained decode GEMMs of `rows` rows (up 1024 -> 768, down 768 -> 256).
+GemmGraph DecodePair(int64_t rows) {
+  GemmGraph graph;
+  const TensorView h = Fake("h", 0x30000000, rows, 768);
+  graph.AddGemm("up", Fake("x", 0x100000, rows, 1024), Fake("w", 0x10000000, 768, 1024), h);
+  graph.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, rows, 256));
+  return graph;
+}
+
 // A plan whose nodes all have at most 64 rows (decode) gets half-size A
 // stages, so a fifth B stage fits in shared memory; with one node of 65 rows
 // it does not.
 TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
-  auto decode = [](int64_t rows) {
-    GemmGraph graph;
-    const TensorView h = Fake("h", 0x30000000, rows, 768);
-    graph.AddGemm("up", Fake("x", 0x100000, rows, 1024), Fake("w", 0x10000000, 768, 1024), h);
-    graph.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, rows, 256));
-    return graph;
-  };
   CompileOptions options;
   options.b_stages = 5;
-  absl::StatusOr<Plan> plan = runtime.Compile(decode(64), options);
+  absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(64), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_NE(plan->Explain().find("A 4 stages of 8192 bytes"), std::string::npos) << plan->Explain();
-  plan = runtime.Compile(decode(65), options);
+  plan = runtime.Compile(DecodePair(65), options);
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kFailedPrecondition,
                         {"shared memory", "a_stages=4 (of 16384 bytes), b_stages=5"}));
+}
+
+// narrow_decode: a graph of at most 64 rows is lowered for the narrow kernel
+// (64 x 32 tiles, no clusters, no split-K, one CTA per SM), its rings sized
+// from its rows; one of 65 rows stays tiled.
+TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions options;
+  options.narrow_decode = true;
+  for (const auto& [rows, a_stages, a_bytes] : {std::tuple{1, 8, 4096}, std::tuple{9, 4, 8192},
+                                                std::tuple{64, 2, 32768}}) {
+    SCOPED_TRACE(rows);
+    absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(rows), options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const sched::Schedule& schedule = plan->schedule();
+    EXPECT_EQ(schedule.tile.m, 64);
+    EXPECT_EQ(schedule.tile.n, 32);
+    EXPECT_EQ(schedule.tile.k, 64);
+    EXPECT_EQ(schedule.cluster_size, 1);
+    EXPECT_EQ(plan->grid_clusters(), 132);
+    EXPECT_EQ(schedule.workspace_elements, 0);
+    for (const sched::NodeSchedule& node : schedule.nodes) EXPECT_EQ(node.split_k, 1);
+    EXPECT_EQ(schedule.nodes[0].n_blocks, 24);  // 768 / 32
+    EXPECT_EQ(schedule.queue.size(), 24u + 8u);
+    const std::string explain = plan->Explain();
+    EXPECT_NE(explain.find("narrow decode kernel"), std::string::npos) << explain;
+    EXPECT_NE(explain.find(absl::StrFormat("A %d stages of %d bytes", a_stages, a_bytes)), std::string::npos)
+        << explain;
+  }
+  absl::StatusOr<Plan> tall = runtime.Compile(DecodePair(65), options);
+  ASSERT_TRUE(tall.ok()) << tall.status();
+  EXPECT_EQ(tall->schedule().tile.n, 256);
+  EXPECT_EQ(tall->Explain().find("narrow"), std::string::npos) << tall->Explain();
+}
+
+// The narrow kernel's options are checked, each refusal naming the option,
+// the value and the rule.
+TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  auto compile = [&](auto&& set) {
+    CompileOptions options;
+    options.narrow_decode = true;
+    set(options);
+    return runtime.Compile(DecodePair(16), options).status();
+  };
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.split_k = 2; }), absl::StatusCode::kInvalidArgument,
+                        {"split_k: 2", "never splits K"}));
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_a_stages = 33; }),
+                        absl::StatusCode::kInvalidArgument, {"narrow_a_stages: 33", "[0, 16]"}));
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_b_stages = 1; }),
+                        absl::StatusCode::kInvalidArgument, {"narrow_b_stages: 1", "[2, 16]"}));
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_b_stages = 17; }),
+                        absl::StatusCode::kInvalidArgument, {"narrow_b_stages: 17"}));
+  // 16 A stages of 8 KiB and 16 B stages of 16 KiB: 384 KiB.
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) {
+                          o.narrow_a_stages = 16;
+                          o.narrow_b_stages = 16;
+                        }),
+                        absl::StatusCode::kFailedPrecondition,
+                        {"shared memory", "narrow_a_stages=16 (of 8192 bytes)", "narrow_b_stages=16", "232448"}));
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.max_clusters = 133; }),
+                        absl::StatusCode::kFailedPrecondition,
+                        {"max_clusters 133", "132 CTAs of the narrow decode kernel"}));
+  // Set by hand, both depths are used as given.
+  CompileOptions options;
+  options.narrow_decode = true;
+  options.narrow_a_stages = 4;
+  options.narrow_b_stages = 2;
+  absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(16), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("A 4 stages of 8192 bytes, B 2 stages"), std::string::npos) << plan->Explain();
 }
 
 TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {

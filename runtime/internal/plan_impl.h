@@ -19,6 +19,11 @@ struct Plan::Impl {
   int grid_clusters = 0;
   bool has_split_k = false;  // some node splits K: launch the kernel's split-K instantiation
   uint32_t a_stage_bytes = 0;  // AStageBytesFor(graph), as Compile sized shared memory with it
+  // The narrow decode kernel runs this plan (CompileOptions::narrow_decode);
+  // grid_clusters then counts CTAs.
+  bool narrow = false;
+  int a_stages = 0;  // the ring depths the kernel runs with: the options', or the narrow kernel's
+  int b_stages = 0;
   std::optional<TimeoutRecord> last_timeout;
 
   // Device resources (device_ordinal >= 0 and the schedule has jobs).

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -19,12 +20,14 @@
 #include "kernel_config.h"
 #include "loom/scheduler/explain.h"
 #include "loom/status.h"
+#include "narrow_gemm.h"
 #include "persistent_gemm.h"
 
 namespace loom {
 namespace {
 
 using kernel::KernelConfig;
+using kernel::NarrowConfig;
 
 constexpr int kClusterSize = 2;
 
@@ -126,6 +129,67 @@ absl::Status CheckOptions(const CompileOptions& options, const DeviceDescription
   return absl::OkStatus();
 }
 
+// The rows of the graph's tallest node (A's rows).
+int64_t MaxRows(const GemmGraph& graph) {
+  int64_t rows = 0;
+  for (const GemmNode& node : graph.nodes()) rows = std::max(rows, node.a.rows);
+  return rows;
+}
+
+// The narrow decode kernel's rings for a graph of at most `rows` rows: A
+// stages of those rows (NarrowConfig::AStageBytes), as many as 32 KiB holds
+// (2 to kMaxAStages); B stages with the shared memory that leaves (at most
+// kMaxBStages). The options may set either depth.
+struct NarrowRings {
+  int a_stages = 0;
+  int b_stages = 0;
+  uint32_t a_stage_bytes = 0;
+  uint32_t smem_bytes = 0;
+};
+
+absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
+                                              int64_t rows) {
+  if (options.split_k > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.split_k: %d, but the narrow decode kernel (narrow_decode, chosen for a graph of at most "
+        "%d rows) never splits K",
+        options.split_k, NarrowConfig::kBlockM));
+  }
+  if (options.narrow_a_stages < 0 || options.narrow_a_stages > NarrowConfig::kMaxAStages) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_a_stages: %d is outside [0, %d]",
+                                                      options.narrow_a_stages, NarrowConfig::kMaxAStages));
+  }
+  // Two B stages at least: the last A stage's wgmma reads run on into them.
+  if (options.narrow_b_stages == 1 || options.narrow_b_stages < 0 ||
+      options.narrow_b_stages > NarrowConfig::kMaxBStages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.narrow_b_stages: %d is outside {0} and [2, %d]", options.narrow_b_stages,
+        NarrowConfig::kMaxBStages));
+  }
+  NarrowRings rings;
+  rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(rows, 1));
+  constexpr int kAutoABytes = 32 * 1024;
+  rings.a_stages = options.narrow_a_stages > 0
+                       ? options.narrow_a_stages
+                       : std::clamp<int>(kAutoABytes / static_cast<int>(rings.a_stage_bytes), 2,
+                                         NarrowConfig::kMaxAStages);
+  const int64_t left = device.shared_memory_per_block -
+                       int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0)};
+  rings.b_stages = options.narrow_b_stages > 0
+                       ? options.narrow_b_stages
+                       : static_cast<int>(std::min<int64_t>(NarrowConfig::kMaxBStages,
+                                                            left / NarrowConfig::kBStageBytes));
+  rings.smem_bytes = kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, rings.b_stages);
+  if (rings.b_stages < 2 || rings.smem_bytes > device.shared_memory_per_block) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shared memory: the narrow decode kernel's narrow_a_stages=%d (of %d bytes), narrow_b_stages=%d (of %d "
+        "bytes) need %d bytes per block, but %s allows %d",
+        rings.a_stages, rings.a_stage_bytes, rings.b_stages, NarrowConfig::kBStageBytes, rings.smem_bytes,
+        device.name, device.shared_memory_per_block));
+  }
+  return rings;
+}
+
 template <typename T>
 absl::Status Upload(const std::vector<T>& host, T** device) {
   if (host.empty()) return absl::OkStatus();
@@ -134,8 +198,12 @@ absl::Status Upload(const std::vector<T>& host, T** device) {
   return absl::OkStatus();
 }
 
+// The nodes as the kernel reads them. `narrow`: for the narrow decode kernel,
+// whose A boxes are the a_stage_bytes / 128 rows of its A stages and whose B
+// boxes are one 32-row tile; it stores C and has no partials itself.
 absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& graph,
-                                                              const sched::Schedule& schedule, float* workspace) {
+                                                              const sched::Schedule& schedule, float* workspace,
+                                                              bool narrow, uint32_t a_stage_bytes) {
   std::vector<kernel::KernelNode> nodes(graph.nodes().size());
   std::vector<bool> has_dependents(nodes.size(), false);
   for (const sched::DependencyEdge& edge : schedule.dependencies) has_dependents[edge.producer] = true;
@@ -160,6 +228,21 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
       out.residual_stride = node.epilogue.residual->row_stride;
     }
     if (node.m() == 0 || node.n() == 0 || node.k() == 0) continue;  // no jobs, no tensor maps
+    if (narrow) {
+      // K a multiple of 64: maps that load a whole stage of k-blocks at once;
+      // else one k-block a load (the kernel tells them apart the same way).
+      const uint32_t a_rows = a_stage_bytes / NarrowConfig::kKBlocksPerStage / (NarrowConfig::kBlockK * 2);
+      if (node.k() % NarrowConfig::kBlockK == 0) {
+        LOOM_RETURN_IF_ERROR(internal::EncodeKBlockMap(node.a, a_rows, NarrowConfig::kKBlocksPerStage, &out.a_map));
+        LOOM_RETURN_IF_ERROR(
+            internal::EncodeKBlockMap(node.b, NarrowConfig::kBlockN, NarrowConfig::kKBlocksPerStage, &out.b_map));
+      } else {
+        LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, NarrowConfig::kBlockK, a_rows, &out.a_map));
+        LOOM_RETURN_IF_ERROR(
+            internal::EncodeTensorMap(node.b, NarrowConfig::kBlockK, NarrowConfig::kBlockN, &out.b_map));
+      }
+      continue;
+    }
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
     LOOM_RETURN_IF_ERROR(
@@ -203,7 +286,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
         cudaMemset(impl.workspace, 0xFF, impl.schedule.workspace_elements * sizeof(float)));
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,
-                        KernelNodesOf(impl.graph, impl.schedule, impl.workspace));
+                        KernelNodesOf(impl.graph, impl.schedule, impl.workspace, impl.narrow, impl.a_stage_bytes));
   LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes));
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue));
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies));
@@ -225,8 +308,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.dependencies = impl.dependencies;
   params.num_jobs = static_cast<int32_t>(impl.schedule.queue.size());
   params.cluster_size = impl.schedule.cluster_size;
-  params.a_stages = impl.options.a_stages;
-  params.b_stages = impl.options.b_stages;
+  params.a_stages = impl.a_stages;
+  params.b_stages = impl.b_stages;
   params.a_stage_bytes = impl.a_stage_bytes;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
   impl.has_split_k = false;
@@ -307,42 +390,64 @@ Runtime Runtime::ForDescription(DeviceDescription device) { return Runtime(std::
 
 absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptions& options) const {
   LOOM_RETURN_IF_ERROR(graph.Validate());
-  const uint32_t a_stage_bytes = AStageBytesFor(graph);
-  LOOM_RETURN_IF_ERROR(CheckOptions(options, device_, a_stage_bytes));
-
-  int coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
-                                                       : device_.sm_count / kClusterSize;
-  if (has_gpu()) {
-    LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
-    LOOM_CUDA_RETURN_IF_ERROR(
-        kernel::MaxCoresidentClusters(options.a_stages, options.b_stages, a_stage_bytes, kClusterSize, &coresident));
-    if (coresident < 1) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: not even one cluster of %d CTAs with %d bytes of shared memory fits", device_.name, kClusterSize,
-          kernel::SharedMemoryBytes(options.a_stages, options.b_stages, a_stage_bytes)));
+  auto impl = std::make_unique<Plan::Impl>();
+  const int64_t rows = MaxRows(graph);
+  impl->narrow = options.narrow_decode && rows <= NarrowConfig::kBlockM;
+  int cluster_size = kClusterSize;
+  int coresident = 0;  // clusters (CTAs for the narrow kernel)
+  if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
+  if (impl->narrow) {
+    LOOM_ASSIGN_OR_RETURN(const NarrowRings rings, ChooseNarrowRings(options, device_, rows));
+    impl->a_stages = rings.a_stages;
+    impl->b_stages = rings.b_stages;
+    impl->a_stage_bytes = rings.a_stage_bytes;
+    cluster_size = 1;
+    coresident = device_.sm_count;
+    if (has_gpu()) {
+      LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentNarrowCtas(rings.smem_bytes, &coresident));
+      if (coresident < 1) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s: not even one CTA of the narrow decode kernel with %d bytes of shared memory fits", device_.name,
+            rings.smem_bytes));
+      }
+    }
+  } else {
+    impl->a_stages = options.a_stages;
+    impl->b_stages = options.b_stages;
+    impl->a_stage_bytes = AStageBytesFor(graph);
+    LOOM_RETURN_IF_ERROR(CheckOptions(options, device_, impl->a_stage_bytes));
+    coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
+                                                     : device_.sm_count / kClusterSize;
+    if (has_gpu()) {
+      LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentClusters(options.a_stages, options.b_stages,
+                                                              impl->a_stage_bytes, kClusterSize, &coresident));
+      if (coresident < 1) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s: not even one cluster of %d CTAs with %d bytes of shared memory fits", device_.name, kClusterSize,
+            kernel::SharedMemoryBytes(options.a_stages, options.b_stages, impl->a_stage_bytes)));
+      }
     }
   }
   if (options.max_clusters > coresident) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "grid: max_clusters %d exceeds the %d clusters that can be co-resident on %s (a spin-waiting CTA "
+        "grid: max_clusters %d exceeds the %d %s that can be co-resident on %s (a spin-waiting CTA "
         "must never keep a producer from running)",
-        options.max_clusters, coresident, device_.name));
+        options.max_clusters, coresident, impl->narrow ? "CTAs of the narrow decode kernel" : "clusters",
+        device_.name));
   }
 
-  auto impl = std::make_unique<Plan::Impl>();
   impl->graph = graph;
   impl->options = options;
   impl->device = device_;
   impl->device_ordinal = device_ordinal_;
   impl->grid_clusters = options.max_clusters > 0 ? options.max_clusters : coresident;
-  impl->a_stage_bytes = a_stage_bytes;
 
   sched::SchedulerOptions scheduler_options;
-  scheduler_options.tile = KernelConfig::tile();
-  scheduler_options.cluster_size = kClusterSize;
+  scheduler_options.tile = impl->narrow ? NarrowConfig::tile() : KernelConfig::tile();
+  scheduler_options.cluster_size = cluster_size;
   scheduler_options.num_sms = device_.sm_count;
   scheduler_options.max_clusters = impl->grid_clusters;
-  scheduler_options.split_k = options.split_k;
+  scheduler_options.split_k = impl->narrow ? 1 : options.split_k;
   scheduler_options.group_size = options.group_size;
   scheduler_options.reduce_in_parts = options.reduce_in_parts;
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
@@ -376,6 +481,10 @@ absl::Status Plan::Launch(cudaStream_t stream) {
         impl_->device.name));
   }
   if (impl_->schedule.queue.empty()) return absl::OkStatus();  // zero-size graph: nothing to do
+  if (impl_->narrow) {
+    return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters, stream),
+                                "launching the narrow decode kernel");
+  }
   return internal::CudaStatus(
       kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->has_split_k, stream),
       "launching the persistent kernel");
@@ -417,10 +526,18 @@ std::optional<TimeoutRecord> Plan::last_timeout() const { return impl_->last_tim
 std::string Plan::Explain() const {
   std::vector<std::string> names;
   for (const GemmNode& node : impl_->graph.nodes()) names.push_back(node.name);
+  if (impl_->narrow) {
+    return absl::StrFormat(
+               "device: %s, narrow decode kernel (%d x %d tiles over the whole of K), %d CTAs, rings: A %d "
+               "stages of %d bytes, B %d stages of %d bytes\n",
+               impl_->device.name, NarrowConfig::kBlockM, NarrowConfig::kBlockN, impl_->grid_clusters,
+               impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes) +
+           sched::ExplainSchedule(impl_->schedule, names);
+  }
   return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages of %d bytes, B %d stages)\n",
                          impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
                          impl_->options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
-                         impl_->options.a_stages, impl_->a_stage_bytes, impl_->options.b_stages) +
+                         impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages) +
          sched::ExplainSchedule(impl_->schedule, names);
 }
 

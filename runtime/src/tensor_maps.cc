@@ -78,6 +78,25 @@ absl::Status EncodeTensorMap(const TensorView& view, uint32_t box_cols, uint32_t
                      map);
 }
 
+absl::Status EncodeKBlockMap(const TensorView& view, uint32_t box_rows, uint32_t k_blocks, CUtensorMap* map) {
+  constexpr int64_t kKBlock = 64;  // elements: one 128-byte swizzle row of bf16
+  if (view.cols % kKBlock != 0 || view.element_size() != 2) {
+    return absl::InternalError(absl::StrFormat(
+        "%s [%d, %d]: a k-block map needs 16-bit elements and a multiple of %d columns", view.name, view.rows,
+        view.cols, kKBlock));
+  }
+  int64_t stride_bytes = view.row_stride_bytes();
+  if (view.rows <= 1) stride_bytes = view.cols * 2;  // never used; a legal value (see EncodeTensorMap)
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kKBlock), static_cast<cuuint64_t>(view.rows),
+                              static_cast<cuuint64_t>(view.cols / kKBlock)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(stride_bytes), static_cast<cuuint64_t>(kKBlock * 2)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kKBlock), box_rows, k_blocks};
+  return EncodeTiled(DataTypeOf(view.dtype), 3, view.data, dims, strides, box,
+                     absl::StrFormat("%s [%d, %d] as k-blocks (stride %d bytes, box %d rows x %d k-blocks)",
+                                     view.name, view.rows, view.cols, stride_bytes, box_rows, k_blocks),
+                     map);
+}
+
 absl::Status EncodeWorkspaceMap(float* base, int64_t columns, int64_t rows, int64_t padded_rows, int64_t slices,
                                 uint32_t box_cols, uint32_t box_rows, CUtensorMap* map) {
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows),

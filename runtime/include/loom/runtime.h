@@ -68,6 +68,14 @@ struct CompileOptions {
   // (true), or all rows by one job (false; for comparisons).
   bool reduce_in_parts = true;
   int reduce_part_rows = 0;  // rows of each part; 0: chosen by the scheduler (8 or 16); at most 16
+  // A graph whose every node has at most 64 rows (decode) runs on the narrow
+  // decode kernel (ops/kernel/narrow_config.h): 64 x 32 tiles over the whole
+  // of K, no split-K, deep rings of one-k-block stages. Then a_stages,
+  // b_stages, ring_mode, split_k and the reduce options do not apply, and
+  // max_clusters counts CTAs (the narrow kernel has no clusters).
+  bool narrow_decode = false;
+  int narrow_a_stages = 0;  // narrow kernel's A ring depth; 0: chosen from the rows (2 to 16)
+  int narrow_b_stages = 0;  // narrow kernel's B ring depth; 0: what shared memory leaves (at most 16)
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
   // Record every job's timeline on the device (Plan::Timeline). Costs a few

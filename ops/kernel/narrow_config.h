@@ -1,0 +1,109 @@
+// narrow_config.h: the compile-time shape of loom's narrow decode kernel
+// (narrow_gemm.cu) and its shared-memory layout. Host and device code both
+// include it, as with kernel_config.h for the tiled kernel.
+//
+// Why a second kernel: at decode sizes (every node of the plan has at most 64
+// rows) the tiled kernel's 256-column tiles leave too few tiles to occupy the
+// SMs, so it splits K, and a split-K layer is a chain of round trips through
+// L2 (partials, their flags, the reduce job, its flag). The narrow kernel
+// gives each CTA a 32-column tile over the whole of K instead: 128 tiles for a
+// 4096-wide layer, no partials and no reduce, the tile published once, and a
+// deep ring of small B stages that holds most of a job's weights before its
+// A (the previous layer's output) exists.
+#ifndef LOOM_OPS_KERNEL_NARROW_CONFIG_H_
+#define LOOM_OPS_KERNEL_NARROW_CONFIG_H_
+
+#include <cstdint>
+
+#include "kernel_config.h"
+#include "loom/scheduler/schedule.h"
+
+namespace loom::kernel {
+
+struct NarrowConfig {
+  // CTA tile: one consumer warpgroup, 64 rows (every row of a narrow plan's
+  // nodes) x 32 accumulator columns (wgmma m64n32k16: 16 FP32 registers a
+  // thread), whole K.
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = 32;
+  static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig
+  static constexpr int kThreads = 256;  // producer warpgroup + one consumer warpgroup
+  static constexpr int kJobSlots = KernelConfig::kJobSlots;
+  // Arrivals per CTA that free a job slot: the A and B loaders and the four
+  // consumer warps (the consumers store the output themselves: no store warp).
+  static constexpr int kJobReleasesPerCta = 2 + 4;
+  static constexpr int kReleasingWarpsPerCta = 4;  // consumer warps that free a ring slot
+  // A 64-column k-block of A reads two 32-column producer tiles, four of a
+  // SwiGLU producer's 16-column ones (dependencies.cuh, AProducerRun).
+  static constexpr int kMaxTilesPerGranule = 4;
+  // Flags the A loader reads per poll: 64, the producer tiles of 32 k-blocks
+  // (a job of K = 4096 reads 128: two polls once its producers are done).
+  static constexpr int kFlagWordsPerPoll = 16;
+
+  // A ring stage holds kKBlocksPerStage consecutive k-blocks (one TMA load
+  // each for A and B where K is a multiple of 64: runtime/internal/
+  // tensor_maps.h, EncodeKBlockMap). One TMA load per 4 KiB k-block of B
+  // held the weight stream to ~17 GB/s an SM, whatever the ring depth
+  // (bench/NOTES.md v1.16): the loads, not the bytes, were the limit.
+  static constexpr int kKBlocksPerStage = 4;
+  static constexpr int kMaxAStages = 16;
+  static constexpr int kMaxBStages = 16;
+  static constexpr uint32_t kBTileBytes = kBlockN * kBlockK * 2;                // one k-block: 4 KiB
+  static constexpr uint32_t kBStageBytes = kKBlocksPerStage * kBTileBytes;    // 16 KiB
+  // A k-block of A holds only the plan's rows, rounded up to the 8-row group
+  // of the 128B swizzle (TMA zero-fills the rows past M): 1 KiB for up to 8
+  // tokens. wgmma still reads 64 rows from a k-block's address; the rows past
+  // it are whatever follows (later k-blocks and stages, then the B ring, which
+  // the layout puts after A for that reason). Those rows only reach
+  // accumulator rows past M, which are never stored.
+  static constexpr uint32_t ATileBytes(int64_t rows) {
+    return static_cast<uint32_t>((rows + 7) / 8 * 8) * kBlockK * 2;
+  }
+  static constexpr uint32_t AStageBytes(int64_t rows) { return kKBlocksPerStage * ATileBytes(rows); }
+
+  static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
+
+  static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
+};
+
+// The mbarriers, in this order, from NarrowSmemLayout::barriers.
+struct NarrowBarriers {
+  uint64_t a_full[NarrowConfig::kMaxAStages];
+  uint64_t a_empty[NarrowConfig::kMaxAStages];
+  uint64_t b_full[NarrowConfig::kMaxBStages];
+  uint64_t b_empty[NarrowConfig::kMaxBStages];
+  uint64_t job_full[NarrowConfig::kJobSlots];
+  uint64_t job_empty[NarrowConfig::kJobSlots];
+};
+
+// Byte offsets into the dynamic shared memory of one CTA.
+struct NarrowSmemLayout {
+  uint32_t a_ring = 0;     // [a_stages][kKBlocksPerStage][rows][128 B], 128B swizzle
+  uint32_t b_ring = 0;     // [b_stages][kKBlocksPerStage][kBlockN][128 B], 128B swizzle; after A (see ATileBytes)
+  uint32_t barriers = 0;   // NarrowBarriers
+  uint32_t job_slots = 0;  // int32_t [kJobSlots]
+  uint32_t epoch = 0;      // uint32_t: this launch's epoch
+  uint32_t total = 0;      // bytes to request, including 1 KiB of alignment slack
+};
+
+LOOM_HOST_DEVICE constexpr NarrowSmemLayout ComputeNarrowSmemLayout(int a_stages, uint32_t a_stage_bytes,
+                                                                    int b_stages) {
+  NarrowSmemLayout layout;
+  uint32_t offset = 0;
+  layout.a_ring = offset;
+  offset += static_cast<uint32_t>(a_stages) * a_stage_bytes;
+  layout.b_ring = offset;
+  offset += static_cast<uint32_t>(b_stages) * NarrowConfig::kBStageBytes;
+  layout.barriers = offset;
+  offset += sizeof(NarrowBarriers);
+  layout.job_slots = offset;
+  offset += NarrowConfig::kJobSlots * sizeof(int32_t);
+  layout.epoch = offset;
+  offset += sizeof(uint32_t);
+  layout.total = offset + 1024;
+  return layout;
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_NARROW_CONFIG_H_

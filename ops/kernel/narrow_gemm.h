@@ -1,0 +1,30 @@
+// narrow_gemm.h: the host entry points of loom's narrow decode kernel
+// (narrow_gemm.cu; why it exists: narrow_config.h). Plain host code may
+// include this.
+#ifndef LOOM_OPS_KERNEL_NARROW_GEMM_H_
+#define LOOM_OPS_KERNEL_NARROW_GEMM_H_
+
+#include <cuda_runtime_api.h>
+
+#include "kernel_params.h"
+#include "narrow_config.h"
+
+namespace loom::kernel {
+
+// Dynamic shared memory one CTA of the narrow kernel needs.
+inline uint32_t NarrowSharedMemoryBytes(int a_stages, uint32_t a_stage_bytes, int b_stages) {
+  return ComputeNarrowSmemLayout(a_stages, a_stage_bytes, b_stages).total;
+}
+
+// CTAs of the narrow kernel that can be resident at once on the current
+// device with this much shared memory each (occupancy API). Also raises the
+// kernel's shared-memory limit, so call it before LaunchNarrowGemm.
+cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas);
+
+// Launches the narrow kernel: `ctas` CTAs, no clusters (params.cluster_size
+// is 1). params.a_stages / b_stages / a_stage_bytes are the narrow rings'.
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, cudaStream_t stream);
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_NARROW_GEMM_H_
