@@ -42,9 +42,9 @@ struct NarrowConfig {
 
   // A ring stage holds kKBlocksPerStage consecutive k-blocks (one TMA load
   // each for A and B where K is a multiple of 64: runtime/internal/
-  // tensor_maps.h, EncodeKBlockMap). One TMA load per 4 KiB k-block of B
-  // held the weight stream to ~17 GB/s an SM, whatever the ring depth
-  // (bench/NOTES.md v1.16): the loads, not the bytes, were the limit.
+  // tensor_maps.h, EncodeKBlockMap). With one k-block a stage (a 4 KiB TMA
+  // load of B, one wgmma group each), ring depths of 8 to 48 stages all gave
+  // 1x28672x4096 ~0.5 of cuBLAS; four a stage, 0.74 (bench/NOTES.md v1.16).
   static constexpr int kKBlocksPerStage = 4;
   static constexpr int kMaxAStages = 16;
   static constexpr int kMaxBStages = 16;
@@ -52,10 +52,10 @@ struct NarrowConfig {
   static constexpr uint32_t kBStageBytes = kKBlocksPerStage * kBTileBytes;    // 16 KiB
   // A k-block of A holds only the plan's rows, rounded up to the 8-row group
   // of the 128B swizzle (TMA zero-fills the rows past M): 1 KiB for up to 8
-  // tokens. wgmma still reads 64 rows from a k-block's address; the rows past
-  // it are whatever follows (later k-blocks and stages, then the B ring, which
-  // the layout puts after A for that reason). Those rows only reach
-  // accumulator rows past M, which are never stored.
+  // tokens. The wgmma path's warps read 16-row slices of it, the last of
+  // which may run past the tile into whatever follows (later k-blocks and
+  // stages, then the B ring, which the layout puts after A for that reason).
+  // Those rows only reach accumulator rows past M, which are never stored.
   static constexpr uint32_t ATileBytes(int64_t rows) {
     return static_cast<uint32_t>((rows + 7) / 8 * 8) * kBlockK * 2;
   }

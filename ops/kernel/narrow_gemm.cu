@@ -8,14 +8,14 @@
 // One CTA per SM, no clusters, 256 threads:
 //   warpgroup 0: warp 0 lane 0 the A loader, warp 1 lane 0 the B loader,
 //                warp 2 lane 0 the scheduler;
-//   warpgroup 1: the consumer: wgmma m64n32k16 over the job's whole K, then
-//                the fused epilogue straight from registers into C (a tile
-//                of at most 64 rows x 32 columns: no staging, no TMA store),
-//                then the tile's flag.
-// Rings: A and B each a ring of one-k-block stages with full / empty
-// barriers, as in cta_context.cuh, but deep (up to kMaxBStages B stages of 4
-// KiB) and local to the CTA: each consumer warp's lane 0 releases a slot once
-// wgmma.wait_group<1> says its reads are done.
+//   warpgroup 1: the consumer: a 32-column tile over the job's whole K (for
+//                at most 16 rows on mma.sync with the operands swapped,
+//                RunMmaSyncJob; else on wgmma m64n32k16, RunWgmmaJob), then
+//                the fused epilogue straight from registers into C (no
+//                staging, no TMA store), then the tile's flag.
+// Rings: A and B each a ring of stages of kKBlocksPerStage k-blocks with full
+// / empty barriers, as in cta_context.cuh, but local to the CTA: each
+// consumer warp's lane 0 releases a stage once its reads are done.
 // Publishing a tile: every consumer thread's generic stores to C, then a
 // named barrier over the warpgroup (bar.red: orders them before thread 0's
 // later operations), then thread 0's st.release.gpu of the flag. A consumer
@@ -101,7 +101,7 @@ __device__ __forceinline__ bool HasKBlockMaps(const sched::NodeSchedule& schedul
   return schedule.k % NarrowConfig::kBlockK == 0;
 }
 
-// The A loader: the epilogue's inputs once per job, then per k-block A's
+// The A loader: the epilogue's inputs once per job, then per stage A's
 // producers (many k-blocks' flags per poll) and the load.
 __device__ void RunNarrowALoader(const NarrowContext& ctx) {
   const bool traced = ctx.params.trace != nullptr;
@@ -286,27 +286,131 @@ class NarrowEpilogue {
   float residual_[2][4][2];  // [h][c][e], 0 without a residual or outside the output
 };
 
-// One m64n32k16 wgmma is short, and wgmmas into one accumulator run one after
-// another, each waiting for the last: a single chain of them left the tensor
-// cores idle most of the time. So the consumer keeps kChains independent
-// accumulator sets, k16 step j of each k-block into set j, summed at the end
-// (in a fixed order: the result does not depend on timing). One wgmma group
-// per ring stage (kKBlocksPerStage k-blocks); kGroupsInFlight groups stay in
-// flight before the oldest stage's slots are released.
-constexpr int kChains = 4;
-constexpr int kGroupsInFlight = 1;
-static_assert(kChains == NarrowConfig::kBlockK / 16, "a k-block covers the chains once");
+// The epilogue of RunMmaSyncJob's swapped tiles: lane t of the warp for
+// weight block wb and token block tb holds, in acc[i], token 8 * tb + 2 * (t %
+// 4) + i % 2 (a row of C) and weight row 16 * wb + t / 4 + 8 * (i / 2) of the
+// tile (an accumulator column). The fused ops as in NarrowEpilogue; for
+// SwiGLU, gate and up are adjacent weight rows, so the lanes t and t + 4 hold
+// them and the gate's lane computes the output.
+class SwappedEpilogue {
+ public:
+  __device__ SwappedEpilogue(const CtaWork& work, int weight_block, int token_block, bool active, int lane)
+      : node_(*work.node),
+        out_type_(work.node->out_type),
+        active_(active),
+        gate_lane_((lane / 4) % 2 == 0),
+        row0_(int64_t{work.m_block} * NarrowConfig::kBlockM + 8 * token_block + 2 * (lane % 4)),
+        col0_(int64_t{work.n_block} * NarrowConfig::kBlockN + 16 * weight_block + lane / 4) {}
 
-// The four k16 steps of one k-block, one into each chain.
-__device__ __forceinline__ void IssueKBlock(float (&chains)[kChains][16], uint64_t desc_a, uint64_t desc_b) {
+  __device__ void Prefetch() {
+    if (!active_) return;
+    const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
 #pragma unroll
-  for (int k16 = 0; k16 < NarrowConfig::kBlockK / 16; ++k16) {
-    wgmma_m64n32k16_bf16(chains[k16], AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16));
+    for (int h = 0; h < 2; ++h) {
+      const int64_t col = col0_ + 8 * h;
+      bias_[h] = node_.bias != nullptr && col < node_.n ? LoadAs(node_.bias_type, node_.bias, col) : 0.0f;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t row = row0_ + e;
+        const int64_t out_col = swiglu ? col / 2 : col;
+        const bool used = node_.residual != nullptr && row < node_.m && out_col < node_.out_cols &&
+                          (!swiglu || gate_lane_);
+        residual_[h][e] =
+            used ? LoadAs(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
+      }
+    }
+  }
+
+  __device__ void Store(const float (&acc)[4]) const {
+    const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
+    const int out_bytes = out_type_ == ElementType::kBF16 ? 2 : 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = i / 2, e = i % 2;
+      const float v = acc[i] + bias_[h];
+      // Every lane takes part in the exchange, stored or not.
+      const float up = __shfl_xor_sync(0xffffffffu, v, 4);
+      const int64_t row = row0_ + e, col = col0_ + 8 * h;
+      if (!active_ || row >= node_.m) continue;
+      float value;
+      int64_t out_col;
+      if (swiglu) {
+        if (!gate_lane_) continue;
+        value = Silu(v) * up;
+        out_col = col / 2;
+      } else {
+        value = Activate(node_.activation, v);
+        out_col = col;
+      }
+      if (out_col >= node_.out_cols) continue;
+      value += residual_[h][e];
+      uint8_t* address = static_cast<uint8_t*>(node_.c) + (row * node_.c_stride + out_col) * out_bytes;
+      if (out_type_ == ElementType::kBF16) {
+        StoreScalar<ElementType::kBF16>(address, value);
+      } else {
+        StoreScalar<ElementType::kFP32>(address, value);
+      }
+    }
+  }
+
+ private:
+  EpilogueFields node_;
+  ElementType out_type_;
+  bool active_;     // this warp has a token block
+  bool gate_lane_;  // this lane's weight rows are even: gates, under SwiGLU
+  int64_t row0_;    // this lane's first token (row of C)
+  int64_t col0_;    // this lane's first accumulator column
+  float bias_[2] = {0.0f, 0.0f};          // [h]
+  float residual_[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [h][e]
+};
+
+// RunWgmmaJob's main loop (17 to 64 rows). Each k16 step is one wgmma
+// m64n32k16 with A from registers (the RS form) and B from the stage: this
+// warp's 16 rows of A, loaded with ldmatrix only by warps that have rows
+// inside the stage's A tiles (the others multiply zeros). The SS form reads
+// all 64 rows of A from shared memory for every wgmma, twice the bytes of its
+// B; on the benchmarks the two measured about even (bench/NOTES.md v1.16).
+// One wgmma into one accumulator waits for the last: a single chain of short
+// wgmmas left the tensor cores idle. So the k16 steps of a k-block go to
+// kChains independent accumulator sets, summed at the end (in a fixed order:
+// the result does not depend on timing).
+// A registers are read by their wgmmas asynchronously, so each k-block loads
+// its fragments into the other of two buffers: the k-block before last, which
+// read that buffer, has retired (wgmma_wait_group<1> after each k-block).
+constexpr int kChains = NarrowConfig::kBlockK / 16;
+
+struct AFragments {
+  uint32_t r[2][kChains][4];  // [buffer][k16 step][register]
+};
+
+// ldmatrix of this warp's 16 rows x 64 k of one A k-block tile (128B
+// swizzled, `tile` its shared address) into buffer kBuffer.
+template <int kBuffer>
+__device__ __forceinline__ void LoadAFragments(AFragments& a, uint32_t tile, int warp, int lane) {
+  const int row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int k16 = 0; k16 < kChains; ++k16) {
+    const int chunk = 2 * k16 + (lane >> 4);
+    ptx::ldmatrix_x4(tile + row * 128 + ((chunk ^ (row & 7)) << 4), a.r[kBuffer][k16]);
   }
 }
 
-// Frees the oldest issued stage's A and B slots (its wgmmas are done):
-// one arrival per consumer warp.
+// One k-block: its A fragments (buffer kBuffer) if this warp has rows in
+// the tile, then its four wgmmas, one into each chain, as one group.
+template <int kBuffer>
+__device__ __forceinline__ void IssueKBlock(float (&chains)[kChains][16], AFragments& a, uint32_t a_tile,
+                                            bool loads_rows, int warp, int lane, uint64_t desc_b) {
+  if (loads_rows) LoadAFragments<kBuffer>(a, a_tile, warp, lane);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int k16 = 0; k16 < kChains; ++k16) {
+    wgmma_m64n32k16_bf16_rs(chains[k16], a.r[kBuffer][k16], AdvanceDescriptorK16(desc_b, k16));
+  }
+  ptx::wgmma_commit_group();
+}
+
+// Frees the oldest stage's A and B slots once this warp's reads of them are
+// done (one arrival per consumer warp) and moves the cursors on.
 __device__ __forceinline__ void ReleaseSlots(const NarrowContext& ctx, bool release_lane, RingCursor& a_release,
                                              RingCursor& b_release) {
   if (release_lane) {
@@ -317,8 +421,156 @@ __device__ __forceinline__ void ReleaseSlots(const NarrowContext& ctx, bool rele
   b_release.Advance(ctx.params.b_stages);
 }
 
-// The consumer warpgroup, job after job: the main loop over the whole K, the
-// epilogue into C, the tile's flag.
+// The consumer's state across jobs: its position in both rings.
+struct ConsumerRings {
+  RingCursor a, b;
+};
+
+// Waits for the stage under the cursors to be full in both rings; on the
+// job's first stage also stamps data_ready and lets the epilogue prefetch.
+template <typename Epilogue>
+__device__ __forceinline__ bool WaitForStage(const NarrowContext& ctx, const ConsumerRings& rings, int index,
+                                             bool first, bool leader, Epilogue& epilogue) {
+  bool ok = ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[rings.a.stage], rings.a.phase, WaitKind::kRingFull, index);
+  if (first) {
+    RecordTrace(ctx, index, leader, &DeviceJobTrace::data_ready);
+    if (ok) epilogue.Prefetch();
+  }
+  return ok &&
+         ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[rings.b.stage], rings.b.phase, WaitKind::kRingFull, index);
+}
+
+// A job of up to 64 rows: wgmma m64n32k16 (A from registers) over the whole
+// K, then the epilogue. Returns false when a wait gave up (the launch is
+// aborting).
+__device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+                            int lane, ConsumerRings& rings) {
+  const bool release_lane = lane == 0;
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
+  NarrowEpilogue epilogue(work, warp, lane);
+  AFragments a;  // zero in warps with no rows in the A tiles, which never load them
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+#pragma unroll
+    for (int k16 = 0; k16 < kChains; ++k16) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a.r[b][k16][r] = 0;
+    }
+  }
+  float chains[kChains][16];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+    for (int r = 0; r < 16; ++r) chains[c][r] = 0.0f;
+  }
+  bool ok = true;
+  // The stage whose wgmmas were issued and whose slots are not yet released.
+  RingCursor a_release = rings.a, b_release = rings.b;
+  bool pending = false;
+  const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
+  // This warp's rows lie inside the A tiles (rows past them are not M's).
+  const bool loads_rows = static_cast<uint32_t>(warp * 16) < a_tile_bytes / 128;
+  for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
+    ok = WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
+    if (!ok) break;
+    const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
+    const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
+    // Every k-block of the stage, those past K too (zero-filled: LoadStage):
+    // wgmmas under a branch made ptxas fence the accumulators (C7519).
+    static_assert(NarrowConfig::kKBlocksPerStage == 4, "a stage's k-blocks are issued one by one below");
+    IssueKBlock<0>(chains, a, a_stage, loads_rows, warp, lane, MakeSwizzle128Descriptor(b_stage));
+    ptx::wgmma_wait_group<1>();
+    // The previous stage's last k-block has retired: its slots are free.
+    if (pending) ReleaseSlots(ctx, release_lane, a_release, b_release);
+    IssueKBlock<1>(chains, a, a_stage + a_tile_bytes, loads_rows, warp, lane,
+                   MakeSwizzle128Descriptor(b_stage + NarrowConfig::kBTileBytes));
+    ptx::wgmma_wait_group<1>();
+    IssueKBlock<0>(chains, a, a_stage + 2 * a_tile_bytes, loads_rows, warp, lane,
+                   MakeSwizzle128Descriptor(b_stage + 2 * NarrowConfig::kBTileBytes));
+    ptx::wgmma_wait_group<1>();
+    IssueKBlock<1>(chains, a, a_stage + 3 * a_tile_bytes, loads_rows, warp, lane,
+                   MakeSwizzle128Descriptor(b_stage + 3 * NarrowConfig::kBTileBytes));
+    ptx::wgmma_wait_group<1>();
+    pending = true;
+    rings.a.Advance(ctx.params.a_stages);
+    rings.b.Advance(ctx.params.b_stages);
+  }
+  ptx::wgmma_wait_group<0>();
+  if (ok && pending) ReleaseSlots(ctx, release_lane, a_release, b_release);
+  float acc[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    acc[r] = chains[0][r];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) acc[r] += chains[c][r];
+  }
+  RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
+  if (ok) epilogue.Store(acc);
+  return ok;
+}
+
+// The same for a job of at most 16 rows, on mma.sync m16n8k16 with the
+// operands swapped: the weights (the job's 32 columns of B, two 16-row
+// blocks) are the 16-row operand, the tokens (one or two blocks of 8 rows of
+// A) the 8-column one, so no instruction spends work on rows past M. Warp w
+// computes weight block w % 2 against token block w / 2 over the whole K,
+// one accumulator set per k16 step (independent chains); warps without a
+// token block only keep the ring in step. Measured (bench/NOTES.md v1.16):
+// a one-token job's wgmma m64n32k16 main loop took ~7.5 us of compute for
+// 64 k-blocks, whatever the ring depths.
+template <int kTokenBlocks>
+__device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+                              int lane, ConsumerRings& rings) {
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
+  const int weight_block = warp % 2, token_block = warp / 2;
+  const bool active = token_block < kTokenBlocks;
+  SwappedEpilogue epilogue(work, weight_block, token_block, active, lane);
+  const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
+  // ldmatrix rows: the token this lane addresses, the weight row likewise.
+  const int token_row = 8 * token_block + (lane & 7);
+  const int weight_row = 16 * weight_block + ((lane >> 3) & 1) * 8 + (lane & 7);
+  float chains[4][4] = {};
+  bool ok = true;
+  for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
+    ok = WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
+    if (!ok) break;
+    if (active) {
+      const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
+      const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
+#pragma unroll
+      for (int j = 0; j < NarrowConfig::kKBlocksPerStage; ++j) {
+        const uint32_t a_tile = a_stage + j * a_tile_bytes + token_row * 128;
+        const uint32_t b_tile = b_stage + j * NarrowConfig::kBTileBytes + weight_row * 128;
+        uint32_t tokens[2][4];  // 16-byte chunks 0-3 and 4-7 of the token row (k 0-31, 32-63)
+        ptx::ldmatrix_x4(a_tile + ((((lane >> 3) + 0) ^ (token_row & 7)) << 4), tokens[0]);
+        ptx::ldmatrix_x4(a_tile + ((((lane >> 3) + 4) ^ (token_row & 7)) << 4), tokens[1]);
+#pragma unroll
+        for (int k16 = 0; k16 < 4; ++k16) {
+          uint32_t weights[4];
+          ptx::ldmatrix_x4(b_tile + (((2 * k16 + (lane >> 4)) ^ (weight_row & 7)) << 4), weights);
+          ptx::mma_m16n8k16_bf16(chains[k16], weights, tokens[k16 / 2][2 * (k16 % 2)],
+                                 tokens[k16 / 2][2 * (k16 % 2) + 1]);
+        }
+      }
+    }
+    // The stage's reads are done (ldmatrix is synchronous): free its slots.
+    ReleaseSlots(ctx, lane == 0, rings.a, rings.b);
+  }
+  float acc[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) acc[r] = (chains[0][r] + chains[1][r]) + (chains[2][r] + chains[3][r]);
+  RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
+  if (ok) epilogue.Store(acc);
+  return ok;
+}
+
+// The consumer warpgroup, job after job: the main loop over the whole K and
+// the epilogue into C (RunMmaSyncJob for plans of at most 16 rows, else
+// RunWgmmaJob), then the tile's flag.
 // NOTE: no thread leaves between the main loop and the publish on its own:
 // a thread whose wait gave up (the launch is aborting) still reaches the
 // warpgroup's barrier, which then tells every thread to stop, so none is left
@@ -327,13 +579,10 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const bool leader = threadIdx.x % 128 == 0;  // writes the job traces and the flag
-  const bool release_lane = lane == 0;
-  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
-  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
-  const int a_stages = ctx.params.a_stages;
-  const int b_stages = ctx.params.b_stages;
+  // Rows of the plan's A tiles (a_stage_bytes: kKBlocksPerStage tiles of them).
+  const uint32_t tile_rows = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage / 128;
   JobStream jobs;
-  RingCursor a_ring, b_ring;
+  ConsumerRings rings;
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
@@ -343,60 +592,14 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
       trace->sm = static_cast<int32_t>(ptx::smid());
     }
     const CtaWork work = ResolveJob(ctx, index);
-    const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-    NarrowEpilogue epilogue(work, warp, lane);
-    float chains[kChains][16];
-#pragma unroll
-    for (int c = 0; c < kChains; ++c) {
-#pragma unroll
-      for (int r = 0; r < 16; ++r) chains[c][r] = 0.0f;
+    bool ok;
+    if (tile_rows <= 8) {
+      ok = RunMmaSyncJob<1>(ctx, work, index, leader, warp, lane, rings);
+    } else if (tile_rows <= 16) {
+      ok = RunMmaSyncJob<2>(ctx, work, index, leader, warp, lane, rings);
+    } else {
+      ok = RunWgmmaJob(ctx, work, index, leader, warp, lane, rings);
     }
-    bool ok = true;
-    // Slots whose wgmmas were issued and not yet released, oldest first.
-    RingCursor a_release = a_ring, b_release = b_ring;
-    int pending = 0;
-    const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
-    for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
-      ok = ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, index);
-      if (kb0 == 0) {
-        RecordTrace(ctx, index, leader, &DeviceJobTrace::data_ready);
-        if (ok) epilogue.Prefetch();
-      }
-      ok = ok && ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull,
-                                          index);
-      if (!ok) break;
-      const uint32_t a_stage = a_base + a_ring.stage * ctx.params.a_stage_bytes;
-      const uint32_t b_stage = b_base + b_ring.stage * NarrowConfig::kBStageBytes;
-      // Every k-block of the stage, those past K too (zero-filled: LoadStage):
-      // wgmmas under a branch made ptxas fence the accumulators (C7519).
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int j = 0; j < NarrowConfig::kKBlocksPerStage; ++j) {
-        IssueKBlock(chains, MakeSwizzle128Descriptor(a_stage + j * a_tile_bytes),
-                    MakeSwizzle128Descriptor(b_stage + j * NarrowConfig::kBTileBytes));
-      }
-      ptx::wgmma_commit_group();
-      a_ring.Advance(a_stages);
-      b_ring.Advance(b_stages);
-      if (++pending > kGroupsInFlight) {
-        ptx::wgmma_wait_group<kGroupsInFlight>();
-        ReleaseSlots(ctx, release_lane, a_release, b_release);
-        --pending;
-      }
-    }
-    ptx::wgmma_wait_group<0>();
-    if (ok) {
-      for (; pending > 0; --pending) ReleaseSlots(ctx, release_lane, a_release, b_release);
-    }
-    float acc[16];
-#pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      acc[r] = chains[0][r];
-#pragma unroll
-      for (int c = 1; c < kChains; ++c) acc[r] += chains[c][r];
-    }
-    RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
-    if (ok) epilogue.Store(acc);
     if (!ptx::barrier_and<kConsumerBarrier, 128>(ok)) return;
     RecordTrace(ctx, index, leader, &DeviceJobTrace::staged);
     if (leader && work.node->has_dependents) {

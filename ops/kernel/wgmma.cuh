@@ -69,6 +69,25 @@ __device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t de
       : "l"(desc_a), "l"(desc_b));
 }
 
+// The same with A from registers (the RS form): a[4] is this warp's 16 rows x
+// 16 k of A in the mma m16n8k16 A fragment layout (ldmatrix_x4 of the four 8 x
+// 8 quarters: rows 0-7 / 8-15, k 0-7, then rows 0-7 / 8-15, k 8-15). The
+// registers are read asynchronously: they must not change until
+// wgmma_wait_group says this wgmma is done.
+__device__ __forceinline__ void wgmma_m64n32k16_bf16_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, 1, 0;\n"  // accumulate: D = A*B + D
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 \n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},\n"
+      " {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
 }  // namespace loom::kernel
 
 #endif  // LOOM_OPS_KERNEL_WGMMA_CUH_
