@@ -1,4 +1,5 @@
-# kernel_codegen_test: compiles the persistent kernel for sm_90a with ptxas
+# kernel_codegen_test, narrow_gemm_codegen_test: compiles one kernel source
+# (the tiled persistent kernel, the narrow decode kernel) for sm_90a with ptxas
 # verbose output and fails if ptxas reports a wgmma performance hazard:
 #   C7515/C7519/C7520 and the rest of the C75xx family: wgmma serialised
 #   (accumulators written by other instructions while a group is in flight,
@@ -6,9 +7,11 @@
 #   correct results, so no functional test notices; v1.5 lost 30% this way
 #   (bench/NOTES.md). Run by ctest (label cpu): needs nvcc, not a GPU.
 # Inputs: -DCUDA_COMPILER= -DFLAGS=<;-list: the kernel's compile flags>
-#         -DSOURCE= -DINCLUDES=<;-list> -DOUTPUT_DIR=
+#         -DSOURCE= -DENTRIES=<kernel entry functions the source must compile>
+#         -DINCLUDES=<;-list> -DOUTPUT_DIR=
+get_filename_component(name ${SOURCE} NAME_WE)
 execute_process(
-  COMMAND ${CUDA_COMPILER} ${FLAGS} -Xptxas=-v ${INCLUDES} -cubin -o ${OUTPUT_DIR}/persistent_gemm.cubin ${SOURCE}
+  COMMAND ${CUDA_COMPILER} ${FLAGS} -Xptxas=-v ${INCLUDES} -cubin -o ${OUTPUT_DIR}/${name}.cubin ${SOURCE}
   RESULT_VARIABLE result
   OUTPUT_VARIABLE output
   ERROR_VARIABLE output)
@@ -18,11 +21,11 @@ endif()
 string(REGEX MATCHALL "[^\n]*\\(C75[0-9][0-9]\\)[^\n]*" hazards "${output}")
 if(hazards)
   string(REPLACE ";" "\n" hazards "${hazards}")
-  message(FATAL_ERROR "ptxas reports wgmma hazards in the persistent kernel:\n${hazards}")
+  message(FATAL_ERROR "ptxas reports wgmma hazards in ${SOURCE}:\n${hazards}")
 endif()
 string(REGEX MATCHALL "Compiling entry function '[^']*'" entries "${output}")
 list(LENGTH entries count)
-if(count LESS 2)
-  message(FATAL_ERROR "expected both kernel instantiations in ptxas output, saw ${count}:\n${output}")
+if(count LESS ENTRIES)
+  message(FATAL_ERROR "expected ${ENTRIES} kernel entry functions in ptxas output, saw ${count}:\n${output}")
 endif()
 message(STATUS "ptxas: no wgmma hazard in ${count} entry functions")

@@ -155,9 +155,10 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx) {
 
 // The B loader: the weights, as far ahead as the ring allows, across A's
 // waits; but a job's loads start only once the previous job's have all
-// landed. Issued as soon as slots free up, the next layer's loads shared HBM
-// with the last stages of the layer still running, and that layer's tiles
-// (which the next layer waits for) finished later (bench/NOTES.md v1.16).
+// landed, so the next job's prefetch does not compete for HBM with the last
+// stages of the job whose tile the next layer waits for. (Measured even on
+// the benchmarks, bench/NOTES.md v1.16: the prefetch itself is not yet what
+// shortens a layer.)
 __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   JobStream jobs;
   RingCursor ring;
