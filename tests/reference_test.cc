@@ -497,11 +497,10 @@ TEST(GraphTest, Diamond) {
   ExpectGraphMatchesNaive(g, rng);
 }
 
-TEST(GraphTest, MlpBlock) {
-  // Llama-style: h = swiglu(x · W_gate_upᵀ), y = h · W_downᵀ + x.
-  Rng rng;
-  HostGraph g(rng);
-  constexpr int64_t tokens = 65, hidden = 128, intermediate = 192;
+// Llama-style MLP block at `tokens`, hidden 128, intermediate 192:
+// h = swiglu(x · W_gate_upᵀ), y = h · W_downᵀ + x.
+void AddMlpBlock(HostGraph& g, int64_t tokens) {
+  constexpr int64_t hidden = 128, intermediate = 192;
   const TensorView x = g.Input("x", DType::kBF16, tokens, hidden);
   const TensorView h = g.Output("h", DType::kBF16, tokens, intermediate);
   const TensorView y = g.Output("y", DType::kBF16, tokens, hidden);
@@ -509,6 +508,12 @@ TEST(GraphTest, MlpBlock) {
                     {.activation = Activation::kSwiGLU, .bias = {}, .residual = {}});
   g.graph().AddGemm("down", h, g.Input("w_down", DType::kBF16, hidden, intermediate), y,
                     {.activation = Activation::kNone, .bias = {}, .residual = x});
+}
+
+TEST(GraphTest, MlpBlock) {
+  Rng rng;
+  HostGraph g(rng);
+  AddMlpBlock(g, /*tokens=*/65);
   ExpectGraphMatchesNaive(g, rng);
 }
 
@@ -519,14 +524,7 @@ TEST(GraphTest, MlpBlock) {
 TEST(GraphTest, MlpBlockLoweredForTheNarrowKernel) {
   Rng rng;
   HostGraph g(rng);
-  constexpr int64_t tokens = 5, hidden = 128, intermediate = 192;
-  const TensorView x = g.Input("x", DType::kBF16, tokens, hidden);
-  const TensorView h = g.Output("h", DType::kBF16, tokens, intermediate);
-  const TensorView y = g.Output("y", DType::kBF16, tokens, hidden);
-  g.graph().AddGemm("gate_up", x, g.Input("w_gate_up", DType::kBF16, 2 * intermediate, hidden), h,
-                    {.activation = Activation::kSwiGLU, .bias = {}, .residual = {}});
-  g.graph().AddGemm("down", h, g.Input("w_down", DType::kBF16, hidden, intermediate), y,
-                    {.activation = Activation::kNone, .bias = {}, .residual = x});
+  AddMlpBlock(g, /*tokens=*/5);
   CompileOptions options;
   options.narrow_decode = true;
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(g.graph(), options);
