@@ -159,7 +159,9 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
     return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_a_stages: %d is outside [0, %d]",
                                                       options.narrow_a_stages, NarrowConfig::kMaxAStages));
   }
-  // Two B stages at least: the last A stage's wgmma reads run on into them.
+  // Two B stages at least: the loads of one stage and the multiplies of the
+  // other overlap, and the wgmma path's reads of the last A stage may run
+  // up to 16 rows past it, into the B ring (NarrowConfig::ATileBytes).
   if (options.narrow_b_stages == 1 || options.narrow_b_stages < 0 ||
       options.narrow_b_stages > NarrowConfig::kMaxBStages) {
     return absl::InvalidArgumentError(absl::StrFormat(
