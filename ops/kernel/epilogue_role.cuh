@@ -92,6 +92,12 @@ __device__ __forceinline__ float LoadFloat(const void* base, int64_t index) {
   }
 }
 
+// The same, the element type chosen at run time (a bias or residual of
+// either type, read a few values at a time).
+__device__ __forceinline__ float LoadFloat(ElementType type, const void* base, int64_t index) {
+  return type == ElementType::kBF16 ? LoadFloat<__nv_bfloat16>(base, index) : LoadFloat<float>(base, index);
+}
+
 // The tile column of accumulator register i of this lane.
 __device__ __forceinline__ int AccColumn(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + (i % 2); }
 // The warpgroup row (0..63) of accumulator register i of this lane and warp.
@@ -207,8 +213,9 @@ __device__ __forceinline__ uint32_t PackBF16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
-// Byte offset of (row, byte) in a 64 x 128 B panel with the 128B swizzle:
-// the 16-byte chunk index is XORed with row % 8.
+// Byte offset of (row, byte) in a tile of 128-byte rows with the 128B
+// swizzle (a 64 x 128 B staging panel; the narrow kernel's operand
+// k-blocks): the 16-byte chunk index is XORed with row % 8.
 __device__ __forceinline__ uint32_t SwizzledPanelOffset(int row, int byte) {
   return row * KernelConfig::kPanelBytes + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
 }

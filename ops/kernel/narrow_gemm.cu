@@ -199,10 +199,6 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   }
 }
 
-__device__ __forceinline__ float LoadAs(ElementType type, const void* base, int64_t index) {
-  return type == ElementType::kBF16 ? LoadFloat<__nv_bfloat16>(base, index) : LoadFloat<float>(base, index);
-}
-
 // C[row][col] = value, in C's element type.
 __device__ __forceinline__ void StoreOutput(const EpilogueFields& node, ElementType out_type, int64_t row, int64_t col,
                                             float value) {
@@ -241,14 +237,14 @@ class NarrowEpilogue {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t col = col0_ + 8 * c + e;
-        bias_[c][e] = node_.bias != nullptr && col < node_.n ? LoadAs(node_.bias_type, node_.bias, col) : 0.0f;
+        bias_[c][e] = node_.bias != nullptr && col < node_.n ? LoadFloat(node_.bias_type, node_.bias, col) : 0.0f;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t row = row0_ + 8 * h;
           const int64_t out_col = swiglu ? (col0_ + 8 * c) / 2 : col;
           const bool used = node_.residual != nullptr && row < node_.m && out_col < node_.out_cols && (!swiglu || e == 0);
           residual_[h][c][e] =
-              used ? LoadAs(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
+              used ? LoadFloat(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
         }
       }
     }
@@ -312,7 +308,7 @@ class SwappedEpilogue {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t col = col0_ + 8 * h;
-      bias_[h] = node_.bias != nullptr && col < node_.n ? LoadAs(node_.bias_type, node_.bias, col) : 0.0f;
+      bias_[h] = node_.bias != nullptr && col < node_.n ? LoadFloat(node_.bias_type, node_.bias, col) : 0.0f;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t row = row0_ + e;
@@ -320,7 +316,7 @@ class SwappedEpilogue {
         const bool used = node_.residual != nullptr && row < node_.m && out_col < node_.out_cols &&
                           (!swiglu || gate_lane_);
         residual_[h][e] =
-            used ? LoadAs(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
+            used ? LoadFloat(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
       }
     }
   }
@@ -388,7 +384,7 @@ __device__ __forceinline__ void LoadAFragments(AFragments& a, uint32_t tile, int
 #pragma unroll
   for (int k16 = 0; k16 < kChains; ++k16) {
     const int chunk = 2 * k16 + (lane >> 4);
-    ptx::ldmatrix_x4(tile + row * 128 + ((chunk ^ (row & 7)) << 4), a.r[kBuffer][k16]);
+    ptx::ldmatrix_x4(tile + SwizzledPanelOffset(row, 16 * chunk), a.r[kBuffer][k16]);
   }
 }
 
@@ -540,15 +536,15 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
       const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
 #pragma unroll
       for (int j = 0; j < NarrowConfig::kKBlocksPerStage; ++j) {
-        const uint32_t a_tile = a_stage + j * a_tile_bytes + token_row * 128;
-        const uint32_t b_tile = b_stage + j * NarrowConfig::kBTileBytes + weight_row * 128;
+        const uint32_t a_tile = a_stage + j * a_tile_bytes;
+        const uint32_t b_tile = b_stage + j * NarrowConfig::kBTileBytes;
         uint32_t tokens[2][4];  // 16-byte chunks 0-3 and 4-7 of the token row (k 0-31, 32-63)
-        ptx::ldmatrix_x4(a_tile + ((((lane >> 3) + 0) ^ (token_row & 7)) << 4), tokens[0]);
-        ptx::ldmatrix_x4(a_tile + ((((lane >> 3) + 4) ^ (token_row & 7)) << 4), tokens[1]);
+        ptx::ldmatrix_x4(a_tile + SwizzledPanelOffset(token_row, 16 * ((lane >> 3) + 0)), tokens[0]);
+        ptx::ldmatrix_x4(a_tile + SwizzledPanelOffset(token_row, 16 * ((lane >> 3) + 4)), tokens[1]);
 #pragma unroll
         for (int k16 = 0; k16 < 4; ++k16) {
           uint32_t weights[4];
-          ptx::ldmatrix_x4(b_tile + (((2 * k16 + (lane >> 4)) ^ (weight_row & 7)) << 4), weights);
+          ptx::ldmatrix_x4(b_tile + SwizzledPanelOffset(weight_row, 16 * (2 * k16 + (lane >> 4))), weights);
           ptx::mma_m16n8k16_bf16(chains[k16], weights, tokens[k16 / 2][2 * (k16 % 2)],
                                  tokens[k16 / 2][2 * (k16 % 2) + 1]);
         }

@@ -201,8 +201,9 @@ absl::Status Upload(const std::vector<T>& host, T** device) {
 }
 
 // The nodes as the kernel reads them. `narrow`: for the narrow decode kernel,
-// whose A boxes are the a_stage_bytes / 128 rows of its A stages and whose B
-// boxes are one 32-row tile; it stores C and has no partials itself.
+// whose A boxes are the rows of its A k-block tiles (a_stage_bytes / 128 /
+// kKBlocksPerStage) and whose B boxes are 32 rows, a stage of k-blocks at a
+// time where K allows; it stores C itself and has no partials.
 absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& graph,
                                                               const sched::Schedule& schedule, float* workspace,
                                                               bool narrow, uint32_t a_stage_bytes) {

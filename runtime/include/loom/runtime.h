@@ -70,8 +70,10 @@ struct CompileOptions {
   int reduce_part_rows = 0;  // rows of each part; 0: chosen by the scheduler (8 or 16); at most 16
   // A graph whose every node has at most 64 rows (decode) runs on the narrow
   // decode kernel (ops/kernel/narrow_config.h): 64 x 32 tiles over the whole
-  // of K, no split-K, deep rings of one-k-block stages. Then a_stages,
-  // b_stages, ring_mode, split_k and the reduce options do not apply, and
+  // of K, no split-K, rings of stages of four k-blocks. Off by default: it is
+  // faster on single decode GEMMs a few thousand columns wide and slower on
+  // the MLP block (bench/NOTES.md v1.16). Then a_stages, b_stages, ring_mode
+  // and the reduce options do not apply, split_k must be 0 or 1, and
   // max_clusters counts CTAs (the narrow kernel has no clusters).
   bool narrow_decode = false;
   int narrow_a_stages = 0;  // narrow kernel's A ring depth; 0: chosen from the rows (2 to 16)
