@@ -1,0 +1,406 @@
+// stream_probe: how fast one CTA per SM can stream a weight matrix into a
+// shared-memory ring, by the shape of its loads. No math: a consumer warp
+// waits for each stage and frees it. This is the ceiling the narrow decode
+// kernel's B ring (ops/kernel/narrow_gemm.cu) works under, measured apart
+// from its dependencies, its consumer and its job queue.
+//
+// The matrix is [rows, cols] bf16, row-major (a weight matrix: rows are
+// output columns, cols is K). A job is `job_rows` consecutive rows over the
+// whole K (the narrow kernel's 32-column tile); job j runs on CTA j % grid.
+// A stage is 16 KiB of the job. The ways to load a stage (--modes):
+//   kblock  one 3-D TMA load, box {64, 32 rows, 4 k-blocks}: k-block-major in
+//           shared memory (the narrow kernel's EncodeKBlockMap)
+//   rowmaj  one 3-D TMA load, box {64, 4 k-blocks, 32 rows}: the same bytes,
+//           row-major order (each row's 512 bytes one contiguous run)
+//   tile2d  four 2-D TMA loads of {64, 32 rows} (4 KiB each)
+//   bulk    one 1-D cp.async.bulk of 16 contiguous KiB of the job's rows
+//   ldg     no ring: every thread of the CTA reads 16-byte vectors (a
+//           reference for what plain loads reach)
+// --drain: a job's loads start only once the previous job's last stage has
+// landed (what the narrow kernel's B loader does).
+// --a_rows=M: also stream an activation A [M, cols] beside it, as the narrow
+// kernel does: a second ring (--a_stages, each stage four 3-D k-block boxes
+// of M rounded up to 8 rows, zero-filled past M) that the consumer waits for
+// too, loaded by a third thread. --job_gap_ns: the consumer idles this long
+// after each job (the narrow kernel's epilogue and flag).
+//
+//   stream_probe --rows=28672 --cols=4096 --stages=4,8,12 --modes=kblock,rowmaj
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <cuda/ptx>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
+ABSL_FLAG(int64_t, rows, 28672, "weight rows (output columns of the GEMM)");
+ABSL_FLAG(int64_t, cols, 4096, "weight columns (K); a multiple of 256");
+ABSL_FLAG(std::string, stages, "4,8,12", "ring depths to try (16 KiB stages)");
+ABSL_FLAG(std::string, modes, "kblock,rowmaj,tile2d,bulk,ldg", "load shapes to try (see the file's comment)");
+ABSL_FLAG(std::string, a_rows, "0", "activation rows to stream beside the weights (0: none), a list");
+ABSL_FLAG(std::string, drain, "0", "0: a job's loads follow the last job's at once; 1: after its last stage landed; a list");
+ABSL_FLAG(int, a_stages, 8, "with --a_rows: the A ring's depth");
+ABSL_FLAG(std::string, job_gap_ns, "0", "consumer idle time after each job, a list");
+ABSL_FLAG(std::string, grids, "0", "CTAs to launch (0: one per SM), a list");
+ABSL_FLAG(int, iters, 20, "timed launches per configuration (median)");
+
+namespace {
+
+constexpr int kJobRows = 32;
+constexpr int kKBlock = 64;  // bf16 elements in one 128-byte row
+constexpr int kKBlocksPerStage = 4;
+constexpr uint32_t kStageBytes = kJobRows * kKBlocksPerStage * kKBlock * 2;  // 16 KiB
+constexpr int kMaxStages = 13;
+
+enum class Mode { kKBlock, kRowMajor, kTile2D, kBulk, kLdg };
+
+struct ProbeParams {
+  CUtensorMap map;    // the mode's map (unused by bulk and ldg)
+  CUtensorMap a_map;  // with a_tile_bytes: A [a_rows, cols] as k-blocks, box {64, a_tile_bytes / 128, 4}
+  uint32_t a_tile_bytes;  // 0: no A stream
+  int a_stages;
+  uint32_t job_gap_ns;
+  const uint8_t* weights;
+  int64_t cols;
+  int jobs;
+  int stages;
+  int stages_per_job;
+  Mode mode;
+  bool drain;
+};
+
+#define PROBE_CHECK(call)                                                                \
+  do {                                                                                   \
+    cudaError_t error_ = (call);                                                         \
+    if (error_ != cudaSuccess) {                                                         \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
+                   cudaGetErrorString(error_));                                           \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+__device__ uint32_t probe_sink;
+
+__device__ __forceinline__ uint64_t GlobalTimer() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+__device__ __forceinline__ void Wait(uint64_t* barrier, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(barrier, parity)) {
+  }
+}
+
+// Loads stage `s` of job `job` into `dst`, completing on `full`.
+__device__ __forceinline__ void LoadStage(const ProbeParams& p, int job, int s, uint8_t* dst, uint64_t* full) {
+  const uint32_t stage_bytes = kStageBytes;  // cuda::ptx takes sizes by reference
+  cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared, full,
+                                       stage_bytes);
+  const int32_t row0 = job * kJobRows;
+  const int32_t kb0 = s * kKBlocksPerStage;
+  switch (p.mode) {
+    case Mode::kKBlock: {
+      const int32_t coords[3] = {0, row0, kb0};
+      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, &p.map, coords, full);
+      break;
+    }
+    case Mode::kRowMajor: {
+      const int32_t coords[3] = {0, kb0, row0};
+      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, &p.map, coords, full);
+      break;
+    }
+    case Mode::kTile2D:
+      for (int j = 0; j < kKBlocksPerStage; ++j) {
+        const int32_t coords[2] = {(kb0 + j) * kKBlock, row0};
+        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                        dst + j * (kStageBytes / kKBlocksPerStage), &p.map, coords, full);
+      }
+      break;
+    default: {
+      const uint8_t* src = p.weights + int64_t{row0} * p.cols * 2 + int64_t{s} * kStageBytes;
+      cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, stage_bytes, full);
+      break;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ ProbeParams p) {
+  extern __shared__ uint8_t dynamic_smem[];
+  // 128B-swizzled boxes land on 1024-byte boundaries (the launch adds 1 KiB).
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+  uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
+  __shared__ uint64_t full[kMaxStages], empty[kMaxStages], a_full[kMaxStages], a_empty[kMaxStages];
+  // [a_stages][4 k-blocks][a_tile_bytes], after the B ring
+  uint8_t* a_ring = smem + p.stages * kStageBytes;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < p.stages; ++s) {
+      cuda::ptx::mbarrier_init(&full[s], 1);
+      cuda::ptx::mbarrier_init(&empty[s], 1);
+    }
+    for (int s = 0; s < p.a_stages; ++s) {
+      cuda::ptx::mbarrier_init(&a_full[s], 1);
+      cuda::ptx::mbarrier_init(&a_empty[s], 1);
+    }
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the loader
+    int slot = 0;
+    uint32_t phase = 0;
+    int last_slot = -1;
+    uint32_t last_phase = 0;
+    for (int job = blockIdx.x; job < p.jobs; job += gridDim.x) {
+      if (p.drain && last_slot >= 0) Wait(&full[last_slot], last_phase);
+      for (int s = 0; s < p.stages_per_job; ++s) {
+        Wait(&empty[slot], phase ^ 1);
+        LoadStage(p, job, s, smem + slot * kStageBytes, &full[slot]);
+        last_slot = slot;
+        last_phase = phase;
+        if (++slot == p.stages) slot = 0, phase ^= 1;
+      }
+    }
+  } else if (threadIdx.x == 64 && p.a_tile_bytes != 0) {  // the A loader
+    const uint32_t a_stage_bytes = kKBlocksPerStage * p.a_tile_bytes;
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int job = blockIdx.x; job < p.jobs; job += gridDim.x) {
+      for (int s = 0; s < p.stages_per_job; ++s) {
+        Wait(&a_empty[slot], phase ^ 1);
+        cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                             &a_full[slot], a_stage_bytes);
+        const int32_t coords[3] = {0, 0, s * kKBlocksPerStage};
+        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                        a_ring + slot * a_stage_bytes, &p.a_map, coords, &a_full[slot]);
+        if (++slot == p.a_stages) slot = 0, phase ^= 1;
+      }
+    }
+  } else if (threadIdx.x == 32) {  // the consumer: one word a stage, then free it
+    int slot = 0, a_slot = 0;
+    uint32_t phase = 0, a_phase = 0;
+    uint32_t sum = 0;
+    for (int job = blockIdx.x; job < p.jobs; job += gridDim.x) {
+      for (int s = 0; s < p.stages_per_job; ++s) {
+        if (p.a_tile_bytes != 0) {
+          Wait(&a_full[a_slot], a_phase);
+          sum += *reinterpret_cast<const uint32_t*>(a_ring + a_slot * kKBlocksPerStage * p.a_tile_bytes);
+          cuda::ptx::mbarrier_arrive(&a_empty[a_slot]);
+          if (++a_slot == p.a_stages) a_slot = 0, a_phase ^= 1;
+        }
+        Wait(&full[slot], phase);
+        sum += *reinterpret_cast<const uint32_t*>(smem + slot * kStageBytes);
+        cuda::ptx::mbarrier_arrive(&empty[slot]);
+        if (++slot == p.stages) slot = 0, phase ^= 1;
+      }
+      if (p.job_gap_ns != 0) {
+        const uint64_t start = GlobalTimer();
+        while (GlobalTimer() - start < p.job_gap_ns) {
+        }
+      }
+    }
+    if (sum == 0x12345678u) probe_sink = sum;  // keeps the reads
+  }
+}
+
+// Plain loads: CTA b streams its jobs' rows with 16-byte vectors.
+__global__ void __launch_bounds__(256) LdgProbe(const uint4* weights, int64_t job_vectors, int jobs, uint32_t* out) {
+  uint32_t acc = 0;
+  for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
+    const uint4* base = weights + job * job_vectors;
+#pragma unroll 8
+    for (int64_t i = threadIdx.x; i < job_vectors; i += blockDim.x) {
+      uint4 v;
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(base + i));
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+  }
+  if (acc == 0x12345678u) *out = acc;  // keeps the loads
+}
+
+bool EncodeMap(Mode mode, void* base, int64_t rows, int64_t cols, uint32_t box_rows, CUtensorMap* map) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult result;
+    cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault, &result);
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
+  }();
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(cols) * 2;
+  const cuuint64_t kblocks = static_cast<cuuint64_t>(cols / kKBlock);
+  cuuint64_t dims[3];
+  cuuint64_t strides[2];
+  cuuint32_t box[3];
+  cuuint32_t rank = 3;
+  switch (mode) {
+    case Mode::kKBlock:
+      dims[0] = kKBlock, dims[1] = rows, dims[2] = kblocks;
+      strides[0] = row_bytes, strides[1] = kKBlock * 2;
+      box[0] = kKBlock, box[1] = box_rows, box[2] = kKBlocksPerStage;
+      break;
+    case Mode::kRowMajor:
+      dims[0] = kKBlock, dims[1] = kblocks, dims[2] = rows;
+      strides[0] = kKBlock * 2, strides[1] = row_bytes;
+      box[0] = kKBlock, box[1] = kKBlocksPerStage, box[2] = box_rows;
+      break;
+    case Mode::kTile2D:
+      rank = 2;
+      dims[0] = cols, dims[1] = rows;
+      strides[0] = row_bytes;
+      box[0] = kKBlock, box[1] = box_rows;
+      break;
+    default:
+      return true;
+  }
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, base, dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+std::vector<int> ParseInts(const std::string& list) {
+  std::vector<int> values;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int value = 0;
+    if (absl::SimpleAtoi(part, &value)) values.push_back(value);
+  }
+  return values;
+}
+
+// Median launch time in us of `launch`, back to back.
+template <typename Launch>
+double MedianUs(int iters, Launch launch) {
+  launch();
+  PROBE_CHECK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> marks(iters + 1);
+  for (cudaEvent_t& mark : marks) PROBE_CHECK(cudaEventCreate(&mark));
+  PROBE_CHECK(cudaEventRecord(marks[0]));
+  for (int i = 0; i < iters; ++i) {
+    launch();
+    PROBE_CHECK(cudaEventRecord(marks[i + 1]));
+  }
+  PROBE_CHECK(cudaEventSynchronize(marks[iters]));
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    float ms = 0;
+    PROBE_CHECK(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]));
+    times.push_back(1000.0 * ms);
+  }
+  for (cudaEvent_t mark : marks) PROBE_CHECK(cudaEventDestroy(mark));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int64_t rows = absl::GetFlag(FLAGS_rows), cols = absl::GetFlag(FLAGS_cols);
+  const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
+  if (rows % kJobRows != 0 || cols % (kKBlock * kKBlocksPerStage) != 0) {
+    std::fprintf(stderr, "--rows must be a multiple of %d and --cols of %d\n", kJobRows, kKBlock * kKBlocksPerStage);
+    return 1;
+  }
+  int device = 0, sms = 0, max_smem = 0;
+  PROBE_CHECK(cudaGetDevice(&device));
+  PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  PROBE_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const size_t bytes = static_cast<size_t>(rows * cols * 2);
+  uint8_t* weights = nullptr;
+  uint32_t* out = nullptr;
+  PROBE_CHECK(cudaMalloc(&weights, bytes));
+  PROBE_CHECK(cudaMalloc(&out, sizeof(uint32_t)));
+  PROBE_CHECK(cudaMemset(weights, 1, bytes));
+  uint8_t* activations = nullptr;  // [64, cols]: enough for any --a_rows up to 64
+  PROBE_CHECK(cudaMalloc(&activations, 64 * cols * 2));
+  PROBE_CHECK(cudaMemset(activations, 1, 64 * cols * 2));
+  cudaFuncAttributes attributes;
+  PROBE_CHECK(cudaFuncGetAttributes(&attributes, RingProbe));
+  max_smem -= static_cast<int>(attributes.sharedSizeBytes);  // the barriers
+  PROBE_CHECK(cudaFuncSetAttribute(RingProbe, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+  const int jobs = static_cast<int>(rows / kJobRows);
+  const int stages_per_job = static_cast<int>(cols / (kKBlock * kKBlocksPerStage));
+  std::printf("matrix %lld x %lld bf16 (%.1f MB), %d jobs of %d rows, %d SMs\n", static_cast<long long>(rows),
+              static_cast<long long>(cols), bytes / 1e6, jobs, kJobRows, sms);
+  std::printf("%-7s %6s %6s %6s %7s %5s %10s %9s\n", "mode", "stages", "drain", "a_rows", "gap_ns", "grid", "us",
+              "GB/s");
+  const char* names[] = {"kblock", "rowmaj", "tile2d", "bulk", "ldg"};
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
+    int index = 0;
+    while (index < 5 && name != names[index]) ++index;
+    if (index == 5) {
+      std::fprintf(stderr, "unknown mode '%s'\n", std::string(name).c_str());
+      return 1;
+    }
+    const Mode mode = static_cast<Mode>(index);
+    if (mode == Mode::kLdg) {
+      for (int grid : {sms, 2 * sms, 4 * sms}) {
+        const double us = MedianUs(iters, [&] {
+          LdgProbe<<<grid, 256>>>(reinterpret_cast<const uint4*>(weights), kJobRows * cols * 2 / 16, jobs, out);
+        });
+        std::printf("%-7s %6s %6s %6s %7s %5d %10.1f %9.0f  (256 threads a CTA)\n", "ldg", "-", "-", "-", "-", grid,
+                    us, bytes / us / 1e3);
+      }
+      continue;
+    }
+    ProbeParams params = {};
+    if (!EncodeMap(mode, weights, rows, cols, kJobRows, &params.map)) {
+      std::fprintf(stderr, "cuTensorMapEncodeTiled refused mode %s\n", names[index]);
+      return 1;
+    }
+    params.weights = weights;
+    params.cols = cols;
+    params.jobs = jobs;
+    params.stages_per_job = stages_per_job;
+    params.mode = mode;
+    for (int stages : ParseInts(absl::GetFlag(FLAGS_stages))) {
+      params.stages = stages;
+      for (int drain : ParseInts(absl::GetFlag(FLAGS_drain))) {
+        params.drain = drain != 0;
+        for (int a_rows : ParseInts(absl::GetFlag(FLAGS_a_rows))) {
+          if (a_rows > 64) {
+            std::fprintf(stderr, "--a_rows: at most 64, got %d\n", a_rows);
+            return 1;
+          }
+          params.a_tile_bytes = a_rows > 0 ? static_cast<uint32_t>((a_rows + 7) / 8 * 8 * kKBlock * 2) : 0;
+          params.a_stages = a_rows > 0 ? absl::GetFlag(FLAGS_a_stages) : 0;
+          const uint32_t smem_bytes =
+              stages * kStageBytes + params.a_stages * kKBlocksPerStage * params.a_tile_bytes + 1024;
+          if (stages < 1 || stages > kMaxStages || params.a_stages > kMaxStages ||
+              smem_bytes > static_cast<uint32_t>(max_smem)) {
+            std::fprintf(stderr, "skipping %d stages, %d A rows (at most %d stages, within shared memory)\n", stages,
+                         a_rows, kMaxStages);
+            continue;
+          }
+          if (a_rows > 0 && !EncodeMap(Mode::kKBlock, activations, a_rows, cols, (a_rows + 7) / 8 * 8,
+                                       &params.a_map)) {
+            std::fprintf(stderr, "cuTensorMapEncodeTiled refused A with %d rows\n", a_rows);
+            return 1;
+          }
+          for (int gap : ParseInts(absl::GetFlag(FLAGS_job_gap_ns))) {
+            params.job_gap_ns = static_cast<uint32_t>(gap);
+            for (int grid : ParseInts(absl::GetFlag(FLAGS_grids))) {
+              if (grid <= 0) grid = sms;
+              const double us = MedianUs(iters, [&] { RingProbe<<<grid, 96, smem_bytes>>>(params); });
+              std::printf("%-7s %6d %6d %6d %7d %5d %10.1f %9.0f\n", names[index], stages, drain, a_rows, gap, grid,
+                          us, bytes / us / 1e3);
+            }
+          }
+        }
+      }
+    }
+    PROBE_CHECK(cudaGetLastError());
+  }
+  PROBE_CHECK(cudaFree(weights));
+  PROBE_CHECK(cudaFree(out));
+  PROBE_CHECK(cudaFree(activations));
+  return 0;
+}
