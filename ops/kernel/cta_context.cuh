@@ -189,7 +189,9 @@ class JobStream {
   // The next queue index, or -1 at the end of the queue (or on abort). Called
   // by every thread of the role. In each calling warp one lane (the lowest
   // active) reads the slot, frees it (one release per warp,
-  // KernelConfig::kJobReleasesPerCta) and hands the index to the others.
+  // Config::kJobReleasesPerCta; at cluster scope only where the slots span
+  // a cluster, Config::kJobSlotsAcrossCluster) and hands the index to the
+  // others.
   // NOTE: one reader per warp, the thread that releases: its read precedes its
   // own release in program order, so the scheduler's next write to the slot
   // cannot overtake it. With every lane reading and lane 0 releasing after a
@@ -208,8 +210,12 @@ class JobStream {
     if (static_cast<int>(threadIdx.x % 32) == reader) {
       index = *reinterpret_cast<volatile int32_t*>(&ctx.job_slots[s]);
       if (index >= 0) {
-        const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(&ctx.barriers->job_empty[s]));
-        ptx::mbarrier_arrive_cluster(ptx::mapa_shared_cluster(local, 0));
+        if constexpr (Ctx::Config::kJobSlotsAcrossCluster) {
+          const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(&ctx.barriers->job_empty[s]));
+          ptx::mbarrier_arrive_cluster(ptx::mapa_shared_cluster(local, 0));
+        } else {
+          cuda::ptx::mbarrier_arrive(&ctx.barriers->job_empty[s]);
+        }
       }
     }
     index = __shfl_sync(lanes, index, reader);

@@ -202,9 +202,11 @@ __device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& r
 // took 321 us per tile against 155 us standalone while it waited once per
 // producer tile column (two k-blocks, ~1.4 us of wgmma). A granule whose
 // producer is still running costs what it did.
-template <typename Ctx>
+// `poll(run)` is CompleteGranules, or a caller's equivalent (the narrow
+// kernel's A loader polls with a whole warp).
+template <typename Ctx, typename Poll>
 __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
-                                             int64_t row0, int kb, int kb_end) {
+                                             int64_t row0, int kb, int kb_end, Poll&& poll) {
   const sched::NodeSchedule& schedule = node.schedule;
   const int granule_end = min(AGranuleEnd(schedule, kb), kb_end);
   const FlagRun run = AProducerRun(ctx, node, row0, kb, kb_end);
@@ -221,7 +223,7 @@ __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& n
   int complete = 0;
   const bool done = ctx.watchdog.SpinUntil(
       [&] {
-        complete = CompleteGranules(ctx, run);
+        complete = poll(run);
         if (complete > 0) return true;
         __nanosleep(64);
         return false;
@@ -235,6 +237,13 @@ __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& n
   int end = kb;
   for (int g = 0; g < complete; ++g) end = AGranuleEnd(schedule, end);
   return min(end, kb_end);
+}
+
+template <typename Ctx>
+__device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
+                                             int64_t row0, int kb, int kb_end) {
+  return WaitForAProducersAhead(ctx, node, job_index, row0, kb, kb_end,
+                                [&](const FlagRun& run) { return CompleteGranules(ctx, run); });
 }
 
 // Whether every producer tile that elements [row_begin, row_end) x

@@ -29,16 +29,29 @@ struct NarrowConfig {
   static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig
   static constexpr int kThreads = 256;  // producer warpgroup + one consumer warpgroup
   static constexpr int kJobSlots = KernelConfig::kJobSlots;
-  // Arrivals per CTA that free a job slot: the A and B loaders and the four
-  // consumer warps (the consumers store the output themselves: no store warp).
-  static constexpr int kJobReleasesPerCta = 2 + 4;
-  static constexpr int kReleasingWarpsPerCta = 4;  // consumer warps that free a ring slot
+  // Arrivals per CTA that free a job slot: the A loader warp, the B loader,
+  // the publisher and the four consumer warps (the consumers store the output
+  // themselves: no store warp).
+  static constexpr int kJobReleasesPerCta = 3 + 4;
+  static constexpr int kReleasingWarpsPerCta = 4;  // consumer warps that free a ring slot (and hand a tile over)
+  // No clusters: a job slot is freed in this CTA, at CTA scope. NOTE: with
+  // the cluster-scope release of the tiled kernel, a consumer warp's release
+  // of its next job's slot waited for its stores to C to complete: the
+  // consumer fetched each job 4-6 us after it had finished the last one
+  // (traced, bench/NOTES.md v1.17).
+  static constexpr bool kJobSlotsAcrossCluster = false;
   // A 64-column k-block of A reads two 32-column producer tiles, four of a
   // SwiGLU producer's 16-column ones (dependencies.cuh, AProducerRun).
   static constexpr int kMaxTilesPerGranule = 4;
-  // Flags the A loader reads per poll: 64, the producer tiles of 32 k-blocks
-  // (a job of K = 4096 reads 128: two polls once its producers are done).
-  static constexpr int kFlagWordsPerPoll = 16;
+  // The A loader is a whole warp so that one poll reads many flags at once:
+  // each lane reads kFlagWordsPerLane 16-byte words, kFlagWordsPerPoll in
+  // all, 512 flags: every producer tile of a K = 4096 job (128 flags), or of
+  // a down projection's 14336 (896) in two polls. With one thread reading 64
+  // flags a poll, a poll (an L2 round trip, ~1-2 us while HBM is busy) came
+  // every 4 stages, and the MLP's down projection waited 36 of its 64 us on
+  // A (bench/NOTES.md v1.16).
+  static constexpr int kFlagWordsPerLane = 4;
+  static constexpr int kFlagWordsPerPoll = 32 * kFlagWordsPerLane;
 
   // A ring stage holds kKBlocksPerStage consecutive k-blocks (one TMA load
   // each for A and B where K is a multiple of 64: runtime/internal/
@@ -61,6 +74,11 @@ struct NarrowConfig {
   }
   static constexpr uint32_t AStageBytes(int64_t rows) { return kKBlocksPerStage * ATileBytes(rows); }
 
+  // The mma.sync path (at most 16 rows) splits a stage's k-blocks among the
+  // four consumer warps and sums their partial tiles through shared memory:
+  // [4 warps][4 (weight block, token block) pairs][32 lanes][4] fp32.
+  static constexpr uint32_t kPartialsBytes = 4 * 4 * 32 * 4 * 4;
+
   static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
@@ -74,12 +92,17 @@ struct NarrowBarriers {
   uint64_t b_empty[NarrowConfig::kMaxBStages];
   uint64_t job_full[NarrowConfig::kJobSlots];
   uint64_t job_empty[NarrowConfig::kJobSlots];
+  // A finished tile, handed from the consumer warps (one arrival each, after
+  // their stores to C) to the publisher, which releases its flag.
+  uint64_t publish_full[NarrowConfig::kJobSlots];
+  uint64_t publish_empty[NarrowConfig::kJobSlots];
 };
 
 // Byte offsets into the dynamic shared memory of one CTA.
 struct NarrowSmemLayout {
   uint32_t a_ring = 0;     // [a_stages][kKBlocksPerStage][rows][128 B], 128B swizzle
   uint32_t b_ring = 0;     // [b_stages][kKBlocksPerStage][kBlockN][128 B], 128B swizzle; after A (see ATileBytes)
+  uint32_t partials = 0;   // fp32 [4][4][32][4] (NarrowConfig::kPartialsBytes)
   uint32_t barriers = 0;   // NarrowBarriers
   uint32_t job_slots = 0;  // int32_t [kJobSlots]
   uint32_t epoch = 0;      // uint32_t: this launch's epoch
@@ -94,6 +117,8 @@ LOOM_HOST_DEVICE constexpr NarrowSmemLayout ComputeNarrowSmemLayout(int a_stages
   offset += static_cast<uint32_t>(a_stages) * a_stage_bytes;
   layout.b_ring = offset;
   offset += static_cast<uint32_t>(b_stages) * NarrowConfig::kBStageBytes;
+  layout.partials = offset;
+  offset += NarrowConfig::kPartialsBytes;
   layout.barriers = offset;
   offset += sizeof(NarrowBarriers);
   layout.job_slots = offset;

@@ -6,21 +6,29 @@
 // order, every CTA co-resident, no finishing role waits on a later job.
 //
 // One CTA per SM, no clusters, 256 threads:
-//   warpgroup 0: warp 0 lane 0 the A loader, warp 1 lane 0 the B loader,
-//                warp 2 lane 0 the scheduler;
+//   warpgroup 0: warp 0 the A loader (every lane polls flags, lane 0 issues
+//                the loads), warp 1 lane 0 the B loader, warp 2 lane 0 the
+//                scheduler, warp 3 lane 0 the publisher;
 //   warpgroup 1: the consumer: a 32-column tile over the job's whole K (for
 //                at most 16 rows on mma.sync with the operands swapped,
 //                RunMmaSyncJob; else on wgmma m64n32k16, RunWgmmaJob), then
 //                the fused epilogue straight from registers into C (no
-//                staging, no TMA store), then the tile's flag.
+//                staging, no TMA store), then the tile to the publisher.
 // Rings: A and B each a ring of stages of kKBlocksPerStage k-blocks with full
 // / empty barriers, as in cta_context.cuh, but local to the CTA: each
 // consumer warp's lane 0 releases a stage once its reads are done.
-// Publishing a tile: every consumer thread's generic stores to C, then a
-// named barrier over the warpgroup (bar.red: orders them before thread 0's
-// later operations), then thread 0's st.release.gpu of the flag. A consumer
-// node's A loader acquires the flag and fences the async proxy before its TMA
-// loads read C (dependencies.cuh).
+// Publishing a tile (a ring of kJobSlots handoffs):
+//   consumer warp: its generic stores to C; __syncwarp (orders the lanes'
+//     stores before lane 0's later operations); lane 0 waits publish_empty,
+//     arrives on publish_full (release, CTA scope); on to the next job.
+//   publisher: waits publish_full (4 arrivals; acquire, CTA scope), then
+//     st.release.gpu of the flag (cumulative: it releases the stores it
+//     acquired), then arrives on publish_empty.
+// A consumer node's A loader acquires the flag and fences the async proxy
+// before its TMA loads read C (dependencies.cuh).
+// NOTE: the release waits for the stores before it to complete (~2 us while
+// HBM is busy, traced); made by a consumer thread, that wait stalled the
+// consumer's next job.
 #include "narrow_gemm.h"
 
 #include <cuda/ptx>
@@ -43,6 +51,7 @@ struct NarrowContext {
   NarrowBarriers* barriers;
   uint8_t* a_ring;
   uint8_t* b_ring;
+  float4* partials;  // [4 warps][4 pairs][32 lanes] (RunMmaSyncJob)
   int32_t* job_slots;
   uint32_t rank;   // 0: no clusters
   uint32_t epoch;  // this launch's epoch
@@ -70,6 +79,8 @@ __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams&
   for (int s = 0; s < NarrowConfig::kJobSlots; ++s) {
     cuda::ptx::mbarrier_init(&barriers->job_full[s], 1);
     cuda::ptx::mbarrier_init(&barriers->job_empty[s], NarrowConfig::kJobReleasesPerCta);
+    cuda::ptx::mbarrier_init(&barriers->publish_full[s], NarrowConfig::kReleasingWarpsPerCta);
+    cuda::ptx::mbarrier_init(&barriers->publish_empty[s], 1);
   }
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
@@ -101,10 +112,44 @@ __device__ __forceinline__ bool HasKBlockMaps(const sched::NodeSchedule& schedul
   return schedule.k % NarrowConfig::kBlockK == 0;
 }
 
-// The A loader: the epilogue's inputs once per job, then per stage A's
-// producers (many k-blocks' flags per poll) and the load.
-__device__ void RunNarrowALoader(const NarrowContext& ctx) {
+// How many of the run's granules, from the first, have every flag at this
+// epoch (CompleteGranules in dependencies.cuh, read by a whole warp): lane l
+// reads words l, l + 32, ... of the run, so each load instruction of the
+// warp reads 512 consecutive bytes, and all are in flight together.
+__device__ int CompleteGranulesByWarp(const NarrowContext& ctx, const FlagRun& run, int lane) {
+  const int base = run.first_flag & ~3;
+  const int skip = run.first_flag - base;
+  const int words = (skip + run.granules * run.tiles_per_granule + 3) / 4;
+  uint4 seen[NarrowConfig::kFlagWordsPerLane];
+#pragma unroll
+  for (int i = 0; i < NarrowConfig::kFlagWordsPerLane; ++i) {
+    const int w = 32 * i + lane;
+    if (w < words) seen[i] = ptx::ld_relaxed_gpu_v4(&ctx.params.flags[base + 4 * w]);
+  }
+  int complete = run.granules;
+#pragma unroll
+  for (int i = 0; i < NarrowConfig::kFlagWordsPerLane; ++i) {
+    const int w = 32 * i + lane;
+    const uint32_t value[4] = {seen[i].x, seen[i].y, seen[i].z, seen[i].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int tile = 4 * w + c - skip;
+      if (w < words && tile >= 0 && tile / run.tiles_per_granule < run.granules && !FlagDone(value[c], ctx.epoch)) {
+        complete = min(complete, tile / run.tiles_per_granule);
+      }
+    }
+  }
+  return __reduce_min_sync(__activemask(), complete);
+}
+
+// The A loader, a whole warp: the epilogue's inputs once per job, then per
+// stage A's producers (polled by every lane, CompleteGranulesByWarp) and the
+// load (lane 0). Every decision to go on or give up is the warp's: lanes that
+// waited on their own agree first (__all_sync, or lane 0's answer).
+__device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
+  const bool issuer = lane == 0;
   const bool traced = ctx.params.trace != nullptr;
+  const auto poll = [&](const FlagRun& run) { return CompleteGranulesByWarp(ctx, run, lane); };
   JobStream jobs;
   RingCursor ring;
   DependencyMemo memo;
@@ -120,12 +165,12 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx) {
     if (schedule.dependency_count > 0) {
       const int64_t out_col0 = int64_t{work.n_block} * schedule.out_tile_n;
       const int64_t acc_col0 = int64_t{work.n_block} * NarrowConfig::kBlockN;
-      if (!WaitForProducers(ctx, node, index, sched::DependencyOperand::kResidual, row0,
-                            row0 + NarrowConfig::kBlockM, out_col0, out_col0 + schedule.out_tile_n, memo) ||
-          !WaitForProducers(ctx, node, index, sched::DependencyOperand::kBias, 0, 1, acc_col0,
-                            acc_col0 + NarrowConfig::kBlockN, memo)) {
-        return;
-      }
+      const bool ready = WaitForProducers(ctx, node, index, sched::DependencyOperand::kResidual, row0,
+                                          row0 + NarrowConfig::kBlockM, out_col0, out_col0 + schedule.out_tile_n,
+                                          memo) &&
+                         WaitForProducers(ctx, node, index, sched::DependencyOperand::kBias, 0, 1, acc_col0,
+                                          acc_col0 + NarrowConfig::kBlockN, memo);
+      if (!__all_sync(0xffffffffu, ready)) return;
     }
     int a_ready_end = HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin : job.k_block_end;
     const bool kblock_map = HasKBlockMaps(schedule);
@@ -135,19 +180,21 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
       while (a_ready_end < kb_end) {
         const uint64_t start = traced ? ptx::globaltimer() : 0;
-        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, a_ready_end, job.k_block_end);
+        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, a_ready_end, job.k_block_end, poll);
+        a_ready_end = __shfl_sync(0xffffffffu, a_ready_end, 0);
         if (a_ready_end < 0) return;
         if (traced) a_dependency_ns += ptx::globaltimer() - start;
       }
-      if (!ctx.watchdog.WaitBarrier(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1, WaitKind::kRingEmpty,
-                                    index)) {
-        return;
+      const bool empty = ctx.watchdog.WaitBarrier(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1,
+                                                  WaitKind::kRingEmpty, index);
+      if (!__all_sync(0xffffffffu, empty)) return;
+      if (issuer) {
+        LoadStage(&node.a_map, kblock_map, ctx.a_stage(ring.stage), &ctx.barriers->a_full[ring.stage], tile_bytes,
+                  kb0, row0);
       }
-      LoadStage(&node.a_map, kblock_map, ctx.a_stage(ring.stage), &ctx.barriers->a_full[ring.stage], tile_bytes,
-                kb0, row0);
       ring.Advance(ctx.params.a_stages);
     }
-    if (DeviceJobTrace* trace = ctx.trace_of(index, traced)) {
+    if (DeviceJobTrace* trace = ctx.trace_of(index, traced && issuer)) {
       trace->a_dependency_ns = static_cast<uint32_t>(a_dependency_ns);
     }
   }
@@ -196,6 +243,30 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
       issued = true;
       ring.Advance(ctx.params.b_stages);
     }
+  }
+}
+
+// The publisher: per job, the consumer warps' handoff of the finished tile,
+// then the release of its flag (protocol at the top of the file).
+__device__ void RunNarrowPublisher(const NarrowContext& ctx) {
+  JobStream jobs;
+  RingCursor handoff;
+  for (;;) {
+    const int index = jobs.Next(ctx);
+    if (index < 0) return;
+    const CtaWork work = ResolveJob(ctx, index);
+    if (!ctx.watchdog.WaitBarrier(&ctx.barriers->publish_full[handoff.stage], handoff.phase, WaitKind::kStaging,
+                                  index)) {
+      return;
+    }
+    if (work.node->has_dependents) {
+      const sched::NodeSchedule& schedule = work.node->schedule;
+      ptx::st_release_gpu(&ctx.params.flags[sched::OutputFlagIndex(schedule, work.m_block, work.n_block)],
+                          ctx.epoch);
+    }
+    RecordTrace(ctx, index, true, &DeviceJobTrace::published);
+    cuda::ptx::mbarrier_arrive(&ctx.barriers->publish_empty[handoff.stage]);
+    handoff.Advance(NarrowConfig::kJobSlots);
   }
 }
 
@@ -507,55 +578,85 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 // The same for a job of at most 16 rows, on mma.sync m16n8k16 with the
 // operands swapped: the weights (the job's 32 columns of B, two 16-row
 // blocks) are the 16-row operand, the tokens (one or two blocks of 8 rows of
-// A) the 8-column one, so no instruction spends work on rows past M. Warp w
-// computes weight block w % 2 against token block w / 2 over the whole K,
-// one accumulator set per k16 step (independent chains); warps without a
-// token block only keep the ring in step. Measured (bench/NOTES.md v1.16):
-// a one-token job's wgmma m64n32k16 main loop took ~7.5 us of compute for
-// 64 k-blocks, whatever the ring depths.
+// A) the 8-column one, so no instruction spends work on rows past M.
+// Warp w multiplies k-block w of every stage, for every (weight block, token
+// block) pair, one accumulator set per pair and k16 step (independent
+// chains). Then the four warps' partial tiles meet in shared memory, and
+// warp w sums pair w (weight block w % 2, token block w / 2) over the warps,
+// in warp order (the result does not depend on timing), for its epilogue.
+// Measured (bench/NOTES.md v1.17): with each warp on one pair over all of a
+// stage's k-blocks, four mma.sync in a row into each chain, a one-token job's
+// main loop took ~6.2 us for 64 k-blocks with its weights already in the ring.
 template <int kTokenBlocks>
 __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                               int lane, ConsumerRings& rings) {
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-  const int weight_block = warp % 2, token_block = warp / 2;
+  static_assert(NarrowConfig::kKBlocksPerStage == 4, "one k-block of each stage per consumer warp");
+  const int weight_block = warp % 2, token_block = warp / 2;  // this warp's pair, for the epilogue
   const bool active = token_block < kTokenBlocks;
   SwappedEpilogue epilogue(work, weight_block, token_block, active, lane);
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
-  // ldmatrix rows: the token this lane addresses, the weight row likewise.
-  const int token_row = 8 * token_block + (lane & 7);
-  const int weight_row = 16 * weight_block + ((lane >> 3) & 1) * 8 + (lane & 7);
-  float chains[4][4] = {};
+  float chains[kTokenBlocks][2][4][4] = {};  // [token block][weight block][k16 step][register]
   bool ok = true;
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
     ok = WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
     if (!ok) break;
-    if (active) {
-      const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
-      const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
+    const uint32_t a_tile = a_base + rings.a.stage * ctx.params.a_stage_bytes + warp * a_tile_bytes;
+    const uint32_t b_tile = b_base + rings.b.stage * NarrowConfig::kBStageBytes + warp * NarrowConfig::kBTileBytes;
+    uint32_t tokens[kTokenBlocks][2][4];  // 16-byte chunks 0-3 and 4-7 of the token row (k 0-31, 32-63)
 #pragma unroll
-      for (int j = 0; j < NarrowConfig::kKBlocksPerStage; ++j) {
-        const uint32_t a_tile = a_stage + j * a_tile_bytes;
-        const uint32_t b_tile = b_stage + j * NarrowConfig::kBTileBytes;
-        uint32_t tokens[2][4];  // 16-byte chunks 0-3 and 4-7 of the token row (k 0-31, 32-63)
-        ptx::ldmatrix_x4(a_tile + SwizzledPanelOffset(token_row, 16 * ((lane >> 3) + 0)), tokens[0]);
-        ptx::ldmatrix_x4(a_tile + SwizzledPanelOffset(token_row, 16 * ((lane >> 3) + 4)), tokens[1]);
+    for (int tb = 0; tb < kTokenBlocks; ++tb) {
+      const int token_row = 8 * tb + (lane & 7);
+      ptx::ldmatrix_x4(a_tile + SwizzledPanelOffset(token_row, 16 * ((lane >> 3) + 0)), tokens[tb][0]);
+      ptx::ldmatrix_x4(a_tile + SwizzledPanelOffset(token_row, 16 * ((lane >> 3) + 4)), tokens[tb][1]);
+    }
 #pragma unroll
-        for (int k16 = 0; k16 < 4; ++k16) {
-          uint32_t weights[4];
-          ptx::ldmatrix_x4(b_tile + SwizzledPanelOffset(weight_row, 16 * (2 * k16 + (lane >> 4))), weights);
-          ptx::mma_m16n8k16_bf16(chains[k16], weights, tokens[k16 / 2][2 * (k16 % 2)],
-                                 tokens[k16 / 2][2 * (k16 % 2) + 1]);
+    for (int wb = 0; wb < 2; ++wb) {
+      const int weight_row = 16 * wb + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int k16 = 0; k16 < 4; ++k16) {
+        uint32_t weights[4];
+        ptx::ldmatrix_x4(b_tile + SwizzledPanelOffset(weight_row, 16 * (2 * k16 + (lane >> 4))), weights);
+#pragma unroll
+        for (int tb = 0; tb < kTokenBlocks; ++tb) {
+          ptx::mma_m16n8k16_bf16(chains[tb][wb][k16], weights, tokens[tb][k16 / 2][2 * (k16 % 2)],
+                                 tokens[tb][k16 / 2][2 * (k16 % 2) + 1]);
         }
       }
     }
     // The stage's reads are done (ldmatrix is synchronous): free its slots.
     ReleaseSlots(ctx, lane == 0, rings.a, rings.b);
   }
-  float acc[4];
+  // Every warp reaches both barriers, whether its waits gave up or not.
+  // The first: the previous job's partials have all been read.
+  ptx::barrier_and<kConsumerBarrier, 128>(ok);
 #pragma unroll
-  for (int r = 0; r < 4; ++r) acc[r] = (chains[0][r] + chains[1][r]) + (chains[2][r] + chains[3][r]);
+  for (int tb = 0; tb < kTokenBlocks; ++tb) {
+#pragma unroll
+    for (int wb = 0; wb < 2; ++wb) {
+      float4 sum;
+      const float(&c)[4][4] = chains[tb][wb];
+      sum.x = (c[0][0] + c[1][0]) + (c[2][0] + c[3][0]);
+      sum.y = (c[0][1] + c[1][1]) + (c[2][1] + c[3][1]);
+      sum.z = (c[0][2] + c[1][2]) + (c[2][2] + c[3][2]);
+      sum.w = (c[0][3] + c[1][3]) + (c[2][3] + c[3][3]);
+      ctx.partials[(warp * 4 + 2 * tb + wb) * 32 + lane] = sum;
+    }
+  }
+  ok = ptx::barrier_and<kConsumerBarrier, 128>(ok);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (active) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float4 part = ctx.partials[(w * 4 + 2 * token_block + weight_block) * 32 + lane];
+      acc[0] += part.x;
+      acc[1] += part.y;
+      acc[2] += part.z;
+      acc[3] += part.w;
+    }
+  }
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
   if (ok) epilogue.Store(acc);
   return ok;
@@ -563,11 +664,9 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
 
 // The consumer warpgroup, job after job: the main loop over the whole K and
 // the epilogue into C (RunMmaSyncJob for plans of at most 16 rows, else
-// RunWgmmaJob), then the tile's flag.
-// NOTE: no thread leaves between the main loop and the publish on its own:
-// a thread whose wait gave up (the launch is aborting) still reaches the
-// warpgroup's barrier, which then tells every thread to stop, so none is left
-// waiting there.
+// RunWgmmaJob), then each warp hands its part of the tile to the publisher.
+// A warp in which any wait gave up (the launch is aborting) leaves without
+// handing over; the publisher's wait then gives up too.
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
@@ -576,6 +675,7 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const uint32_t tile_rows = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage / 128;
   JobStream jobs;
   ConsumerRings rings;
+  RingCursor handoff;
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
@@ -593,14 +693,17 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
     } else {
       ok = RunWgmmaJob(ctx, work, index, leader, warp, lane, rings);
     }
-    if (!ptx::barrier_and<kConsumerBarrier, 128>(ok)) return;
-    RecordTrace(ctx, index, leader, &DeviceJobTrace::staged);
-    if (leader && work.node->has_dependents) {
-      const sched::NodeSchedule& schedule = work.node->schedule;
-      ptx::st_release_gpu(&ctx.params.flags[sched::OutputFlagIndex(schedule, work.m_block, work.n_block)],
-                          ctx.epoch);
+    if (!__all_sync(0xffffffffu, ok)) return;
+    __syncwarp();  // the lanes' stores to C, before lane 0's arrival
+    bool handed = true;
+    if (lane == 0) {
+      handed = ctx.watchdog.WaitBarrier(&ctx.barriers->publish_empty[handoff.stage], handoff.phase ^ 1,
+                                        WaitKind::kStaging, index);
+      if (handed) cuda::ptx::mbarrier_arrive(&ctx.barriers->publish_full[handoff.stage]);
     }
-    RecordTrace(ctx, index, leader, &DeviceJobTrace::published);
+    if (!__shfl_sync(0xffffffffu, handed, 0)) return;
+    handoff.Advance(NarrowConfig::kJobSlots);
+    RecordTrace(ctx, index, leader, &DeviceJobTrace::staged);
   }
 }
 
@@ -626,16 +729,17 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
                           barriers,
                           smem + layout.a_ring,
                           smem + layout.b_ring,
+                          reinterpret_cast<float4*>(smem + layout.partials),
                           reinterpret_cast<int32_t*>(smem + layout.job_slots),
                           0,
                           *epoch_slot,
                           Watchdog(params)};
   if (threadIdx.x < 128) {
-    if (threadIdx.x % 32 == 0) {
-      switch (threadIdx.x / 32) {
-        case 0:
-          RunNarrowALoader(ctx);
-          break;
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+    if (warp == 0) {
+      RunNarrowALoader(ctx, lane);
+    } else if (lane == 0) {
+      switch (warp) {
         case 1:
           RunNarrowBLoader(ctx);
           break;
@@ -643,6 +747,7 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
           RunScheduler(ctx);
           break;
         default:
+          RunNarrowPublisher(ctx);
           break;
       }
     }
