@@ -49,9 +49,10 @@ ABSL_FLAG(int, warmup, 5, "untimed runs first");
 ABSL_FLAG(std::string, ring, "split", "loom ring mode: split, lockstep or both");
 ABSL_FLAG(int, a_stages, 4, "A ring depth");
 ABSL_FLAG(int, b_stages, 4, "B ring depth");
-ABSL_FLAG(bool, narrow_decode, false,
-          "loom: run graphs of at most 64 rows on the narrow decode kernel (CompileOptions::narrow_decode)");
-ABSL_FLAG(int, narrow_a_stages, 0, "loom: the narrow kernel's A ring depth (0: chosen from the rows)");
+ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
+          "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
+          "most 64 rows)");
+ABSL_FLAG(int, narrow_a_stages, 0, "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB)");
 ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
 ABSL_FLAG(bool, reduce_in_parts, true,
           "reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
@@ -185,7 +186,7 @@ CompileOptions LoomOptions(RingMode mode, bool trace) {
   options.b_stages = mode == RingMode::kLockstep ? options.a_stages : absl::GetFlag(FLAGS_b_stages);
   options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
   options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
-  options.narrow_decode = absl::GetFlag(FLAGS_narrow_decode);
+  options.kernel = absl::GetFlag(FLAGS_kernel);
   options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);
   options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
   options.trace = trace;

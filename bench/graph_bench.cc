@@ -106,9 +106,10 @@ ABSL_FLAG(bool, reduce_in_parts, true,
 ABSL_FLAG(int, reduce_part_rows, 0, "rows of each reduce part (0: the scheduler chooses; at most 16)");
 ABSL_FLAG(int, a_stages, 4, "loom: A ring depth");
 ABSL_FLAG(int, b_stages, 4, "loom: B ring depth");
-ABSL_FLAG(bool, narrow_decode, false,
-          "loom: run graphs of at most 64 rows on the narrow decode kernel (CompileOptions::narrow_decode)");
-ABSL_FLAG(int, narrow_a_stages, 0, "loom: the narrow kernel's A ring depth (0: chosen from the rows)");
+ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
+          "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
+          "most 64 rows)");
+ABSL_FLAG(int, narrow_a_stages, 0, "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB)");
 ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 ABSL_FLAG(double, max_seconds, 55, "hard wall-clock limit; the process exits with code 3 past it (0: none)");
@@ -927,7 +928,7 @@ int Main() {
   ctx.loom_options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
   ctx.loom_options.a_stages = absl::GetFlag(FLAGS_a_stages);
   ctx.loom_options.b_stages = absl::GetFlag(FLAGS_b_stages);
-  ctx.loom_options.narrow_decode = absl::GetFlag(FLAGS_narrow_decode);
+  ctx.loom_options.kernel = absl::GetFlag(FLAGS_kernel);
   ctx.loom_options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);
   ctx.loom_options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
   ctx.timeline = absl::GetFlag(FLAGS_timeline);

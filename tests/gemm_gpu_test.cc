@@ -269,7 +269,7 @@ TEST_P(NarrowReadAheadTest, ConsumerWaitsForEachProducerTile) {
     g.AddGemm("second", t("h"), t("w2"), t("y"));
   });
   CompileOptions options;
-  options.narrow_decode = true;
+  options.kernel = KernelChoice::kNarrow;
   options.spin_timeout_ns = 2'000'000'000;  // 2 s: the first launch may run under compute-sanitizer
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   h.ExpectEachNodeMatchesReference();
@@ -296,7 +296,7 @@ INSTANTIATE_TEST_SUITE_P(Producers, NarrowReadAheadTest, ::testing::Bool(),
 // One GEMM with every fused op (the activation, a bias and a residual), its
 // split-K forced (1: unsplit), launched twice and checked against the CPU
 // reference.
-// `narrow`: on the narrow decode kernel (CompileOptions::narrow_decode; the
+// `narrow`: on the narrow decode kernel (KernelChoice::kNarrow; the
 // shape must have at most 64 rows, and split_k must be 0 or 1).
 void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
                   DType residual_type, bool narrow = false) {
@@ -317,10 +317,10 @@ void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType 
   });
   CompileOptions options;
   options.split_k = split_k;
-  options.narrow_decode = narrow;
+  options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
   EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1) << "split_k " << split_k;
-  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : 256) << "narrow_decode " << narrow;
+  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : 256) << "narrow " << narrow;
   h.ExpectMatchesReference();
 }
 
@@ -545,18 +545,31 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(ActivationName(std::get<0>(info.param))) + "_M" + std::to_string(std::get<1>(info.param));
     });
 
+// A decode GEMM replayed gives the same bits: on the tiled kernel with the
+// split-K the scheduler chooses for M = 7, and on the narrow one (what
+// KernelChoice::kAuto picks for it), whose four consumer warps' partial sums
+// meet in a fixed order.
 TEST(GemmTest, SplitKReplayIsBitIdentical) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
-  GpuHarness h;
-  h.Input("A", DType::kBF16, 7, 8192, rng);
-  h.Input("B", DType::kBF16, 2048, 8192, rng);
-  h.Output("C", DType::kFP32, 7, 2048);
-  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
-  LOOM_ASSERT_OK(h.Run(TestRuntime()));  // split-K chosen by the scheduler for M = 7
-  ASSERT_GT(h.plan().schedule().workspace_elements, 0) << "expected the scheduler to split this decode GEMM";
-  for (int replay = 0; replay < 3; ++replay) EXPECT_TRUE(ReplayIsBitIdentical(h)) << "replay " << replay;
-  h.ExpectMatchesReference();
+  for (const KernelChoice kernel : {KernelChoice::kTiled, KernelChoice::kAuto}) {
+    SCOPED_TRACE(AbslUnparseFlag(kernel));
+    GpuHarness h;
+    h.Input("A", DType::kBF16, 7, 8192, rng);
+    h.Input("B", DType::kBF16, 2048, 8192, rng);
+    h.Output("C", DType::kFP32, 7, 2048);
+    h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+    CompileOptions options;
+    options.kernel = kernel;
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+    if (kernel == KernelChoice::kTiled) {
+      ASSERT_GT(h.plan().schedule().workspace_elements, 0) << "expected the scheduler to split this decode GEMM";
+    } else {
+      ASSERT_EQ(h.plan().schedule().tile.n, 32) << "expected the narrow kernel";
+    }
+    for (int replay = 0; replay < 3; ++replay) EXPECT_TRUE(ReplayIsBitIdentical(h)) << "replay " << replay;
+    h.ExpectMatchesReference();
+  }
 }
 
 TEST(GemmTest, TooManyClustersIsRefused) {

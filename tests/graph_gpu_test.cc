@@ -266,12 +266,17 @@ void AddEightLayerChain(GpuHarness& h, Rng& rng, int64_t tokens) {
   });
 }
 
+// On the tiled kernel (KernelChoice::kAuto would take the narrow one at one
+// token: NarrowGraphTest covers that).
 TEST(GraphTest, EightLayerChainAtOneToken) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
   GpuHarness h;
   AddEightLayerChain(h, rng, /*tokens=*/1);
-  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_EQ(h.plan().schedule().tile.n, 256);
   ExpectNodesRightAndReplayIdentical(h);
 }
 
@@ -748,7 +753,7 @@ TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
 }
 
 // The scheduler's own choice (split_k = 0) on a skinny, long-K GEMM, the
-// shape split-K is for: M = 8, N = 1024, K = 4096.
+// shape split-K is for: M = 8, N = 1024, K = 4096, on the tiled kernel.
 TEST(GraphTest, SchedulerChosenSplitKOnSkinnyLongK) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
@@ -757,20 +762,22 @@ TEST(GraphTest, SchedulerChosenSplitKOnSkinnyLongK) {
   h.Input("B", kBF16, 1024, 4096, rng);
   h.Output("C", kBF16, 8, 1024);
   h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
-  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   std::printf("[ loom     ] scheduler chose split_k = %d\n", h.plan().schedule().nodes[0].split_k);
   ExpectNodesRightAndReplayIdentical(h);
 }
 
 // ---------------------------------------------------------------------------
-// 9. The narrow decode kernel (CompileOptions::narrow_decode): graphs of at
+// 9. The narrow decode kernel (KernelChoice::kNarrow): graphs of at
 // most 64 rows on 64 x 32 tiles over the whole of K, each tile stored straight
 // into C and published once.
 // ---------------------------------------------------------------------------
 
 CompileOptions NarrowOptions() {
   CompileOptions options;
-  options.narrow_decode = true;
+  options.kernel = KernelChoice::kNarrow;
   return options;
 }
 

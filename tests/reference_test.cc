@@ -517,7 +517,7 @@ TEST(GraphTest, MlpBlock) {
   ExpectGraphMatchesNaive(g, rng);
 }
 
-// The narrow decode kernel's lowering (Runtime::Compile with narrow_decode:
+// The narrow decode kernel's lowering (Runtime::Compile with KernelChoice::kNarrow:
 // 64 x 32 tiles over the whole K, no clusters, no split-K) of an MLP block at
 // 5 tokens, whose down projection reads four 16-column SwiGLU tiles per
 // k-block: in queue order and on virtual SMs it must equal the naive loop.
@@ -526,7 +526,7 @@ TEST(GraphTest, MlpBlockLoweredForTheNarrowKernel) {
   HostGraph g(rng);
   AddMlpBlock(g, /*tokens=*/5);
   CompileOptions options;
-  options.narrow_decode = true;
+  options.kernel = KernelChoice::kNarrow;
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(g.graph(), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->schedule().tile.n, 32);

@@ -170,15 +170,49 @@ TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
                         {"shared memory", "a_stages=4 (of 16384 bytes), b_stages=5"}));
 }
 
-// narrow_decode: a graph of at most 64 rows is lowered for the narrow kernel
+// KernelChoice::kAuto (the default) takes the narrow kernel up to 16 rows
+// unless split_k asks for splits; kTiled never does; kNarrow up to 64 rows.
+TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  struct Case {
+    int64_t rows;
+    KernelChoice kernel;
+    int split_k;
+    bool narrow;
+  };
+  for (const Case& c : {Case{1, KernelChoice::kAuto, 0, true}, Case{16, KernelChoice::kAuto, 1, true},
+                        Case{17, KernelChoice::kAuto, 0, false}, Case{1, KernelChoice::kAuto, 2, false},
+                        Case{1, KernelChoice::kTiled, 0, false}, Case{64, KernelChoice::kNarrow, 0, true},
+                        Case{65, KernelChoice::kNarrow, 0, false}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << AbslUnparseFlag(c.kernel) << ", split_k "
+                                      << c.split_k);
+    CompileOptions options;
+    options.kernel = c.kernel;
+    options.split_k = c.split_k;
+    absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(c.rows), options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->schedule().tile.n, c.narrow ? 32 : 256);
+  }
+  KernelChoice parsed = KernelChoice::kAuto;
+  std::string error;
+  EXPECT_TRUE(AbslParseFlag("narrow", &parsed, &error));
+  EXPECT_EQ(parsed, KernelChoice::kNarrow);
+  EXPECT_TRUE(AbslParseFlag("tiled", &parsed, &error));
+  EXPECT_EQ(parsed, KernelChoice::kTiled);
+  EXPECT_FALSE(AbslParseFlag("fast", &parsed, &error));
+  EXPECT_EQ(error, "the kernel must be auto, tiled or narrow, got 'fast'");
+}
+
+// KernelChoice::kNarrow: a graph of at most 64 rows is lowered for the narrow kernel
 // (64 x 32 tiles, no clusters, no split-K, one CTA per SM), its rings sized
-// from its rows; one of 65 rows stays tiled.
+// from its rows and K; one of 65 rows stays tiled.
 TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;
-  options.narrow_decode = true;
-  for (const auto& [rows, a_stages, a_bytes] : {std::tuple{1, 8, 4096}, std::tuple{9, 4, 8192},
-                                                std::tuple{64, 2, 32768}}) {
+  options.kernel = KernelChoice::kNarrow;
+  // K = 1024 at most: four stages of 256 k hold a job's A, whatever the rows.
+  for (const auto& [rows, a_stages, a_bytes] : {std::tuple{1, 4, 4096}, std::tuple{9, 4, 8192},
+                                                std::tuple{64, 4, 32768}}) {
     SCOPED_TRACE(rows);
     absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(rows), options);
     ASSERT_TRUE(plan.ok()) << plan.status();
@@ -197,6 +231,16 @@ TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
     EXPECT_NE(explain.find(absl::StrFormat("A %d stages of %d bytes", a_stages, a_bytes)), std::string::npos)
         << explain;
   }
+  // A long K: at most 16 stages, and at most 128 KiB of them.
+  for (const auto& [rows, a_stages] : {std::pair{1, 16}, std::pair{64, 4}}) {
+    GemmGraph graph;
+    graph.AddGemm("long_k", Fake("x", 0x100000, rows, 8192), Fake("w", 0x10000000, 256, 8192),
+                  Fake("y", 0x20000000, rows, 256));
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_NE(plan->Explain().find(absl::StrFormat("A %d stages of", a_stages)), std::string::npos)
+        << plan->Explain();
+  }
   absl::StatusOr<Plan> tall = runtime.Compile(DecodePair(65), options);
   ASSERT_TRUE(tall.ok()) << tall.status();
   EXPECT_EQ(tall->schedule().tile.n, 256);
@@ -209,7 +253,7 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   auto compile = [&](auto&& set) {
     CompileOptions options;
-    options.narrow_decode = true;
+    options.kernel = KernelChoice::kNarrow;
     set(options);
     return runtime.Compile(DecodePair(16), options).status();
   };
@@ -233,7 +277,7 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
                         {"max_clusters 133", "132 CTAs of the narrow decode kernel"}));
   // Set by hand, both depths are used as given.
   CompileOptions options;
-  options.narrow_decode = true;
+  options.kernel = KernelChoice::kNarrow;
   options.narrow_a_stages = 4;
   options.narrow_b_stages = 2;
   absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(16), options);

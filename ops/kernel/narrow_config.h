@@ -61,6 +61,11 @@ struct NarrowConfig {
   static constexpr int kKBlocksPerStage = 4;
   static constexpr int kMaxAStages = 16;
   static constexpr int kMaxBStages = 16;
+  // The B loader keeps at most this many stages in flight (issued, not yet
+  // landed), however deep the ring: every memory operation of the SM (flag
+  // polls, A loads, the consumer's stores and the release behind them)
+  // queues behind what is in flight, ~30 GB/s an SM while HBM is busy.
+  static constexpr int kBStagesInFlight = 4;
   static constexpr uint32_t kBTileBytes = kBlockN * kBlockK * 2;                // one k-block: 4 KiB
   static constexpr uint32_t kBStageBytes = kKBlocksPerStage * kBTileBytes;    // 16 KiB
   // A k-block of A holds only the plan's rows, rounded up to the 8-row group

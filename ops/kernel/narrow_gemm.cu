@@ -211,6 +211,11 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   RingCursor ring;
   RingCursor last_issued;  // the previous job's last stage and the phase it fills
   bool issued = false;
+  RingCursor oldest;       // the oldest stage issued that may not have landed
+  int in_flight = 0;       // stages issued since `oldest`, itself included
+  // At most b_stages - 1: the slot of `oldest` is then refilled only after
+  // the next load, so its full barrier's phase is still the one we wait for.
+  const int window = min(NarrowConfig::kBStagesInFlight, ctx.params.b_stages - 1);
   DependencyMemo memo;
   for (;;) {
     const int index = jobs.Next(ctx);
@@ -237,10 +242,19 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
                                     index)) {
         return;
       }
+      if (in_flight == window) {
+        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[oldest.stage], oldest.phase, WaitKind::kRingFull,
+                                      index)) {
+          return;
+        }
+        oldest.Advance(ctx.params.b_stages);
+        --in_flight;
+      }
       LoadStage(&node.b_map, kblock_map, ctx.b_stage(ring.stage), &ctx.barriers->b_full[ring.stage],
                 NarrowConfig::kBTileBytes, kb0, n_row0);
       last_issued = ring;
       issued = true;
+      ++in_flight;
       ring.Advance(ctx.params.b_stages);
     }
   }

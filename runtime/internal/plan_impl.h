@@ -19,7 +19,7 @@ struct Plan::Impl {
   int grid_clusters = 0;
   bool has_split_k = false;  // some node splits K: launch the kernel's split-K instantiation
   uint32_t a_stage_bytes = 0;  // AStageBytesFor(graph), as Compile sized shared memory with it
-  // The narrow decode kernel runs this plan (CompileOptions::narrow_decode);
+  // The narrow decode kernel runs this plan (CompileOptions::kernel);
   // grid_clusters then counts CTAs.
   bool narrow = false;
   int a_stages = 0;  // the ring depths the kernel runs with: the options', or the narrow kernel's

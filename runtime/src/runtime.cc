@@ -136,10 +136,37 @@ int64_t MaxRows(const GemmGraph& graph) {
   return rows;
 }
 
-// The narrow decode kernel's rings for a graph of at most `rows` rows: A
-// stages of those rows (NarrowConfig::AStageBytes), as many as 32 KiB holds
-// (2 to kMaxAStages); B stages with the shared memory that leaves (at most
-// kMaxBStages). The options may set either depth.
+// Whether a graph of at most `rows` rows runs on the narrow decode kernel
+// (CompileOptions::kernel, KernelChoice).
+bool UsesNarrowKernel(const CompileOptions& options, int64_t rows) {
+  constexpr int64_t kAutoNarrowRows = 16;  // the narrow kernel's mma.sync path (narrow_gemm.cu)
+  switch (options.kernel) {
+    case KernelChoice::kNarrow:
+      return rows <= NarrowConfig::kBlockM;
+    case KernelChoice::kTiled:
+      return false;
+    case KernelChoice::kAuto:
+      break;
+  }
+  return rows <= kAutoNarrowRows && options.split_k <= 1;
+}
+
+// The longest K of the graph's nodes.
+int64_t MaxK(const GemmGraph& graph) {
+  int64_t k = 0;
+  for (const GemmNode& node : graph.nodes()) k = std::max(k, node.k());
+  return k;
+}
+
+// The narrow decode kernel's rings for a graph of at most `rows` rows and K
+// at most `max_k`: A stages of those rows (NarrowConfig::AStageBytes), enough
+// to hold the longest job's A, within 128 KiB (2 to kMaxAStages); B stages
+// with the shared memory that leaves (at most kMaxBStages). The options may
+// set either depth.
+// NOTE: A deep before B. Each refill of the A ring is a round trip through
+// memory queues shared with the weight stream (~2 us traced); with the whole
+// of a job's A loaded at once, the MLP block at 16 tokens took 102 us
+// against 106 with 32 KiB of A and B 4 stages deeper (bench/NOTES.md v1.17).
 struct NarrowRings {
   int a_stages = 0;
   int b_stages = 0;
@@ -148,10 +175,10 @@ struct NarrowRings {
 };
 
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
-                                              int64_t rows) {
+                                              int64_t rows, int64_t max_k) {
   if (options.split_k > 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "CompileOptions.split_k: %d, but the narrow decode kernel (narrow_decode, chosen for a graph of at most "
+        "CompileOptions.split_k: %d, but the narrow decode kernel (kernel = kNarrow, chosen for a graph of at most "
         "%d rows) never splits K",
         options.split_k, NarrowConfig::kBlockM));
   }
@@ -170,11 +197,14 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   }
   NarrowRings rings;
   rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(rows, 1));
-  constexpr int kAutoABytes = 32 * 1024;
+  constexpr int kAutoABytes = 128 * 1024;
+  constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
+  const int64_t job_stages = (max_k + kStageK - 1) / kStageK;
   rings.a_stages = options.narrow_a_stages > 0
                        ? options.narrow_a_stages
-                       : std::clamp<int>(kAutoABytes / static_cast<int>(rings.a_stage_bytes), 2,
-                                         NarrowConfig::kMaxAStages);
+                       : static_cast<int>(std::clamp<int64_t>(
+                             std::min<int64_t>(kAutoABytes / rings.a_stage_bytes, job_stages), 2,
+                             NarrowConfig::kMaxAStages));
   const int64_t left = device.shared_memory_per_block -
                        int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0)};
   rings.b_stages = options.narrow_b_stages > 0
@@ -350,6 +380,29 @@ const char* WaitKindName(int32_t kind) {
 
 }  // namespace
 
+bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* error) {
+  for (KernelChoice candidate : {KernelChoice::kAuto, KernelChoice::kTiled, KernelChoice::kNarrow}) {
+    if (text == AbslUnparseFlag(candidate)) {
+      *choice = candidate;
+      return true;
+    }
+  }
+  *error = absl::StrFormat("the kernel must be auto, tiled or narrow, got '%s'", text);
+  return false;
+}
+
+std::string AbslUnparseFlag(KernelChoice choice) {
+  switch (choice) {
+    case KernelChoice::kTiled:
+      return "tiled";
+    case KernelChoice::kNarrow:
+      return "narrow";
+    case KernelChoice::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 DeviceDescription DeviceDescription::H200() {
   DeviceDescription device;
   device.name = "NVIDIA H200 (described)";
@@ -395,12 +448,12 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   LOOM_RETURN_IF_ERROR(graph.Validate());
   auto impl = std::make_unique<Plan::Impl>();
   const int64_t rows = MaxRows(graph);
-  impl->narrow = options.narrow_decode && rows <= NarrowConfig::kBlockM;
+  impl->narrow = UsesNarrowKernel(options, rows);
   int cluster_size = kClusterSize;
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
   if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   if (impl->narrow) {
-    LOOM_ASSIGN_OR_RETURN(const NarrowRings rings, ChooseNarrowRings(options, device_, rows));
+    LOOM_ASSIGN_OR_RETURN(const NarrowRings rings, ChooseNarrowRings(options, device_, rows, MaxK(graph)));
     impl->a_stages = rings.a_stages;
     impl->b_stages = rings.b_stages;
     impl->a_stage_bytes = rings.a_stage_bytes;

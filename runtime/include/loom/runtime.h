@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "loom/graph.h"
 #include "loom/scheduler/schedule.h"
 
@@ -54,6 +55,23 @@ struct DeviceDescription {
 //   kLockstep: one ring, one loader, one barrier pair per stage for A and B.
 enum class RingMode : uint8_t { kSplit, kLockstep };
 
+// The kernel a plan runs on (CompileOptions::kernel).
+enum class KernelChoice {
+  // The narrow decode kernel for a graph of at most 16 rows (its mma.sync
+  // path) unless split_k asks for more than one split; else the tiled one.
+  // Measured on the H200 (bench/NOTES.md v1.17): at 1 and 16 tokens the MLP
+  // block and the 8-layer chain take 100-123 us on it against 117-175 us
+  // tiled; at 64 tokens the narrow kernel's wgmma path is 1.1-1.7x slower.
+  kAuto,
+  kTiled,   // the persistent tiled kernel (256-column tiles, split-K, clusters)
+  kNarrow,  // the narrow decode kernel wherever every node has at most 64 rows, else tiled
+};
+
+// KernelChoice on a command line (Abseil flags find these by argument-
+// dependent lookup): "auto", "tiled" or "narrow".
+bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* error);
+std::string AbslUnparseFlag(KernelChoice choice);
+
 struct CompileOptions {
   RingMode ring_mode = RingMode::kSplit;
   int a_stages = 4;  // A ring depth
@@ -68,15 +86,14 @@ struct CompileOptions {
   // (true), or all rows by one job (false; for comparisons).
   bool reduce_in_parts = true;
   int reduce_part_rows = 0;  // rows of each part; 0: chosen by the scheduler (8 or 16); at most 16
-  // A graph whose every node has at most 64 rows (decode) runs on the narrow
-  // decode kernel (ops/kernel/narrow_config.h): 64 x 32 tiles over the whole
-  // of K, no split-K, rings of stages of four k-blocks. Off by default: it is
-  // faster on single decode GEMMs a few thousand columns wide and slower on
-  // the MLP block (bench/NOTES.md v1.16). Then a_stages, b_stages, ring_mode
-  // and the reduce options do not apply, split_k must be 0 or 1, and
-  // max_clusters counts CTAs (the narrow kernel has no clusters).
-  bool narrow_decode = false;
-  int narrow_a_stages = 0;  // narrow kernel's A ring depth; 0: chosen from the rows (2 to 16)
+  // Which kernel runs the plan (KernelChoice). The narrow decode kernel
+  // (ops/kernel/narrow_config.h): 64 x 32 tiles over the whole of K, no
+  // split-K, rings of stages of four k-blocks, for graphs of at most 64 rows.
+  // On it a_stages, b_stages, ring_mode and the reduce options do not apply,
+  // split_k must be 0 or 1, and max_clusters counts CTAs (it has no
+  // clusters).
+  KernelChoice kernel = KernelChoice::kAuto;
+  int narrow_a_stages = 0;  // narrow kernel's A ring depth; 0: the longest job's A, within 128 KiB (2 to 16)
   int narrow_b_stages = 0;  // narrow kernel's B ring depth; 0: what shared memory leaves (at most 16)
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
