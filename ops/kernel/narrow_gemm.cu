@@ -598,9 +598,10 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 // chains). Then the four warps' partial tiles meet in shared memory, and
 // warp w sums pair w (weight block w % 2, token block w / 2) over the warps,
 // in warp order (the result does not depend on timing), for its epilogue.
-// Measured (bench/NOTES.md v1.17): with each warp on one pair over all of a
-// stage's k-blocks, four mma.sync in a row into each chain, a one-token job's
-// main loop took ~6.2 us for 64 k-blocks with its weights already in the ring.
+// Traced (bench/NOTES.md v1.17): with each warp on one pair over all of a
+// stage's k-blocks, four mma.sync in a row into each chain, a one-token
+// chain layer's main loop (64 k-blocks) took ~6.2 us; split by k-block,
+// ~5 us.
 template <int kTokenBlocks>
 __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                               int lane, ConsumerRings& rings) {
