@@ -83,8 +83,8 @@ struct DeviceJobTrace {
   uint64_t data_ready;  // its first A slot was full (dependencies met, first loads landed) or,
                         // for a reduce job, every partial was published
   uint64_t mma_done;    // main loop (or partial sum) finished
-  uint64_t staged;      // its last panel was handed to the store thread
-  uint64_t published;   // store thread: stores complete (and the tile flag released)
+  uint64_t staged;      // its last panel was handed to the store thread (narrow kernel: the tile to the publisher)
+  uint64_t published;   // store thread (narrow kernel: publisher): stores complete (and the tile flag released)
   int32_t sm;
   uint32_t a_dependency_ns;  // A loader: time spent checking and waiting for A's producers (gemm jobs)
 };

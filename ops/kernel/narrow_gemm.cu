@@ -205,7 +205,8 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
 // landed, so the next job's prefetch does not compete for HBM with the last
 // stages of the job whose tile the next layer waits for. (Measured even on
 // the benchmarks, bench/NOTES.md v1.16: the prefetch itself is not yet what
-// shortens a layer.)
+// shortens a layer.) At most NarrowConfig::kBStagesInFlight stages are in
+// flight at once, whatever the ring's depth.
 __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   JobStream jobs;
   RingCursor ring;
@@ -685,7 +686,7 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
-  const bool leader = threadIdx.x % 128 == 0;  // writes the job traces and the flag
+  const bool leader = threadIdx.x % 128 == 0;  // writes the job traces (the publisher releases the flag)
   // Rows of the plan's A tiles (a_stage_bytes: kKBlocksPerStage tiles of them).
   const uint32_t tile_rows = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage / 128;
   JobStream jobs;
