@@ -171,7 +171,8 @@ TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
 }
 
 // KernelChoice::kAuto (the default) takes the narrow kernel up to 16 rows
-// unless split_k asks for splits; kTiled never does; kNarrow up to 64 rows.
+// unless split_k asks for splits or ring_mode for lockstep rings; kTiled
+// never does; kNarrow up to 64 rows.
 TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   struct Case {
@@ -193,6 +194,11 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->schedule().tile.n, c.narrow ? 32 : 256);
   }
+  CompileOptions lockstep;
+  lockstep.ring_mode = RingMode::kLockstep;
+  absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(1), lockstep);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().tile.n, 256) << "lockstep rings are the tiled kernel's";
   KernelChoice parsed = KernelChoice::kAuto;
   std::string error;
   EXPECT_TRUE(AbslParseFlag("narrow", &parsed, &error));

@@ -148,7 +148,8 @@ bool UsesNarrowKernel(const CompileOptions& options, int64_t rows) {
     case KernelChoice::kAuto:
       break;
   }
-  return rows <= kAutoNarrowRows && options.split_k <= 1;
+  // Options only the tiled kernel has keep it: splits, lockstep rings.
+  return rows <= kAutoNarrowRows && options.split_k <= 1 && options.ring_mode == RingMode::kSplit;
 }
 
 // The longest K of the graph's nodes.

@@ -58,7 +58,8 @@ enum class RingMode : uint8_t { kSplit, kLockstep };
 // The kernel a plan runs on (CompileOptions::kernel).
 enum class KernelChoice {
   // The narrow decode kernel for a graph of at most 16 rows (its mma.sync
-  // path) unless split_k asks for more than one split; else the tiled one.
+  // path) unless the options ask for what only the tiled kernel has (split_k
+  // above 1, lockstep rings); else the tiled one.
   // Measured on the H200 (bench/NOTES.md v1.17): at 1 and 16 tokens the MLP
   // block and the 8-layer chain take 100-123 us on it against 117-175 us
   // tiled; at 64 tokens the narrow kernel's wgmma path is 1.1-1.7x slower.
