@@ -30,9 +30,17 @@ ABSL_FLAG(int64_t, check_rows, 16,
           "Rows of every node's output to verify against a CPU computation (0: none).");
 ABSL_FLAG(int32_t, iters, 50, "Timed launches on the GPU; the median is reported.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the random inputs; 0 picks a fresh one (printed).");
+ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
+          "The kernel: auto (the runtime chooses), tiled or narrow (CompileOptions::kernel).");
 
 namespace loom::demo {
 namespace {
+
+CompileOptions DemoOptions() {
+  CompileOptions options;
+  options.kernel = absl::GetFlag(FLAGS_kernel);
+  return options;
+}
 
 constexpr uint16_t kBF16Poison = 0xFFFF;  // a bf16 NaN: any element left unwritten shows up
 
@@ -400,7 +408,7 @@ absl::Status RunOnCpu(const DemoGraph& demo, uint64_t seed) {
   std::cout << absl::StrFormat("seed: %d (rerun with --seed=%d)\n", seed, seed);
 
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
-  LOOM_ASSIGN_OR_RETURN(const Plan plan, runtime.Compile(graph));
+  LOOM_ASSIGN_OR_RETURN(const Plan plan, runtime.Compile(graph, DemoOptions()));
   if (absl::GetFlag(FLAGS_explain)) PrintExplain(plan, graph);
 
   const auto start = std::chrono::steady_clock::now();
@@ -424,10 +432,10 @@ absl::Status RunOnGpu(const Runtime& runtime, const DemoGraph& demo, uint64_t se
   std::cout << absl::StrFormat("device: %s, %d SMs; seed: %d (rerun with --seed=%d)\n",
                                runtime.device().name, runtime.device().sm_count, seed, seed);
 
-  LOOM_ASSIGN_OR_RETURN(Plan plan, runtime.Compile(device_graph));
-  std::cout << absl::StrFormat("plan: %d jobs, %d clusters of %d CTAs\n",
-                               plan.schedule().queue.size(), plan.grid_clusters(),
-                               plan.schedule().cluster_size);
+  LOOM_ASSIGN_OR_RETURN(Plan plan, runtime.Compile(device_graph, DemoOptions()));
+  std::cout << absl::StrFormat("plan: %d jobs, %s kernel, %d clusters of %d CTAs\n",
+                               plan.schedule().queue.size(), AbslUnparseFlag(plan.kernel()),
+                               plan.grid_clusters(), plan.schedule().cluster_size);
   if (absl::GetFlag(FLAGS_explain)) PrintExplain(plan, device_graph);
 
   cudaStream_t stream = nullptr;

@@ -21,32 +21,37 @@ std::string ShapeName(const Shape& s) {
   return "M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" + std::to_string(s.k);
 }
 
-class SingleGemmTest : public ::testing::TestWithParam<std::tuple<Shape, DType>> {};
+class SingleGemmTest : public ::testing::TestWithParam<std::tuple<Shape, DType, KernelChoice>> {};
 
 TEST_P(SingleGemmTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
-  const auto [shape, out_type] = GetParam();
+  const auto [shape, out_type, kernel] = GetParam();
   Rng rng;
   GpuHarness h;
   h.Input("A", DType::kBF16, shape.m, shape.k, rng);
   h.Input("B", DType::kBF16, shape.n, shape.k, rng);
   h.Output("C", out_type, shape.m, shape.n);
   h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
-  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  CompileOptions options;
+  options.kernel = kernel;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   h.ExpectMatchesReference();
 }
 
 // M, N from TESTING.md's edge list; K around one ring's worth of k-blocks
-// (64 * 4 stages +- 8), tiny K and a long K.
+// (64 * 4 stages +- 8), tiny K and a long K. On both kernels (kNarrow runs
+// the shapes of more than 64 rows tiled).
 INSTANTIATE_TEST_SUITE_P(
     EdgeShapes, SingleGemmTest,
     ::testing::Combine(::testing::Values(Shape{1, 1, 8}, Shape{3, 63, 16}, Shape{63, 64, 248},
                                          Shape{64, 65, 264}, Shape{65, 127, 64}, Shape{127, 129, 4096},
                                          Shape{129, 1000, 264}, Shape{1000, 3, 4096}, Shape{1000, 1000, 248},
                                          Shape{256, 512, 1024}, Shape{129, 257, 520}),
-                       ::testing::Values(DType::kBF16, DType::kFP32)),
+                       ::testing::Values(DType::kBF16, DType::kFP32),
+                       ::testing::Values(KernelChoice::kTiled, KernelChoice::kNarrow)),
     [](const auto& info) {
-      return ShapeName(std::get<0>(info.param)) + (std::get<1>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
+      return ShapeName(std::get<0>(info.param)) + (std::get<1>(info.param) == DType::kBF16 ? "_bf16" : "_fp32") +
+             "_" + AbslUnparseFlag(std::get<2>(info.param));
     });
 
 // 0.5, 1.25 and 2.5 waves of CTA tiles with the grid capped at 8 clusters (16 CTAs).

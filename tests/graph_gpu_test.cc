@@ -640,11 +640,12 @@ TEST_P(GraphSplitKTest, ForcedThreeSplitsWithBiasAndReLU) {
 INSTANTIATE_TEST_SUITE_P(OutputTypes, GraphSplitKTest, ::testing::Values(kBF16, kFP32),
                          [](const auto& info) { return DTypeSuffix(info.param); });
 
-// Four chained 2048 x 2048 layers at 17-128 tokens, split by the scheduler
-// and reduced in parts of 8 or 16 rows: the parts of a tile finish on
-// different clusters, and the last one to finish publishes the tile's flag,
-// which the next layer's loads wait for. Replays check that the parts'
-// count, kept across launches by epoch, starts over each launch.
+// Four chained 2048 x 2048 layers at 17-128 tokens on the tiled kernel
+// (KernelChoice::kAuto takes the narrow one up to 64 tokens at this width),
+// split by the scheduler and reduced in parts of 8 or 16 rows: the parts of
+// a tile finish on different clusters, and the last one to finish publishes
+// the tile's flag, which the next layer's loads wait for. Replays check that
+// the parts' count, kept across launches by epoch, starts over each launch.
 class ChainReducedInPartsTest : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(ChainReducedInPartsTest, EveryLayerMatchesReference) {
@@ -670,7 +671,9 @@ TEST_P(ChainReducedInPartsTest, EveryLayerMatchesReference) {
       g.AddGemm(absl::StrCat("layer", i), in, t(absl::StrCat("W", i)), t(absl::StrCat("h", i + 1)), epilogue);
     }
   });
-  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   for (const sched::NodeSchedule& node : h.plan().schedule().nodes) {
     EXPECT_GT(node.split_k, 1);
     ASSERT_GT(node.reduce_part_rows, 0);

@@ -161,6 +161,7 @@ GemmGraph DecodePair(int64_t rows) {
 TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
   options.b_stages = 5;
   absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(64), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -170,29 +171,45 @@ TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
                         {"shared memory", "a_stages=4 (of 16384 bytes), b_stages=5"}));
 }
 
-// KernelChoice::kAuto (the default) takes the narrow kernel up to 16 rows
-// unless split_k asks for splits or ring_mode for lockstep rings; kTiled
-// never does; kNarrow up to 64 rows.
+// A decode graph with one node `n` columns wide: ceil(n / 32) narrow tiles.
+GemmGraph WideDecodeGraph(int64_t rows, int64_t n) {
+  GemmGraph graph;
+  const TensorView h = Fake("h", 0x30000000, rows, 768);
+  graph.AddGemm("up", Fake("x", 0x100000, rows, 1024), Fake("w", 0x10000000, 768, 1024), h);
+  graph.AddGemm("wide", h, Fake("v", 0x18000000, n, 768), Fake("y", 0x40000000, rows, n));
+  return graph;
+}
+
+// KernelChoice::kAuto (the default) takes the narrow kernel up to 16 rows,
+// and up to 64 where every node's narrow tiles fit in one wave (132 on the
+// H200: N <= 4224), unless split_k asks for splits or ring_mode for lockstep
+// rings; kTiled never does; kNarrow up to 64 rows.
 TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  ASSERT_EQ(runtime.device().sm_count, 132);
   struct Case {
     int64_t rows;
+    int64_t n;  // of the graph's wide node
     KernelChoice kernel;
     int split_k;
     bool narrow;
   };
-  for (const Case& c : {Case{1, KernelChoice::kAuto, 0, true}, Case{16, KernelChoice::kAuto, 1, true},
-                        Case{17, KernelChoice::kAuto, 0, false}, Case{1, KernelChoice::kAuto, 2, false},
-                        Case{1, KernelChoice::kTiled, 0, false}, Case{64, KernelChoice::kNarrow, 0, true},
-                        Case{65, KernelChoice::kNarrow, 0, false}}) {
-    SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << AbslUnparseFlag(c.kernel) << ", split_k "
-                                      << c.split_k);
+  for (const Case& c :
+       {Case{1, 4232, KernelChoice::kAuto, 0, true}, Case{16, 28672, KernelChoice::kAuto, 1, true},
+        Case{17, 4224, KernelChoice::kAuto, 0, true}, Case{64, 4224, KernelChoice::kAuto, 0, true},
+        Case{17, 4232, KernelChoice::kAuto, 0, false}, Case{64, 28672, KernelChoice::kAuto, 0, false},
+        Case{65, 256, KernelChoice::kAuto, 0, false}, Case{1, 256, KernelChoice::kAuto, 2, false},
+        Case{1, 256, KernelChoice::kTiled, 0, false}, Case{64, 28672, KernelChoice::kNarrow, 0, true},
+        Case{65, 256, KernelChoice::kNarrow, 0, false}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, N " << c.n << ", " << AbslUnparseFlag(c.kernel)
+                                      << ", split_k " << c.split_k);
     CompileOptions options;
     options.kernel = c.kernel;
     options.split_k = c.split_k;
-    absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(c.rows), options);
+    absl::StatusOr<Plan> plan = runtime.Compile(WideDecodeGraph(c.rows, c.n), options);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->schedule().tile.n, c.narrow ? 32 : 256);
+    EXPECT_EQ(plan->kernel(), c.narrow ? KernelChoice::kNarrow : KernelChoice::kTiled);
   }
   CompileOptions lockstep;
   lockstep.ring_mode = RingMode::kLockstep;

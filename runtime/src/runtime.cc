@@ -137,9 +137,18 @@ int64_t MaxRows(const GemmGraph& graph) {
 }
 
 // Whether a graph of at most `rows` rows runs on the narrow decode kernel
-// (CompileOptions::kernel, KernelChoice).
-bool UsesNarrowKernel(const CompileOptions& options, int64_t rows) {
-  constexpr int64_t kAutoNarrowRows = 16;  // the narrow kernel's mma.sync path (narrow_gemm.cu)
+// (CompileOptions::kernel, KernelChoice) of a device with `sms` SMs.
+// NOTE (kAuto, measured on the H200, bench/NOTES.md v1.18): up to 16 rows
+// the narrow kernel's mma.sync path wins everywhere measured. From 17 rows
+// it multiplies with wgmma m64n32k16, whose main loop is slower than its
+// weight stream: it wins where the tiled kernel's split-K round trips cost
+// more, nodes of one wave of narrow tiles (the 8-layer 4096 chain at 24-64
+// tokens 168-177 us against 182-211 tiled; q/k/v/o at 64 tokens 52.6
+// against 65.1), and loses on wide nodes (the MLP block, N = 28672, at
+// 24-64 tokens 144-161 against 123-125; 32 x 14336 x 4096 0.64 of cuBLAS
+// against 0.76). Two waves (N = 8192) measured even.
+bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {
+  constexpr int64_t kMmaSyncRows = 16;  // the narrow kernel's mma.sync path (narrow_gemm.cu)
   switch (options.kernel) {
     case KernelChoice::kNarrow:
       return rows <= NarrowConfig::kBlockM;
@@ -149,7 +158,12 @@ bool UsesNarrowKernel(const CompileOptions& options, int64_t rows) {
       break;
   }
   // Options only the tiled kernel has keep it: splits, lockstep rings.
-  return rows <= kAutoNarrowRows && options.split_k <= 1 && options.ring_mode == RingMode::kSplit;
+  if (rows > NarrowConfig::kBlockM || options.split_k > 1 || options.ring_mode != RingMode::kSplit) return false;
+  if (rows <= kMmaSyncRows) return true;
+  for (const GemmNode& node : graph.nodes()) {
+    if ((node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > sms) return false;
+  }
+  return true;
 }
 
 // The longest K of the graph's nodes.
@@ -449,7 +463,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   LOOM_RETURN_IF_ERROR(graph.Validate());
   auto impl = std::make_unique<Plan::Impl>();
   const int64_t rows = MaxRows(graph);
-  impl->narrow = UsesNarrowKernel(options, rows);
+  impl->narrow = UsesNarrowKernel(options, graph, rows, device_.sm_count);
   int cluster_size = kClusterSize;
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
   if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
@@ -602,6 +616,7 @@ const GemmGraph& Plan::graph() const { return impl_->graph; }
 const sched::Schedule& Plan::schedule() const { return impl_->schedule; }
 const CompileOptions& Plan::options() const { return impl_->options; }
 int Plan::grid_clusters() const { return impl_->grid_clusters; }
+KernelChoice Plan::kernel() const { return impl_->narrow ? KernelChoice::kNarrow : KernelChoice::kTiled; }
 
 }  // namespace loom
 

@@ -164,6 +164,9 @@ class Plan {
   const sched::Schedule& schedule() const;
   const CompileOptions& options() const;
   int grid_clusters() const;  // clusters the kernel is launched with
+  // The kernel the plan runs on: KernelChoice::kNarrow or kTiled (what
+  // CompileOptions::kernel chose).
+  KernelChoice kernel() const;
 
   struct Impl;
 
