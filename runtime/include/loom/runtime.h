@@ -58,11 +58,14 @@ enum class RingMode : uint8_t { kSplit, kLockstep };
 // The kernel a plan runs on (CompileOptions::kernel).
 enum class KernelChoice {
   // The narrow decode kernel for a graph of at most 16 rows (its mma.sync
-  // path) unless the options ask for what only the tiled kernel has (split_k
-  // above 1, lockstep rings); else the tiled one.
-  // Measured on the H200 (bench/NOTES.md v1.17): at 1 and 16 tokens the MLP
-  // block and the 8-layer chain take 100-123 us on it against 117-175 us
-  // tiled; at 64 tokens the narrow kernel's wgmma path is 1.1-1.7x slower.
+  // path), and of 17 to 64 rows (its wgmma path) where every node's 32-
+  // column tiles fit in one wave of the device's SMs, unless the options
+  // ask for what only the tiled kernel has (split_k above 1, lockstep
+  // rings); else the tiled one. Measured on the H200 (bench/NOTES.md v1.17,
+  // v1.18): at 1 and 16 tokens the MLP block and the 8-layer chain take
+  // 100-123 us on it against 118-176 us tiled; at 32 and 64 tokens the chain
+  // 169-178 against 187-212, but the MLP block (N = 28672, seven waves)
+  // 144-161 against 123-127.
   kAuto,
   kTiled,   // the persistent tiled kernel (256-column tiles, split-K, clusters)
   kNarrow,  // the narrow decode kernel wherever every node has at most 64 rows, else tiled
