@@ -3,6 +3,7 @@
 // launch, replay determinism, and the bounded-wait time-out. Each compares
 // against the FP64 CPU reference on fresh random data with poisoned outputs
 // and guard bands. Skips (saying why) without a Hopper GPU.
+#include <string>
 #include <tuple>
 
 #include "gpu_harness.h"
@@ -257,13 +258,14 @@ TEST(GemmTest, ConsumerWaitsForEachProducerTileItReadsAhead) {
 // 16-column ones). All but one of the producer's tiles count as published;
 // the consumer must wait for that one (flag 17 of 32: not 16-byte aligned),
 // and time out naming its k-block. The first launch, normal, must be right.
-class NarrowReadAheadTest : public ::testing::TestWithParam<bool> {};
+// At 5 rows (the mma.sync path) and 40 (the wgmma path).
+class NarrowReadAheadTest : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {};
 TEST_P(NarrowReadAheadTest, ConsumerWaitsForEachProducerTile) {
   LOOM_SKIP_WITHOUT_GPU();
-  const bool swiglu = GetParam();
+  const auto [swiglu, m] = GetParam();
   Rng rng;
   GpuHarness h;
-  const int64_t m = 5, width = swiglu ? 512 : 1000;  // producer tiles: 32 of 16 or of 32 columns
+  const int64_t width = swiglu ? 512 : 1000;  // producer tiles: 32 of 16 or of 32 columns
   h.Input("x", DType::kBF16, m, 256, rng);
   h.Input("w1", DType::kBF16, swiglu ? 2 * width : width, 256, rng);
   h.Input("w2", DType::kBF16, 256, width, rng);
@@ -295,8 +297,12 @@ TEST_P(NarrowReadAheadTest, ConsumerWaitsForEachProducerTile) {
   EXPECT_EQ(h.plan().last_timeout()->flag, first.flag_base + missing / tiles_per_k_block * tiles_per_k_block)
       << status;
 }
-INSTANTIATE_TEST_SUITE_P(Producers, NarrowReadAheadTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "swiglu" : "plain"; });
+INSTANTIATE_TEST_SUITE_P(Producers, NarrowReadAheadTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(int64_t{5}, int64_t{40})),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "swiglu" : "plain") + "_M" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 // One GEMM with every fused op (the activation, a bias and a residual), its
 // split-K forced (1: unsplit), launched twice and checked against the CPU
