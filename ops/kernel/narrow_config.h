@@ -70,10 +70,11 @@ struct NarrowConfig {
   static constexpr uint32_t kBStageBytes = kKBlocksPerStage * kBTileBytes;    // 16 KiB
   // A k-block of A holds only the plan's rows, rounded up to the 8-row group
   // of the 128B swizzle (TMA zero-fills the rows past M): 1 KiB for up to 8
-  // tokens. The wgmma path's warps read 16-row slices of it, the last of
-  // which may run past the tile into whatever follows (later k-blocks and
-  // stages, then the B ring, which the layout puts after A for that reason).
-  // Those rows only reach accumulator rows past M, which are never stored.
+  // tokens. The wgmma path (17 to 64 rows) reads all 64 rows from the
+  // tile's start, past the tile into whatever follows (later k-blocks and
+  // stages, then the B ring, which the layout puts after A for that reason):
+  // at most 40 rows, 5 KiB. Those rows only reach accumulator rows past M,
+  // which are never stored.
   static constexpr uint32_t ATileBytes(int64_t rows) {
     return static_cast<uint32_t>((rows + 7) / 8 * 8) * kBlockK * 2;
   }

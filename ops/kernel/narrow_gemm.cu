@@ -11,7 +11,8 @@
 //                scheduler, warp 3 lane 0 the publisher;
 //   warpgroup 1: the consumer: a 32-column tile over the job's whole K (for
 //                at most 16 rows on mma.sync with the operands swapped,
-//                RunMmaSyncJob; else on wgmma m64n32k16, RunWgmmaJob), then
+//                RunMmaSyncJob; else on wgmma m64n32k16 with both operands
+//                from shared memory, RunWgmmaJob), then
 //                the fused epilogue straight from registers into C (no
 //                staging, no TMA store), then the tile to the publisher.
 // Rings: A and B each a ring of stages of kKBlocksPerStage k-blocks with full
@@ -443,50 +444,20 @@ class SwappedEpilogue {
   float residual_[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [h][e]
 };
 
-// RunWgmmaJob's main loop (17 to 64 rows). Each k16 step is one wgmma
-// m64n32k16 with A from registers (the RS form) and B from the stage: this
-// warp's 16 rows of A, loaded with ldmatrix only by warps that have rows
-// inside the stage's A tiles (the others multiply zeros). The SS form reads
-// all 64 rows of A from shared memory for every wgmma, twice the bytes of its
-// B; on the benchmarks the two measured about even (bench/NOTES.md v1.16).
-// One wgmma into one accumulator waits for the last: a single chain of short
-// wgmmas left the tensor cores idle. So the k16 steps of a k-block go to
-// kChains independent accumulator sets, summed at the end (in a fixed order:
-// the result does not depend on timing).
-// A registers are read by their wgmmas asynchronously, so each k-block loads
-// its fragments into the other of two buffers: the k-block before last, which
-// read that buffer, has retired (wgmma_wait_group<1> after each k-block).
+// RunWgmmaJob's main loop (17 to 64 rows): each k16 step one wgmma m64n32k16
+// with both operands from shared memory, A through a descriptor of all 64
+// rows of its k-block tile (rows past the plan's run into what follows the
+// tile: NarrowConfig::ATileBytes). The k16 steps of a k-block go to kChains
+// independent accumulator sets, summed at the end (in a fixed order: the
+// result does not depend on timing). A stage's 16 wgmmas are one group; its
+// slots are freed once the next stage's group is issued and this one has
+// retired (wgmma_wait_group<1>).
+// NOTE: with A from registers (the RS form: each warp's 16 rows loaded with
+// ldmatrix into one of two buffers, so one group a k-block and a wait after
+// each) the MLP block at 64 tokens took 160 us and the 8-layer chain 177;
+// with this loop 131 and 152 (bench/NOTES.md v1.18). Reading A from shared
+// memory costs twice the bytes of B per wgmma; the waits cost more.
 constexpr int kChains = NarrowConfig::kBlockK / 16;
-
-struct AFragments {
-  uint32_t r[2][kChains][4];  // [buffer][k16 step][register]
-};
-
-// ldmatrix of this warp's 16 rows x 64 k of one A k-block tile (128B
-// swizzled, `tile` its shared address) into buffer kBuffer.
-template <int kBuffer>
-__device__ __forceinline__ void LoadAFragments(AFragments& a, uint32_t tile, int warp, int lane) {
-  const int row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-#pragma unroll
-  for (int k16 = 0; k16 < kChains; ++k16) {
-    const int chunk = 2 * k16 + (lane >> 4);
-    ptx::ldmatrix_x4(tile + SwizzledPanelOffset(row, 16 * chunk), a.r[kBuffer][k16]);
-  }
-}
-
-// One k-block: its A fragments (buffer kBuffer) if this warp has rows in
-// the tile, then its four wgmmas, one into each chain, as one group.
-template <int kBuffer>
-__device__ __forceinline__ void IssueKBlock(float (&chains)[kChains][16], AFragments& a, uint32_t a_tile,
-                                            bool loads_rows, int warp, int lane, uint64_t desc_b) {
-  if (loads_rows) LoadAFragments<kBuffer>(a, a_tile, warp, lane);
-  ptx::wgmma_fence();
-#pragma unroll
-  for (int k16 = 0; k16 < kChains; ++k16) {
-    wgmma_m64n32k16_bf16_rs(chains[k16], a.r[kBuffer][k16], AdvanceDescriptorK16(desc_b, k16));
-  }
-  ptx::wgmma_commit_group();
-}
 
 // Frees the oldest stage's A and B slots once this warp's reads of them are
 // done (one arrival per consumer warp) and moves the cursors on.
@@ -519,9 +490,8 @@ __device__ __forceinline__ bool WaitForStage(const NarrowContext& ctx, const Con
          ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[rings.b.stage], rings.b.phase, WaitKind::kRingFull, index);
 }
 
-// A job of up to 64 rows: wgmma m64n32k16 (A from registers) over the whole
-// K, then the epilogue. Returns false when a wait gave up (the launch is
-// aborting).
+// A job of up to 64 rows: wgmma m64n32k16 over the whole K, then the
+// epilogue. Returns false when a wait gave up (the launch is aborting).
 __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                             int lane, ConsumerRings& rings) {
   const bool release_lane = lane == 0;
@@ -529,15 +499,6 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
   NarrowEpilogue epilogue(work, warp, lane);
-  AFragments a;  // zero in warps with no rows in the A tiles, which never load them
-#pragma unroll
-  for (int b = 0; b < 2; ++b) {
-#pragma unroll
-    for (int k16 = 0; k16 < kChains; ++k16) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) a.r[b][k16][r] = 0;
-    }
-  }
   float chains[kChains][16];
 #pragma unroll
   for (int c = 0; c < kChains; ++c) {
@@ -549,8 +510,6 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
   RingCursor a_release = rings.a, b_release = rings.b;
   bool pending = false;
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
-  // This warp's rows lie inside the A tiles (rows past them are not M's).
-  const bool loads_rows = static_cast<uint32_t>(warp * 16) < a_tile_bytes / 128;
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
     ok = WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
     if (!ok) break;
@@ -558,20 +517,20 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
     const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
     // Every k-block of the stage, those past K too (zero-filled: LoadStage):
     // wgmmas under a branch made ptxas fence the accumulators (C7519).
-    static_assert(NarrowConfig::kKBlocksPerStage == 4, "a stage's k-blocks are issued one by one below");
-    IssueKBlock<0>(chains, a, a_stage, loads_rows, warp, lane, MakeSwizzle128Descriptor(b_stage));
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < NarrowConfig::kKBlocksPerStage; ++kb) {
+      const uint64_t desc_a = MakeSwizzle128Descriptor(a_stage + kb * a_tile_bytes);
+      const uint64_t desc_b = MakeSwizzle128Descriptor(b_stage + kb * NarrowConfig::kBTileBytes);
+#pragma unroll
+      for (int k16 = 0; k16 < kChains; ++k16) {
+        wgmma_m64n32k16_bf16_ss(chains[k16], AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16));
+      }
+    }
+    ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<1>();
-    // The previous stage's last k-block has retired: its slots are free.
+    // The previous stage's group has retired: its slots are free.
     if (pending) ReleaseSlots(ctx, release_lane, a_release, b_release);
-    IssueKBlock<1>(chains, a, a_stage + a_tile_bytes, loads_rows, warp, lane,
-                   MakeSwizzle128Descriptor(b_stage + NarrowConfig::kBTileBytes));
-    ptx::wgmma_wait_group<1>();
-    IssueKBlock<0>(chains, a, a_stage + 2 * a_tile_bytes, loads_rows, warp, lane,
-                   MakeSwizzle128Descriptor(b_stage + 2 * NarrowConfig::kBTileBytes));
-    ptx::wgmma_wait_group<1>();
-    IssueKBlock<1>(chains, a, a_stage + 3 * a_tile_bytes, loads_rows, warp, lane,
-                   MakeSwizzle128Descriptor(b_stage + 3 * NarrowConfig::kBTileBytes));
-    ptx::wgmma_wait_group<1>();
     pending = true;
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);

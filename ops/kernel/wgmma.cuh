@@ -51,26 +51,23 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int32_t>(accumulate)));
 }
 
-// wgmma.mma_async m64n32k16, BF16 x BF16 -> FP32, with A from registers (the
-// RS form) and B from shared memory: the narrow decode kernel's 64 x 32 tile
-// (narrow_gemm.cu). d[16] holds the same rows and columns as the first 16
-// registers of the m64n256k16 layout above (columns 0..31). a[4] is this
-// warp's 16 rows x 16 k of A in the mma m16n8k16 A fragment layout
-// (ldmatrix_x4 of the four 8 x 8 quarters: rows 0-7 / 8-15, k 0-7, then rows
-// 0-7 / 8-15, k 8-15). The registers are read asynchronously: they must not
-// change until wgmma_wait_group says this wgmma is done.
-__device__ __forceinline__ void wgmma_m64n32k16_bf16_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
+// wgmma.mma_async m64n32k16, BF16 x BF16 -> FP32, both operands from shared
+// memory (K-major, through descriptors): the narrow decode kernel's 64 x 32
+// tile (narrow_gemm.cu, RunWgmmaJob). d[16] holds the same rows and columns
+// as the first 16 registers of the m64n256k16 layout above (columns 0..31).
+// Always accumulates (D = A*B + D). Asynchronous, as above.
+__device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
       "setp.ne.b32 p, 1, 0;\n"  // accumulate: D = A*B + D
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 \n"
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},\n"
-      " {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
+      " %16, %17, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+      : "l"(desc_a), "l"(desc_b));
 }
 
 }  // namespace loom::kernel

@@ -203,7 +203,7 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   }
   // Two B stages at least: the loads of one stage and the multiplies of the
   // other overlap, and the wgmma path's reads of the last A stage may run
-  // up to 16 rows past it, into the B ring (NarrowConfig::ATileBytes).
+  // up to 40 rows (5 KiB) past it, into the B ring (NarrowConfig::ATileBytes).
   if (options.narrow_b_stages == 1 || options.narrow_b_stages < 0 ||
       options.narrow_b_stages > NarrowConfig::kMaxBStages) {
     return absl::InvalidArgumentError(absl::StrFormat(
