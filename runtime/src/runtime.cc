@@ -140,13 +140,14 @@ int64_t MaxRows(const GemmGraph& graph) {
 // (CompileOptions::kernel, KernelChoice) of a device with `sms` SMs.
 // NOTE (kAuto, measured on the H200, bench/NOTES.md v1.18): up to 16 rows
 // the narrow kernel's mma.sync path wins everywhere measured. From 17 rows
-// it multiplies with wgmma m64n32k16, whose main loop is slower than its
-// weight stream: it wins where the tiled kernel's split-K round trips cost
-// more, nodes of one wave of narrow tiles (the 8-layer 4096 chain at 24-64
-// tokens 168-177 us against 182-211 tiled; q/k/v/o at 64 tokens 52.6
-// against 65.1), and loses on wide nodes (the MLP block, N = 28672, at
-// 24-64 tokens 144-161 against 123-125; 32 x 14336 x 4096 0.64 of cuBLAS
-// against 0.76). Two waves (N = 8192) measured even.
+// it multiplies with wgmma m64n32k16, whose main loop is about as fast as
+// its weight stream: it wins where the tiled kernel's split-K round trips
+// cost more, nodes of one wave of narrow tiles (the 8-layer 4096 chain at
+// 32 and 64 tokens 151-154 us against 185-210 tiled; q/k/v/o at 64 tokens
+// 44.4 against 65.1), and loses on wide nodes (the MLP block, N = 28672, at
+// 24-64 tokens 123-131 against 121-126; 32 x 14336 x 4096 0.70 of cuBLAS
+// against 0.75). Two waves (64 x 8192 x 4096: 0.84 against 0.73) are left
+// tiled until more shapes are measured.
 bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {
   constexpr int64_t kMmaSyncRows = 16;  // the narrow kernel's mma.sync path (narrow_gemm.cu)
   switch (options.kernel) {

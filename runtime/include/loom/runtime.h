@@ -64,8 +64,8 @@ enum class KernelChoice {
   // rings); else the tiled one. Measured on the H200 (bench/NOTES.md v1.17,
   // v1.18): at 1 and 16 tokens the MLP block and the 8-layer chain take
   // 100-123 us on it against 118-176 us tiled; at 32 and 64 tokens the chain
-  // 169-178 against 187-212, but the MLP block (N = 28672, seven waves)
-  // 144-161 against 123-127.
+  // 151-154 against 185-210, but the MLP block (N = 28672, seven waves)
+  // 123-131 against 121-126.
   kAuto,
   kTiled,   // the persistent tiled kernel (256-column tiles, split-K, clusters)
   kNarrow,  // the narrow decode kernel wherever every node has at most 64 rows, else tiled
