@@ -181,9 +181,9 @@ GemmGraph WideDecodeGraph(int64_t rows, int64_t n) {
 }
 
 // KernelChoice::kAuto (the default) takes the narrow kernel up to 16 rows,
-// and up to 64 where every node's narrow tiles fit in one wave (132 on the
-// H200: N <= 4224), unless split_k asks for splits or ring_mode for lockstep
-// rings; kTiled never does; kNarrow up to 64 rows.
+// and up to 64 where every node's narrow tiles fit in three waves (3 x 132
+// on the H200: N <= 12672), unless split_k asks for splits or ring_mode for
+// lockstep rings; kTiled never does; kNarrow up to 64 rows.
 TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   ASSERT_EQ(runtime.device().sm_count, 132);
@@ -195,9 +195,9 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
     bool narrow;
   };
   for (const Case& c :
-       {Case{1, 4232, KernelChoice::kAuto, 0, true}, Case{16, 28672, KernelChoice::kAuto, 1, true},
-        Case{17, 4224, KernelChoice::kAuto, 0, true}, Case{64, 4224, KernelChoice::kAuto, 0, true},
-        Case{17, 4232, KernelChoice::kAuto, 0, false}, Case{64, 28672, KernelChoice::kAuto, 0, false},
+       {Case{1, 12680, KernelChoice::kAuto, 0, true}, Case{16, 28672, KernelChoice::kAuto, 1, true},
+        Case{17, 12672, KernelChoice::kAuto, 0, true}, Case{64, 12672, KernelChoice::kAuto, 0, true},
+        Case{17, 12680, KernelChoice::kAuto, 0, false}, Case{64, 28672, KernelChoice::kAuto, 0, false},
         Case{65, 256, KernelChoice::kAuto, 0, false}, Case{1, 256, KernelChoice::kAuto, 2, false},
         Case{1, 256, KernelChoice::kTiled, 0, false}, Case{64, 28672, KernelChoice::kNarrow, 0, true},
         Case{65, 256, KernelChoice::kNarrow, 0, false}}) {

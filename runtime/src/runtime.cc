@@ -142,14 +142,16 @@ int64_t MaxRows(const GemmGraph& graph) {
 // the narrow kernel's mma.sync path wins everywhere measured. From 17 rows
 // it multiplies with wgmma m64n32k16, whose main loop is about as fast as
 // its weight stream: it wins where the tiled kernel's split-K round trips
-// cost more, nodes of one wave of narrow tiles (the 8-layer 4096 chain at
-// 32 and 64 tokens 151-154 us against 185-210 tiled; q/k/v/o at 64 tokens
-// 44.4 against 65.1), and loses on wide nodes (the MLP block, N = 28672, at
-// 24-64 tokens 123-131 against 121-126; 32 x 14336 x 4096 0.70 of cuBLAS
-// against 0.75). Two waves (64 x 8192 x 4096: 0.84 against 0.73) are left
-// tiled until more shapes are measured.
+// cost more, nodes of at most three waves of narrow tiles (the 8-layer 4096
+// chain at 32 and 64 tokens 151-154 us against 185-210 tiled, the 8192
+// chain 387-408 against 397-432; q/k/v/o at 64 tokens 44.4 against 65.1;
+// 48-64 x 8192 x 4096 0.82-0.84 of cuBLAS against 0.71-0.73, 64 x 12288 x
+// 4096 0.78 against 0.71), and loses on wider nodes (the MLP block, N =
+// 28672, at 24-64 tokens 123-131 against 121-126; 32 x 14336 x 4096 0.70
+// against 0.75; 64 x 16384 x 4096 0.73 against 0.76).
 bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {
   constexpr int64_t kMmaSyncRows = 16;  // the narrow kernel's mma.sync path (narrow_gemm.cu)
+  constexpr int64_t kMaxWaves = 3;      // of narrow tiles in one node, from 17 rows
   switch (options.kernel) {
     case KernelChoice::kNarrow:
       return rows <= NarrowConfig::kBlockM;
@@ -162,7 +164,7 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int
   if (rows > NarrowConfig::kBlockM || options.split_k > 1 || options.ring_mode != RingMode::kSplit) return false;
   if (rows <= kMmaSyncRows) return true;
   for (const GemmNode& node : graph.nodes()) {
-    if ((node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > sms) return false;
+    if ((node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > kMaxWaves * sms) return false;
   }
   return true;
 }
