@@ -59,7 +59,7 @@ enum class RingMode : uint8_t { kSplit, kLockstep };
 enum class KernelChoice {
   // The narrow decode kernel for a graph of at most 16 rows (its mma.sync
   // path), and of 17 to 64 rows (its wgmma path) where every node's 32-
-  // column tiles fit in one wave of the device's SMs, unless the options
+  // column tiles fit in three waves of the device's SMs, unless the options
   // ask for what only the tiled kernel has (split_k above 1, lockstep
   // rings); else the tiled one. Measured on the H200 (bench/NOTES.md v1.17,
   // v1.18): at 1 and 16 tokens the MLP block and the 8-layer chain take
