@@ -447,7 +447,9 @@ class SwappedEpilogue {
 // RunWgmmaJob's main loop (17 to 64 rows): each k16 step one wgmma m64n32k16
 // with both operands from shared memory, A through a descriptor of all 64
 // rows of its k-block tile (rows past the plan's run into what follows the
-// tile: NarrowConfig::ATileBytes). The k16 steps of a k-block go to kChains
+// tile: NarrowConfig::ATileBytes). One wgmma into one accumulator waits for
+// the last (a single chain of short wgmmas left the tensor cores idle,
+// bench/NOTES.md v1.16), so the k16 steps of a k-block go to kChains
 // independent accumulator sets, summed at the end (in a fixed order: the
 // result does not depend on timing). A stage's 16 wgmmas are one group; its
 // slots are freed once the next stage's group is issued and this one has
