@@ -35,13 +35,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
-    if (DeviceJobTrace* trace = ctx.trace_of(index, recorder)) {
-      // Every event of the last launch is cleared, not the A loader's
-      // a_dependency_ns: the loader may have finished this job already.
-      trace->data_ready = trace->mma_done = trace->staged = trace->published = 0;
-      trace->fetched = ptx::globaltimer();
-      trace->sm = static_cast<int32_t>(ptx::smid());
-    }
+    StartTrace(ctx, index, recorder);
     const CtaWork work = ResolveJob(ctx, index);
     const KernelNode& node = *work.node;
     const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +

@@ -183,6 +183,18 @@ __device__ inline void RecordTrace(const Ctx& ctx, int job, bool recorder, uint6
   if (DeviceJobTrace* trace = ctx.trace_of(job, recorder)) trace->*event = ptx::globaltimer();
 }
 
+// Starts a job's trace when its consumer fetched it: clears every event of
+// the last launch but the A loader's a_dependency_ns (the loader may have
+// finished this job already), stamps `fetched` and the SM.
+template <typename Ctx>
+__device__ inline void StartTrace(const Ctx& ctx, int job, bool recorder) {
+  if (DeviceJobTrace* trace = ctx.trace_of(job, recorder)) {
+    trace->data_ready = trace->mma_done = trace->staged = trace->published = 0;
+    trace->fetched = ptx::globaltimer();
+    trace->sm = static_cast<int32_t>(ptx::smid());
+  }
+}
+
 // The stream of job indices a role of this CTA receives from the scheduler.
 class JobStream {
  public:

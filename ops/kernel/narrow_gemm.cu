@@ -656,11 +656,7 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
-    if (DeviceJobTrace* trace = ctx.trace_of(index, leader)) {
-      trace->data_ready = trace->mma_done = trace->staged = trace->published = 0;
-      trace->fetched = ptx::globaltimer();
-      trace->sm = static_cast<int32_t>(ptx::smid());
-    }
+    StartTrace(ctx, index, leader);
     const CtaWork work = ResolveJob(ctx, index);
     bool ok;
     if (tile_rows <= 8) {
