@@ -79,6 +79,10 @@ struct NarrowConfig {
     return static_cast<uint32_t>((rows + 7) / 8 * 8) * kBlockK * 2;
   }
   static constexpr uint32_t AStageBytes(int64_t rows) { return kKBlocksPerStage * ATileBytes(rows); }
+  // The rows of the A tiles of a stage of a_stage_bytes (the inverse).
+  static constexpr uint32_t ATileRows(uint32_t a_stage_bytes) {
+    return a_stage_bytes / kKBlocksPerStage / (kBlockK * 2);
+  }
 
   // The mma.sync path (at most 16 rows) splits a stage's k-blocks among the
   // four consumer warps and sums their partial tiles through shared memory:

@@ -648,8 +648,7 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const bool leader = threadIdx.x % 128 == 0;  // writes the job traces (the publisher releases the flag)
-  // Rows of the plan's A tiles (a_stage_bytes: kKBlocksPerStage tiles of them).
-  const uint32_t tile_rows = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage / 128;
+  const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
   JobStream jobs;
   ConsumerRings rings;
   RingCursor handoff;

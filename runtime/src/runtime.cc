@@ -282,7 +282,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     if (narrow) {
       // K a multiple of 64: maps that load a whole stage of k-blocks at once;
       // else one k-block a load (the kernel tells them apart the same way).
-      const uint32_t a_rows = a_stage_bytes / NarrowConfig::kKBlocksPerStage / (NarrowConfig::kBlockK * 2);
+      const uint32_t a_rows = NarrowConfig::ATileRows(a_stage_bytes);
       if (node.k() % NarrowConfig::kBlockK == 0) {
         LOOM_RETURN_IF_ERROR(internal::EncodeKBlockMap(node.a, a_rows, NarrowConfig::kKBlocksPerStage, &out.a_map));
         LOOM_RETURN_IF_ERROR(
