@@ -282,6 +282,8 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
   };
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.split_k = 2; }), absl::StatusCode::kInvalidArgument,
                         {"split_k: 2", "never splits K"}));
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.ring_mode = RingMode::kLockstep; }),
+                        absl::StatusCode::kInvalidArgument, {"ring_mode: lockstep", "split rings only"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_a_stages = 33; }),
                         absl::StatusCode::kInvalidArgument, {"narrow_a_stages: 33", "[0, 16]"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_b_stages = 1; }),
@@ -321,7 +323,34 @@ TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
   zero_stages.a_stages = 0;
   plan = runtime.Compile(OneGemm(), zero_stages);
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument, {"a_stages: 0"}));
+}
 
+// Every option is range-checked whichever kernel the plan runs on, the
+// other kernel's options too: on the tiled kernel (OneGemm) and the narrow
+// one (a one-row graph, KernelChoice::kAuto).
+TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  ASSERT_EQ(runtime.Compile(OneGemm())->kernel(), KernelChoice::kTiled);
+  ASSERT_EQ(runtime.Compile(DecodePair(1))->kernel(), KernelChoice::kNarrow);
+  struct Case {
+    void (*set)(CompileOptions&);
+    std::vector<std::string> message;
+  };
+  const Case cases[] = {
+      {[](CompileOptions& o) { o.spin_timeout_ns = 0; }, {"spin_timeout_ns: 0", "not positive"}},
+      {[](CompileOptions& o) { o.max_clusters = -1; }, {"max_clusters: -1", "negative"}},
+      {[](CompileOptions& o) { o.a_stages = 9; }, {"a_stages: 9", "[1, 8]"}},
+      {[](CompileOptions& o) { o.narrow_a_stages = -1; }, {"narrow_a_stages: -1", "[0, 16]"}},
+      {[](CompileOptions& o) { o.narrow_b_stages = 17; }, {"narrow_b_stages: 17", "[2, 16]"}},
+  };
+  for (const GemmGraph& graph : {OneGemm(), DecodePair(1)}) {
+    for (const Case& c : cases) {
+      CompileOptions options;
+      c.set(options);
+      EXPECT_TRUE(HasStatus(runtime.Compile(graph, options).status(), absl::StatusCode::kInvalidArgument, c.message))
+          << c.message[0] << " on " << graph.nodes().size() << " node(s)";
+    }
+  }
 }
 
 TEST(RuntimeTest, SplitKOptionIsHonouredAndBoundsChecked) {

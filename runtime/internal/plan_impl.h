@@ -18,7 +18,9 @@ struct Plan::Impl {
   int device_ordinal = -1;  // -1: host-only plan
   int grid_clusters = 0;
   bool has_split_k = false;  // some node splits K: launch the kernel's split-K instantiation
-  uint32_t a_stage_bytes = 0;  // AStageBytesFor(graph), as Compile sized shared memory with it
+  // The A stage size Compile sized shared memory with: AStageBytesFor(graph)
+  // on the tiled kernel, the narrow kernel's (NarrowRings) on it.
+  uint32_t a_stage_bytes = 0;
   // The narrow decode kernel runs this plan (CompileOptions::kernel);
   // grid_clusters then counts CTAs.
   bool narrow = false;

@@ -100,7 +100,9 @@ uint32_t AStageBytesFor(const GemmGraph& graph) {
   return KernelConfig::kHalfAStageBytes;
 }
 
-absl::Status CheckOptions(const CompileOptions& options, const DeviceDescription& device, uint32_t a_stage_bytes) {
+// Every option's range, whichever kernel the plan runs on: a bad value is
+// refused even where the chosen kernel would not read it.
+absl::Status CheckOptions(const CompileOptions& options) {
   for (auto [name, stages] : {std::pair{"a_stages", options.a_stages}, std::pair{"b_stages", options.b_stages}}) {
     if (stages < 1 || stages > KernelConfig::kMaxStages) {
       return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.%s: %d is outside [1, %d]", name, stages,
@@ -120,6 +122,25 @@ absl::Status CheckOptions(const CompileOptions& options, const DeviceDescription
     return absl::InvalidArgumentError(
         absl::StrFormat("CompileOptions.spin_timeout_ns: %d is not positive", options.spin_timeout_ns));
   }
+  if (options.narrow_a_stages < 0 || options.narrow_a_stages > NarrowConfig::kMaxAStages) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_a_stages: %d is outside [0, %d]",
+                                                      options.narrow_a_stages, NarrowConfig::kMaxAStages));
+  }
+  // Two B stages at least: the loads of one stage and the multiplies of the
+  // other overlap, and the wgmma path's reads of the last A stage may run
+  // up to 40 rows (5 KiB) past it, into the B ring (NarrowConfig::ATileBytes).
+  if (options.narrow_b_stages == 1 || options.narrow_b_stages < 0 ||
+      options.narrow_b_stages > NarrowConfig::kMaxBStages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.narrow_b_stages: %d is outside {0} and [2, %d]", options.narrow_b_stages,
+        NarrowConfig::kMaxBStages));
+  }
+  return absl::OkStatus();
+}
+
+// The tiled kernel's shared memory for the options' ring depths.
+absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceDescription& device,
+                                    uint32_t a_stage_bytes) {
   const int64_t smem = kernel::SharedMemoryBytes(options.a_stages, options.b_stages, a_stage_bytes);
   if (smem > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -180,7 +201,8 @@ int64_t MaxK(const GemmGraph& graph) {
 // at most `max_k`: A stages of those rows (NarrowConfig::AStageBytes), enough
 // to hold the longest job's A, within 128 KiB (2 to kMaxAStages); B stages
 // with the shared memory that leaves (at most kMaxBStages). The options may
-// set either depth.
+// set either depth (their ranges: CheckOptions); split_k above 1 and
+// lockstep rings, which only the tiled kernel has, are refused.
 // NOTE: A deep before B. Each refill of the A ring is a round trip through
 // memory queues shared with the weight stream (~2 us traced); with the whole
 // of a job's A loaded at once, the MLP block at 16 tokens took 102 us
@@ -194,24 +216,18 @@ struct NarrowRings {
 
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
                                               int64_t rows, int64_t max_k) {
+  // What only the tiled kernel has (kAuto never picks the narrow one then).
   if (options.split_k > 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.split_k: %d, but the narrow decode kernel (kernel = kNarrow, chosen for a graph of at most "
         "%d rows) never splits K",
         options.split_k, NarrowConfig::kBlockM));
   }
-  if (options.narrow_a_stages < 0 || options.narrow_a_stages > NarrowConfig::kMaxAStages) {
-    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_a_stages: %d is outside [0, %d]",
-                                                      options.narrow_a_stages, NarrowConfig::kMaxAStages));
-  }
-  // Two B stages at least: the loads of one stage and the multiplies of the
-  // other overlap, and the wgmma path's reads of the last A stage may run
-  // up to 40 rows (5 KiB) past it, into the B ring (NarrowConfig::ATileBytes).
-  if (options.narrow_b_stages == 1 || options.narrow_b_stages < 0 ||
-      options.narrow_b_stages > NarrowConfig::kMaxBStages) {
+  if (options.ring_mode != RingMode::kSplit) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "CompileOptions.narrow_b_stages: %d is outside {0} and [2, %d]", options.narrow_b_stages,
-        NarrowConfig::kMaxBStages));
+        "CompileOptions.ring_mode: lockstep, but the narrow decode kernel (kernel = kNarrow, chosen for a graph of "
+        "at most %d rows) has split rings only",
+        NarrowConfig::kBlockM));
   }
   NarrowRings rings;
   rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(rows, 1));
@@ -464,6 +480,7 @@ Runtime Runtime::ForDescription(DeviceDescription device) { return Runtime(std::
 
 absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptions& options) const {
   LOOM_RETURN_IF_ERROR(graph.Validate());
+  LOOM_RETURN_IF_ERROR(CheckOptions(options));
   auto impl = std::make_unique<Plan::Impl>();
   const int64_t rows = MaxRows(graph);
   impl->narrow = UsesNarrowKernel(options, graph, rows, device_.sm_count);
@@ -489,7 +506,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     impl->a_stages = options.a_stages;
     impl->b_stages = options.b_stages;
     impl->a_stage_bytes = AStageBytesFor(graph);
-    LOOM_RETURN_IF_ERROR(CheckOptions(options, device_, impl->a_stage_bytes));
+    LOOM_RETURN_IF_ERROR(CheckTiledSharedMemory(options, device_, impl->a_stage_bytes));
     coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
                                                      : device_.sm_count / kClusterSize;
     if (has_gpu()) {
