@@ -60,16 +60,19 @@ absl::Status EncodeTiled(CUtensorMapDataType type, cuuint32_t rank, void* base, 
   return absl::OkStatus();
 }
 
+// The row stride to give TMA for `view`. A single-row view's stride is
+// never used and is not validated: give TMA a legal one (the row's own size,
+// rounded up to 16 bytes).
+int64_t TmaRowStrideBytes(const TensorView& view) {
+  if (view.rows > 1) return view.row_stride_bytes();
+  return (view.cols * static_cast<int64_t>(view.element_size()) + 15) / 16 * 16;
+}
+
 }  // namespace
 
 absl::Status EncodeTensorMap(const TensorView& view, uint32_t box_cols, uint32_t box_rows, CUtensorMap* map) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(view.cols), static_cast<cuuint64_t>(view.rows)};
-  // A single-row view's stride is never used and is not validated: give TMA a
-  // legal one (the row's own size, rounded up to 16 bytes).
-  int64_t stride_bytes = view.row_stride_bytes();
-  if (view.rows <= 1) {
-    stride_bytes = (view.cols * static_cast<int64_t>(view.element_size()) + 15) / 16 * 16;
-  }
+  const int64_t stride_bytes = TmaRowStrideBytes(view);
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride_bytes)};
   const cuuint32_t box[2] = {box_cols, box_rows};
   return EncodeTiled(DataTypeOf(view.dtype), 2, view.data, dims, strides, box,
@@ -85,8 +88,7 @@ absl::Status EncodeKBlockMap(const TensorView& view, uint32_t box_rows, uint32_t
         "%s [%d, %d]: a k-block map needs 16-bit elements and a multiple of %d columns", view.name, view.rows,
         view.cols, kKBlock));
   }
-  int64_t stride_bytes = view.row_stride_bytes();
-  if (view.rows <= 1) stride_bytes = view.cols * 2;  // never used; a legal value (see EncodeTensorMap)
+  const int64_t stride_bytes = TmaRowStrideBytes(view);
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kKBlock), static_cast<cuuint64_t>(view.rows),
                               static_cast<cuuint64_t>(view.cols / kKBlock)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(stride_bytes), static_cast<cuuint64_t>(kKBlock * 2)};
