@@ -105,6 +105,7 @@ struct KernelParams {
   uint64_t spin_timeout_ns;
   DeviceJobTrace* trace;  // [num_jobs * cluster_size] (job, rank), or null
   uint32_t a_stage_bytes;  // KernelConfig::kAStageBytes, or kHalfAStageBytes for a plan of <= 64-row nodes
+  int32_t num_nodes;       // nodes[0, num_nodes)
 };
 
 }  // namespace loom::kernel

@@ -679,6 +679,30 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   }
 }
 
+// Asks L2 for the job queue and the nodes' schedules, and the TMA unit for
+// the nodes' A and B descriptors: after a launch has streamed its weights
+// through L2 they are gone, and the first job of every role reads them one
+// round trip after another (queue entry, node, descriptor).
+// NOTE: with this and the first fetch beside the epoch read, the one-token
+// MLP block took 99.5-99.7 us against 100.7-100.8 (bench/NOTES.md v1.19).
+__device__ void PrefetchPlanRecords(const KernelParams& params, int lane) {
+  constexpr int kLine = 128;
+  const int queue_lines = (params.num_jobs * static_cast<int>(sizeof(sched::TileJob)) + kLine - 1) / kLine;
+  for (int l = lane; l < queue_lines; l += 32) {
+    ptx::prefetch_global_l2(reinterpret_cast<const uint8_t*>(params.queue) + l * kLine);
+  }
+  // The node record past its tensor maps: the schedule and the epilogue's fields.
+  constexpr int kFirstLine = static_cast<int>(offsetof(KernelNode, schedule)) / kLine;
+  constexpr int kLines = (static_cast<int>(sizeof(KernelNode)) + kLine - 1) / kLine;
+  for (int n = lane; n < params.num_nodes; n += 32) {
+    ptx::prefetch_tensormap(&params.nodes[n].a_map);
+    ptx::prefetch_tensormap(&params.nodes[n].b_map);
+    for (int l = kFirstLine; l < kLines; ++l) {
+      ptx::prefetch_global_l2(reinterpret_cast<const uint8_t*>(&params.nodes[n]) + l * kLine);
+    }
+  }
+}
+
 __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
     NarrowGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
@@ -691,9 +715,17 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
   const NarrowSmemLayout layout = ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages);
   auto* barriers = reinterpret_cast<NarrowBarriers*>(smem + layout.barriers);
   auto* epoch_slot = reinterpret_cast<uint32_t*>(smem + layout.epoch);
+  // Three round trips at once, where one thread each made the first two in
+  // turn: the epoch, the scheduler's first fetch, and the prefetches of what
+  // every job's first steps read (PrefetchPlanRecords).
+  int first_fetch = -1;
   if (threadIdx.x == 0) {
     InitNarrowBarriers(barriers, params);
     *epoch_slot = params.state->epoch + 1;
+  } else if (threadIdx.x == 2 * 32) {  // the scheduler (warp 2, lane 0)
+    first_fetch = static_cast<int>(atomicAdd(&params.state->cursor, 1u));
+  } else if (threadIdx.x / 32 == 3) {
+    PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32));
   }
   __syncthreads();
 
@@ -716,7 +748,7 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
           RunNarrowBLoader(ctx);
           break;
         case 2:
-          RunScheduler(ctx);
+          RunScheduler(ctx, first_fetch);
           break;
         default:
           RunNarrowPublisher(ctx);

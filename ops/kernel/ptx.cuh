@@ -4,6 +4,8 @@
 #ifndef LOOM_OPS_KERNEL_PTX_CUH_
 #define LOOM_OPS_KERNEL_PTX_CUH_
 
+#include <cuda.h>
+
 #include <cstdint>
 
 namespace loom::kernel::ptx {
@@ -108,6 +110,18 @@ __device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* address) {
   uint32_t value;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
   return value;
+}
+
+// prefetch.global.L2: asks L2 for the 128-byte line holding `address`; no
+// wait, no result, no ordering.
+__device__ __forceinline__ void prefetch_global_l2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address));
+}
+
+// prefetch.tensormap: brings the TMA descriptor at `map` (global memory) into
+// the cache TMA reads descriptors through; no wait.
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 
 // Four consecutive words, relaxed, in one load; `address` 16-byte aligned.

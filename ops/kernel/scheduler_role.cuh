@@ -20,8 +20,10 @@
 
 namespace loom::kernel {
 
+// `first_fetch`: the index a first atomicAdd on the cursor already returned
+// (the narrow kernel makes it during its set-up), or -1.
 template <typename Ctx>
-__device__ inline void RunScheduler(const Ctx& ctx) {
+__device__ inline void RunScheduler(const Ctx& ctx, int first_fetch = -1) {
   RingCursor slot;
   const uint32_t slots_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.job_slots));
   const uint32_t full_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.barriers->job_full));
@@ -40,7 +42,8 @@ __device__ inline void RunScheduler(const Ctx& ctx) {
                          WaitKind::kJobSlot, last)) {
       return;
     }
-    int index = static_cast<int>(atomicAdd(&ctx.params.state->cursor, 1u));
+    int index = first_fetch >= 0 ? first_fetch : static_cast<int>(atomicAdd(&ctx.params.state->cursor, 1u));
+    first_fetch = -1;
     if (index >= ctx.params.num_jobs) index = -1;
     for (int r = 0; r < ctx.params.cluster_size; ++r) {
       ptx::st_shared_cluster(ptx::mapa_shared_cluster(slots_base + slot.stage * sizeof(int32_t), r), index);

@@ -374,6 +374,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.queue = impl.queue;
   params.dependencies = impl.dependencies;
   params.num_jobs = static_cast<int32_t>(impl.schedule.queue.size());
+  params.num_nodes = static_cast<int32_t>(impl.graph.size());
   params.cluster_size = impl.schedule.cluster_size;
   params.a_stages = impl.a_stages;
   params.b_stages = impl.b_stages;
