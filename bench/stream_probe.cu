@@ -17,7 +17,7 @@
 //   ldg     no ring: every thread of the CTA reads 16-byte vectors (a
 //           reference for what plain loads reach)
 // --drain: a job's loads start only once the previous job's last stage has
-// landed (what the narrow kernel's B loader does).
+// landed (what the narrow kernel's B loader did until bench/NOTES.md v1.19).
 // --a_rows=M: also stream an activation A [M, cols] beside it, as the narrow
 // kernel does: a second ring (--a_stages, each stage four 3-D k-block boxes
 // of M rounded up to 8 rows, zero-filled past M) that the consumer waits for

@@ -202,17 +202,17 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
 }
 
 // The B loader: the weights, as far ahead as the ring allows, across A's
-// waits; but a job's loads start only once the previous job's have all
-// landed, so the next job's prefetch does not compete for HBM with the last
-// stages of the job whose tile the next layer waits for. (Measured even on
-// the benchmarks, bench/NOTES.md v1.16: the prefetch itself is not yet what
-// shortens a layer.) At most NarrowConfig::kBStagesInFlight stages are in
-// flight at once, whatever the ring's depth.
+// waits and across jobs, with at most NarrowConfig::kBStagesInFlight stages
+// in flight at once, whatever the ring's depth.
+// NOTE: a job's loads used to start only once the previous job's had all
+// landed (so that the next layer's prefetch would not compete with the last
+// stages of a tile the next layer waits for). That pause cost more than it
+// saved: without it the one-token MLP block took 95.1-95.5 us against
+// 99.7-99.8 and the one-token chain 118.4-119.5 against 122.4-123.2; the
+// 16-token MLP 101.7-102.0 against 101.0-101.2 (bench/NOTES.md v1.19).
 __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   JobStream jobs;
   RingCursor ring;
-  RingCursor last_issued;  // the previous job's last stage and the phase it fills
-  bool issued = false;
   RingCursor oldest;       // the oldest stage issued that may not have landed
   int in_flight = 0;       // stages issued since `oldest`, itself included
   // At most b_stages - 1: the slot of `oldest` is then refilled only after
@@ -222,10 +222,6 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
-    if (issued && !ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[last_issued.stage], last_issued.phase,
-                                            WaitKind::kRingFull, index)) {
-      return;
-    }
     const CtaWork work = ResolveJob(ctx, index);
     const sched::TileJob job = *work.job;
     const KernelNode& node = *work.node;
@@ -254,8 +250,6 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
       }
       LoadStage(&node.b_map, kblock_map, ctx.b_stage(ring.stage), &ctx.barriers->b_full[ring.stage],
                 NarrowConfig::kBTileBytes, kb0, n_row0);
-      last_issued = ring;
-      issued = true;
       ++in_flight;
       ring.Advance(ctx.params.b_stages);
     }
