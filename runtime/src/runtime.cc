@@ -199,7 +199,8 @@ int64_t MaxK(const GemmGraph& graph) {
 
 // The narrow decode kernel's rings for a graph of at most `rows` rows and K
 // at most `max_k`: A stages of those rows (NarrowConfig::AStageBytes), enough
-// to hold the longest job's A, within 128 KiB (2 to kMaxAStages); B stages
+// to hold the longest job's A, within 128 KiB (96 KiB for A tiles of 9 to 16
+// rows; 2 to kMaxAStages stages); B stages
 // with the shared memory that leaves (at most kMaxBStages). The options may
 // set either depth (their ranges: CheckOptions); split_k above 1 and
 // lockstep rings, which only the tiled kernel has, are refused.
@@ -207,6 +208,11 @@ int64_t MaxK(const GemmGraph& graph) {
 // memory queues shared with the weight stream (~2 us traced); with the whole
 // of a job's A loaded at once, the MLP block at 16 tokens took 102 us
 // against 106 with 32 KiB of A and B 4 stages deeper (bench/NOTES.md v1.17).
+// Once the B loader stopped pausing between jobs (v1.19), 16-row A tiles
+// did better with 12 stages (96 KiB) and two more B stages: the MLP block at
+// 16 tokens 99.4-99.6 us against 101.6-101.9, the 16-token chain 117.7-118.3
+// against 118.9-119.0. At 1-8 rows (16 A stages of 4 KiB) and at 17-64 rows
+// fewer A stages were slower.
 struct NarrowRings {
   int a_stages = 0;
   int b_stages = 0;
@@ -231,13 +237,14 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   }
   NarrowRings rings;
   rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(rows, 1));
-  constexpr int kAutoABytes = 128 * 1024;
+  const int64_t auto_a_bytes =
+      NarrowConfig::ATileRows(rings.a_stage_bytes) == 16 ? int64_t{96} * 1024 : int64_t{128} * 1024;
   constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
   const int64_t job_stages = (max_k + kStageK - 1) / kStageK;
   rings.a_stages = options.narrow_a_stages > 0
                        ? options.narrow_a_stages
                        : static_cast<int>(std::clamp<int64_t>(
-                             std::min<int64_t>(kAutoABytes / rings.a_stage_bytes, job_stages), 2,
+                             std::min<int64_t>(auto_a_bytes / rings.a_stage_bytes, job_stages), 2,
                              NarrowConfig::kMaxAStages));
   const int64_t left = device.shared_memory_per_block -
                        int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0)};
