@@ -52,7 +52,8 @@ ABSL_FLAG(int, b_stages, 4, "B ring depth");
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
           "most 64 rows)");
-ABSL_FLAG(int, narrow_a_stages, 0, "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB)");
+ABSL_FLAG(int, narrow_a_stages, 0,
+          "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-16 rows)");
 ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
 ABSL_FLAG(bool, reduce_in_parts, true,
           "reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");

@@ -109,7 +109,8 @@ ABSL_FLAG(int, b_stages, 4, "loom: B ring depth");
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
           "most 64 rows)");
-ABSL_FLAG(int, narrow_a_stages, 0, "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB)");
+ABSL_FLAG(int, narrow_a_stages, 0,
+          "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-16 rows)");
 ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 ABSL_FLAG(double, max_seconds, 55, "hard wall-clock limit; the process exits with code 3 past it (0: none)");

@@ -97,7 +97,9 @@ struct CompileOptions {
   // split_k must be 0 or 1, and max_clusters counts CTAs (it has no
   // clusters).
   KernelChoice kernel = KernelChoice::kAuto;
-  int narrow_a_stages = 0;  // narrow kernel's A ring depth; 0: the longest job's A, within 128 KiB (2 to 16)
+  // The narrow kernel's A ring depth; 0: the longest job's A, within 128 KiB
+  // (96 KiB for 9-16 rows). 2 to 16.
+  int narrow_a_stages = 0;
   int narrow_b_stages = 0;  // narrow kernel's B ring depth; 0: what shared memory leaves (at most 16)
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
