@@ -38,6 +38,7 @@
 #include "device_fill.h"
 #include "loom/ops/host_numeric.h"
 #include "loom/runtime.h"
+#include "loom_option_flags.h"
 #include "loom/status.h"
 
 ABSL_FLAG(std::string, shapes,
@@ -47,17 +48,6 @@ ABSL_FLAG(std::string, shapes,
 ABSL_FLAG(int, iters, 30, "timed runs per implementation and shape (median reported)");
 ABSL_FLAG(int, warmup, 5, "untimed runs first");
 ABSL_FLAG(std::string, ring, "split", "loom ring mode: split, lockstep or both");
-ABSL_FLAG(int, a_stages, 4, "A ring depth");
-ABSL_FLAG(int, b_stages, 4, "B ring depth");
-ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
-          "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
-          "most 64 rows)");
-ABSL_FLAG(int, narrow_a_stages, 0,
-          "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-16 rows)");
-ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
-ABSL_FLAG(bool, reduce_in_parts, true,
-          "reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
-ABSL_FLAG(int, reduce_part_rows, 0, "rows of each reduce part (0: the scheduler chooses; at most 16)");
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(bool, interleave, true,
           "time the implementations in turn per iteration (false: each one's runs back to back, in ABBA order)");
@@ -181,15 +171,9 @@ absl::Status CheckSamples(const Shape& s, const BufferSet& set, int samples, Res
 }
 
 CompileOptions LoomOptions(RingMode mode, bool trace) {
-  CompileOptions options;
+  CompileOptions options = LoomOptionsFromFlags();
   options.ring_mode = mode;
-  options.a_stages = absl::GetFlag(FLAGS_a_stages);
-  options.b_stages = mode == RingMode::kLockstep ? options.a_stages : absl::GetFlag(FLAGS_b_stages);
-  options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
-  options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
-  options.kernel = absl::GetFlag(FLAGS_kernel);
-  options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);
-  options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
+  if (mode == RingMode::kLockstep) options.b_stages = options.a_stages;
   options.trace = trace;
   return options;
 }

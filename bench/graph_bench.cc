@@ -85,6 +85,7 @@
 #include "loom/runtime.h"
 #include "loom/status.h"
 #include "loom/tensor.h"
+#include "loom_option_flags.h"
 
 ABSL_FLAG(std::string, tokens, "1,16,64,128,8192", "comma-separated token counts for the MLP block (empty: none)");
 ABSL_FLAG(int64_t, hidden, 4096, "MLP model width");
@@ -101,17 +102,6 @@ ABSL_FLAG(std::string, timeline_csv, "",
 ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: the scheduler chooses)");
 ABSL_FLAG(int, group_size, 0,
           "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
-ABSL_FLAG(bool, reduce_in_parts, true,
-          "loom: reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
-ABSL_FLAG(int, reduce_part_rows, 0, "rows of each reduce part (0: the scheduler chooses; at most 16)");
-ABSL_FLAG(int, a_stages, 4, "loom: A ring depth");
-ABSL_FLAG(int, b_stages, 4, "loom: B ring depth");
-ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
-          "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
-          "most 64 rows)");
-ABSL_FLAG(int, narrow_a_stages, 0,
-          "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-16 rows)");
-ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 ABSL_FLAG(double, max_seconds, 55, "hard wall-clock limit; the process exits with code 3 past it (0: none)");
 
@@ -923,15 +913,9 @@ int Main() {
 
   BenchContext ctx;
   ctx.runtime = &*runtime;
+  ctx.loom_options = LoomOptionsFromFlags();
   ctx.loom_options.split_k = absl::GetFlag(FLAGS_split_k);
   ctx.loom_options.group_size = absl::GetFlag(FLAGS_group_size);
-  ctx.loom_options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
-  ctx.loom_options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
-  ctx.loom_options.a_stages = absl::GetFlag(FLAGS_a_stages);
-  ctx.loom_options.b_stages = absl::GetFlag(FLAGS_b_stages);
-  ctx.loom_options.kernel = absl::GetFlag(FLAGS_kernel);
-  ctx.loom_options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);
-  ctx.loom_options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
   ctx.timeline = absl::GetFlag(FLAGS_timeline);
   ctx.timeline_csv = absl::GetFlag(FLAGS_timeline_csv);
   ctx.watchdog = &watchdog;

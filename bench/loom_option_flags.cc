@@ -1,0 +1,31 @@
+#include "loom_option_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(int, a_stages, 4, "loom: A ring depth");
+ABSL_FLAG(int, b_stages, 4, "loom: B ring depth");
+ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
+          "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
+          "most 64 rows)");
+ABSL_FLAG(int, narrow_a_stages, 0,
+          "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-16 rows)");
+ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
+ABSL_FLAG(bool, reduce_in_parts, true,
+          "loom: reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
+ABSL_FLAG(int, reduce_part_rows, 0, "loom: rows of each reduce part (0: the scheduler chooses; at most 16)");
+
+namespace loom::bench {
+
+CompileOptions LoomOptionsFromFlags() {
+  CompileOptions options;
+  options.a_stages = absl::GetFlag(FLAGS_a_stages);
+  options.b_stages = absl::GetFlag(FLAGS_b_stages);
+  options.kernel = absl::GetFlag(FLAGS_kernel);
+  options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);
+  options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
+  options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
+  options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
+  return options;
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,18 @@
+// loom_option_flags.h: the command-line flags for loom's CompileOptions that
+// both benchmarks take (rings, kernel choice, narrow rings, reduce parts),
+// defined once (loom_option_flags.cc) so the two cannot drift apart.
+#ifndef LOOM_BENCH_LOOM_OPTION_FLAGS_H_
+#define LOOM_BENCH_LOOM_OPTION_FLAGS_H_
+
+#include "loom/runtime.h"
+
+namespace loom::bench {
+
+// CompileOptions with --a_stages, --b_stages, --kernel, --narrow_a_stages,
+// --narrow_b_stages, --reduce_in_parts and --reduce_part_rows applied; every
+// other field at its default.
+CompileOptions LoomOptionsFromFlags();
+
+}  // namespace loom::bench
+
+#endif  // LOOM_BENCH_LOOM_OPTION_FLAGS_H_
