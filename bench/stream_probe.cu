@@ -14,6 +14,11 @@
 //           row-major order (each row's 512 bytes one contiguous run)
 //   tile2d  four 2-D TMA loads of {64, 32 rows} (4 KiB each)
 //   bulk    one 1-D cp.async.bulk of 16 contiguous KiB of the job's rows
+// --box_rows=R (kblock only): boxes of R rows x (128 / R) k-blocks (still
+//           16 KiB: each row a run of 256 * 32 / R bytes), the job's row
+//           groups one after another, each over the whole K
+// --pitch_pad=B: B bytes between the end of a row and the next (the tensor
+//           modes; 0: rows packed, a row pitch of cols * 2 bytes)
 //   ldg     no ring: every thread of the CTA reads 16-byte vectors (a
 //           reference for what plain loads reach)
 // --drain: a job's loads start only once the previous job's last stage has
@@ -50,6 +55,8 @@ ABSL_FLAG(std::string, drain, "0", "0: a job's loads follow the last job's at on
 ABSL_FLAG(int, a_stages, 8, "with --a_rows: the A ring's depth");
 ABSL_FLAG(std::string, job_gap_ns, "0", "consumer idle time after each job, a list");
 ABSL_FLAG(std::string, grids, "0", "CTAs to launch (0: one per SM), a list");
+ABSL_FLAG(std::string, box_rows, "32", "kblock mode: rows a box (32, 16 or 8), a list");
+ABSL_FLAG(std::string, pitch_pad, "0", "bytes of padding after each row (a multiple of 16), a list");
 ABSL_FLAG(int, iters, 20, "timed launches per configuration (median)");
 
 namespace {
@@ -73,6 +80,8 @@ struct ProbeParams {
   int jobs;
   int stages;
   int stages_per_job;
+  int box_rows;  // kblock: rows a box (kJobRows / box_rows row groups a job)
+  int64_t pitch;  // bytes from one row to the next
   Mode mode;
   bool drain;
 };
@@ -109,7 +118,11 @@ __device__ __forceinline__ void LoadStage(const ProbeParams& p, int job, int s, 
   const int32_t kb0 = s * kKBlocksPerStage;
   switch (p.mode) {
     case Mode::kKBlock: {
-      const int32_t coords[3] = {0, row0, kb0};
+      // Row group g of the job, then its k-blocks: with 32-row boxes, stage s.
+      const int groups = kJobRows / p.box_rows;
+      const int stages_per_group = p.stages_per_job / groups;
+      const int32_t coords[3] = {0, row0 + s / stages_per_group * p.box_rows,
+                                 s % stages_per_group * kKBlocksPerStage * groups};
       cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, &p.map, coords, full);
       break;
     }
@@ -126,7 +139,7 @@ __device__ __forceinline__ void LoadStage(const ProbeParams& p, int job, int s, 
       }
       break;
     default: {
-      const uint8_t* src = p.weights + int64_t{row0} * p.cols * 2 + int64_t{s} * kStageBytes;
+      const uint8_t* src = p.weights + int64_t{row0} * p.pitch + int64_t{s} * kStageBytes;
       cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, stage_bytes, full);
       break;
     }
@@ -227,7 +240,8 @@ __global__ void __launch_bounds__(256) LdgProbe(const uint4* weights, int64_t jo
   if (acc == 0x12345678u) *out = acc;  // keeps the loads
 }
 
-bool EncodeMap(Mode mode, void* base, int64_t rows, int64_t cols, uint32_t box_rows, CUtensorMap* map) {
+bool EncodeMap(Mode mode, void* base, int64_t rows, int64_t cols, uint32_t box_rows, CUtensorMap* map,
+               int64_t pitch = 0) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* pointer = nullptr;
     cudaDriverEntryPointQueryResult result;
@@ -235,7 +249,7 @@ bool EncodeMap(Mode mode, void* base, int64_t rows, int64_t cols, uint32_t box_r
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
   }();
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  const cuuint64_t row_bytes = static_cast<cuuint64_t>(cols) * 2;
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(pitch > 0 ? pitch : cols * 2);
   const cuuint64_t kblocks = static_cast<cuuint64_t>(cols / kKBlock);
   cuuint64_t dims[3];
   cuuint64_t strides[2];
@@ -245,7 +259,7 @@ bool EncodeMap(Mode mode, void* base, int64_t rows, int64_t cols, uint32_t box_r
     case Mode::kKBlock:
       dims[0] = kKBlock, dims[1] = rows, dims[2] = kblocks;
       strides[0] = row_bytes, strides[1] = kKBlock * 2;
-      box[0] = kKBlock, box[1] = box_rows, box[2] = kKBlocksPerStage;
+      box[0] = kKBlock, box[1] = box_rows, box[2] = kKBlocksPerStage * kJobRows / box_rows;
       break;
     case Mode::kRowMajor:
       dims[0] = kKBlock, dims[1] = kblocks, dims[2] = rows;
@@ -299,6 +313,33 @@ double MedianUs(int iters, Launch launch) {
   return times[times.size() / 2];
 }
 
+// One configuration of a ring mode: every combination of the list flags.
+struct Variant {
+  int box_rows, pad, stages, drain, a_rows, gap_ns, grid;
+};
+
+std::vector<Variant> Variants(Mode mode, const std::vector<int>& pads, const std::vector<int>& box_rows_list,
+                              int sms) {
+  std::vector<Variant> variants;
+  for (int pad : pads) {
+    for (int box_rows : box_rows_list) {
+      if (mode != Mode::kKBlock && box_rows != kJobRows) continue;  // only kblock boxes come in other heights
+      for (int stages : ParseInts(absl::GetFlag(FLAGS_stages))) {
+        for (int drain : ParseInts(absl::GetFlag(FLAGS_drain))) {
+          for (int a_rows : ParseInts(absl::GetFlag(FLAGS_a_rows))) {
+            for (int gap : ParseInts(absl::GetFlag(FLAGS_job_gap_ns))) {
+              for (int grid : ParseInts(absl::GetFlag(FLAGS_grids))) {
+                variants.push_back({box_rows, pad, stages, drain, a_rows, gap, grid > 0 ? grid : sms});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return variants;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -313,12 +354,29 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaGetDevice(&device));
   PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   PROBE_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t bytes = static_cast<size_t>(rows * cols * 2);
+  const size_t bytes = static_cast<size_t>(rows * cols * 2);  // what a run streams
+  const std::vector<int> pads = ParseInts(absl::GetFlag(FLAGS_pitch_pad));
+  const std::vector<int> box_rows_list = ParseInts(absl::GetFlag(FLAGS_box_rows));
+  int max_pad = 0;
+  for (int pad : pads) {
+    if (pad < 0 || pad % 16 != 0) {
+      std::fprintf(stderr, "--pitch_pad: a multiple of 16 bytes, got %d\n", pad);
+      return 1;
+    }
+    max_pad = std::max(max_pad, pad);
+  }
+  for (int box_rows : box_rows_list) {
+    if (box_rows != 8 && box_rows != 16 && box_rows != 32) {
+      std::fprintf(stderr, "--box_rows: 8, 16 or 32, got %d\n", box_rows);
+      return 1;
+    }
+  }
+  const size_t allocated = static_cast<size_t>(rows * (cols * 2 + max_pad));
   uint8_t* weights = nullptr;
   uint32_t* out = nullptr;
-  PROBE_CHECK(cudaMalloc(&weights, bytes));
+  PROBE_CHECK(cudaMalloc(&weights, allocated));
   PROBE_CHECK(cudaMalloc(&out, sizeof(uint32_t)));
-  PROBE_CHECK(cudaMemset(weights, 1, bytes));
+  PROBE_CHECK(cudaMemset(weights, 1, allocated));
   uint8_t* activations = nullptr;  // [64, cols]: enough for any --a_rows up to 64
   PROBE_CHECK(cudaMalloc(&activations, 64 * cols * 2));
   PROBE_CHECK(cudaMemset(activations, 1, 64 * cols * 2));
@@ -330,9 +388,10 @@ int main(int argc, char** argv) {
   const int stages_per_job = static_cast<int>(cols / (kKBlock * kKBlocksPerStage));
   std::printf("matrix %lld x %lld bf16 (%.1f MB), %d jobs of %d rows, %d SMs\n", static_cast<long long>(rows),
               static_cast<long long>(cols), bytes / 1e6, jobs, kJobRows, sms);
-  std::printf("%-7s %6s %6s %6s %7s %5s %10s %9s\n", "mode", "stages", "drain", "a_rows", "gap_ns", "grid", "us",
-              "GB/s");
+  std::printf("%-7s %4s %4s %6s %6s %6s %7s %5s %10s %9s\n", "mode", "box", "pad", "stages", "drain", "a_rows",
+              "gap_ns", "grid", "us", "GB/s");
   const char* names[] = {"kblock", "rowmaj", "tile2d", "bulk", "ldg"};
+  std::vector<Mode> modes;
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
     int index = 0;
     while (index < 5 && name != names[index]) ++index;
@@ -340,62 +399,55 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown mode '%s'\n", std::string(name).c_str());
       return 1;
     }
-    const Mode mode = static_cast<Mode>(index);
+    modes.push_back(static_cast<Mode>(index));
+  }
+  for (const Mode mode : modes) {
     if (mode == Mode::kLdg) {
       for (int grid : {sms, 2 * sms, 4 * sms}) {
         const double us = MedianUs(iters, [&] {
           LdgProbe<<<grid, 256>>>(reinterpret_cast<const uint4*>(weights), kJobRows * cols * 2 / 16, jobs, out);
         });
-        std::printf("%-7s %6s %6s %6s %7s %5d %10.1f %9.0f  (256 threads a CTA)\n", "ldg", "-", "-", "-", "-", grid,
-                    us, bytes / us / 1e3);
+        std::printf("%-7s %4s %4s %6s %6s %6s %7s %5d %10.1f %9.0f  (256 threads a CTA)\n", "ldg", "-", "-", "-",
+                    "-", "-", "-", grid, us, bytes / us / 1e3);
       }
       continue;
     }
-    ProbeParams params = {};
-    if (!EncodeMap(mode, weights, rows, cols, kJobRows, &params.map)) {
-      std::fprintf(stderr, "cuTensorMapEncodeTiled refused mode %s\n", names[index]);
-      return 1;
-    }
-    params.weights = weights;
-    params.cols = cols;
-    params.jobs = jobs;
-    params.stages_per_job = stages_per_job;
-    params.mode = mode;
-    for (int stages : ParseInts(absl::GetFlag(FLAGS_stages))) {
-      params.stages = stages;
-      for (int drain : ParseInts(absl::GetFlag(FLAGS_drain))) {
-        params.drain = drain != 0;
-        for (int a_rows : ParseInts(absl::GetFlag(FLAGS_a_rows))) {
-          if (a_rows > 64) {
-            std::fprintf(stderr, "--a_rows: at most 64, got %d\n", a_rows);
-            return 1;
-          }
-          params.a_tile_bytes = a_rows > 0 ? static_cast<uint32_t>((a_rows + 7) / 8 * 8 * kKBlock * 2) : 0;
-          params.a_stages = a_rows > 0 ? absl::GetFlag(FLAGS_a_stages) : 0;
-          const uint32_t smem_bytes =
-              stages * kStageBytes + params.a_stages * kKBlocksPerStage * params.a_tile_bytes + 1024;
-          if (stages < 1 || stages > kMaxStages || params.a_stages > kMaxStages ||
-              smem_bytes > static_cast<uint32_t>(max_smem)) {
-            std::fprintf(stderr, "skipping %d stages, %d A rows (at most %d stages, within shared memory)\n", stages,
-                         a_rows, kMaxStages);
-            continue;
-          }
-          if (a_rows > 0 && !EncodeMap(Mode::kKBlock, activations, a_rows, cols, (a_rows + 7) / 8 * 8,
-                                       &params.a_map)) {
-            std::fprintf(stderr, "cuTensorMapEncodeTiled refused A with %d rows\n", a_rows);
-            return 1;
-          }
-          for (int gap : ParseInts(absl::GetFlag(FLAGS_job_gap_ns))) {
-            params.job_gap_ns = static_cast<uint32_t>(gap);
-            for (int grid : ParseInts(absl::GetFlag(FLAGS_grids))) {
-              if (grid <= 0) grid = sms;
-              const double us = MedianUs(iters, [&] { RingProbe<<<grid, 96, smem_bytes>>>(params); });
-              std::printf("%-7s %6d %6d %6d %7d %5d %10.1f %9.0f\n", names[index], stages, drain, a_rows, gap, grid,
-                          us, bytes / us / 1e3);
-            }
-          }
-        }
+    for (const Variant& v : Variants(mode, pads, box_rows_list, sms)) {
+      const int groups = kJobRows / v.box_rows;
+      if (cols % (kKBlock * kKBlocksPerStage * groups) != 0) continue;  // a row group's stages must tile K
+      ProbeParams params = {};
+      params.weights = weights;
+      params.cols = cols;
+      params.pitch = cols * 2 + v.pad;
+      params.box_rows = v.box_rows;
+      params.jobs = jobs;
+      params.stages_per_job = stages_per_job;
+      params.mode = mode;
+      params.stages = v.stages;
+      params.drain = v.drain != 0;
+      params.job_gap_ns = static_cast<uint32_t>(v.gap_ns);
+      if (!EncodeMap(mode, weights, rows, cols, static_cast<uint32_t>(v.box_rows), &params.map, params.pitch)) {
+        std::fprintf(stderr, "cuTensorMapEncodeTiled refused mode %s\n", names[static_cast<int>(mode)]);
+        return 1;
       }
+      params.a_tile_bytes = v.a_rows > 0 ? static_cast<uint32_t>((v.a_rows + 7) / 8 * 8 * kKBlock * 2) : 0;
+      params.a_stages = v.a_rows > 0 ? absl::GetFlag(FLAGS_a_stages) : 0;
+      const uint32_t smem_bytes =
+          v.stages * kStageBytes + params.a_stages * kKBlocksPerStage * params.a_tile_bytes + 1024;
+      if (v.a_rows > 64 || v.stages < 1 || v.stages > kMaxStages || params.a_stages > kMaxStages ||
+          smem_bytes > static_cast<uint32_t>(max_smem)) {
+        std::fprintf(stderr, "skipping %d stages, %d A rows (at most %d stages and 64 rows, within shared memory)\n",
+                     v.stages, v.a_rows, kMaxStages);
+        continue;
+      }
+      if (v.a_rows > 0 &&
+          !EncodeMap(Mode::kKBlock, activations, v.a_rows, cols, (v.a_rows + 7) / 8 * 8, &params.a_map)) {
+        std::fprintf(stderr, "cuTensorMapEncodeTiled refused A with %d rows\n", v.a_rows);
+        return 1;
+      }
+      const double us = MedianUs(iters, [&] { RingProbe<<<v.grid, 96, smem_bytes>>>(params); });
+      std::printf("%-7s %4d %4d %6d %6d %6d %7d %5d %10.1f %9.0f\n", names[static_cast<int>(mode)], v.box_rows, v.pad,
+                  v.stages, v.drain, v.a_rows, v.gap_ns, v.grid, us, bytes / us / 1e3);
     }
     PROBE_CHECK(cudaGetLastError());
   }
