@@ -46,11 +46,19 @@ __device__ inline int OutputPanels(int64_t out_cols, int32_t out_tile_n, int col
 // common case (no bias, no residual, no activation, a full-width tile) is a
 // pass of conversions and shared-memory stores alone.
 
-// silu(v) = v * sigmoid(v). NOTE: __fdividef, not '/': IEEE division is a
-// range check plus a called slow path, and with a decode tile's rows past M
-// all zero the SwiGLU pass of one panel took 6 us (traced, v1.7; __fdividef
-// removed it). Its limits are the right ones here: v / inf (v -> -inf) is 0.
-__device__ __forceinline__ float Silu(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
+// silu(v) = v * sigmoid(v) = v / (1 + 2^(-v log2 e)): two SFU instructions
+// and three FP32 ones. Where 1 + 2^(-v log2 e) reaches 2^126 (v below about
+// -87) or overflows, the reciprocal flushes to 0 and so does silu, as it
+// should (its true value is below 1e-36).
+// NOTE: IEEE division ('/') is a range check plus a called slow path: with a
+// decode tile's rows past M all zero, the SwiGLU pass of one panel took 6 us
+// (traced, v1.7). __fdividef's own range check (a compare and two scaling
+// multiplies an element, for denominators of 2^126 and more) cost a fifth
+// of the SwiGLU pass's instructions (bench/NOTES.md v1.20).
+__device__ __forceinline__ float Silu(float v) {
+  constexpr float kLog2E = 1.4426950408889634f;
+  return v * ptx::rcp_approx_ftz(1.0f + ptx::ex2_approx_ftz(v * -kLog2E));
+}
 
 template <EpilogueActivation kActivation>
 __device__ __forceinline__ float Activate(float v) {
@@ -202,6 +210,33 @@ __device__ __forceinline__ void AddResidual(const EpilogueFields& node, int64_t 
   }
 }
 
+// Asks L2 for the residual rows this lane adds (its two rows, the tile's
+// output columns [out_col0, out_col0 + cols)): the four lanes of a row take
+// every fourth 128-byte line. AddResidual then reads each panel's values one
+// L2 round trip away instead of one HBM round trip a panel.
+// NOTE: traced at 8192 tokens, the MLP's down projection (residual, four
+// panels a warpgroup) spent 12.5 us of each ~180 us tile in its epilogue
+// without this, 9.7 us with it (bench/NOTES.md v1.20).
+template <typename T>
+__device__ __forceinline__ void PrefetchResidualRows(const EpilogueFields& node, int64_t row0, int64_t out_col0,
+                                                     int64_t cols, int warp, int lane) {
+  constexpr int kLine = 128;
+  const int64_t row_lo = row0 + warp * 16 + lane / 4;
+  const int64_t end = min(out_col0 + cols, node.out_cols);
+  const int64_t bytes = (end - out_col0) * static_cast<int64_t>(sizeof(T));
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = row_lo + 8 * half;
+    if (row >= node.m) continue;
+    const auto first = reinterpret_cast<uintptr_t>(static_cast<const T*>(node.residual) +
+                                                   row * node.residual_stride + out_col0);
+    const uintptr_t line0 = first & ~uintptr_t{kLine - 1};  // the row's first line, whole
+    for (uintptr_t line = line0 + (lane % 4) * kLine; line < first + bytes; line += 4 * kLine) {
+      ptx::prefetch_global_l2(reinterpret_cast<const void*>(line));
+    }
+  }
+}
+
 // SwiGLU: acc[2j] = silu(acc[2j]) * acc[2j + 1] (gate and up sit side by side).
 __device__ __forceinline__ void SwiGLURange(float (&acc)[128], int begin, int end) {
 #pragma unroll
@@ -341,6 +376,12 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
   const int panels = OutputPanels(node.out_cols, node.out_tile_n, Shape::kOutCols, work.n_block);
   const bool ragged = !TileInsideTmaColumns(work.n_block, node.out_tile_n, node.c_tma_cols);
 
+  if (node.residual != nullptr) {
+    const int64_t cols = int64_t{panels} * Shape::kOutCols;
+    node.residual_type == ElementType::kBF16
+        ? PrefetchResidualRows<__nv_bfloat16>(node, row0, out_col0, cols, warp, lane)
+        : PrefetchResidualRows<float>(node, row0, out_col0, cols, warp, lane);
+  }
   // NOTE: the panel loop is deliberately not unrolled, so one panel's code is
   // fetched once per tile and reused (unrolled, the epilogue was tens of KB of
   // straight-line code per tile, bound by instruction fetch). Register arrays
@@ -395,8 +436,10 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
       StoreFragments<kOut, kSwiGLU>(panel, warp, lane, acc, 0);
     }
     PublishPanel(ctx, warpgroup, staging);
+    if (p + 1 < panels) {
 #pragma unroll
-    for (int i = 0; i + kRegs < 128; ++i) acc[i] = acc[i + kRegs];
+      for (int i = 0; i + kRegs < 128; ++i) acc[i] = acc[i + kRegs];
+    }
   }
   return true;
 }

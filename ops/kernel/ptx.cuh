@@ -112,6 +112,19 @@ __device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* address) {
   return value;
 }
 
+// The SFU's approximations, denormals flushed: 2^x, and 1 / x (2^-126 and
+// less flush to zero, so 1 / inf and 1 / (>= 2^126) are 0).
+__device__ __forceinline__ float ex2_approx_ftz(float x) {
+  float value;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(value) : "f"(x));
+  return value;
+}
+__device__ __forceinline__ float rcp_approx_ftz(float x) {
+  float value;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(value) : "f"(x));
+  return value;
+}
+
 // prefetch.global.L2: asks L2 for the 128-byte line holding `address`; no
 // wait, no result, no ordering.
 __device__ __forceinline__ void prefetch_global_l2(const void* address) {
