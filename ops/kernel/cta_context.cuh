@@ -50,6 +50,7 @@
 
 #include <cuda/ptx>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernel_config.h"
@@ -255,6 +256,37 @@ __device__ inline CtaWork ResolveJob(const Ctx& ctx, int index) {
   const sched::CtaTile tile = sched::CtaTileOf(*job, node->schedule.share, static_cast<int>(ctx.rank));
   const bool in_range = tile.m_block < node->schedule.m_blocks && tile.n_block < node->schedule.n_blocks;
   return CtaWork{job, node, tile.m_block, tile.n_block, in_range};
+}
+
+// Asks L2 for the job queue and the node records past their tensor maps
+// (schedules, epilogue fields), and the TMA unit for each node's `maps`, one
+// warp at the start of a launch: after a launch has streamed its weights
+// through L2 they are gone, and the first job of every role reads them one
+// round trip after another (queue entry, node, descriptor). Nodes without
+// work have no maps (runtime.cc) and are skipped.
+// NOTE: with this and the scheduler's first fetch beside the epoch read, the
+// one-token MLP block (narrow kernel) took 99.5-99.7 us against 100.7-100.8
+// (bench/NOTES.md v1.19).
+template <int kMaps>
+__device__ inline void PrefetchPlanRecords(const KernelParams& params, int lane,
+                                           const CUtensorMap KernelNode::* const (&maps)[kMaps]) {
+  constexpr int kLine = 128;
+  const int queue_lines = (params.num_jobs * static_cast<int>(sizeof(sched::TileJob)) + kLine - 1) / kLine;
+  for (int l = lane; l < queue_lines; l += 32) {
+    ptx::prefetch_global_l2(reinterpret_cast<const uint8_t*>(params.queue) + l * kLine);
+  }
+  constexpr int kFirstLine = static_cast<int>(offsetof(KernelNode, schedule)) / kLine;
+  constexpr int kLines = (static_cast<int>(sizeof(KernelNode)) + kLine - 1) / kLine;
+  for (int n = lane; n < params.num_nodes; n += 32) {
+    const KernelNode& node = params.nodes[n];
+    for (int l = kFirstLine; l < kLines; ++l) {
+      ptx::prefetch_global_l2(reinterpret_cast<const uint8_t*>(&node) + l * kLine);
+    }
+    const sched::NodeSchedule& schedule = node.schedule;
+    if (schedule.m == 0 || schedule.n == 0 || schedule.k == 0) continue;
+#pragma unroll
+    for (int i = 0; i < kMaps; ++i) ptx::prefetch_tensormap(&(node.*maps[i]));
+  }
 }
 
 }  // namespace loom::kernel

@@ -85,6 +85,20 @@ __device__ inline bool WaitForProducers(const Ctx& ctx, const KernelNode& node, 
   return done;
 }
 
+// Waits for the producers of what the epilogue of the tile at (row0,
+// n_block) reads, its residual and its bias, before the A loader's first
+// load, so that the consumers find them complete (ordered through a_full).
+template <typename Ctx>
+__device__ inline bool WaitForEpilogueInputs(const Ctx& ctx, const KernelNode& node, int job_index, int64_t row0,
+                                             int32_t n_block, DependencyMemo& memo) {
+  const int64_t out_col0 = int64_t{n_block} * node.schedule.out_tile_n;
+  const int64_t acc_col0 = int64_t{n_block} * Ctx::Config::kBlockN;
+  return WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kResidual, row0,
+                          row0 + Ctx::Config::kBlockM, out_col0, out_col0 + node.schedule.out_tile_n, memo) &&
+         WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kBias, 0, 1, acc_col0,
+                          acc_col0 + Ctx::Config::kBlockN, memo);
+}
+
 // The end of the granule of A's k-blocks that k-block kb belongs to: the
 // k-blocks [j * a_wait_k_blocks, (j + 1) * a_wait_k_blocks) read one producer
 // tile column (AWaitKBlocks), so one check of their first covers them all.
@@ -161,33 +175,48 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
 // How many of the run's granules, from the first, have every flag at this
 // epoch: one poll, the run's flags read as aligned 16-byte words (the flag
 // array is padded to a whole word, runtime.cc), all in flight together. Every
-// granule of the run lies in the words read (AProducerRun).
-template <typename Ctx>
-__device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& run) {
+// granule of the run lies in the words read (AProducerRun). The words are
+// read by kLanes lanes of a warp (the narrow kernel's A loader polls with
+// all 32, the tiled kernel's with one thread): lane l reads words l, l +
+// kLanes, ..., so each load instruction of a whole warp reads 512
+// consecutive bytes; with several lanes, all of them must call it and all
+// get the answer.
+template <int kLanes, typename Ctx>
+__device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& run, int lane) {
+  static_assert(kLanes == 1 || kLanes == 32, "one thread or a whole warp");
+  constexpr int kWordsPerLane = Ctx::Config::kFlagWordsPerPoll / kLanes;
+  constexpr bool kOneTile = Ctx::Config::kMaxTilesPerGranule == 1;
   const int base = run.first_flag & ~3;
   const int skip = run.first_flag - base;
-  constexpr bool kOneTile = Ctx::Config::kMaxTilesPerGranule == 1;
   const int tiles = kOneTile ? run.granules : run.granules * run.tiles_per_granule;
   const int words = (skip + tiles + 3) / 4;
-  uint4 seen[Ctx::Config::kFlagWordsPerPoll];
+  uint4 seen[kWordsPerLane];
 #pragma unroll
-  for (int w = 0; w < Ctx::Config::kFlagWordsPerPoll; ++w) {
-    if (w < words) seen[w] = ptx::ld_relaxed_gpu_v4(&ctx.params.flags[base + 4 * w]);
+  for (int i = 0; i < kWordsPerLane; ++i) {
+    const int w = kLanes * i + lane;
+    if (w < words) seen[i] = ptx::ld_relaxed_gpu_v4(&ctx.params.flags[base + 4 * w]);
   }
+  // From the last word to the first, so that the last incomplete granule
+  // found is the first of the run.
+  // NOTE: the narrow kernel's warp version first took the minimum instead
+  // (complete = min(complete, granule)): the same answer, but that kernel
+  // then took 237 registers instead of 212 and the one-token 8-layer chain
+  // 118.3-118.8 us instead of 112.0-112.4 (bench/NOTES.md v1.20).
   int complete = run.granules;
 #pragma unroll
-  for (int w = Ctx::Config::kFlagWordsPerPoll - 1; w >= 0; --w) {
-    const uint32_t value[4] = {seen[w].x, seen[w].y, seen[w].z, seen[w].w};
+  for (int i = kWordsPerLane - 1; i >= 0; --i) {
+    const int w = kLanes * i + lane;
+    const uint32_t value[4] = {seen[i].x, seen[i].y, seen[i].z, seen[i].w};
 #pragma unroll
     for (int c = 3; c >= 0; --c) {
       const int tile = 4 * w + c - skip;
       const int granule = kOneTile ? tile : tile / run.tiles_per_granule;
-      if (w < words && tile >= 0 && granule < run.granules &&
-          !FlagDone(value[c], ctx.epoch)) {
+      if (w < words && tile >= 0 && granule < run.granules && !FlagDone(value[c], ctx.epoch)) {
         complete = granule;
       }
     }
   }
+  if constexpr (kLanes > 1) complete = __reduce_min_sync(0xffffffffu, complete);
   return complete;
 }
 
@@ -202,8 +231,8 @@ __device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& r
 // took 321 us per tile against 155 us standalone while it waited once per
 // producer tile column (two k-blocks, ~1.4 us of wgmma). A granule whose
 // producer is still running costs what it did.
-// `poll(run)` is CompleteGranules, or a caller's equivalent (the narrow
-// kernel's A loader polls with a whole warp).
+// `poll(run)` is CompleteGranules, read by one thread or by a whole warp
+// (the narrow kernel's A loader).
 template <typename Ctx, typename Poll>
 __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
                                              int64_t row0, int kb, int kb_end, Poll&& poll) {
@@ -243,7 +272,7 @@ template <typename Ctx>
 __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
                                              int64_t row0, int kb, int kb_end) {
   return WaitForAProducersAhead(ctx, node, job_index, row0, kb, kb_end,
-                                [&](const FlagRun& run) { return CompleteGranules(ctx, run); });
+                                [&](const FlagRun& run) { return CompleteGranules<1>(ctx, run, 0); });
 }
 
 // Whether every producer tile that elements [row_begin, row_end) x

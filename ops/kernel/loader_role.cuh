@@ -83,17 +83,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
     const uint32_t slot_bytes =
         a_halves * KernelConfig::kAStageBytes / 2 + (lockstep ? KernelConfig::kBStageBytes : 0);
     memo.Reset();
-    if (has_dependencies) {
-      // The epilogue reads bias and residual: wait for them before the first
-      // load, so the consumers find them complete (ordered through a_full).
-      const int64_t out_col0 = static_cast<int64_t>(work.n_block) * schedule.out_tile_n;
-      if (!WaitForProducers(ctx, node, index, sched::DependencyOperand::kResidual, row0,
-                            row0 + KernelConfig::kBlockM, out_col0, out_col0 + schedule.out_tile_n, memo) ||
-          !WaitForProducers(ctx, node, index, sched::DependencyOperand::kBias, 0, 1, n_row0,
-                            n_row0 + KernelConfig::kBlockN, memo)) {
-        return;
-      }
-    }
+    if (has_dependencies && !WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo)) return;
     // A's producers are known complete for the k-blocks below a_ready_end;
     // each wait looks many producer tile columns ahead.
     int a_ready_end = HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin : job.k_block_end;

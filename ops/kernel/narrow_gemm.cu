@@ -113,44 +113,14 @@ __device__ __forceinline__ bool HasKBlockMaps(const sched::NodeSchedule& schedul
   return schedule.k % NarrowConfig::kBlockK == 0;
 }
 
-// How many of the run's granules, from the first, have every flag at this
-// epoch (CompleteGranules in dependencies.cuh, read by a whole warp): lane l
-// reads words l, l + 32, ... of the run, so each load instruction of the
-// warp reads 512 consecutive bytes, and all are in flight together.
-__device__ int CompleteGranulesByWarp(const NarrowContext& ctx, const FlagRun& run, int lane) {
-  const int base = run.first_flag & ~3;
-  const int skip = run.first_flag - base;
-  const int words = (skip + run.granules * run.tiles_per_granule + 3) / 4;
-  uint4 seen[NarrowConfig::kFlagWordsPerLane];
-#pragma unroll
-  for (int i = 0; i < NarrowConfig::kFlagWordsPerLane; ++i) {
-    const int w = 32 * i + lane;
-    if (w < words) seen[i] = ptx::ld_relaxed_gpu_v4(&ctx.params.flags[base + 4 * w]);
-  }
-  int complete = run.granules;
-#pragma unroll
-  for (int i = 0; i < NarrowConfig::kFlagWordsPerLane; ++i) {
-    const int w = 32 * i + lane;
-    const uint32_t value[4] = {seen[i].x, seen[i].y, seen[i].z, seen[i].w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int tile = 4 * w + c - skip;
-      if (w < words && tile >= 0 && tile / run.tiles_per_granule < run.granules && !FlagDone(value[c], ctx.epoch)) {
-        complete = min(complete, tile / run.tiles_per_granule);
-      }
-    }
-  }
-  return __reduce_min_sync(__activemask(), complete);
-}
-
 // The A loader, a whole warp: the epilogue's inputs once per job, then per
-// stage A's producers (polled by every lane, CompleteGranulesByWarp) and the
+// stage A's producers (polled by every lane, CompleteGranules<32>) and the
 // load (lane 0). Every decision to go on or give up is the warp's: lanes that
 // waited on their own agree first (__all_sync, or lane 0's answer).
 __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
   const bool issuer = lane == 0;
   const bool traced = ctx.params.trace != nullptr;
-  const auto poll = [&](const FlagRun& run) { return CompleteGranulesByWarp(ctx, run, lane); };
+  const auto poll = [&](const FlagRun& run) { return CompleteGranules<32>(ctx, run, lane); };
   JobStream jobs;
   RingCursor ring;
   DependencyMemo memo;
@@ -163,15 +133,9 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
     const sched::NodeSchedule& schedule = node.schedule;
     const int32_t row0 = work.m_block * NarrowConfig::kBlockM;
     memo.Reset();
-    if (schedule.dependency_count > 0) {
-      const int64_t out_col0 = int64_t{work.n_block} * schedule.out_tile_n;
-      const int64_t acc_col0 = int64_t{work.n_block} * NarrowConfig::kBlockN;
-      const bool ready = WaitForProducers(ctx, node, index, sched::DependencyOperand::kResidual, row0,
-                                          row0 + NarrowConfig::kBlockM, out_col0, out_col0 + schedule.out_tile_n,
-                                          memo) &&
-                         WaitForProducers(ctx, node, index, sched::DependencyOperand::kBias, 0, 1, acc_col0,
-                                          acc_col0 + NarrowConfig::kBlockN, memo);
-      if (!__all_sync(0xffffffffu, ready)) return;
+    if (schedule.dependency_count > 0 &&
+        !__all_sync(0xffffffffu, WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo))) {
+      return;
     }
     int a_ready_end = HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin : job.k_block_end;
     const bool kblock_map = HasKBlockMaps(schedule);
@@ -673,30 +637,6 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   }
 }
 
-// Asks L2 for the job queue and the nodes' schedules, and the TMA unit for
-// the nodes' A and B descriptors: after a launch has streamed its weights
-// through L2 they are gone, and the first job of every role reads them one
-// round trip after another (queue entry, node, descriptor).
-// NOTE: with this and the first fetch beside the epoch read, the one-token
-// MLP block took 99.5-99.7 us against 100.7-100.8 (bench/NOTES.md v1.19).
-__device__ void PrefetchPlanRecords(const KernelParams& params, int lane) {
-  constexpr int kLine = 128;
-  const int queue_lines = (params.num_jobs * static_cast<int>(sizeof(sched::TileJob)) + kLine - 1) / kLine;
-  for (int l = lane; l < queue_lines; l += 32) {
-    ptx::prefetch_global_l2(reinterpret_cast<const uint8_t*>(params.queue) + l * kLine);
-  }
-  // The node record past its tensor maps: the schedule and the epilogue's fields.
-  constexpr int kFirstLine = static_cast<int>(offsetof(KernelNode, schedule)) / kLine;
-  constexpr int kLines = (static_cast<int>(sizeof(KernelNode)) + kLine - 1) / kLine;
-  for (int n = lane; n < params.num_nodes; n += 32) {
-    ptx::prefetch_tensormap(&params.nodes[n].a_map);
-    ptx::prefetch_tensormap(&params.nodes[n].b_map);
-    for (int l = kFirstLine; l < kLines; ++l) {
-      ptx::prefetch_global_l2(reinterpret_cast<const uint8_t*>(&params.nodes[n]) + l * kLine);
-    }
-  }
-}
-
 __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
     NarrowGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
@@ -719,7 +659,8 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
   } else if (threadIdx.x == 2 * 32) {  // the scheduler (warp 2, lane 0)
     first_fetch = static_cast<int>(atomicAdd(&params.state->cursor, 1u));
   } else if (threadIdx.x / 32 == 3) {
-    PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32));
+    constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::b_map};
+    PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
   }
   __syncthreads();
 

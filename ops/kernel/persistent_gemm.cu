@@ -71,9 +71,21 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   auto* barriers = reinterpret_cast<SmemBarriers*>(smem + layout.barriers);
   auto* epoch_slot = reinterpret_cast<uint32_t*>(smem + layout.epoch);
 
+  // Three round trips at once, as in the narrow kernel: the epoch, the
+  // scheduler's first fetch, and the prefetches of what every job's first
+  // steps read (PrefetchPlanRecords).
+  int first_fetch = -1;
   if (threadIdx.x == 0) {
     InitBarriers(barriers, params);
     *epoch_slot = params.state->epoch + 1;
+  } else if (threadIdx.x == 3 * 32) {  // the scheduler (warp 3, lane 0), on cluster rank 0 only
+    if (cuda::ptx::get_sreg_cluster_ctarank() == 0) {
+      first_fetch = static_cast<int>(atomicAdd(&params.state->cursor, 1u));
+    }
+  } else if (threadIdx.x / 32 == 2) {
+    constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::b_map,
+                                                        &KernelNode::a_slot_map, &KernelNode::b_slot_map};
+    PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
   }
   ClusterSync();
 
@@ -103,7 +115,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           RunStore(ctx);
           break;
         case 3:
-          if (ctx.rank == 0) RunScheduler(ctx);
+          if (ctx.rank == 0) RunScheduler(ctx, first_fetch);
           break;
       }
     }

@@ -21,9 +21,9 @@
 namespace loom::kernel {
 
 // `first_fetch`: the index a first atomicAdd on the cursor already returned
-// (the narrow kernel makes it during its set-up), or -1.
+// (both kernels make it during their set-up, beside the epoch read), or -1.
 template <typename Ctx>
-__device__ inline void RunScheduler(const Ctx& ctx, int first_fetch = -1) {
+__device__ inline void RunScheduler(const Ctx& ctx, int first_fetch) {
   RingCursor slot;
   const uint32_t slots_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.job_slots));
   const uint32_t full_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.barriers->job_full));
