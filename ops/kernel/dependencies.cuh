@@ -114,8 +114,10 @@ __device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, 
 // k-blocks = tiles_per_granule x the producer's out_tile_n columns, kb's
 // granule starting on a tile boundary), so granule j reads the tiles
 // first_flag + j * tiles_per_granule onwards. tiles_per_granule is 1 for the
-// tiled kernel (Config::kMaxTilesPerGranule), up to 4 for the narrow decode
-// kernel's 16- and 32-column tiles. The run ends at kb_end, at the producer's
+// tiled kernel (Config::kMaxTilesPerGranule), 2 or 4 for the narrow decode
+// kernel's 32- and 16-column tiles: a power of two, so that a poll finds a
+// flag's granule with a shift (a division there made the one-token chain
+// ~1 us slower, and the 64-token one ~4 us; bench/NOTES.md v1.20). The run ends at kb_end, at the producer's
 // last tile column, or where it would leave the Config::kFlagWordsPerPoll
 // aligned 16-byte words from the one that holds first_flag. granules == 0
 // when the pattern does not hold (several A edges, offsets inside a tile
@@ -129,6 +131,7 @@ struct FlagRun {
   int first_flag = 0;
   int granules = 0;
   int tiles_per_granule = 1;
+  int tiles_shift = 0;  // log2(tiles_per_granule)
 };
 
 template <typename Ctx>
@@ -165,8 +168,11 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
     if (edges != 1 || tiles != 1 || !whole_columns) return run;
     run.granules = min(min(granules_left, columns_left), flags_left);
   } else {
-    if (edges != 1 || !whole_columns || tiles > Ctx::Config::kMaxTilesPerGranule) return run;
+    if (edges != 1 || !whole_columns || tiles > Ctx::Config::kMaxTilesPerGranule || (tiles & (tiles - 1)) != 0) {
+      return run;
+    }
     run.tiles_per_granule = tiles;
+    run.tiles_shift = __ffs(tiles) - 1;
     run.granules = min(min(granules_left, columns_left / tiles), flags_left / tiles);
   }
   return run;
@@ -210,7 +216,7 @@ __device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& r
 #pragma unroll
     for (int c = 3; c >= 0; --c) {
       const int tile = 4 * w + c - skip;
-      const int granule = kOneTile ? tile : tile / run.tiles_per_granule;
+      const int granule = kOneTile ? tile : tile >> run.tiles_shift;
       if (w < words && tile >= 0 && granule < run.granules && !FlagDone(value[c], ctx.epoch)) {
         complete = granule;
       }
