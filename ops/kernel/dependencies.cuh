@@ -117,9 +117,10 @@ __device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, 
 // tiled kernel (Config::kMaxTilesPerGranule), 2 or 4 for the narrow decode
 // kernel's 32- and 16-column tiles: a power of two, so that a poll finds a
 // flag's granule with a shift (a division there made the one-token chain
-// ~1 us slower, and the 64-token one ~4 us; bench/NOTES.md v1.20). The run ends at kb_end, at the producer's
-// last tile column, or where it would leave the Config::kFlagWordsPerPoll
-// aligned 16-byte words from the one that holds first_flag. granules == 0
+// ~1 us slower, and the 64-token one ~4 us; bench/NOTES.md v1.20). The run
+// ends at kb_end, at the producer's last tile column, or where it would
+// leave the Config::kFlagWordsPerPoll aligned 16-byte words from the one
+// that holds first_flag. granules == 0
 // when the pattern does not hold (several A edges, offsets inside a tile
 // column): the caller then waits granule by granule.
 // NOTE: worked out from granule 0 alone. A first version found each
