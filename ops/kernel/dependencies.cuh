@@ -227,6 +227,23 @@ __device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& r
   return complete;
 }
 
+// What an A loader keeps of a job's run of A flags between its waits: the
+// run AProducerRun found at k-block `kb`, so that a wait at a later granule
+// of the same run only moves its first flag on and reads no records. Reset()
+// at every job.
+// NOTE: worked out again at every wait, the records (the node's edges, the
+// producer's schedule, read after an acquire fence had emptied L1) sat on the
+// path from the last producer flag to the next layer's A load: the one-token
+// 8-layer chain took 109.9-110.6 us against 99.2-99.9 with the run kept, the
+// 16-token chain 109.4-109.8 against 98.0-98.2, the 64-token chain 137-138
+// against 122.5-122.8 (bench/NOTES.md v1.20).
+struct KnownARun {
+  int kb = -1;  // none yet
+  int wait_k_blocks = 1;
+  FlagRun run;
+  __device__ void Reset() { kb = -1; }
+};
+
 // Waits until the producer tiles that k-block kb of A reads are complete and
 // acquires them; the same polls read the flags of the granules after kb's
 // (a granule: the a_wait_k_blocks k-blocks that read one producer tile
@@ -239,16 +256,25 @@ __device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& r
 // producer tile column (two k-blocks, ~1.4 us of wgmma). A granule whose
 // producer is still running costs what it did.
 // `poll(run)` is CompleteGranules, read by one thread or by a whole warp
-// (the narrow kernel's A loader).
+// (the narrow kernel's A loader); `known` is the job's KnownARun.
 template <typename Ctx, typename Poll>
 __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
-                                             int64_t row0, int kb, int kb_end, Poll&& poll) {
-  const sched::NodeSchedule& schedule = node.schedule;
-  const int granule_end = min(AGranuleEnd(schedule, kb), kb_end);
-  const FlagRun run = AProducerRun(ctx, node, row0, kb, kb_end);
-  if (run.granules == 0) {
-    // Not a run (AProducerRun): kb's own granule alone, as WaitForProducers
-    // finds it.
+                                             int64_t row0, int kb, int kb_end, Poll&& poll, KnownARun& known) {
+  if (known.kb < 0 || kb < known.kb ||
+      kb / known.wait_k_blocks - known.kb / known.wait_k_blocks >= known.run.granules) {
+    known.run = AProducerRun(ctx, node, row0, kb, kb_end);
+    known.kb = kb;
+    known.wait_k_blocks = node.schedule.a_wait_k_blocks;
+  }
+  const int wait_k_blocks = known.wait_k_blocks;
+  const int granule_end = min((kb / wait_k_blocks + 1) * wait_k_blocks, kb_end);
+  FlagRun run = known.run;
+  const int skipped = kb / wait_k_blocks - known.kb / wait_k_blocks;  // granules of the run already done
+  run.first_flag += skipped * run.tiles_per_granule;
+  run.granules -= skipped;
+  if (run.granules <= 0) {
+    // Not a run (AProducerRun found none at kb): kb's own granule alone, as
+    // WaitForProducers finds it.
     DependencyMemo memo;
     if (!WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kA, row0, row0 + Ctx::Config::kBlockM,
                           kb * Ctx::Config::kBlockK, (kb + 1) * Ctx::Config::kBlockK, memo)) {
@@ -270,16 +296,15 @@ __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& n
   // (see WaitForFlag). Then the proxy fence of WaitForProducers.
   cuda::ptx::fence(cuda::ptx::sem_acquire, cuda::ptx::scope_gpu);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-  int end = kb;
-  for (int g = 0; g < complete; ++g) end = AGranuleEnd(schedule, end);
-  return min(end, kb_end);
+  return min((kb / wait_k_blocks + complete) * wait_k_blocks, kb_end);
 }
 
 template <typename Ctx>
 __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
-                                             int64_t row0, int kb, int kb_end) {
-  return WaitForAProducersAhead(ctx, node, job_index, row0, kb, kb_end,
-                                [&](const FlagRun& run) { return CompleteGranules<1>(ctx, run, 0); });
+                                             int64_t row0, int kb, int kb_end, KnownARun& known) {
+  return WaitForAProducersAhead(
+      ctx, node, job_index, row0, kb, kb_end, [&](const FlagRun& run) { return CompleteGranules<1>(ctx, run, 0); },
+      known);
 }
 
 // Whether every producer tile that elements [row_begin, row_end) x

@@ -57,6 +57,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
   JobStream jobs;
   RingCursor ring;
   DependencyMemo memo;
+  KnownARun known;
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
@@ -83,6 +84,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
     const uint32_t slot_bytes =
         a_halves * KernelConfig::kAStageBytes / 2 + (lockstep ? KernelConfig::kBStageBytes : 0);
     memo.Reset();
+    known.Reset();
     if (has_dependencies && !WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo)) return;
     // A's producers are known complete for the k-blocks below a_ready_end;
     // each wait looks many producer tile columns ahead.
@@ -92,7 +94,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
       const int32_t k0 = kb * kBlockK;
       if (kb >= a_ready_end) {
         const uint64_t start = traced ? ptx::globaltimer() : 0;
-        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, kb, job.k_block_end);
+        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, kb, job.k_block_end, known);
         if (a_ready_end < 0) return;
         if (traced) a_dependency_ns += ptx::globaltimer() - start;
       }

@@ -124,6 +124,7 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
   JobStream jobs;
   RingCursor ring;
   DependencyMemo memo;
+  KnownARun known;
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
@@ -133,6 +134,7 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
     const sched::NodeSchedule& schedule = node.schedule;
     const int32_t row0 = work.m_block * NarrowConfig::kBlockM;
     memo.Reset();
+    known.Reset();
     if (schedule.dependency_count > 0 &&
         !__all_sync(0xffffffffu, WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo))) {
       return;
@@ -145,7 +147,7 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
       while (a_ready_end < kb_end) {
         const uint64_t start = traced ? ptx::globaltimer() : 0;
-        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, a_ready_end, job.k_block_end, poll);
+        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, a_ready_end, job.k_block_end, poll, known);
         a_ready_end = __shfl_sync(0xffffffffu, a_ready_end, 0);
         if (a_ready_end < 0) return;
         if (traced) a_dependency_ns += ptx::globaltimer() - start;
