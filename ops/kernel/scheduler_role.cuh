@@ -33,14 +33,17 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch) {
                                   WaitKind::kJobSlot, -1, Watchdog::kClusterScope)) {
       return;
     }
-    if (last >= 0 && !ctx.watchdog.SpinUntil(
-                         [&] {
-                           if (JobInputsReady(ctx, last)) return true;
-                           __nanosleep(256);
-                           return false;
-                         },
-                         WaitKind::kJobSlot, last)) {
-      return;
+    if (last >= 0) {
+      const InputFlags inputs = FindInputFlags(ctx, last);
+      if (!ctx.watchdog.SpinUntil(
+              [&] {
+                if (InputsReady(ctx, inputs, last)) return true;
+                __nanosleep(256);
+                return false;
+              },
+              WaitKind::kJobSlot, last)) {
+        return;
+      }
     }
     int index = first_fetch >= 0 ? first_fetch : static_cast<int>(atomicAdd(&ctx.params.state->cursor, 1u));
     first_fetch = -1;
