@@ -206,9 +206,9 @@ __device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& r
   // From the last word to the first, so that the last incomplete granule
   // found is the first of the run.
   // NOTE: the narrow kernel's warp version first took the minimum instead
-  // (complete = min(complete, granule)): the same answer, but that kernel
-  // then took 237 registers instead of 212 and the one-token 8-layer chain
-  // 118.3-118.8 us instead of 112.0-112.4 (bench/NOTES.md v1.20).
+  // (complete = min(complete, granule)): the same answer, but the one-token
+  // 8-layer chain took 118.3-118.8 us against 112.0-112.4 this way
+  // (bench/NOTES.md v1.20).
   int complete = run.granules;
 #pragma unroll
   for (int i = kWordsPerLane - 1; i >= 0; --i) {
