@@ -185,16 +185,25 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   // the next load, so its full barrier's phase is still the one we wait for.
   const int window = min(NarrowConfig::kBStagesInFlight, ctx.params.b_stages - 1);
   DependencyMemo memo;
+  int known_node = -1;
+  bool b_has_producers = false, kblock_map = false;
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
-    const CtaWork work = ResolveJob(ctx, index);
-    const sched::TileJob job = *work.job;
-    const KernelNode& node = *work.node;
-    const bool b_has_producers = HasProducers(ctx, node, sched::DependencyOperand::kB);
-    const int32_t n_row0 = work.n_block * NarrowConfig::kBlockN;
+    // The job's own tile (one CTA a cluster here: CtaTileOf is the job's
+    // blocks), and what the B loader needs of its node, looked up when the
+    // node changes: read at every job, behind the A loader's acquire fences
+    // that empty L1, the records cost the one-token MLP ~0.6 us and the
+    // 16-token one ~0.8 (bench/NOTES.md v1.20).
+    const sched::TileJob job = ctx.params.queue[index];
+    const KernelNode& node = ctx.params.nodes[job.node];
+    if (job.node != known_node) {
+      known_node = job.node;
+      b_has_producers = HasProducers(ctx, node, sched::DependencyOperand::kB);
+      kblock_map = HasKBlockMaps(node.schedule);
+    }
+    const int32_t n_row0 = static_cast<int32_t>(job.n_block) * NarrowConfig::kBlockN;
     memo.Reset();
-    const bool kblock_map = HasKBlockMaps(node.schedule);
     for (int kb0 = job.k_block_begin; kb0 < job.k_block_end; kb0 += NarrowConfig::kKBlocksPerStage) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
       if (b_has_producers &&
