@@ -3,7 +3,7 @@
 // producer tile columns' flags per check (WaitForAProducersAhead), and for the
 // epilogue's inputs once per job (WaitForProducers); the scheduler looks,
 // without waiting, whether a job it handed out can start yet
-// (JobInputsReady), and holds back further fetches while it cannot.
+// (FindInputFlags, InputsReady), and holds back further fetches while it cannot.
 #ifndef LOOM_OPS_KERNEL_DEPENDENCIES_CUH_
 #define LOOM_OPS_KERNEL_DEPENDENCIES_CUH_
 
@@ -260,8 +260,7 @@ struct KnownARun {
 template <typename Ctx, typename Poll>
 __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
                                              int64_t row0, int kb, int kb_end, Poll&& poll, KnownARun& known) {
-  if (known.kb < 0 || kb < known.kb ||
-      kb / known.wait_k_blocks - known.kb / known.wait_k_blocks >= known.run.granules) {
+  if (known.kb < 0 || kb / known.wait_k_blocks - known.kb / known.wait_k_blocks >= known.run.granules) {
     known.run = AProducerRun(ctx, node, row0, kb, kb_end);
     known.kb = kb;
     known.wait_k_blocks = node.schedule.a_wait_k_blocks;
@@ -340,36 +339,27 @@ __device__ inline bool ProducersDone(const Ctx& ctx, const KernelNode& node, sch
       });
 }
 
-// Whether queue entry `index` could start now: the A producers of a GEMM
-// job's first granule of k-blocks (AGranuleEnd), or a reduce job's partials,
-// are complete. A job that can
-// start works through its k-blocks as their producers finish. Looks at the
-// cluster's first CTA tile only (a hint for pacing the fetch, not a wait that
-// orders anything).
+// Whether the A producers of GEMM job `index`'s first granule of k-blocks
+// (AGranuleEnd) are complete; the general form of InputsReady, for a first
+// granule that is not one run of flags. Looks at the cluster's first CTA tile
+// only (a hint for pacing the fetch, not a wait that orders anything).
 template <typename Ctx>
-__device__ inline bool JobInputsReady(const Ctx& ctx, int index) {
+__device__ inline bool FirstGranuleProducersDone(const Ctx& ctx, int index) {
   const sched::TileJob& job = ctx.params.queue[index];
   const KernelNode& node = ctx.params.nodes[job.node];
-  const sched::NodeSchedule& schedule = node.schedule;
-  const sched::CtaTile tile = sched::CtaTileOf(job, schedule.share, 0);
-  if (job.kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
-    const int first = sched::PartialFlagIndex(schedule, tile.m_block, tile.n_block, 0);
-    for (int split = 0; split < schedule.split_k; ++split) {
-      if (!FlagDone(ptx::ld_relaxed_gpu(&ctx.params.flags[first + split]), ctx.epoch)) return false;
-    }
-    return true;
-  }
-  if (schedule.dependency_count == 0) return true;
+  const sched::CtaTile tile = sched::CtaTileOf(job, node.schedule.share, 0);
   const int64_t row0 = int64_t{tile.m_block} * Ctx::Config::kBlockM;
-  const int64_t k_end = min(AGranuleEnd(schedule, job.k_block_begin), int{job.k_block_end});
+  const int64_t k_end = min(AGranuleEnd(node.schedule, job.k_block_begin), int{job.k_block_end});
   return ProducersDone(ctx, node, sched::DependencyOperand::kA, row0, row0 + Ctx::Config::kBlockM,
                        int64_t{job.k_block_begin} * Ctx::Config::kBlockK, k_end * Ctx::Config::kBlockK);
 }
 
-// The flags JobInputsReady(index) looks at, found once for a job the
-// scheduler holds, so that each look while it waits reads only the flags: a
-// reduce job's partials, or a GEMM job's first granule of A when it is a run
-// of flags (AProducerRun). Otherwise (`general`) each look is JobInputsReady.
+// What the scheduler looks at while it holds job `index` back (whether the
+// job could start now): a reduce job's partials, or the A producers of a GEMM
+// job's first granule of k-blocks. A job that can start works through its
+// k-blocks as their producers finish. The flags are found once, so that each
+// look reads only the flags, when they are one run (AProducerRun); otherwise
+// (`general`) each look is FirstGranuleProducersDone.
 // NOTE: with the records walked at every look (after the A loader's acquire
 // fences had emptied L1), the 64-token chain took 123.0-123.5 us against
 // 117.6-117.9 and the 64-token MLP 124.8-125.1 against 123.5-123.8
@@ -403,7 +393,7 @@ __device__ inline InputFlags FindInputFlags(const Ctx& ctx, int index) {
 
 template <typename Ctx>
 __device__ inline bool InputsReady(const Ctx& ctx, const InputFlags& flags, int index) {
-  if (flags.general) return JobInputsReady(ctx, index);
+  if (flags.general) return FirstGranuleProducersDone(ctx, index);
   for (int i = 0; i < flags.count; ++i) {
     if (!FlagDone(ptx::ld_relaxed_gpu(&ctx.params.flags[flags.first + i]), ctx.epoch)) return false;
   }
