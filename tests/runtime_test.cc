@@ -226,6 +226,41 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   EXPECT_EQ(error, "the kernel must be auto, tiled or narrow, got 'fast'");
 }
 
+// An MLP-shaped decode graph: "up" (4096 -> 28672), then "down" (28672 ->
+// 4096), which reads up's output when `dependent`, else a tensor of its own.
+GemmGraph UpDownGraph(int64_t rows, bool dependent) {
+  GemmGraph graph;
+  const TensorView h = Fake("h", 0x30000000, rows, 28672);
+  graph.AddGemm("up", Fake("x", 0x100000, rows, 4096), Fake("w", 0x10000000, 28672, 4096), h);
+  graph.AddGemm("down", dependent ? h : Fake("h2", 0x38000000, rows, 28672), Fake("v", 0x40000000, 4096, 28672),
+                Fake("y", 0x60000000, rows, 4096));
+  return graph;
+}
+
+// From 17 rows kAuto also takes the narrow kernel for a graph past the
+// three-wave rule when a node that reads another's output would have its K
+// split on the tiled kernel (down: 16 tiles of 256 columns); the same nodes
+// without the dependency stay tiled.
+TEST(RuntimeTest, KernelChoiceAvoidsSplittingDependentNodes) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  for (const int64_t rows : {17, 64}) {
+    for (const bool dependent : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, dependent " << dependent);
+      const GemmGraph graph = UpDownGraph(rows, dependent);
+      ASSERT_EQ(graph.Dependencies().size(), dependent ? 1u : 0u);
+      absl::StatusOr<Plan> plan = runtime.Compile(graph, CompileOptions{});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->kernel(), dependent ? KernelChoice::kNarrow : KernelChoice::kTiled);
+      if (dependent) continue;
+      CompileOptions tiled;
+      tiled.kernel = KernelChoice::kTiled;
+      plan = runtime.Compile(UpDownGraph(rows, true), tiled);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_GT(plan->schedule().nodes[1].split_k, 1) << "the rule's premise: the tiled kernel splits down";
+    }
+  }
+}
+
 // KernelChoice::kNarrow: a graph of at most 64 rows is lowered for the narrow kernel
 // (64 x 32 tiles, no clusters, no split-K, one CTA per SM), its rings sized
 // from its rows and K; one of 65 rows stays tiled.

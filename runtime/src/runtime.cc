@@ -19,6 +19,7 @@
 #include "internal/testing_hooks.h"
 #include "kernel_config.h"
 #include "loom/scheduler/explain.h"
+#include "loom/scheduler/tiling.h"
 #include "loom/status.h"
 #include "narrow_gemm.h"
 #include "persistent_gemm.h"
@@ -157,19 +158,35 @@ int64_t MaxRows(const GemmGraph& graph) {
   return rows;
 }
 
+// Whether node `index` of a graph of at most 128 rows would have its K split
+// on the tiled kernel (one row block: its clusters share A and take
+// kClusterSize column tiles each) of a device with `sms` SMs.
+bool TiledKernelSplitsK(const GemmNode& node, int sms) {
+  const int64_t n_blocks = (node.n() + KernelConfig::kBlockN - 1) / KernelConfig::kBlockN;
+  const int64_t k_blocks = (node.k() + KernelConfig::kBlockK - 1) / KernelConfig::kBlockK;
+  return sched::ChooseSplitK((n_blocks + kClusterSize - 1) / kClusterSize, static_cast<int32_t>(k_blocks),
+                             sms / kClusterSize, /*forced=*/0, /*few_row_reduce=*/true) > 1;
+}
+
 // Whether a graph of at most `rows` rows runs on the narrow decode kernel
 // (CompileOptions::kernel, KernelChoice) of a device with `sms` SMs.
-// NOTE (kAuto, measured on the H200, bench/NOTES.md v1.18): up to 16 rows
-// the narrow kernel's mma.sync path wins everywhere measured. From 17 rows
-// it multiplies with wgmma m64n32k16, whose main loop is about as fast as
-// its weight stream: it wins where the tiled kernel's split-K round trips
-// cost more, nodes of at most three waves of narrow tiles (the 8-layer 4096
-// chain at 32 and 64 tokens 151-154 us against 185-210 tiled, the 8192
-// chain 387-408 against 397-432; q/k/v/o at 64 tokens 44.4 against 65.1;
-// 48-64 x 8192 x 4096 0.82-0.84 of cuBLAS against 0.71-0.73, 64 x 12288 x
-// 4096 0.78 against 0.71), and loses on wider nodes (the MLP block, N =
-// 28672, at 24-64 tokens 123-131 against 121-126; 32 x 14336 x 4096 0.70
-// against 0.75; 64 x 16384 x 4096 0.73 against 0.76).
+// NOTE (kAuto, measured on the H200): up to 16 rows the narrow kernel's
+// mma.sync path wins everywhere measured (bench/NOTES.md v1.18). From 17
+// rows it multiplies with wgmma m64n32k16, whose main loop is slower than
+// the tiled kernel's on wide nodes (64 x 28672 x 4096 0.78 of cuBLAS against
+// 0.94, 64 x 16384 x 4096 0.78 against 0.80), but it needs no split-K. It
+// takes a graph (v1.21, `loom_bench` and `loom_graph_bench --kernel=narrow|
+// tiled`, two rounds):
+// - whose nodes all fit three waves of its tiles: 48 x 8192 x 4096 0.87
+//   against 0.74, 64 x 4096 x 14336 0.99 against 0.87, the 8-layer 4096
+//   chain at 32 / 64 tokens 118 / 119 us against 184 / 210;
+// - or where a node that reads another's output would have its K split on
+//   the tiled kernel: a split dependent node is a chain of round trips
+//   (partials, their flags, the reduce, its flag) on the graph's critical
+//   path. The MLP block (N = 28672, then 4096 split on the tiled kernel) at
+//   24 / 32 / 48 / 64 tokens 114.8 / 117.0 / 118.8 / 123.5 us against
+//   122.8 / 121.2 / 124.3 / 124.8.
+// Single wide nodes stay tiled (14336 x 4096 even, 16384 and 28672 above).
 bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {
   constexpr int64_t kMmaSyncRows = 16;  // the narrow kernel's mma.sync path (narrow_gemm.cu)
   constexpr int64_t kMaxWaves = 3;      // of narrow tiles in one node, from 17 rows
@@ -184,6 +201,9 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int
   // Options only the tiled kernel has keep it: splits, lockstep rings.
   if (rows > NarrowConfig::kBlockM || options.split_k > 1 || options.ring_mode != RingMode::kSplit) return false;
   if (rows <= kMmaSyncRows) return true;
+  for (const DataDependency& dependency : graph.Dependencies()) {
+    if (TiledKernelSplitsK(graph.nodes()[dependency.consumer], sms)) return true;
+  }
   for (const GemmNode& node : graph.nodes()) {
     if ((node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > kMaxWaves * sms) return false;
   }

@@ -59,13 +59,15 @@ enum class RingMode : uint8_t { kSplit, kLockstep };
 enum class KernelChoice {
   // The narrow decode kernel for a graph of at most 16 rows (its mma.sync
   // path), and of 17 to 64 rows (its wgmma path) where every node's 32-
-  // column tiles fit in three waves of the device's SMs, unless the options
-  // ask for what only the tiled kernel has (split_k above 1, lockstep
-  // rings); else the tiled one. Measured on the H200 (bench/NOTES.md v1.17,
-  // v1.18): at 1 and 16 tokens the MLP block and the 8-layer chain take
-  // 100-123 us on it against 118-176 us tiled; at 32 and 64 tokens the chain
-  // 151-154 against 185-210, but the MLP block (N = 28672, seven waves)
-  // 123-131 against 121-126.
+  // column tiles fit in three waves of the device's SMs or where a node that
+  // reads another's output would have its K split on the tiled kernel,
+  // unless the options ask for what only the tiled kernel has (split_k above
+  // 1, lockstep rings); else the tiled one. Measured on the H200
+  // (bench/NOTES.md v1.17-v1.21): at 1 and 16 tokens the MLP block and the
+  // 8-layer chain take 95-100 us on it against 118-176 us tiled; at 32 and
+  // 64 tokens the chain 118-119 against 184-210 and the MLP block 117-124
+  // against 121-125; single nodes wider than three waves (28672 x 4096 at
+  // 64 rows: 0.78 of cuBLAS against 0.94) stay tiled.
   kAuto,
   kTiled,   // the persistent tiled kernel (256-column tiles, split-K, clusters)
   kNarrow,  // the narrow decode kernel wherever every node has at most 64 rows, else tiled
