@@ -158,9 +158,9 @@ int64_t MaxRows(const GemmGraph& graph) {
   return rows;
 }
 
-// Whether node `index` of a graph of at most 128 rows would have its K split
-// on the tiled kernel (one row block: its clusters share A and take
-// kClusterSize column tiles each) of a device with `sms` SMs.
+// Whether `node`, of at most 128 rows, would have its K split on the tiled
+// kernel launched on every cluster of a device with `sms` SMs (one row
+// block: its clusters share A and take kClusterSize column tiles each).
 bool TiledKernelSplitsK(const GemmNode& node, int sms) {
   const int64_t n_blocks = (node.n() + KernelConfig::kBlockN - 1) / KernelConfig::kBlockN;
   const int64_t k_blocks = (node.k() + KernelConfig::kBlockK - 1) / KernelConfig::kBlockK;
@@ -176,7 +176,7 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms) {
 // the tiled kernel's on wide nodes (64 x 28672 x 4096 0.78 of cuBLAS against
 // 0.94, 64 x 16384 x 4096 0.78 against 0.80), but it needs no split-K. It
 // takes a graph (v1.21, `loom_bench` and `loom_graph_bench --kernel=narrow|
-// tiled`, two rounds):
+// tiled`, means of two rounds):
 // - whose nodes all fit three waves of its tiles: 48 x 8192 x 4096 0.87
 //   against 0.74, 64 x 4096 x 14336 0.99 against 0.87, the 8-layer 4096
 //   chain at 32 / 64 tokens 118 / 119 us against 184 / 210;
