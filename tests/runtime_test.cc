@@ -238,9 +238,10 @@ GemmGraph UpDownGraph(int64_t rows, bool dependent) {
 }
 
 // From 17 rows kAuto also takes the narrow kernel for a graph past the
-// three-wave rule when a node that reads another's output would have its K
-// split on the tiled kernel (down: 16 tiles of 256 columns); the same nodes
-// without the dependency stay tiled.
+// three-wave rule when its nodes past three waves (up) hold at most twice
+// the weights of the nodes that read another's output and would have their
+// K split on the tiled kernel (down: 16 tiles of 256 columns); the same
+// nodes without the dependency stay tiled.
 TEST(RuntimeTest, KernelChoiceAvoidsSplittingDependentNodes) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   for (const int64_t rows : {17, 64}) {
@@ -258,6 +259,28 @@ TEST(RuntimeTest, KernelChoiceAvoidsSplittingDependentNodes) {
       ASSERT_TRUE(plan.ok()) << plan.status();
       EXPECT_GT(plan->schedule().nodes[1].split_k, 1) << "the rule's premise: the tiled kernel splits down";
     }
+  }
+}
+
+// A layer, another that reads it (split on the tiled kernel), then an LM
+// head of `vocab` columns that reads the second: within three waves of
+// narrow tiles (8192), or past them but itself split on the tiled kernel
+// (12800: 50 tiles of 256), the narrow kernel; past them and unsplit (32000,
+// 128000: more than twice the split layer's weights), the tiled one.
+TEST(RuntimeTest, KernelChoiceKeepsTiledForAWideHead) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  for (const auto& [vocab, narrow] :
+       {std::pair<int64_t, bool>{8192, true}, {12800, true}, {32000, false}, {128000, false}}) {
+    SCOPED_TRACE(::testing::Message() << "vocab " << vocab);
+    GemmGraph graph;
+    const TensorView h1 = Fake("h1", 0x30000000, 64, 4096);
+    const TensorView h2 = Fake("h2", 0x31000000, 64, 4096);
+    graph.AddGemm("layer1", Fake("x", 0x100000, 64, 4096), Fake("w1", 0x10000000, 4096, 4096), h1);
+    graph.AddGemm("layer2", h1, Fake("w2", 0x12000000, 4096, 4096), h2);
+    graph.AddGemm("head", h2, Fake("w3", 0x40000000, vocab, 4096), Fake("logits", 0x32000000, 64, vocab));
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, CompileOptions{});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->kernel(), narrow ? KernelChoice::kNarrow : KernelChoice::kTiled);
   }
 }
 

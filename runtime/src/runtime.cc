@@ -176,17 +176,19 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms) {
 // the tiled kernel's on wide nodes (64 x 28672 x 4096 0.78 of cuBLAS against
 // 0.94, 64 x 16384 x 4096 0.78 against 0.80), but it needs no split-K. It
 // takes a graph (v1.21, `loom_bench` and `loom_graph_bench --kernel=narrow|
-// tiled`, means of two rounds):
-// - whose nodes all fit three waves of its tiles: 48 x 8192 x 4096 0.87
-//   against 0.74, 64 x 4096 x 14336 0.99 against 0.87, the 8-layer 4096
-//   chain at 32 / 64 tokens 118 / 119 us against 184 / 210;
-// - or where a node that reads another's output would have its K split on
-//   the tiled kernel: a split dependent node is a chain of round trips
-//   (partials, their flags, the reduce, its flag) on the graph's critical
-//   path. The MLP block (N = 28672, then 4096 split on the tiled kernel) at
-//   24 / 32 / 48 / 64 tokens 114.8 / 117.0 / 118.8 / 123.5 us against
-//   122.8 / 121.2 / 124.3 / 124.8.
-// Single wide nodes stay tiled (14336 x 4096 even, 16384 and 28672 above).
+// tiled`, means of two rounds) whose nodes all fit three waves of its tiles
+// (48 x 8192 x 4096 0.87 against 0.74, 64 x 4096 x 14336 0.99 against 0.87,
+// the 8-layer 4096 chain at 32 / 64 tokens 118 / 119 us against 184 / 210),
+// or whose nodes past three waves hold at most twice the weights of the
+// nodes that read another's output and would have their K split on the
+// tiled kernel: a split dependent node is a chain of round trips (partials,
+// their flags, the reduce, its flag) on the graph's critical path. The MLP
+// block (gate/up, N = 28672, twice the weights of the down projection, split
+// on the tiled kernel) at 24 / 32 / 48 / 64 tokens 114.8 / 117.0 / 118.8 /
+// 123.5 us against 122.8 / 121.2 / 124.3 / 124.8. A graph that a wide node
+// dominates (an LM head after a layer) keeps the tiled kernel, as single
+// wide nodes do (14336 x 4096 even, 16384 and 28672 above); not measured as
+// a graph.
 bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {
   constexpr int64_t kMmaSyncRows = 16;  // the narrow kernel's mma.sync path (narrow_gemm.cu)
   constexpr int64_t kMaxWaves = 3;      // of narrow tiles in one node, from 17 rows
@@ -201,13 +203,19 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int
   // Options only the tiled kernel has keep it: splits, lockstep rings.
   if (rows > NarrowConfig::kBlockM || options.split_k > 1 || options.ring_mode != RingMode::kSplit) return false;
   if (rows <= kMmaSyncRows) return true;
-  for (const DataDependency& dependency : graph.Dependencies()) {
-    if (TiledKernelSplitsK(graph.nodes()[dependency.consumer], sms)) return true;
+  const std::vector<GemmNode>& nodes = graph.nodes();
+  std::vector<bool> dependent(nodes.size(), false);
+  for (const DataDependency& dependency : graph.Dependencies()) dependent[dependency.consumer] = true;
+  int64_t wide_bytes = 0;             // weights of the nodes past three waves of narrow tiles
+  int64_t split_dependent_bytes = 0;  // weights of the dependent nodes the tiled kernel would split
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const int64_t weight_bytes = nodes[i].n() * nodes[i].k() * static_cast<int64_t>(nodes[i].b.element_size());
+    if ((nodes[i].n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > kMaxWaves * sms) {
+      wide_bytes += weight_bytes;
+    }
+    if (dependent[i] && TiledKernelSplitsK(nodes[i], sms)) split_dependent_bytes += weight_bytes;
   }
-  for (const GemmNode& node : graph.nodes()) {
-    if ((node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > kMaxWaves * sms) return false;
-  }
-  return true;
+  return wide_bytes <= 2 * split_dependent_bytes;
 }
 
 // The longest K of the graph's nodes.

@@ -59,10 +59,11 @@ enum class RingMode : uint8_t { kSplit, kLockstep };
 enum class KernelChoice {
   // The narrow decode kernel for a graph of at most 16 rows (its mma.sync
   // path), and of 17 to 64 rows (its wgmma path) where every node's 32-
-  // column tiles fit in three waves of the device's SMs or where a node that
-  // reads another's output would have its K split on the tiled kernel,
-  // unless the options ask for what only the tiled kernel has (split_k above
-  // 1, lockstep rings); else the tiled one. Measured on the H200
+  // column tiles fit in three waves of the device's SMs, or where the nodes
+  // past three waves hold at most twice the weights of the nodes that read
+  // another's output and would have their K split on the tiled kernel (the
+  // MLP block), unless the options ask for what only the tiled kernel has
+  // (split_k above 1, lockstep rings); else the tiled one. Measured on the H200
   // (bench/NOTES.md v1.17-v1.21): at 1 and 16 tokens the MLP block and the
   // 8-layer chain take 95-100 us on it against 118-176 us tiled; at 32 and
   // 64 tokens the chain 118-119 against 184-210 and the MLP block 117-124
