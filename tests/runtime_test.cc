@@ -329,6 +329,42 @@ TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
   EXPECT_EQ(tall->Explain().find("narrow"), std::string::npos) << tall->Explain();
 }
 
+// The narrow kernel's B ring: at most 6 stages for a chain of layers of at
+// most one wave of narrow tiles each (132 on the H200) and at most 16 rows;
+// what shared memory leaves (9 stages of 16 KiB beside one-row A tiles for
+// K = 4096) for a single node, for a graph with a wider node, and from 17
+// rows.
+TEST(RuntimeTest, OneWaveChainsGetAShallowerBRing) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  auto b_stages_of = [&](const GemmGraph& graph) {
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, CompileOptions{});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->kernel(), KernelChoice::kNarrow);
+    const std::string explain = plan->Explain();
+    const size_t at = explain.find(", B ");
+    return at == std::string::npos ? std::string("?") : explain.substr(at + 4, explain.find(' ', at + 4) - at - 4);
+  };
+  auto chain = [](int64_t rows, int64_t width2) {
+    GemmGraph graph;
+    const TensorView h = Fake("h", 0x30000000, rows, 4096);
+    graph.AddGemm("layer1", Fake("x", 0x100000, rows, 4096), Fake("w1", 0x10000000, 4096, 4096), h);
+    graph.AddGemm("layer2", h, Fake("w2", 0x12000000, width2, 4096), Fake("y", 0x31000000, rows, width2));
+    return graph;
+  };
+  EXPECT_EQ(b_stages_of(chain(1, 4096)), "6");
+  EXPECT_EQ(b_stages_of(chain(16, 4224)), "6");  // 132 tiles: still one wave
+  EXPECT_EQ(b_stages_of(chain(1, 4256)), "9");   // 133 tiles
+  GemmGraph single;
+  single.AddGemm("layer", Fake("x", 0x100000, 1, 4096), Fake("w", 0x10000000, 4096, 4096),
+                 Fake("y", 0x31000000, 1, 4096));
+  EXPECT_EQ(b_stages_of(single), "9");
+  CompileOptions deep;
+  deep.narrow_b_stages = 9;
+  absl::StatusOr<Plan> plan = runtime.Compile(chain(1, 4096), deep);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find(", B 9 stages"), std::string::npos) << "narrow_b_stages still sets the depth";
+}
+
 // The narrow kernel's options are checked, each refusal naming the option,
 // the value and the rule.
 TEST(RuntimeTest, BadNarrowOptionsAreRefused) {

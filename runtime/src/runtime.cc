@@ -151,6 +151,9 @@ absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceD
   return absl::OkStatus();
 }
 
+constexpr int64_t kMmaSyncRows = 16;        // the narrow kernel's mma.sync path (narrow_gemm.cu)
+constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
+
 // The rows of the graph's tallest node (A's rows).
 int64_t MaxRows(const GemmGraph& graph) {
   int64_t rows = 0;
@@ -190,8 +193,7 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms) {
 // wide nodes do (14336 x 4096 even, 16384 and 28672 above); not measured as
 // a graph.
 bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {
-  constexpr int64_t kMmaSyncRows = 16;  // the narrow kernel's mma.sync path (narrow_gemm.cu)
-  constexpr int64_t kMaxWaves = 3;      // of narrow tiles in one node, from 17 rows
+  constexpr int64_t kMaxWaves = 3;  // of narrow tiles in one node, from 17 rows
   switch (options.kernel) {
     case KernelChoice::kNarrow:
       return rows <= NarrowConfig::kBlockM;
@@ -241,6 +243,14 @@ int64_t MaxK(const GemmGraph& graph) {
 // 16 tokens 99.4-99.6 us against 101.6-101.9, the 16-token chain 117.7-118.3
 // against 118.9-119.0. At 1-8 rows (16 A stages of 4 KiB) and at 17-64 rows
 // fewer A stages were slower.
+// NOTE: B at most kOneWaveChainBStages deep for a chain of one-wave layers
+// of at most 16 rows. There every layer waits on the round trips of the
+// last (its tiles' release, the flag poll, the A load), and those queue
+// behind the weights loading ahead: the 8-layer 4096 chain at one token took
+// 97.1-97.8 us with 5 or 6 B stages against 99.7-100.5 with the 9 that
+// shared memory allows (7: 97.9-98.3, 10-12: no better than 9), at 16
+// tokens 99.3-99.7 with 6 against 99.8-100.3 with 7. The MLP block, whose
+// gate/up is seven waves, lost 0.5-1.8 us with 6 (bench/NOTES.md v1.21).
 struct NarrowRings {
   int a_stages = 0;
   int b_stages = 0;
@@ -248,8 +258,19 @@ struct NarrowRings {
   uint32_t smem_bytes = 0;
 };
 
+// Whether every node of `graph` is at most one wave of narrow tiles on
+// `sms` SMs and some node reads another's output: a chain of one-wave
+// layers, each waiting on the last.
+bool IsChainOfOneWaveLayers(const GemmGraph& graph, int sms) {
+  for (const GemmNode& node : graph.nodes()) {
+    if ((node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > sms) return false;
+  }
+  return !graph.Dependencies().empty();
+}
+
+// `one_wave_chain`: IsChainOfOneWaveLayers.
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
-                                              int64_t rows, int64_t max_k) {
+                                              int64_t rows, int64_t max_k, bool one_wave_chain) {
   // What only the tiled kernel has (kAuto never picks the narrow one then).
   if (options.split_k > 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -276,10 +297,11 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
                              NarrowConfig::kMaxAStages));
   const int64_t left = device.shared_memory_per_block -
                        int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0)};
+  const int64_t max_b_stages =
+      one_wave_chain && rows <= kMmaSyncRows ? kOneWaveChainBStages : NarrowConfig::kMaxBStages;
   rings.b_stages = options.narrow_b_stages > 0
                        ? options.narrow_b_stages
-                       : static_cast<int>(std::min<int64_t>(NarrowConfig::kMaxBStages,
-                                                            left / NarrowConfig::kBStageBytes));
+                       : static_cast<int>(std::min<int64_t>(max_b_stages, left / NarrowConfig::kBStageBytes));
   rings.smem_bytes = kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, rings.b_stages);
   if (rings.b_stages < 2 || rings.smem_bytes > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -524,7 +546,9 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
   if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   if (impl->narrow) {
-    LOOM_ASSIGN_OR_RETURN(const NarrowRings rings, ChooseNarrowRings(options, device_, rows, MaxK(graph)));
+    LOOM_ASSIGN_OR_RETURN(const NarrowRings rings,
+                          ChooseNarrowRings(options, device_, rows, MaxK(graph),
+                                            IsChainOfOneWaveLayers(graph, device_.sm_count)));
     impl->a_stages = rings.a_stages;
     impl->b_stages = rings.b_stages;
     impl->a_stage_bytes = rings.a_stage_bytes;
