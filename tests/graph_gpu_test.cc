@@ -503,16 +503,25 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
 // exactly, so free memory may not move. 2000 rounds make a leak of even one
 // small allocation per Plan (>= 256 bytes: cudaMalloc's alignment) add up to
 // more than a 2 MiB page.
-TEST(GraphSoakTest, PlansReleaseTheirDeviceMemory) {
+// The same for the block at one token on the narrow decode kernel (no
+// workspace; its own ring sizes and launch).
+class PlanMemoryTest : public ::testing::TestWithParam<bool> {};
+TEST_P(PlanMemoryTest, PlansReleaseTheirDeviceMemory) {
   LOOM_SKIP_WITHOUT_GPU();
   constexpr int kRounds = 2000;
   Rng rng;
   const Runtime& runtime = TestRuntime();
   GpuHarness h;
-  AddMlpBlock(h, rng, 16);
+  const bool narrow = GetParam();
+  AddMlpBlock(h, rng, narrow ? 1 : 16);
   CompileOptions options;
-  options.split_k = 4;
+  if (narrow) {
+    options.kernel = KernelChoice::kNarrow;
+  } else {
+    options.split_k = 4;
+  }
   LOOM_ASSERT_OK(h.Run(runtime, options));
+  ASSERT_EQ(h.plan().kernel(), narrow ? KernelChoice::kNarrow : KernelChoice::kTiled);
   auto round = [&]() -> absl::Status {
     absl::StatusOr<Plan> plan = runtime.Compile(h.plan().graph(), options);
     if (!plan.ok()) return plan.status();
@@ -529,6 +538,8 @@ TEST(GraphSoakTest, PlansReleaseTheirDeviceMemory) {
   LOOM_ASSERT_OK(h.CopyOutputsBack());
   h.ExpectEachNodeMatchesReference();
 }
+INSTANTIATE_TEST_SUITE_P(Kernels, PlanMemoryTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "narrow" : "tiled_split_k4"; });
 
 // ---------------------------------------------------------------------------
 // 7. Two Plans on two streams at once.
