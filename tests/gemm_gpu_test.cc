@@ -224,6 +224,40 @@ TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
   again.ExpectMatchesReference();
 }
 
+// After a time-out every launch of the plan winds down at once until
+// Synchronize has reported it; then the plan runs again (FinishFetching,
+// cta_context.cuh). On both kernels: two launches of a plan whose producer
+// never publishes, then one Synchronize, which reports the time-out. Launched
+// once more, the plan must wait and time out again: had Synchronize not
+// cleared the abort flag, that launch would wind down at once, report
+// nothing, and Synchronize would return OK.
+class TimedOutPlanTest : public ::testing::TestWithParam<KernelChoice> {};
+TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const bool narrow = GetParam() == KernelChoice::kNarrow;
+  Rng rng;
+  GpuHarness h;
+  AddTwoGemmChain(h, rng, /*m=*/narrow ? 4 : 128, /*width=*/256);
+  CompileOptions options;
+  options.kernel = GetParam();
+  options.spin_timeout_ns = 20'000'000;  // 20 ms
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  ASSERT_EQ(h.plan().kernel(), GetParam());
+  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));  // enqueued behind the one that times out
+  absl::Status status = h.plan().Synchronize(nullptr);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(std::string(status.message()).find("node \"second\""), std::string::npos) << status;
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  status = h.plan().Synchronize(nullptr);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(std::string(status.message()).find("dependency flag"), std::string::npos) << status;
+}
+INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest, ::testing::Values(KernelChoice::kTiled, KernelChoice::kNarrow),
+                         [](const auto& info) { return info.param == KernelChoice::kNarrow ? "narrow" : "tiled"; });
+
 // The A loader reads its producers' flags many tile columns ahead, four to a
 // 16-byte word (dependencies.cuh). Every tile it reads must still be waited
 // for: here all of the producer's tiles count as published but one, 15 tile

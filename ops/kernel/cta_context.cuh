@@ -116,17 +116,25 @@ struct CtaContext {
   }
 };
 
-// The last CTA of the launch to finish resets the queue cursor and publishes
-// the epoch, so the next launch (a CUDA-graph replay too) needs no host work.
-__device__ inline void FinishLaunch(const KernelParams& params, uint32_t epoch) {
-  __threadfence();
-  const uint32_t finished = atomicAdd(&params.state->finished_ctas, 1u) + 1;
-  if (finished == gridDim.x) {
+// Made by each scheduler (one a cluster) once its fetches are over (the end
+// of the queue, or an abort): the last of the launch resets the queue cursor
+// and publishes the epoch, so the next launch (a CUDA-graph replay too) needs
+// no host work. No scheduler fetches after its call, and the next launch
+// reads the state only once this one has ended (stream order), so nothing
+// has to wait for it: made when the CTA ended instead, it put a fence and an
+// atomic round trip on every launch's tail (the one-token chain and MLP
+// block ~0.5-1.3 us slower, bench/NOTES.md v1.22).
+// The abort flag is not reset: a wait may still time out after this call.
+// It stays set until Plan::Synchronize reports the time-out and clears it,
+// so a launch enqueued behind a timed-out one winds down at once, and that
+// Synchronize reports the time-out too.
+__device__ inline void FinishFetching(const KernelParams& params, uint32_t epoch) {
+  __threadfence();  // this thread's fetches, before its count
+  const uint32_t schedulers = gridDim.x / static_cast<uint32_t>(max(params.cluster_size, 1));
+  if (atomicAdd(&params.state->finished_fetching, 1u) + 1 == schedulers) {
     params.state->cursor = 0;
-    params.state->finished_ctas = 0;
-    params.state->abort = 0;
+    params.state->finished_fetching = 0;
     params.state->epoch = epoch;
-    __threadfence();
   }
 }
 

@@ -52,8 +52,8 @@ struct KernelNode {
 struct LaunchState {
   uint32_t epoch;          // the epoch of the last completed launch
   uint32_t cursor;         // next queue index to hand out
-  uint32_t finished_ctas;  // CTAs of the current launch that have finished
-  uint32_t abort;          // set when any wait timed out: every role winds down
+  uint32_t finished_fetching;  // schedulers of the current launch done fetching (FinishFetching)
+  uint32_t abort;  // set when any wait timed out: every role winds down (cleared by Plan::Synchronize)
 };
 
 // Written (host-mapped memory) by the first wait that times out.

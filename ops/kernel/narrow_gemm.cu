@@ -695,6 +695,7 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
           break;
         case 2:
           RunScheduler(ctx, first_fetch);
+          FinishFetching(params, ctx.epoch);
           break;
         default:
           RunNarrowPublisher(ctx);
@@ -708,7 +709,6 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
   // Every TMA load this CTA issued has landed (its consumer waited for it)
   // before anyone leaves.
   __syncthreads();
-  if (threadIdx.x == 0) FinishLaunch(params, ctx.epoch);
 }
 
 }  // namespace

@@ -115,7 +115,10 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           RunStore(ctx);
           break;
         case 3:
-          if (ctx.rank == 0) RunScheduler(ctx, first_fetch);
+          if (ctx.rank == 0) {
+            RunScheduler(ctx, first_fetch);
+            FinishFetching(params, ctx.epoch);
+          }
           break;
       }
     }
@@ -128,7 +131,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // No CTA may leave while its peer can still arrive on its barriers or
   // multicast into its shared memory.
   ClusterSync();
-  if (threadIdx.x == 0) FinishLaunch(params, ctx.epoch);
 }
 
 // Both instantiations may use all the shared memory the device allows a

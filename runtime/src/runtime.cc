@@ -658,6 +658,11 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
   timeout.what = WaitKindName(record->wait_kind);
   impl_->last_timeout = timeout;
   std::memset(impl_->timeout_host, 0, sizeof(kernel::DeviceTimeoutRecord));
+  // The kernel leaves the abort flag set (FinishFetching, cta_context.cuh):
+  // cleared here, once the stream has drained, the plan runs again.
+  const uint32_t no_abort = 0;
+  LOOM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(&impl_->state->abort, &no_abort, sizeof(no_abort), cudaMemcpyHostToDevice));
   std::string job = "?";
   if (timeout.job >= 0 && timeout.job < static_cast<int>(impl_->schedule.queue.size())) {
     const sched::TileJob& tile_job = impl_->schedule.queue[timeout.job];

@@ -153,7 +153,9 @@ class Plan {
   // work beyond the launch itself, so it can be captured in a CUDA graph.
   absl::Status Launch(cudaStream_t stream = nullptr);
   // Waits for `stream`; turns a device time-out into DeadlineExceeded naming
-  // the SM, job, flag, expected and seen values.
+  // the SM, job, flag, expected and seen values. After a time-out every
+  // launch of the plan winds down at once (its results are not written)
+  // until Synchronize has reported it; then the plan runs normally again.
   absl::Status Synchronize(cudaStream_t stream = nullptr);
   // The record of the last time-out, if one happened.
   std::optional<TimeoutRecord> last_timeout() const;
