@@ -14,6 +14,8 @@
 //           row-major order (each row's 512 bytes one contiguous run)
 //   tile2d  four 2-D TMA loads of {64, 32 rows} (4 KiB each)
 //   bulk    one 1-D cp.async.bulk of 16 contiguous KiB of the job's rows
+//   rowbulk 32 1-D cp.async.bulk, one a row: its 512 bytes of the stage's
+//           4 k-blocks (row-major in shared memory, no swizzle)
 // --box_rows=R (kblock only): boxes of R rows x (128 / R) k-blocks (still
 //           16 KiB: each row a run of 256 * 32 / R bytes), the job's row
 //           groups one after another, each over the whole K
@@ -67,7 +69,7 @@ constexpr int kKBlocksPerStage = 4;
 constexpr uint32_t kStageBytes = kJobRows * kKBlocksPerStage * kKBlock * 2;  // 16 KiB
 constexpr int kMaxStages = 13;
 
-enum class Mode { kKBlock, kRowMajor, kTile2D, kBulk, kLdg };
+enum class Mode { kKBlock, kRowMajor, kTile2D, kBulk, kLdg, kRowBulk };
 
 struct ProbeParams {
   CUtensorMap map;    // the mode's map (unused by bulk and ldg)
@@ -138,6 +140,15 @@ __device__ __forceinline__ void LoadStage(const ProbeParams& p, int job, int s, 
                                         dst + j * (kStageBytes / kKBlocksPerStage), &p.map, coords, full);
       }
       break;
+    case Mode::kRowBulk: {
+      const uint32_t row_bytes = kKBlocksPerStage * kKBlock * 2;
+      for (int r = 0; r < kJobRows; ++r) {
+        const uint8_t* src = p.weights + int64_t{row0 + r} * p.pitch + int64_t{kb0} * kKBlock * 2;
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst + r * row_bytes, src,
+                                 row_bytes, full);
+      }
+      break;
+    }
     default: {
       const uint8_t* src = p.weights + int64_t{row0} * p.pitch + int64_t{s} * kStageBytes;
       cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, stage_bytes, full);
@@ -390,12 +401,12 @@ int main(int argc, char** argv) {
               static_cast<long long>(cols), bytes / 1e6, jobs, kJobRows, sms);
   std::printf("%-7s %4s %4s %6s %6s %6s %7s %5s %10s %9s\n", "mode", "box", "pad", "stages", "drain", "a_rows",
               "gap_ns", "grid", "us", "GB/s");
-  const char* names[] = {"kblock", "rowmaj", "tile2d", "bulk", "ldg"};
+  const char* names[] = {"kblock", "rowmaj", "tile2d", "bulk", "ldg", "rowbulk"};
   std::vector<Mode> modes;
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
     int index = 0;
-    while (index < 5 && name != names[index]) ++index;
-    if (index == 5) {
+    while (index < 6 && name != names[index]) ++index;
+    if (index == 6) {
       std::fprintf(stderr, "unknown mode '%s'\n", std::string(name).c_str());
       return 1;
     }
