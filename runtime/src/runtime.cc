@@ -250,7 +250,8 @@ int64_t MaxK(const GemmGraph& graph) {
 // 97.1-97.8 us with 5 or 6 B stages against 99.7-100.5 with the 9 that
 // shared memory allows (7: 97.9-98.3, 10-12: no better than 9), at 16
 // tokens 99.3-99.7 with 6 against 99.8-100.3 with 7. The MLP block, whose
-// gate/up is seven waves, lost 0.5-1.8 us with 6 (bench/NOTES.md v1.21).
+// gate/up is seven waves, lost 0.5-1.8 us with 6 (bench/NOTES.md v1.21;
+// landed in v1.22: chain1 97.6-97.8 against 100.4-100.8).
 struct NarrowRings {
   int a_stages = 0;
   int b_stages = 0;
