@@ -84,6 +84,9 @@ struct NarrowConfig {
     return a_stage_bytes / kKBlocksPerStage / (kBlockK * 2);
   }
 
+  // Plans of at most this many rows multiply on mma.sync (the tokens as one
+  // or two 8-column blocks), taller ones on wgmma (narrow_gemm.cu).
+  static constexpr int kMmaSyncRows = 16;
   // The mma.sync path (at most 16 rows) splits a stage's k-blocks among the
   // four consumer warps and sums their partial tiles through shared memory:
   // [4 warps][4 (weight block, token block) pairs][32 lanes][4] fp32.

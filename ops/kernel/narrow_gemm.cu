@@ -629,7 +629,7 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
     bool ok;
     if (tile_rows <= 8) {
       ok = RunMmaSyncJob<1>(ctx, work, index, leader, warp, lane, rings);
-    } else if (tile_rows <= 16) {
+    } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
       ok = RunMmaSyncJob<2>(ctx, work, index, leader, warp, lane, rings);
     } else {
       ok = RunWgmmaJob(ctx, work, index, leader, warp, lane, rings);

@@ -151,7 +151,6 @@ absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceD
   return absl::OkStatus();
 }
 
-constexpr int64_t kMmaSyncRows = 16;        // the narrow kernel's mma.sync path (narrow_gemm.cu)
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
 
 // The rows of the graph's tallest node (A's rows).
@@ -204,7 +203,7 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int
   }
   // Options only the tiled kernel has keep it: splits, lockstep rings.
   if (rows > NarrowConfig::kBlockM || options.split_k > 1 || options.ring_mode != RingMode::kSplit) return false;
-  if (rows <= kMmaSyncRows) return true;
+  if (rows <= NarrowConfig::kMmaSyncRows) return true;
   const std::vector<GemmNode>& nodes = graph.nodes();
   std::vector<bool> dependent(nodes.size(), false);
   for (const DataDependency& dependency : graph.Dependencies()) dependent[dependency.consumer] = true;
@@ -299,7 +298,7 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   const int64_t left = device.shared_memory_per_block -
                        int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0)};
   const int64_t max_b_stages =
-      one_wave_chain && rows <= kMmaSyncRows ? kOneWaveChainBStages : NarrowConfig::kMaxBStages;
+      one_wave_chain && rows <= NarrowConfig::kMmaSyncRows ? kOneWaveChainBStages : NarrowConfig::kMaxBStages;
   rings.b_stages = options.narrow_b_stages > 0
                        ? options.narrow_b_stages
                        : static_cast<int>(std::min<int64_t>(max_b_stages, left / NarrowConfig::kBStageBytes));
