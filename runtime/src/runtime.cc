@@ -66,7 +66,8 @@ sched::DependencyOperand DependencyOperandOf(Operand operand) {
   return sched::DependencyOperand::kA;
 }
 
-std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph) {
+// `dependencies`: graph.Dependencies().
+std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph, const std::vector<DataDependency>& dependencies) {
   std::vector<sched::NodeProblem> problems(graph.nodes().size());
   for (size_t i = 0; i < problems.size(); ++i) {
     const GemmNode& node = graph.nodes()[i];
@@ -75,7 +76,7 @@ std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph) {
     problems[i].k = node.k();
     problems[i].swiglu = node.epilogue.activation == Activation::kSwiGLU;
   }
-  for (const DataDependency& dependency : graph.Dependencies()) {
+  for (const DataDependency& dependency : dependencies) {
     sched::DependencyEdge edge;
     edge.producer = dependency.producer;
     edge.operand = static_cast<uint8_t>(DependencyOperandOf(dependency.operand));
@@ -153,6 +154,9 @@ absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceD
 
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
 
+// The narrow kernel's tiles of `node`: its 32-column blocks.
+int64_t NarrowTiles(const GemmNode& node) { return (node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN; }
+
 // The rows of the graph's tallest node (A's rows).
 int64_t MaxRows(const GemmGraph& graph) {
   int64_t rows = 0;
@@ -190,8 +194,9 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms) {
 // 123.5 us against 122.8 / 121.2 / 124.3 / 124.8. A graph that a wide node
 // dominates (an LM head after a layer) keeps the tiled kernel, as single
 // wide nodes do (14336 x 4096 even, 16384 and 28672 above); not measured as
-// a graph.
-bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {
+// a graph. `dependencies`: graph.Dependencies().
+bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
+                      const std::vector<DataDependency>& dependencies, int64_t rows, int sms) {
   constexpr int64_t kMaxWaves = 3;  // of narrow tiles in one node, from 17 rows
   switch (options.kernel) {
     case KernelChoice::kNarrow:
@@ -206,14 +211,12 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph, int
   if (rows <= NarrowConfig::kMmaSyncRows) return true;
   const std::vector<GemmNode>& nodes = graph.nodes();
   std::vector<bool> dependent(nodes.size(), false);
-  for (const DataDependency& dependency : graph.Dependencies()) dependent[dependency.consumer] = true;
+  for (const DataDependency& dependency : dependencies) dependent[dependency.consumer] = true;
   int64_t wide_bytes = 0;             // weights of the nodes past three waves of narrow tiles
   int64_t split_dependent_bytes = 0;  // weights of the dependent nodes the tiled kernel would split
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int64_t weight_bytes = nodes[i].n() * nodes[i].k() * static_cast<int64_t>(nodes[i].b.element_size());
-    if ((nodes[i].n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > kMaxWaves * sms) {
-      wide_bytes += weight_bytes;
-    }
+    if (NarrowTiles(nodes[i]) > kMaxWaves * sms) wide_bytes += weight_bytes;
     if (dependent[i] && TiledKernelSplitsK(nodes[i], sms)) split_dependent_bytes += weight_bytes;
   }
   return wide_bytes <= 2 * split_dependent_bytes;
@@ -259,13 +262,13 @@ struct NarrowRings {
 };
 
 // Whether every node of `graph` is at most one wave of narrow tiles on
-// `sms` SMs and some node reads another's output: a chain of one-wave
-// layers, each waiting on the last.
-bool IsChainOfOneWaveLayers(const GemmGraph& graph, int sms) {
+// `sms` SMs and some node reads another's output (`dependencies`:
+// graph.Dependencies()): a chain of one-wave layers, each waiting on the last.
+bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDependency>& dependencies, int sms) {
   for (const GemmNode& node : graph.nodes()) {
-    if ((node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > sms) return false;
+    if (NarrowTiles(node) > sms) return false;
   }
-  return !graph.Dependencies().empty();
+  return !dependencies.empty();
 }
 
 // `one_wave_chain`: IsChainOfOneWaveLayers.
@@ -541,14 +544,15 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   LOOM_RETURN_IF_ERROR(CheckOptions(options));
   auto impl = std::make_unique<Plan::Impl>();
   const int64_t rows = MaxRows(graph);
-  impl->narrow = UsesNarrowKernel(options, graph, rows, device_.sm_count);
+  const std::vector<DataDependency> dependencies = graph.Dependencies();
+  impl->narrow = UsesNarrowKernel(options, graph, dependencies, rows, device_.sm_count);
   int cluster_size = kClusterSize;
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
   if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   if (impl->narrow) {
     LOOM_ASSIGN_OR_RETURN(const NarrowRings rings,
                           ChooseNarrowRings(options, device_, rows, MaxK(graph),
-                                            IsChainOfOneWaveLayers(graph, device_.sm_count)));
+                                            IsChainOfOneWaveLayers(graph, dependencies, device_.sm_count)));
     impl->a_stages = rings.a_stages;
     impl->b_stages = rings.b_stages;
     impl->a_stage_bytes = rings.a_stage_bytes;
@@ -602,7 +606,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.group_size = options.group_size;
   scheduler_options.reduce_in_parts = options.reduce_in_parts;
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
-  LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph), scheduler_options));
+  LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph, dependencies), scheduler_options));
 
   if (has_gpu() && !impl->schedule.queue.empty()) LOOM_RETURN_IF_ERROR(AllocateDeviceResources(*impl));
   return Plan(std::move(impl));
