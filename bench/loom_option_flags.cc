@@ -10,6 +10,10 @@ ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
 ABSL_FLAG(int, narrow_a_stages, 0,
           "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-16 rows)");
 ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
+ABSL_FLAG(int, narrow_b_in_flight, 0,
+          "loom: the narrow kernel's B stages in flight at most (0: chosen, 3 or 4; 1 to its B ring depth - 1)");
+ABSL_FLAG(bool, pack_weights, false,
+          "loom: copy the weights into the narrow kernel's stage order at Compile (CompileOptions::pack_weights)");
 ABSL_FLAG(bool, reduce_in_parts, true,
           "loom: reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
 ABSL_FLAG(int, reduce_part_rows, 0, "loom: rows of each reduce part (0: the scheduler chooses; at most 16)");
@@ -23,6 +27,8 @@ CompileOptions LoomOptionsFromFlags() {
   options.kernel = absl::GetFlag(FLAGS_kernel);
   options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);
   options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
+  options.narrow_b_in_flight = absl::GetFlag(FLAGS_narrow_b_in_flight);
+  options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
   options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
   options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
   return options;

@@ -32,6 +32,8 @@ ABSL_FLAG(int32_t, iters, 50, "Timed launches on the GPU; the median is reported
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the random inputs; 0 picks a fresh one (printed).");
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "The kernel: auto (the runtime chooses), tiled or narrow (CompileOptions::kernel).");
+ABSL_FLAG(bool, pack_weights, false,
+          "Copy the weights into the narrow kernel's stage order at Compile (CompileOptions::pack_weights).");
 
 namespace loom::demo {
 namespace {
@@ -39,6 +41,7 @@ namespace {
 CompileOptions DemoOptions() {
   CompileOptions options;
   options.kernel = absl::GetFlag(FLAGS_kernel);
+  options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
   return options;
 }
 

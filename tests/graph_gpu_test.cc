@@ -504,19 +504,33 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
 // small allocation per Plan (>= 256 bytes: cudaMalloc's alignment) add up to
 // more than a 2 MiB page.
 // The same for the block at one token on the narrow decode kernel (no
-// workspace; its own ring sizes and launch).
-class PlanMemoryTest : public ::testing::TestWithParam<bool> {};
+// workspace; its own ring sizes and launch), and with packed weights (their
+// copy is the plan's too).
+enum class PlanKind { kTiledSplitK4, kNarrow, kNarrowPacked };
+std::string PlanKindName(PlanKind kind) {
+  switch (kind) {
+    case PlanKind::kTiledSplitK4:
+      return "tiled_split_k4";
+    case PlanKind::kNarrow:
+      return "narrow";
+    case PlanKind::kNarrowPacked:
+      return "narrow_packed";
+  }
+  return "?";
+}
+class PlanMemoryTest : public ::testing::TestWithParam<PlanKind> {};
 TEST_P(PlanMemoryTest, PlansReleaseTheirDeviceMemory) {
   LOOM_SKIP_WITHOUT_GPU();
   constexpr int kRounds = 2000;
   Rng rng;
   const Runtime& runtime = TestRuntime();
   GpuHarness h;
-  const bool narrow = GetParam();
+  const bool narrow = GetParam() != PlanKind::kTiledSplitK4;
   AddMlpBlock(h, rng, narrow ? 1 : 16);
   CompileOptions options;
   if (narrow) {
     options.kernel = KernelChoice::kNarrow;
+    options.pack_weights = GetParam() == PlanKind::kNarrowPacked;
   } else {
     options.split_k = 4;
   }
@@ -538,8 +552,9 @@ TEST_P(PlanMemoryTest, PlansReleaseTheirDeviceMemory) {
   LOOM_ASSERT_OK(h.CopyOutputsBack());
   h.ExpectEachNodeMatchesReference();
 }
-INSTANTIATE_TEST_SUITE_P(Kernels, PlanMemoryTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "narrow" : "tiled_split_k4"; });
+INSTANTIATE_TEST_SUITE_P(Kernels, PlanMemoryTest,
+                         ::testing::Values(PlanKind::kTiledSplitK4, PlanKind::kNarrow, PlanKind::kNarrowPacked),
+                         [](const auto& info) { return PlanKindName(info.param); });
 
 // ---------------------------------------------------------------------------
 // 7. Two Plans on two streams at once.
@@ -862,6 +877,135 @@ TEST(NarrowGraphTest, TallGraphsStayTiled) {
   AddMlpBlock(h, rng, 65);
   LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
   EXPECT_EQ(h.plan().Explain().find("narrow"), std::string::npos) << h.plan().Explain();
+  ExpectNodesRightAndReplayIdentical(h);
+}
+
+// CompileOptions::pack_weights on the narrow kernel: B read from the plan's
+// copy in stage order, one bulk copy a stage. The copy holds exactly what the
+// tensor loads put in shared memory (zeros past N and K included), so every
+// output must equal the unpacked plan's bit for bit, besides matching the
+// reference. Graphs: the MLP block on both multiply paths (mma.sync up to 16
+// rows, wgmma above), the ragged chain (K of 392, 520 and 264; widths off the
+// 32-column grid), the 8-layer chain, and random decode graphs.
+enum class PackedCase { kMlp1, kMlp16, kMlp64, kRaggedChain7, kEightLayers1, kRandom };
+
+std::string PackedCaseName(PackedCase which) {
+  switch (which) {
+    case PackedCase::kMlp1:
+      return "mlp1";
+    case PackedCase::kMlp16:
+      return "mlp16";
+    case PackedCase::kMlp64:
+      return "mlp64";
+    case PackedCase::kRaggedChain7:
+      return "ragged_chain7";
+    case PackedCase::kEightLayers1:
+      return "eight_layers1";
+    case PackedCase::kRandom:
+      return "random";
+  }
+  return "?";
+}
+
+// Builds the case into `h`; returns a random graph's description.
+std::string BuildPackedCase(PackedCase which, GpuHarness& h, Rng& rng) {
+  switch (which) {
+    case PackedCase::kMlp1:
+      AddMlpBlock(h, rng, 1);
+      break;
+    case PackedCase::kMlp16:
+      AddMlpBlock(h, rng, 16);
+      break;
+    case PackedCase::kMlp64:
+      AddMlpBlock(h, rng, 64);
+      break;
+    case PackedCase::kRaggedChain7:
+      AddRaggedChain(h, rng, 7, kBF16);
+      break;
+    case PackedCase::kEightLayers1:
+      AddEightLayerChain(h, rng, 1);
+      break;
+    case PackedCase::kRandom: {
+      RandomGraph graph(h, rng, /*max_rows=*/64);
+      BuildRandomGraph(graph, rng);
+      return graph.description();
+    }
+  }
+  return "";
+}
+
+class NarrowPackedWeightsTest : public ::testing::TestWithParam<PackedCase> {};
+TEST_P(NarrowPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const int graphs = GetParam() == PackedCase::kRandom ? 12 : 1;
+  Rng rng;
+  for (int i = 0; i < graphs && !HasFailure(); ++i) {
+    SCOPED_TRACE(absl::StrCat("graph ", i));
+    GpuHarness h;
+    SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
+    const Snapshot unpacked = TakeSnapshot(h);
+    CompileOptions options = NarrowOptions();
+    options.pack_weights = true;
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+    const std::string explain = h.plan().Explain();
+    EXPECT_NE(explain.find("narrow decode kernel"), std::string::npos) << explain;
+    EXPECT_NE(explain.find("weights: packed in stage order"), std::string::npos) << explain;
+    EXPECT_TRUE(SameBits(h, unpacked));
+    ExpectNodesRightAndReplayIdentical(h);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
+                         ::testing::Values(PackedCase::kMlp1, PackedCase::kMlp16, PackedCase::kMlp64,
+                                           PackedCase::kRaggedChain7, PackedCase::kEightLayers1,
+                                           PackedCase::kRandom),
+                         [](const auto& info) { return PackedCaseName(info.param); });
+
+// A packed plan reads its copy, not B: new values in B change nothing until
+// Plan::RepackWeights, and then the outputs follow them. (This also shows the
+// kernel reads the packed copy: a plan that read B would follow at once.)
+TEST(NarrowPackedWeightsTest, RepackWeightsPicksUpNewValues) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, 5);
+  CompileOptions options = NarrowOptions();
+  options.pack_weights = true;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  const Snapshot before = TakeSnapshot(h);
+  for (const char* weights : {"W_gate_up", "W_down"}) {
+    FillRandom(h.host(weights), rng);
+    LOOM_ASSERT_OK(h.device(weights).CopyFrom(h.host(weights)));
+  }
+  LOOM_ASSERT_OK(h.Replay());
+  EXPECT_TRUE(SameBits(h, before)) << "the plan read B instead of its packed copy";
+  LOOM_ASSERT_OK(h.plan().RepackWeights(nullptr));
+  LOOM_ASSERT_OK(h.Replay());
+  h.ExpectEachNodeMatchesReference();  // the reference reads the new B
+  EXPECT_FALSE(SameBits(h, before)) << "RepackWeights did not change the outputs";
+}
+
+// A B that another node writes (the scores of a query against a layer's
+// output) is read through its tensor map, after its producers' flags; the
+// other node's weights are packed.
+TEST(NarrowPackedWeightsTest, ABWrittenByAnotherNodeIsReadInPlace) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", kBF16, 8, 256, rng);
+  h.Input("W", kBF16, 256, 256, rng);
+  h.Input("q", kBF16, 3, 256, rng);
+  h.Output("keys", kBF16, 8, 256);
+  h.Output("scores", kFP32, 3, 8);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("keys", t("x"), t("W"), t("keys"));
+    g.AddGemm("scores", t("q"), t("keys"), t("scores"));
+  });
+  CompileOptions options = NarrowOptions();
+  options.pack_weights = true;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_NE(h.plan().Explain().find("MiB made at Compile, for keys\n"), std::string::npos) << h.plan().Explain();
   ExpectNodesRightAndReplayIdentical(h);
 }
 

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "internal/testing_hooks.h"
 #include "internal/timeline.h"
+#include "narrow_config.h"
 
 namespace loom {
 namespace {
@@ -365,6 +366,62 @@ TEST(RuntimeTest, OneWaveChainsGetAShallowerBRing) {
   EXPECT_NE(plan->Explain().find(", B 9 stages"), std::string::npos) << "narrow_b_stages still sets the depth";
 }
 
+// CompileOptions::pack_weights: the narrow kernel packs every B that no node
+// writes, and Explain names them and the copy's size; a B another node writes
+// is read in place, as is every B on the tiled kernel.
+TEST(RuntimeTest, PackedWeightsAreExplained) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  GemmGraph graph;
+  const TensorView h = Fake("h", 0x30000000, 8, 4096);
+  graph.AddGemm("layer1", Fake("x", 0x100000, 8, 4096), Fake("w1", 0x10000000, 4096, 4096), h);
+  graph.AddGemm("layer2", h, Fake("w2", 0x12000000, 128, 4096), Fake("y", 0x31000000, 8, 128));
+  graph.AddGemm("scores", Fake("q", 0x200000, 1, 4096), h, Fake("s", 0x32000000, 1, 8));  // B = layer1's output
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.pack_weights = true;
+  absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // w1: 128 tiles of 32 rows x 16 stages of 16 KiB = 32 MiB; w2: 4 tiles = 1 MiB.
+  EXPECT_NE(plan->Explain().find("weights: packed in stage order, a copy of 33.0 MiB made at Compile, for layer1, "
+                                 "layer2\n"),
+            std::string::npos)
+      << plan->Explain();
+  EXPECT_TRUE(HasStatus(plan->RepackWeights(nullptr), absl::StatusCode::kFailedPrecondition, {"host-only"}));
+  // A chain of one-wave layers keeps four B loads in flight; other packed
+  // plans three (NarrowConfig::kPackedBStagesInFlight), unpacked ones four.
+  EXPECT_NE(plan->Explain().find("(4 in flight)"), std::string::npos) << plan->Explain();
+  GemmGraph wide;
+  wide.AddGemm("wide", Fake("x", 0x100000, 16, 4096), Fake("w", 0x10000000, 8192, 4096),
+               Fake("y", 0x30000000, 16, 8192));
+  absl::StatusOr<Plan> wide_plan = runtime.Compile(wide, options);
+  ASSERT_TRUE(wide_plan.ok()) << wide_plan.status();
+  EXPECT_NE(wide_plan->Explain().find("(3 in flight)"), std::string::npos) << wide_plan->Explain();
+  options.pack_weights = false;
+  wide_plan = runtime.Compile(wide, options);
+  ASSERT_TRUE(wide_plan.ok()) << wide_plan.status();
+  EXPECT_NE(wide_plan->Explain().find("(4 in flight)"), std::string::npos) << wide_plan->Explain();
+  options.pack_weights = true;
+
+  options.pack_weights = false;
+  plan = runtime.Compile(graph, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Explain().find("weights:"), std::string::npos) << plan->Explain();
+
+  options.pack_weights = true;
+  options.kernel = KernelChoice::kTiled;
+  plan = runtime.Compile(graph, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("weights: read in place (pack_weights applies to the narrow decode kernel only)"),
+            std::string::npos)
+      << plan->Explain();
+
+  // Ragged shapes round up to whole tiles and stages: 33 rows are two tiles,
+  // K = 100 one stage (zeros past K), K = 1025 five.
+  EXPECT_EQ(kernel::NarrowConfig::PackedWeightBytes(33, 100), 2 * 16384);
+  EXPECT_EQ(kernel::NarrowConfig::PackedWeightBytes(32, 1025), 5 * 16384);
+  EXPECT_EQ(kernel::NarrowConfig::PackedStageOffset(3, 8, 5), (3 * 5 + 2) * 16384);
+}
+
 // The narrow kernel's options are checked, each refusal naming the option,
 // the value and the rule.
 TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
@@ -392,6 +449,13 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
                         }),
                         absl::StatusCode::kFailedPrecondition,
                         {"shared memory", "narrow_a_stages=16 (of 8192 bytes)", "narrow_b_stages=16", "232448"}));
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_b_in_flight = -1; }),
+                        absl::StatusCode::kInvalidArgument, {"narrow_b_in_flight: -1", "negative"}));
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) {
+                          o.narrow_b_stages = 4;
+                          o.narrow_b_in_flight = 4;
+                        }),
+                        absl::StatusCode::kInvalidArgument, {"narrow_b_in_flight: 4", "B ring's 4 stages - 1"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.max_clusters = 133; }),
                         absl::StatusCode::kFailedPrecondition,
                         {"max_clusters 133", "132 CTAs of the narrow decode kernel"}));
@@ -402,7 +466,14 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
   options.narrow_b_stages = 2;
   absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(16), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_NE(plan->Explain().find("A 4 stages of 8192 bytes, B 2 stages"), std::string::npos) << plan->Explain();
+  EXPECT_NE(plan->Explain().find("A 4 stages of 8192 bytes, B 2 stages of 16384 bytes (1 in flight)"),
+            std::string::npos)
+      << plan->Explain();
+  options.narrow_b_stages = 8;
+  options.narrow_b_in_flight = 7;
+  plan = runtime.Compile(DecodePair(16), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("B 8 stages of 16384 bytes (7 in flight)"), std::string::npos) << plan->Explain();
 }
 
 TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {

@@ -46,6 +46,11 @@ struct KernelNode {
   ElementType bias_type = ElementType::kFP32;
   ElementType residual_type = ElementType::kBF16;
   uint8_t has_dependents = 0;      // some node waits on this node's tile flags
+  // The narrow kernel with packed weights (CompileOptions::pack_weights): B
+  // in its stage order (NarrowConfig::PackedWeightBytes), loaded a stage per
+  // bulk copy instead of through b_map; null: B through b_map. (Last: the
+  // fields before it keep the sectors they had before it existed.)
+  const uint8_t* packed_b = nullptr;
 };
 
 // Per-Plan device state that survives launches. Zeroed when the Plan is built.
@@ -106,6 +111,7 @@ struct KernelParams {
   DeviceJobTrace* trace;  // [num_jobs * cluster_size] (job, rank), or null
   uint32_t a_stage_bytes;  // KernelConfig::kAStageBytes, or kHalfAStageBytes for a plan of <= 64-row nodes
   int32_t num_nodes;       // nodes[0, num_nodes)
+  int32_t b_in_flight;     // narrow kernel: B stages in flight at most (< b_stages)
 };
 
 }  // namespace loom::kernel

@@ -61,11 +61,17 @@ struct NarrowConfig {
   static constexpr int kKBlocksPerStage = 4;
   static constexpr int kMaxAStages = 16;
   static constexpr int kMaxBStages = 16;
-  // The B loader keeps at most this many stages in flight (issued, not yet
-  // landed), however deep the ring: every memory operation of the SM (flag
-  // polls, A loads, the consumer's stores and the release behind them)
-  // queues behind what is in flight, ~30 GB/s an SM while HBM is busy.
+  // By default the B loader keeps at most this many stages in flight
+  // (issued, not yet landed; CompileOptions::narrow_b_in_flight), however
+  // deep the ring: every memory operation of the SM (flag polls, A loads, the
+  // consumer's stores and the release behind them) queues behind what is in
+  // flight, ~30 GB/s an SM while HBM is busy.
   static constexpr int kBStagesInFlight = 4;
+  // With packed weights (one bulk copy a stage), three, except for a chain
+  // of one-wave layers: the MLP block at 16 tokens 88.5-88.9 us against
+  // 91.3-91.7 with four, the one-token chain 92.8-93.4 against 91.2-91.5
+  // (bench/NOTES.md v1.23).
+  static constexpr int kPackedBStagesInFlight = 3;
   static constexpr uint32_t kBTileBytes = kBlockN * kBlockK * 2;                // one k-block: 4 KiB
   static constexpr uint32_t kBStageBytes = kKBlocksPerStage * kBTileBytes;    // 16 KiB
   // A k-block of A holds only the plan's rows, rounded up to the 8-row group
@@ -91,6 +97,25 @@ struct NarrowConfig {
   // four consumer warps and sums their partial tiles through shared memory:
   // [4 warps][4 (weight block, token block) pairs][32 lanes][4] fp32.
   static constexpr uint32_t kPartialsBytes = 4 * 4 * 32 * 4 * 4;
+
+  // Packed weights (CompileOptions::pack_weights): B [N, K] rearranged so that
+  // each B stage is one contiguous kBStageBytes block holding exactly what the
+  // tensor load of that stage writes to shared memory (k-block by k-block, 32
+  // rows of 128 bytes each, 16-byte chunks 128B-swizzled, zeros past N and K).
+  // One 1-D bulk copy then fills a stage: ~7% more stream than a tensor load
+  // (bench/stream_probe.cu, bench/NOTES.md v1.20). Blocks are stored tile by
+  // tile (32 rows of B), stage by stage within a tile.
+  static constexpr int64_t PackedStagesPerTile(int64_t k) {
+    return ((k + kBlockK - 1) / kBlockK + kKBlocksPerStage - 1) / kKBlocksPerStage;
+  }
+  static constexpr int64_t PackedWeightBytes(int64_t n, int64_t k) {
+    return (n + kBlockN - 1) / kBlockN * PackedStagesPerTile(k) * kBStageBytes;
+  }
+  // Byte offset of the stage that starts at k-block kb0 (a multiple of
+  // kKBlocksPerStage) of tile n_block.
+  LOOM_HOST_DEVICE static constexpr int64_t PackedStageOffset(int64_t n_block, int kb0, int64_t stages_per_tile) {
+    return (n_block * stages_per_tile + kb0 / kKBlocksPerStage) * kBStageBytes;
+  }
 
   static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
 

@@ -7,7 +7,9 @@
 //
 // One CTA per SM, no clusters, 256 threads:
 //   warpgroup 0: warp 0 the A loader (every lane polls flags, lane 0 issues
-//                the loads), warp 1 lane 0 the B loader, warp 2 lane 0 the
+//                the loads), warp 1 lane 0 the B loader (a tensor load a
+//                stage, or one bulk copy a stage from packed weights:
+//                NarrowConfig::PackedWeightBytes), warp 2 lane 0 the
 //                scheduler, warp 3 lane 0 the publisher;
 //   warpgroup 1: the consumer: a 32-column tile over the job's whole K (for
 //                at most 16 rows on mma.sync with the operands swapped,
@@ -92,20 +94,45 @@ __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams&
 // with EncodeKBlockMap) loads them all at once; otherwise each k-block is a
 // load of its own. Either way TMA zero-fills what lies past K, whole k-blocks
 // too, so the consumer can run every k-block of every stage.
+// kWeights: B, read once a launch: the loads carry `policy`
+// (ptx::l2_evict_first_policy), so the weights streaming through L2 do not
+// evict the activations, flags and outputs the next layer reads (the one-token
+// chain -1 to -2 us, bench/NOTES.md v1.23).
+template <bool kWeights>
 __device__ __forceinline__ void LoadStage(const CUtensorMap* map, bool kblock_map, uint8_t* stage, uint64_t* full,
-                                          uint32_t tile_bytes, int kb0, int32_t row0) {
+                                          uint32_t tile_bytes, int kb0, int32_t row0, uint64_t policy = 0) {
   cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
                                        full, NarrowConfig::kKBlocksPerStage * tile_bytes);
   if (kblock_map) {
-    const int32_t coords[3] = {0, row0, kb0};
-    cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, stage, map, coords, full);
+    if constexpr (kWeights) {
+      ptx::cp_async_bulk_tensor_3d_l2_hint(stage, map, 0, row0, kb0, full, policy);
+    } else {
+      const int32_t coords[3] = {0, row0, kb0};
+      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, stage, map, coords, full);
+    }
     return;
   }
   for (int j = 0; j < NarrowConfig::kKBlocksPerStage; ++j) {
-    const int32_t coords[2] = {(kb0 + j) * NarrowConfig::kBlockK, row0};
-    cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, stage + j * tile_bytes, map,
-                                    coords, full);
+    uint8_t* tile = stage + j * tile_bytes;
+    if constexpr (kWeights) {
+      ptx::cp_async_bulk_tensor_2d_l2_hint(tile, map, (kb0 + j) * NarrowConfig::kBlockK, row0, full, policy);
+    } else {
+      const int32_t coords[2] = {(kb0 + j) * NarrowConfig::kBlockK, row0};
+      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, tile, map, coords, full);
+    }
   }
+}
+
+// Loads the B stage that starts at k-block kb0 of tile n_block from packed
+// weights (NarrowConfig::PackedStageOffset): one bulk copy of a block already
+// laid out as LoadStage's tensor load would write it, zeros included; with
+// the weights' `policy`, as LoadStage<true>.
+__device__ __forceinline__ void LoadPackedStage(const uint8_t* packed_b, int64_t stages_per_tile, uint8_t* stage,
+                                                uint64_t* full, int64_t n_block, int kb0, uint64_t policy) {
+  cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                       full, uint32_t{NarrowConfig::kBStageBytes});
+  ptx::cp_async_bulk_l2_hint(stage, packed_b + NarrowConfig::PackedStageOffset(n_block, kb0, stages_per_tile),
+                             NarrowConfig::kBStageBytes, full, policy);
 }
 
 // Whether the node's operands have k-block maps (KernelNodesOf in runtime.cc).
@@ -156,8 +183,8 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
                                                   WaitKind::kRingEmpty, index);
       if (!__all_sync(0xffffffffu, empty)) return;
       if (issuer) {
-        LoadStage(&node.a_map, kblock_map, ctx.a_stage(ring.stage), &ctx.barriers->a_full[ring.stage], tile_bytes,
-                  kb0, row0);
+        LoadStage<false>(&node.a_map, kblock_map, ctx.a_stage(ring.stage), &ctx.barriers->a_full[ring.stage],
+                         tile_bytes, kb0, row0);
       }
       ring.Advance(ctx.params.a_stages);
     }
@@ -168,14 +195,18 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
 }
 
 // The B loader: the weights, as far ahead as the ring allows, across A's
-// waits and across jobs, with at most NarrowConfig::kBStagesInFlight stages
-// in flight at once, whatever the ring's depth.
+// waits and across jobs, with at most params.b_in_flight stages in flight at
+// once, whatever the ring's depth.
 // NOTE: a job's loads used to start only once the previous job's had all
 // landed (so that the next layer's prefetch would not compete with the last
 // stages of a tile the next layer waits for). That pause cost more than it
 // saved: without it the one-token MLP block took 95.1-95.5 us against
 // 99.7-99.8 and the one-token chain 118.4-119.5 against 122.4-123.2; the
 // 16-token MLP 101.7-102.0 against 101.0-101.2 (bench/NOTES.md v1.19).
+// kPackedB: the plan packed some node's B (KernelNode::packed_b); without it
+// the loader never looks (a separate instantiation: the branch alone cost the
+// unpacked chain ~1 us, bench/NOTES.md v1.23).
+template <bool kPackedB>
 __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   JobStream jobs;
   RingCursor ring;
@@ -183,10 +214,13 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
   int in_flight = 0;       // stages issued since `oldest`, itself included
   // At most b_stages - 1: the slot of `oldest` is then refilled only after
   // the next load, so its full barrier's phase is still the one we wait for.
-  const int window = min(NarrowConfig::kBStagesInFlight, ctx.params.b_stages - 1);
+  const int window = min(ctx.params.b_in_flight, ctx.params.b_stages - 1);
   DependencyMemo memo;
   int known_node = -1;
   bool b_has_producers = false, kblock_map = false;
+  const uint8_t* packed_b = nullptr;
+  int64_t packed_stages_per_tile = 0;
+  const uint64_t policy = ptx::l2_evict_first_policy();
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
@@ -201,6 +235,10 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
       known_node = job.node;
       b_has_producers = HasProducers(ctx, node, sched::DependencyOperand::kB);
       kblock_map = HasKBlockMaps(node.schedule);
+      if constexpr (kPackedB) {
+        packed_b = node.packed_b;
+        packed_stages_per_tile = NarrowConfig::PackedStagesPerTile(node.schedule.k);
+      }
     }
     const int32_t n_row0 = static_cast<int32_t>(job.n_block) * NarrowConfig::kBlockN;
     memo.Reset();
@@ -223,8 +261,13 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
         oldest.Advance(ctx.params.b_stages);
         --in_flight;
       }
-      LoadStage(&node.b_map, kblock_map, ctx.b_stage(ring.stage), &ctx.barriers->b_full[ring.stage],
-                NarrowConfig::kBTileBytes, kb0, n_row0);
+      if (kPackedB && packed_b != nullptr) {
+        LoadPackedStage(packed_b, packed_stages_per_tile, ctx.b_stage(ring.stage), &ctx.barriers->b_full[ring.stage],
+                        job.n_block, kb0, policy);
+      } else {
+        LoadStage<true>(&node.b_map, kblock_map, ctx.b_stage(ring.stage), &ctx.barriers->b_full[ring.stage],
+                        NarrowConfig::kBTileBytes, kb0, n_row0, policy);
+      }
       ++in_flight;
       ring.Advance(ctx.params.b_stages);
     }
@@ -648,6 +691,7 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   }
 }
 
+template <bool kPackedB>
 __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
     NarrowGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
@@ -691,7 +735,7 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
     } else if (lane == 0) {
       switch (warp) {
         case 1:
-          RunNarrowBLoader(ctx);
+          RunNarrowBLoader<kPackedB>(ctx);
           break;
         case 2:
           RunScheduler(ctx, first_fetch);
@@ -727,13 +771,16 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas) {
       error != cudaSuccess) {
     return error;
   }
-  if (cudaError_t error = cudaFuncSetAttribute(NarrowGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
-      error != cudaSuccess) {
-    return error;
+  for (auto kernel : {NarrowGemmKernel<false>, NarrowGemmKernel<true>}) {
+    if (cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
+        error != cudaSuccess) {
+      return error;
+    }
   }
+  // The two instantiations differ only in the B loader's branch: one answer.
   int per_sm = 0;
-  if (cudaError_t error =
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, NarrowGemmKernel, NarrowConfig::kThreads, smem_bytes);
+  if (cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, NarrowGemmKernel<false>,
+                                                                        NarrowConfig::kThreads, smem_bytes);
       error != cudaSuccess) {
     return error;
   }
@@ -741,13 +788,14 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas) {
   return cudaSuccess;
 }
 
-cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, cudaStream_t stream) {
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   config.blockDim = dim3(NarrowConfig::kThreads, 1, 1);
   config.dynamicSmemBytes = NarrowSharedMemoryBytes(params.a_stages, params.a_stage_bytes, params.b_stages);
   config.stream = stream;
-  return cudaLaunchKernelEx(&config, NarrowGemmKernel, params);
+  return packed_b ? cudaLaunchKernelEx(&config, NarrowGemmKernel<true>, params)
+                  : cudaLaunchKernelEx(&config, NarrowGemmKernel<false>, params);
 }
 
 }  // namespace loom::kernel

@@ -23,7 +23,9 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas);
 
 // Launches the narrow kernel: `ctas` CTAs, no clusters (params.cluster_size
 // is 1). params.a_stages / b_stages / a_stage_bytes are the narrow rings'.
-cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, cudaStream_t stream);
+// packed_b: some node has packed weights (KernelNode::packed_b); launches
+// the instantiation whose B loader looks for them.
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, cudaStream_t stream);
 
 }  // namespace loom::kernel
 

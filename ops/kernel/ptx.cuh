@@ -185,6 +185,50 @@ __device__ __forceinline__ bool barrier_and(bool predicate) {
   return all != 0;
 }
 
+// createpolicy.fractional.L2::evict_first: a cache policy under which the
+// lines a load brings into L2 are the first to be evicted. For weights read
+// once per launch, so that they do not push out what is read again (the
+// activations, tile flags and outputs the next layer waits for).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// cp.async.bulk (global -> this CTA's shared memory) with an L2 cache policy
+// (l2_evict_first_policy): `bytes` (a multiple of 16, both addresses 16-byte
+// aligned) complete_tx on `bar`, as cuda::ptx::cp_async_bulk.
+__device__ __forceinline__ void cp_async_bulk_l2_hint(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                      uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src), "r"(bytes),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "l"(policy)
+      : "memory");
+}
+
+// cp.async.bulk.tensor of a 2-D / 3-D box with an L2 cache policy, as
+// cuda::ptx::cp_async_bulk_tensor (tile mode, complete_tx on `bar`).
+__device__ __forceinline__ void cp_async_bulk_tensor_2d_l2_hint(void* dst, const CUtensorMap* map, int32_t c0,
+                                                                int32_t c1, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n"
+      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(map), "r"(c0), "r"(c1),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void cp_async_bulk_tensor_3d_l2_hint(void* dst, const CUtensorMap* map, int32_t c0,
+                                                                int32_t c1, int32_t c2, uint64_t* bar,
+                                                                uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n"
+      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(map), "r"(c0), "r"(c1), "r"(c2),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "l"(policy)
+      : "memory");
+}
+
 __device__ __forceinline__ uint32_t smid() {
   uint32_t value;
   asm volatile("mov.u32 %0, %%smid;\n" : "=r"(value));

@@ -26,7 +26,17 @@ struct Plan::Impl {
   bool narrow = false;
   int a_stages = 0;  // the ring depths the kernel runs with: the options', or the narrow kernel's
   int b_stages = 0;
+  int b_in_flight = 0;  // the narrow kernel's B loads in flight at most
   std::optional<TimeoutRecord> last_timeout;
+  // The nodes whose B the narrow kernel reads from the plan's own packed copy
+  // (CompileOptions::pack_weights), each at `offset` bytes into
+  // packed_weights. Known without a GPU too (Explain).
+  struct PackedNode {
+    int node = 0;
+    int64_t offset = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<PackedNode> packed_nodes;
 
   // Device resources (device_ordinal >= 0 and the schedule has jobs).
   kernel::KernelParams params = {};
@@ -38,6 +48,7 @@ struct Plan::Impl {
   kernel::LaunchState* state = nullptr;
   kernel::DeviceTimeoutRecord* timeout_host = nullptr;  // pinned, mapped
   kernel::DeviceJobTrace* trace = nullptr;              // options.trace only
+  uint8_t* packed_weights = nullptr;                    // packed_nodes' copies of B
 
   ~Impl();
 };

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "internal/cuda_status.h"
 #include "internal/plan_impl.h"
 #include "internal/tensor_maps.h"
@@ -22,6 +23,7 @@
 #include "loom/scheduler/tiling.h"
 #include "loom/status.h"
 #include "narrow_gemm.h"
+#include "pack_weights.h"
 #include "persistent_gemm.h"
 
 namespace loom {
@@ -136,6 +138,10 @@ absl::Status CheckOptions(const CompileOptions& options) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.narrow_b_stages: %d is outside {0} and [2, %d]", options.narrow_b_stages,
         NarrowConfig::kMaxBStages));
+  }
+  if (options.narrow_b_in_flight < 0) {  // the upper bound depends on the ring (ChooseNarrowRings)
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CompileOptions.narrow_b_in_flight: %d is negative", options.narrow_b_in_flight));
   }
   return absl::OkStatus();
 }
@@ -257,6 +263,7 @@ int64_t MaxK(const GemmGraph& graph) {
 struct NarrowRings {
   int a_stages = 0;
   int b_stages = 0;
+  int b_in_flight = 0;
   uint32_t a_stage_bytes = 0;
   uint32_t smem_bytes = 0;
 };
@@ -273,7 +280,7 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
 
 // `one_wave_chain`: IsChainOfOneWaveLayers.
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
-                                              int64_t rows, int64_t max_k, bool one_wave_chain) {
+                                              int64_t rows, int64_t max_k, bool one_wave_chain, bool packed) {
   // What only the tiled kernel has (kAuto never picks the narrow one then).
   if (options.split_k > 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -312,6 +319,17 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
         "bytes) need %d bytes per block, but %s allows %d",
         rings.a_stages, rings.a_stage_bytes, rings.b_stages, NarrowConfig::kBStageBytes, rings.smem_bytes,
         device.name, device.shared_memory_per_block));
+  }
+  // At most b_stages - 1: the oldest stage in flight is then waited for
+  // before its slot is loaded again (RunNarrowBLoader).
+  const int default_in_flight =
+      packed && !one_wave_chain ? NarrowConfig::kPackedBStagesInFlight : NarrowConfig::kBStagesInFlight;
+  rings.b_in_flight = options.narrow_b_in_flight > 0 ? options.narrow_b_in_flight
+                                                     : std::min(default_in_flight, rings.b_stages - 1);
+  if (rings.b_in_flight > rings.b_stages - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.narrow_b_in_flight: %d, but at most the B ring's %d stages - 1 can be in flight",
+        rings.b_in_flight, rings.b_stages));
   }
   return rings;
 }
@@ -401,6 +419,37 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
   return nodes;
 }
 
+// The nodes whose B the narrow kernel reads packed (CompileOptions::
+// pack_weights): those with jobs whose B no node writes.
+std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
+                                                  const std::vector<DataDependency>& dependencies) {
+  std::vector<bool> b_written(graph.nodes().size(), false);
+  for (const DataDependency& dependency : dependencies) {
+    if (dependency.operand == Operand::kB) b_written[dependency.consumer] = true;
+  }
+  std::vector<Plan::Impl::PackedNode> packed;
+  int64_t offset = 0;
+  for (int i = 0; i < graph.size(); ++i) {
+    const GemmNode& node = graph.nodes()[i];
+    if (b_written[i] || node.m() == 0 || node.n() == 0 || node.k() == 0) continue;
+    const int64_t bytes = NarrowConfig::PackedWeightBytes(node.n(), node.k());
+    packed.push_back({i, offset, bytes});
+    offset += bytes;
+  }
+  return packed;
+}
+
+// Enqueues the copy of every packed node's B on `stream`.
+absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
+  for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {
+    const TensorView& b = impl.graph.nodes()[packed.node].b;
+    LOOM_RETURN_IF_ERROR(internal::CudaStatus(
+        kernel::PackNarrowWeights(b.data, b.rows, b.cols, b.row_stride, impl.packed_weights + packed.offset, stream),
+        absl::StrCat("packing the weights ", b.name)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl.device_ordinal));
   if (impl.schedule.workspace_elements > 0) {
@@ -414,6 +463,17 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,
                         KernelNodesOf(impl.graph, impl.schedule, impl.workspace, impl.narrow, impl.a_stage_bytes));
+  if (!impl.packed_nodes.empty()) {
+    const Plan::Impl::PackedNode& last = impl.packed_nodes.back();
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.packed_weights), last.offset + last.bytes));
+    LOOM_RETURN_IF_ERROR(PackWeights(impl, nullptr));
+    // The copy is made before Compile returns, so a launch on any stream
+    // (non-blocking ones too) reads B as it was at Compile.
+    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
+    for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {
+      nodes[packed.node].packed_b = impl.packed_weights + packed.offset;
+    }
+  }
   LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes));
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue));
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies));
@@ -438,6 +498,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.cluster_size = impl.schedule.cluster_size;
   params.a_stages = impl.a_stages;
   params.b_stages = impl.b_stages;
+  params.b_in_flight = impl.b_in_flight;
   params.a_stage_bytes = impl.a_stage_bytes;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
   impl.has_split_k = false;
@@ -550,11 +611,14 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
   if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   if (impl->narrow) {
+    if (options.pack_weights) impl->packed_nodes = PackedNodesOf(graph, dependencies);
     LOOM_ASSIGN_OR_RETURN(const NarrowRings rings,
                           ChooseNarrowRings(options, device_, rows, MaxK(graph),
-                                            IsChainOfOneWaveLayers(graph, dependencies, device_.sm_count)));
+                                            IsChainOfOneWaveLayers(graph, dependencies, device_.sm_count),
+                                            !impl->packed_nodes.empty()));
     impl->a_stages = rings.a_stages;
     impl->b_stages = rings.b_stages;
+    impl->b_in_flight = rings.b_in_flight;
     impl->a_stage_bytes = rings.a_stage_bytes;
     cluster_size = 1;
     coresident = device_.sm_count;
@@ -620,6 +684,7 @@ Plan::Impl::~Impl() {
   cudaFree(workspace);
   cudaFree(state);
   cudaFree(trace);
+  cudaFree(packed_weights);
   if (timeout_host != nullptr) cudaFreeHost(timeout_host);
 }
 
@@ -637,7 +702,8 @@ absl::Status Plan::Launch(cudaStream_t stream) {
   }
   if (impl_->schedule.queue.empty()) return absl::OkStatus();  // zero-size graph: nothing to do
   if (impl_->narrow) {
-    return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters, stream),
+    return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters,
+                                                         impl_->packed_weights != nullptr, stream),
                                 "launching the narrow decode kernel");
   }
   return internal::CudaStatus(
@@ -681,7 +747,35 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
       timeout.seen));
 }
 
+absl::Status Plan::RepackWeights(cudaStream_t stream) {
+  if (impl_->device_ordinal < 0) {
+    return absl::FailedPreconditionError("Plan::RepackWeights: host-only plan");
+  }
+  if (impl_->packed_weights == nullptr) return absl::OkStatus();
+  LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->device_ordinal));
+  return PackWeights(*impl_, stream);
+}
+
 std::optional<TimeoutRecord> Plan::last_timeout() const { return impl_->last_timeout; }
+
+namespace {
+
+// Explain's account of CompileOptions::pack_weights (empty when not asked).
+std::string ExplainPackedWeights(const Plan::Impl& impl) {
+  if (!impl.options.pack_weights) return "";
+  if (!impl.narrow) return "weights: read in place (pack_weights applies to the narrow decode kernel only)\n";
+  if (impl.packed_nodes.empty()) return "weights: read in place (every node's B is written by another node)\n";
+  std::vector<std::string> names;
+  int64_t bytes = 0;
+  for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {
+    names.push_back(impl.graph.nodes()[packed.node].name);
+    bytes += packed.bytes;
+  }
+  return absl::StrFormat("weights: packed in stage order, a copy of %.1f MiB made at Compile, for %s\n",
+                         static_cast<double>(bytes) / (1 << 20), absl::StrJoin(names, ", "));
+}
+
+}  // namespace
 
 std::string Plan::Explain() const {
   std::vector<std::string> names;
@@ -689,16 +783,17 @@ std::string Plan::Explain() const {
   if (impl_->narrow) {
     return absl::StrFormat(
                "device: %s, narrow decode kernel (%d x %d tiles over the whole of K), %d CTAs, rings: A %d "
-               "stages of %d bytes, B %d stages of %d bytes\n",
+               "stages of %d bytes, B %d stages of %d bytes (%d in flight)\n",
                impl_->device.name, NarrowConfig::kBlockM, NarrowConfig::kBlockN, impl_->grid_clusters,
-               impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes) +
-           sched::ExplainSchedule(impl_->schedule, names);
+               impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes,
+               impl_->b_in_flight) +
+           ExplainPackedWeights(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
   }
   return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages of %d bytes, B %d stages)\n",
                          impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
                          impl_->options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
                          impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages) +
-         sched::ExplainSchedule(impl_->schedule, names);
+         ExplainPackedWeights(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
 }
 
 const GemmGraph& Plan::graph() const { return impl_->graph; }

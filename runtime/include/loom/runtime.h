@@ -104,6 +104,21 @@ struct CompileOptions {
   // (96 KiB for 9-16 rows). 2 to 16.
   int narrow_a_stages = 0;
   int narrow_b_stages = 0;  // narrow kernel's B ring depth; 0: what shared memory leaves (at most 16)
+  // The narrow kernel's B loads in flight at once (issued, not yet landed),
+  // whatever the ring's depth; 0: 4, or 3 with packed weights unless every
+  // node is one wave of tiles and some node reads another's output (a chain
+  // of decode layers). 1 to the B ring's depth - 1.
+  int narrow_b_in_flight = 0;
+  // The narrow kernel reads each node's B (the weights) from a copy the plan
+  // makes at Compile, laid out in the order its B loader streams them: one
+  // bulk copy a ring stage instead of a tensor load, ~3% faster at 1-16
+  // tokens (bench/NOTES.md v1.23). Applies to the nodes whose B no node of
+  // the graph writes, on the narrow kernel only (Explain says which). The
+  // copy takes device memory the size of those weights, and the plan reads it
+  // instead of B: Compile copies B as it is when Compile is called (writes to
+  // B still in flight on another stream must be finished first) and waits
+  // for the copy; after changing B's values, call Plan::RepackWeights.
+  bool pack_weights = false;
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
   // Record every job's timeline on the device (Plan::Timeline). Costs a few
@@ -157,6 +172,12 @@ class Plan {
   // launch of the plan winds down at once (its results are not written)
   // until Synchronize has reported it; then the plan runs normally again.
   absl::Status Synchronize(cudaStream_t stream = nullptr);
+  // Copies B again into the plan's packed weights (CompileOptions::
+  // pack_weights), enqueued on `stream`: call it after changing the values of
+  // a packed node's B, and keep it apart from launches of this plan on other
+  // streams (it rewrites what they read). OK and nothing to do when the plan
+  // packed no weights; FailedPrecondition for a host-only plan.
+  absl::Status RepackWeights(cudaStream_t stream = nullptr);
   // The record of the last time-out, if one happened.
   std::optional<TimeoutRecord> last_timeout() const;
   // The job timelines of the last launch (call after Synchronize).

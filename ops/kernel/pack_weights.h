@@ -1,0 +1,22 @@
+// pack_weights.h: rearranging a weight matrix into the narrow decode kernel's
+// stage order (CompileOptions::pack_weights; the layout:
+// NarrowConfig::PackedWeightBytes). Plain host code may include this.
+#ifndef LOOM_OPS_KERNEL_PACK_WEIGHTS_H_
+#define LOOM_OPS_KERNEL_PACK_WEIGHTS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace loom::kernel {
+
+// B [n, k] bf16 (row_stride elements between rows; b and row_stride * 2
+// multiples of 16 bytes, as a tensor map needs) into `packed`
+// (NarrowConfig::PackedWeightBytes(n, k) bytes, 16-byte aligned), enqueued on
+// `stream`.
+cudaError_t PackNarrowWeights(const void* b, int64_t n, int64_t k, int64_t row_stride, void* packed,
+                              cudaStream_t stream);
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_PACK_WEIGHTS_H_
