@@ -24,12 +24,18 @@ namespace loom::kernel {
 // boxes of box_rows x 128 B). Shared by the cluster: this CTA's half, for both
 // CTAs. Otherwise both halves in one load through `slot_map` (box 2 x
 // box_rows): each TMA load costs the loader time of its own, more than its
-// rows do (bench/NOTES.md, v1.12).
+// rows do (bench/NOTES.md, v1.12). evict_first: the load carries `policy`
+// (ptx::l2_evict_first_policy); for operands no other job reads (not
+// multicast: only a B that no cluster shares).
 __device__ inline void LoadOperandSlot(const CtaContext& ctx, const CUtensorMap* half_map,
                                        const CUtensorMap* slot_map, uint8_t* slot, uint64_t* full_barrier,
                                        int32_t k0, int32_t row0, int32_t box_rows, bool shared_by_cluster,
-                                       int halves = 2) {
+                                       int halves = 2, bool evict_first = false, uint64_t policy = 0) {
   const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * KernelConfig::kPanelBytes;
+  if (evict_first && !shared_by_cluster) {
+    ptx::cp_async_bulk_tensor_2d_l2_hint(slot, halves == 2 ? slot_map : half_map, k0, row0, full_barrier, policy);
+    return;
+  }
   if (shared_by_cluster) {
     if (static_cast<int>(ctx.rank) >= halves) return;
     const int32_t coords[2] = {k0, row0 + static_cast<int32_t>(ctx.rank) * box_rows};
@@ -126,6 +132,7 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
   JobStream jobs;
   RingCursor ring;
   DependencyMemo memo;
+  const uint64_t policy = ptx::l2_evict_first_policy();
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
@@ -138,6 +145,11 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
     // from global memory, which the A loader's acquire fences evict from L1.
     const bool b_has_producers = HasProducers(ctx, node, sched::DependencyOperand::kB);
     const bool share_b = SharesOperand(ctx, node, sched::ClusterShare::kShareB);
+    // B read by this job only (one row block: no other job reads this tile
+    // of it): its lines go first from L2, ahead of the activations, partials
+    // and flags that are read again (128 tokens: MLP block 132.7 -> 128.2 us,
+    // bench/NOTES.md v1.23). With more row blocks, other jobs re-read B.
+    const bool read_once = node.schedule.m_blocks == 1;
     const int32_t n_row0 = work.n_block * KernelConfig::kBlockN;
     memo.Reset();
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
@@ -156,7 +168,7 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                            cuda::ptx::space_shared, full, slot_bytes);
       LoadOperandSlot(ctx, &node.b_map, &node.b_slot_map, ctx.b_stage(ring.stage), full, k0, n_row0,
-                      KernelConfig::kBBoxRows, share_b);
+                      KernelConfig::kBBoxRows, share_b, 2, read_once, policy);
       ring.Advance(ctx.params.b_stages);
     }
   }
