@@ -506,31 +506,20 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
 // The same for the block at one token on the narrow decode kernel (no
 // workspace; its own ring sizes and launch), and with packed weights (their
 // copy is the plan's too).
-enum class PlanKind { kTiledSplitK4, kNarrow, kNarrowPacked };
-std::string PlanKindName(PlanKind kind) {
-  switch (kind) {
-    case PlanKind::kTiledSplitK4:
-      return "tiled_split_k4";
-    case PlanKind::kNarrow:
-      return "narrow";
-    case PlanKind::kNarrowPacked:
-      return "narrow_packed";
-  }
-  return "?";
-}
-class PlanMemoryTest : public ::testing::TestWithParam<PlanKind> {};
+// Param: "tiled_split_k4", "narrow" or "narrow_packed".
+class PlanMemoryTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(PlanMemoryTest, PlansReleaseTheirDeviceMemory) {
   LOOM_SKIP_WITHOUT_GPU();
   constexpr int kRounds = 2000;
   Rng rng;
   const Runtime& runtime = TestRuntime();
   GpuHarness h;
-  const bool narrow = GetParam() != PlanKind::kTiledSplitK4;
+  const bool narrow = GetParam() != "tiled_split_k4";
   AddMlpBlock(h, rng, narrow ? 1 : 16);
   CompileOptions options;
   if (narrow) {
     options.kernel = KernelChoice::kNarrow;
-    options.pack_weights = GetParam() == PlanKind::kNarrowPacked;
+    options.pack_weights = GetParam() == "narrow_packed";
   } else {
     options.split_k = 4;
   }
@@ -552,9 +541,8 @@ TEST_P(PlanMemoryTest, PlansReleaseTheirDeviceMemory) {
   LOOM_ASSERT_OK(h.CopyOutputsBack());
   h.ExpectEachNodeMatchesReference();
 }
-INSTANTIATE_TEST_SUITE_P(Kernels, PlanMemoryTest,
-                         ::testing::Values(PlanKind::kTiledSplitK4, PlanKind::kNarrow, PlanKind::kNarrowPacked),
-                         [](const auto& info) { return PlanKindName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Kernels, PlanMemoryTest, ::testing::Values("tiled_split_k4", "narrow", "narrow_packed"),
+                         [](const auto& info) { return info.param; });
 
 // ---------------------------------------------------------------------------
 // 7. Two Plans on two streams at once.
@@ -887,57 +875,35 @@ TEST(NarrowGraphTest, TallGraphsStayTiled) {
 // reference. Graphs: the MLP block on both multiply paths (mma.sync up to 16
 // rows, wgmma above), the ragged chain (K of 392, 520 and 264; widths off the
 // 32-column grid), the 8-layer chain, and random decode graphs.
-enum class PackedCase { kMlp1, kMlp16, kMlp64, kRaggedChain7, kEightLayers1, kRandom };
 
-std::string PackedCaseName(PackedCase which) {
-  switch (which) {
-    case PackedCase::kMlp1:
-      return "mlp1";
-    case PackedCase::kMlp16:
-      return "mlp16";
-    case PackedCase::kMlp64:
-      return "mlp64";
-    case PackedCase::kRaggedChain7:
-      return "ragged_chain7";
-    case PackedCase::kEightLayers1:
-      return "eight_layers1";
-    case PackedCase::kRandom:
-      return "random";
+// Builds the case named `which` into `h`; returns its description.
+std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
+  if (which == "random") {
+    RandomGraph graph(h, rng, /*max_rows=*/64);
+    BuildRandomGraph(graph, rng);
+    return graph.description();
   }
-  return "?";
+  if (which == "mlp1") {
+    AddMlpBlock(h, rng, 1);
+  } else if (which == "mlp16") {
+    AddMlpBlock(h, rng, 16);
+  } else if (which == "mlp64") {
+    AddMlpBlock(h, rng, 64);
+  } else if (which == "ragged_chain7") {
+    AddRaggedChain(h, rng, 7, kBF16);
+  } else if (which == "eight_layers1") {
+    AddEightLayerChain(h, rng, 1);
+  } else {
+    ADD_FAILURE() << "no packed-weights case named " << which;
+    AddMlpBlock(h, rng, 1);
+  }
+  return which;
 }
 
-// Builds the case into `h`; returns a random graph's description.
-std::string BuildPackedCase(PackedCase which, GpuHarness& h, Rng& rng) {
-  switch (which) {
-    case PackedCase::kMlp1:
-      AddMlpBlock(h, rng, 1);
-      break;
-    case PackedCase::kMlp16:
-      AddMlpBlock(h, rng, 16);
-      break;
-    case PackedCase::kMlp64:
-      AddMlpBlock(h, rng, 64);
-      break;
-    case PackedCase::kRaggedChain7:
-      AddRaggedChain(h, rng, 7, kBF16);
-      break;
-    case PackedCase::kEightLayers1:
-      AddEightLayerChain(h, rng, 1);
-      break;
-    case PackedCase::kRandom: {
-      RandomGraph graph(h, rng, /*max_rows=*/64);
-      BuildRandomGraph(graph, rng);
-      return graph.description();
-    }
-  }
-  return "";
-}
-
-class NarrowPackedWeightsTest : public ::testing::TestWithParam<PackedCase> {};
+class NarrowPackedWeightsTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(NarrowPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
   LOOM_SKIP_WITHOUT_GPU();
-  const int graphs = GetParam() == PackedCase::kRandom ? 12 : 1;
+  const int graphs = GetParam() == "random" ? 12 : 1;
   Rng rng;
   for (int i = 0; i < graphs && !HasFailure(); ++i) {
     SCOPED_TRACE(absl::StrCat("graph ", i));
@@ -956,10 +922,8 @@ TEST_P(NarrowPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
-                         ::testing::Values(PackedCase::kMlp1, PackedCase::kMlp16, PackedCase::kMlp64,
-                                           PackedCase::kRaggedChain7, PackedCase::kEightLayers1,
-                                           PackedCase::kRandom),
-                         [](const auto& info) { return PackedCaseName(info.param); });
+                         ::testing::Values("mlp1", "mlp16", "mlp64", "ragged_chain7", "eight_layers1", "random"),
+                         [](const auto& info) { return info.param; });
 
 // A packed plan reads its copy, not B: new values in B change nothing until
 // Plan::RepackWeights, and then the outputs follow them. (This also shows the
