@@ -950,6 +950,33 @@ TEST(NarrowPackedWeightsTest, RepackWeightsPicksUpNewValues) {
   EXPECT_FALSE(SameBits(h, before)) << "RepackWeights did not change the outputs";
 }
 
+// One weight matrix applied twice (two nodes with the same B): one packed
+// copy serves both.
+TEST(NarrowPackedWeightsTest, TwoNodesShareOneCopy) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", kBF16, 3, 320, rng);
+  h.Input("W", kBF16, 320, 320, rng);
+  FillRandom(h.host("W"), rng, -1.0 / 16, 1.0 / 16);
+  h.Output("h1", kBF16, 3, 320);
+  h.Output("h2", kBF16, 3, 320);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("first", t("x"), t("W"), t("h1"));
+    g.AddGemm("second", t("h1"), t("W"), t("h2"), {.activation = Activation::kGELU});
+  });
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
+  const Snapshot unpacked = TakeSnapshot(h);
+  CompileOptions options = NarrowOptions();
+  options.pack_weights = true;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  // 320 rows: 10 tiles of 32; K = 320: two stages of 16 KiB.
+  EXPECT_NE(h.plan().Explain().find("a copy of 0.3 MiB made at Compile, for first, second\n"), std::string::npos)
+      << h.plan().Explain();
+  EXPECT_TRUE(SameBits(h, unpacked));
+  ExpectNodesRightAndReplayIdentical(h);
+}
+
 // A B that another node writes (the scores of a query against a layer's
 // output) is read through its tensor map, after its producers' flags; the
 // other node's weights are packed.

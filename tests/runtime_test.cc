@@ -415,6 +415,18 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
             std::string::npos)
       << plan->Explain();
 
+  // Two nodes reading the same B (one layer applied twice) share one copy.
+  GemmGraph twice;
+  const TensorView w = Fake("w", 0x10000000, 4096, 4096);
+  const TensorView h1 = Fake("h1", 0x30000000, 1, 4096);
+  twice.AddGemm("first", Fake("x", 0x100000, 1, 4096), w, h1);
+  twice.AddGemm("second", h1, w, Fake("h2", 0x31000000, 1, 4096));
+  options.kernel = KernelChoice::kNarrow;
+  plan = runtime.Compile(twice, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("a copy of 32.0 MiB made at Compile, for first, second\n"), std::string::npos)
+      << plan->Explain();
+
   // Ragged shapes round up to whole tiles and stages: 33 rows are two tiles,
   // K = 100 one stage (zeros past K), K = 1025 five.
   EXPECT_EQ(kernel::NarrowConfig::PackedWeightBytes(33, 100), 2 * 16384);

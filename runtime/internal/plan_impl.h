@@ -30,11 +30,14 @@ struct Plan::Impl {
   std::optional<TimeoutRecord> last_timeout;
   // The nodes whose B the narrow kernel reads from the plan's own packed copy
   // (CompileOptions::pack_weights), each at `offset` bytes into
-  // packed_weights. Known without a GPU too (Explain).
+  // packed_weights. Nodes with the same B (same memory, shape and stride)
+  // read one copy, made for the first of them (`copies`). Known without a
+  // GPU too (Explain).
   struct PackedNode {
     int node = 0;
     int64_t offset = 0;
     int64_t bytes = 0;
+    bool copies = true;  // false: an earlier node's copy of the same B
   };
   std::vector<PackedNode> packed_nodes;
 

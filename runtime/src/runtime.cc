@@ -420,28 +420,47 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
 }
 
 // The nodes whose B the narrow kernel reads packed (CompileOptions::
-// pack_weights): those with jobs whose B no node writes.
+// pack_weights): those with jobs whose B no node writes. A B that an earlier
+// node packed already (the same view of the same memory) is not copied again.
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
                                                   const std::vector<DataDependency>& dependencies) {
   std::vector<bool> b_written(graph.nodes().size(), false);
   for (const DataDependency& dependency : dependencies) {
     if (dependency.operand == Operand::kB) b_written[dependency.consumer] = true;
   }
+  auto same_view = [](const TensorView& x, const TensorView& y) {
+    return x.data == y.data && x.rows == y.rows && x.cols == y.cols && x.row_stride == y.row_stride;
+  };
   std::vector<Plan::Impl::PackedNode> packed;
   int64_t offset = 0;
   for (int i = 0; i < graph.size(); ++i) {
     const GemmNode& node = graph.nodes()[i];
     if (b_written[i] || node.m() == 0 || node.n() == 0 || node.k() == 0) continue;
     const int64_t bytes = NarrowConfig::PackedWeightBytes(node.n(), node.k());
-    packed.push_back({i, offset, bytes});
+    const auto earlier = std::find_if(packed.begin(), packed.end(), [&](const Plan::Impl::PackedNode& other) {
+      return same_view(graph.nodes()[other.node].b, node.b);
+    });
+    if (earlier != packed.end()) {
+      packed.push_back({i, earlier->offset, bytes, /*copies=*/false});
+      continue;
+    }
+    packed.push_back({i, offset, bytes, /*copies=*/true});
     offset += bytes;
   }
   return packed;
 }
 
-// Enqueues the copy of every packed node's B on `stream`.
+// Bytes of the packed copies (each B once).
+int64_t PackedCopyBytes(const std::vector<Plan::Impl::PackedNode>& packed_nodes) {
+  int64_t bytes = 0;
+  for (const Plan::Impl::PackedNode& packed : packed_nodes) bytes += packed.copies ? packed.bytes : 0;
+  return bytes;
+}
+
+// Enqueues the copy of every packed B on `stream`.
 absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
   for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {
+    if (!packed.copies) continue;
     const TensorView& b = impl.graph.nodes()[packed.node].b;
     LOOM_RETURN_IF_ERROR(internal::CudaStatus(
         kernel::PackNarrowWeights(b.data, b.rows, b.cols, b.row_stride, impl.packed_weights + packed.offset, stream),
@@ -464,8 +483,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,
                         KernelNodesOf(impl.graph, impl.schedule, impl.workspace, impl.narrow, impl.a_stage_bytes));
   if (!impl.packed_nodes.empty()) {
-    const Plan::Impl::PackedNode& last = impl.packed_nodes.back();
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.packed_weights), last.offset + last.bytes));
+    LOOM_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(reinterpret_cast<void**>(&impl.packed_weights), PackedCopyBytes(impl.packed_nodes)));
     LOOM_RETURN_IF_ERROR(PackWeights(impl, nullptr));
     // The copy is made before Compile returns, so a launch on any stream
     // (non-blocking ones too) reads B as it was at Compile.
@@ -766,13 +785,12 @@ std::string ExplainPackedWeights(const Plan::Impl& impl) {
   if (!impl.narrow) return "weights: read in place (pack_weights applies to the narrow decode kernel only)\n";
   if (impl.packed_nodes.empty()) return "weights: read in place (every node's B is written by another node)\n";
   std::vector<std::string> names;
-  int64_t bytes = 0;
   for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {
     names.push_back(impl.graph.nodes()[packed.node].name);
-    bytes += packed.bytes;
   }
   return absl::StrFormat("weights: packed in stage order, a copy of %.1f MiB made at Compile, for %s\n",
-                         static_cast<double>(bytes) / (1 << 20), absl::StrJoin(names, ", "));
+                         static_cast<double>(PackedCopyBytes(impl.packed_nodes)) / (1 << 20),
+                         absl::StrJoin(names, ", "));
 }
 
 }  // namespace

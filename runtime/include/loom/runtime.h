@@ -111,13 +111,15 @@ struct CompileOptions {
   int narrow_b_in_flight = 0;
   // The narrow kernel reads each node's B (the weights) from a copy the plan
   // makes at Compile, laid out in the order its B loader streams them: one
-  // bulk copy a ring stage instead of a tensor load, ~3% faster at 1-16
-  // tokens (bench/NOTES.md v1.23). Applies to the nodes whose B no node of
-  // the graph writes, on the narrow kernel only (Explain says which). The
-  // copy takes device memory the size of those weights, and the plan reads it
-  // instead of B: Compile copies B as it is when Compile is called (writes to
-  // B still in flight on another stream must be finished first) and waits
-  // for the copy; after changing B's values, call Plan::RepackWeights.
+  // bulk copy a ring stage instead of a tensor load. At 1 and 16 tokens the
+  // MLP block 4096/14336 takes 86-88 us instead of 94-96 (bench/NOTES.md
+  // v1.23). Applies to the nodes whose B no node of the graph writes, on the
+  // narrow kernel only (Explain says which); nodes with the same B share one
+  // copy. The copy takes device memory the size of those weights, and the
+  // plan reads it instead of B: Compile copies B as it is when Compile is
+  // called (writes to B still in flight on another stream must be finished
+  // first) and waits for the copy; after changing B's values, call
+  // Plan::RepackWeights.
   bool pack_weights = false;
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
