@@ -876,6 +876,17 @@ TEST(NarrowGraphTest, TallGraphsStayTiled) {
 // rows, wgmma above), the ragged chain (K of 392, 520 and 264; widths off the
 // 32-column grid), the 8-layer chain, and random decode graphs.
 
+// Runs `h` on the narrow kernel unpacked, then with packed weights, which
+// must write the same bits; leaves the packed plan in `h`.
+void RunPackedAgainstUnpacked(GpuHarness& h) {
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
+  const Snapshot unpacked = TakeSnapshot(h);
+  CompileOptions options = NarrowOptions();
+  options.pack_weights = true;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_TRUE(SameBits(h, unpacked));
+}
+
 // Builds the case named `which` into `h`; returns its description.
 std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
   if (which == "random") {
@@ -909,15 +920,11 @@ TEST_P(NarrowPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
     SCOPED_TRACE(absl::StrCat("graph ", i));
     GpuHarness h;
     SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
-    LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
-    const Snapshot unpacked = TakeSnapshot(h);
-    CompileOptions options = NarrowOptions();
-    options.pack_weights = true;
-    LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+    RunPackedAgainstUnpacked(h);
+    if (HasFatalFailure()) return;
     const std::string explain = h.plan().Explain();
     EXPECT_NE(explain.find("narrow decode kernel"), std::string::npos) << explain;
     EXPECT_NE(explain.find("weights: packed in stage order"), std::string::npos) << explain;
-    EXPECT_TRUE(SameBits(h, unpacked));
     ExpectNodesRightAndReplayIdentical(h);
   }
 }
@@ -965,15 +972,11 @@ TEST(NarrowPackedWeightsTest, TwoNodesShareOneCopy) {
     g.AddGemm("first", t("x"), t("W"), t("h1"));
     g.AddGemm("second", t("h1"), t("W"), t("h2"), {.activation = Activation::kGELU});
   });
-  LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
-  const Snapshot unpacked = TakeSnapshot(h);
-  CompileOptions options = NarrowOptions();
-  options.pack_weights = true;
-  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  RunPackedAgainstUnpacked(h);
+  if (HasFatalFailure()) return;
   // 320 rows: 10 tiles of 32; K = 320: two stages of 16 KiB.
   EXPECT_NE(h.plan().Explain().find("a copy of 0.3 MiB made at Compile, for first, second\n"), std::string::npos)
       << h.plan().Explain();
-  EXPECT_TRUE(SameBits(h, unpacked));
   ExpectNodesRightAndReplayIdentical(h);
 }
 
