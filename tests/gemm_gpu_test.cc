@@ -432,10 +432,12 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The narrow decode kernel (64 x 32 tiles over the whole K, straight from
-// registers into C): every fused op, both output types, rows from 1 to 64
-// (A stages of 8 to 64 rows; 7 and 33 leave rows of the stage that TMA fills
-// with zeros), N = 778 (a ragged last tile, odd out_cols under SwiGLU), K =
-// 640 (10 k-blocks).
+// registers into C): every fused op, both output types, rows from 1 to 64:
+// A tiles of 8 and 16 rows (mma.sync), of 24 and 32 (17 and 25 rows: two
+// k-blocks a wgmma) and of 40, 56 and 64 (m64n32k16); 7, 17, 25, 33 and 49
+// leave rows of the tile that TMA fills with zeros. N = 778 (a ragged last
+// tile, odd out_cols under SwiGLU), K = 640 (10 k-blocks: the last stage
+// holds two k-blocks past K, a pair of zeros).
 class NarrowEpilogueTest : public ::testing::TestWithParam<std::tuple<int64_t, Activation, DType>> {};
 TEST_P(NarrowEpilogueTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -446,7 +448,8 @@ TEST_P(NarrowEpilogueTest, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(
     NarrowTiles, NarrowEpilogueTest,
-    ::testing::Combine(::testing::Values(int64_t{1}, int64_t{7}, int64_t{16}, int64_t{33}, int64_t{64}),
+    ::testing::Combine(::testing::Values(int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{25},
+                                                         int64_t{33}, int64_t{49}, int64_t{64}),
                        ::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU,
                                          Activation::kSwiGLU),
                        ::testing::Values(DType::kBF16, DType::kFP32)),

@@ -816,7 +816,8 @@ TEST_P(NarrowMlpTest, SwiGLUBlockMatchesReference) {
   AddMlpBlock(h, rng, GetParam());
   RunNarrowAndCheck(h);
 }
-INSTANTIATE_TEST_SUITE_P(Tokens, NarrowMlpTest, ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}, int64_t{64}),
+INSTANTIATE_TEST_SUITE_P(Tokens, NarrowMlpTest,
+                         ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}, int64_t{24}, int64_t{32}, int64_t{64}),
                          [](const auto& info) { return "tokens" + std::to_string(info.param); });
 
 // The ragged chain of section 1 (K and widths off the 64 / 32 grid, a bias in

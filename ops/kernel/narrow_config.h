@@ -76,11 +76,12 @@ struct NarrowConfig {
   static constexpr uint32_t kBStageBytes = kKBlocksPerStage * kBTileBytes;    // 16 KiB
   // A k-block of A holds only the plan's rows, rounded up to the 8-row group
   // of the 128B swizzle (TMA zero-fills the rows past M): 1 KiB for up to 8
-  // tokens. The wgmma path (17 to 64 rows) reads all 64 rows from the
-  // tile's start, past the tile into whatever follows (later k-blocks and
-  // stages, then the B ring, which the layout puts after A for that reason):
-  // at most 40 rows, 5 KiB. Those rows only reach accumulator rows past M,
-  // which are never stored.
+  // tokens. The wgmma paths (17 to 64 rows) read 64 rows from a tile's
+  // start (17-32 rows: the tiles of two k-blocks at once, narrow_gemm.cu,
+  // RunPairedWgmmaJob; 33-64: RunWgmmaJob), past the tiles into whatever
+  // follows (later k-blocks and stages, then the B ring, which the layout
+  // puts after A for that reason): at most 24 rows, 3 KiB. Those rows only
+  // reach accumulator rows that are never read.
   static constexpr uint32_t ATileBytes(int64_t rows) {
     return static_cast<uint32_t>((rows + 7) / 8 * 8) * kBlockK * 2;
   }
@@ -93,6 +94,9 @@ struct NarrowConfig {
   // Plans of at most this many rows multiply on mma.sync (the tokens as one
   // or two 8-column blocks), taller ones on wgmma (narrow_gemm.cu).
   static constexpr int kMmaSyncRows = 16;
+  // Plans of 17 to this many rows multiply two k-blocks a wgmma
+  // (RunPairedWgmmaJob), taller ones one (RunWgmmaJob).
+  static constexpr int kPairedRows = 32;
   // The mma.sync path (at most 16 rows) splits a stage's k-blocks among the
   // four consumer warps and sums their partial tiles through shared memory:
   // [4 warps][4 (weight block, token block) pairs][32 lanes][4] fp32.

@@ -13,8 +13,9 @@
 //                scheduler, warp 3 lane 0 the publisher;
 //   warpgroup 1: the consumer: a 32-column tile over the job's whole K (for
 //                at most 16 rows on mma.sync with the operands swapped,
-//                RunMmaSyncJob; else on wgmma m64n32k16 with both operands
-//                from shared memory, RunWgmmaJob), then
+//                RunMmaSyncJob; else on wgmma with both operands from shared
+//                memory: 17-32 rows m64n64k16 over two k-blocks at once,
+//                RunPairedWgmmaJob, 33-64 rows m64n32k16, RunWgmmaJob), then
 //                the fused epilogue straight from registers into C (no
 //                staging, no TMA store), then the tile to the publisher.
 // Rings: A and B each a ring of stages of kKBlocksPerStage k-blocks with full
@@ -563,6 +564,109 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
   return ok;
 }
 
+// A job of 17 to 32 rows (kRows, the A tile's rows: 24 or 32) on wgmma
+// m64n64k16, two k-blocks a wgmma: its 64 rows are the tokens over k-block
+// 2p (rows 0..kRows-1) and over k-block 2p + 1 (rows kRows..2 kRows-1),
+// which lie one after the other in the A stage (rows past them read what
+// follows and are never used); its 64 columns the tile's weights over the
+// same two k-blocks, one after the other in the B stage. Of the product,
+// rows 0..kRows-1 x columns 0-31 are the sums over k-block 2p, rows kRows..
+// x columns 32-63 those over k-block 2p + 1; the rest mixes k-blocks and is
+// never read. A stage is 8 wgmmas (two pairs x four k16 steps) into two
+// accumulator sets, one group, its slots freed as in RunWgmmaJob. Then the
+// threads that hold the second k-block's sums hand them, through shared
+// memory, to those that hold the first's for the same token, which add them
+// (in a fixed order: the result does not depend on timing) and so hold the
+// tile in RunWgmmaJob's layout, rows 0..kRows-1: the same epilogue stores it
+// (it skips rows past M).
+// NOTE: half as many wgmmas as RunWgmmaJob's m64n32k16, each twice as wide:
+// the MLP block at 24 / 32 tokens 105.6 / 108.8 us against 112.2 / 114.6 in
+// a timing build (bench/NOTES.md v1.24). The operands the other way round
+// (weights as the 64 rows, tokens of both k-blocks as N = 2 * rows) took
+// 114.5 / 124.3, and at 48 / 64 tokens (N = 96 / 128) 149 / 167 against
+// 117 / 119.
+template <int kRows>
+__device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+                                  int lane, ConsumerRings& rings) {
+  constexpr int kPairChains = 2;
+  constexpr int kHandoffPitch = NarrowConfig::kBlockN + 1;  // floats a token row, padded against bank conflicts
+  static_assert(NarrowConfig::kKBlocksPerStage == 4 && NarrowConfig::kBlockN == 32, "two pairs of k-blocks a stage");
+  static_assert(kRows % 8 == 0 && 2 * kRows <= 64, "both k-blocks' tokens in the 64 rows");
+  static_assert(kRows * kHandoffPitch * 4 <= NarrowConfig::kPartialsBytes, "the handoff fits the partials");
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const uint32_t a_tile_bytes = NarrowConfig::ATileBytes(kRows);
+  const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
+  NarrowEpilogue epilogue(work, warp, lane);
+  float chains[kPairChains][32] = {};
+  bool ok = true;
+  RingCursor a_release = rings.a, b_release = rings.b;
+  bool pending = false;
+  for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
+    ok = WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
+    if (!ok) break;
+    const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
+    const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < NarrowConfig::kBlockK / 16; ++k16) {
+#pragma unroll
+      for (int pair = 0; pair < 2; ++pair) {
+        const uint64_t tokens = MakeSwizzle128Descriptor(a_stage + 2 * pair * a_tile_bytes);
+        const uint64_t weights = MakeSwizzle128Descriptor(b_stage + 2 * pair * NarrowConfig::kBTileBytes);
+        wgmma_m64n64k16_bf16_ss(chains[pair], AdvanceDescriptorK16(tokens, k16), AdvanceDescriptorK16(weights, k16));
+      }
+    }
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<1>();
+    if (pending) ReleaseSlots(ctx, lane == 0, a_release, b_release);
+    pending = true;
+    rings.a.Advance(ctx.params.a_stages);
+    rings.b.Advance(ctx.params.b_stages);
+  }
+  ptx::wgmma_wait_group<0>();
+  if (ok && pending) ReleaseSlots(ctx, lane == 0, a_release, b_release);
+  // Register 4c + 2h + e holds row 16 * warp + lane / 4 + 8h, column 8c + 2 *
+  // (lane % 4) + e (wgmma.cuh); every index below is a constant (a run-time
+  // one would put the accumulators in local memory), only the stores and
+  // loads are predicated on the row.
+  float* handoff = reinterpret_cast<float*>(ctx.partials);
+  // Every warp reaches both barriers, whether its waits gave up or not. The
+  // first: the previous job's partials have all been read.
+  ptx::barrier_and<kConsumerBarrier, 128>(ok);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = 16 * warp + lane / 4 + 8 * h;
+    if (row < kRows || row >= 2 * kRows) continue;
+#pragma unroll
+    for (int c = 4; c < 8; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 4 * c + 2 * h + e;
+        handoff[(row - kRows) * kHandoffPitch + 8 * (c - 4) + 2 * (lane % 4) + e] = chains[0][r] + chains[1][r];
+      }
+    }
+  }
+  ok = ptx::barrier_and<kConsumerBarrier, 128>(ok);
+  float acc[16];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = 16 * warp + lane / 4 + 8 * h;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 4 * c + 2 * h + e;
+        acc[r] = chains[0][r] + chains[1][r];
+        if (row < kRows) acc[r] += handoff[row * kHandoffPitch + 8 * c + 2 * (lane % 4) + e];
+      }
+    }
+  }
+  RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
+  if (ok) epilogue.Store(acc);
+  return ok;
+}
+
 // The same for a job of at most 16 rows, on mma.sync m16n8k16 with the
 // operands swapped: the weights (the job's 32 columns of B, two 16-row
 // blocks) are the 16-row operand, the tokens (one or two blocks of 8 rows of
@@ -652,14 +756,17 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
 }
 
 // The consumer warpgroup, job after job: the main loop over the whole K and
-// the epilogue into C (RunMmaSyncJob for plans of at most 16 rows, else
-// RunWgmmaJob), then each warp hands its part of the tile to the publisher.
-// A warp in which any wait gave up (the launch is aborting) leaves without
-// handing over; the publisher's wait then gives up too.
-__device__ void RunNarrowConsumer(const NarrowContext& ctx) {
-  const int lane = threadIdx.x % 32;
-  const int warp = (threadIdx.x / 32) % 4;
-  const bool leader = threadIdx.x % 128 == 0;  // writes the job traces (the publisher releases the flag)
+// the epilogue into C, then each warp hands its part of the tile to the
+// publisher. A warp in which any wait gave up (the launch is aborting) leaves
+// without handing over; the publisher's wait then gives up too.
+// kPath: 24 or 32, RunPairedWgmmaJob for A tiles of that many rows; 0, the
+// others by the plan's rows (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
+// NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
+// spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
+// 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
+// loop of their own (bench/NOTES.md v1.24).
+template <int kPath>
+__device__ void ConsumeJobs(const NarrowContext& ctx, int warp, int lane, bool leader) {
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
   JobStream jobs;
   ConsumerRings rings;
@@ -670,12 +777,16 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
     StartTrace(ctx, index, leader);
     const CtaWork work = ResolveJob(ctx, index);
     bool ok;
-    if (tile_rows <= 8) {
-      ok = RunMmaSyncJob<1>(ctx, work, index, leader, warp, lane, rings);
-    } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
-      ok = RunMmaSyncJob<2>(ctx, work, index, leader, warp, lane, rings);
+    if constexpr (kPath == 0) {
+      if (tile_rows <= 8) {
+        ok = RunMmaSyncJob<1>(ctx, work, index, leader, warp, lane, rings);
+      } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
+        ok = RunMmaSyncJob<2>(ctx, work, index, leader, warp, lane, rings);
+      } else {
+        ok = RunWgmmaJob(ctx, work, index, leader, warp, lane, rings);
+      }
     } else {
-      ok = RunWgmmaJob(ctx, work, index, leader, warp, lane, rings);
+      ok = RunPairedWgmmaJob<kPath>(ctx, work, index, leader, warp, lane, rings);
     }
     if (!__all_sync(0xffffffffu, ok)) return;
     __syncwarp();  // the lanes' stores to C, before lane 0's arrival
@@ -691,7 +802,28 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   }
 }
 
-template <bool kPackedB>
+template <bool kPaired>
+__device__ void RunNarrowConsumer(const NarrowContext& ctx) {
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const bool leader = threadIdx.x % 128 == 0;  // writes the job traces (the publisher releases the flag)
+  if constexpr (kPaired) {
+    if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {
+      ConsumeJobs<24>(ctx, warp, lane, leader);
+    } else {
+      ConsumeJobs<32>(ctx, warp, lane, leader);
+    }
+  } else {
+    ConsumeJobs<0>(ctx, warp, lane, leader);
+  }
+}
+
+// kPaired: the plan's A tiles are 17 to 32 rows (RunPairedWgmmaJob); its own
+// instantiation, as kPackedB: with the paired path beside the others in one
+// kernel, the one-token chain took 96.6-97.0 us against 95.2-95.4 and the
+// 64-token one 116.3-117.6 against 114.3-114.8, with their own paths
+// unchanged (bench/NOTES.md v1.24).
+template <bool kPackedB, bool kPaired>
 __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
     NarrowGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
@@ -748,7 +880,7 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
     }
     __syncwarp();
   } else {
-    RunNarrowConsumer(ctx);
+    RunNarrowConsumer<kPaired>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
   // before anyone leaves.
@@ -771,15 +903,17 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas) {
       error != cudaSuccess) {
     return error;
   }
-  for (auto kernel : {NarrowGemmKernel<false>, NarrowGemmKernel<true>}) {
+  for (auto kernel : {NarrowGemmKernel<false, false>, NarrowGemmKernel<true, false>, NarrowGemmKernel<false, true>,
+                      NarrowGemmKernel<true, true>}) {
     if (cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
         error != cudaSuccess) {
       return error;
     }
   }
-  // The two instantiations differ only in the B loader's branch: one answer.
+  // The instantiations differ only in the B loader's branch and the
+  // consumer's path: one answer.
   int per_sm = 0;
-  if (cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, NarrowGemmKernel<false>,
+  if (cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, NarrowGemmKernel<false, false>,
                                                                         NarrowConfig::kThreads, smem_bytes);
       error != cudaSuccess) {
     return error;
@@ -794,8 +928,13 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
   config.blockDim = dim3(NarrowConfig::kThreads, 1, 1);
   config.dynamicSmemBytes = NarrowSharedMemoryBytes(params.a_stages, params.a_stage_bytes, params.b_stages);
   config.stream = stream;
-  return packed_b ? cudaLaunchKernelEx(&config, NarrowGemmKernel<true>, params)
-                  : cudaLaunchKernelEx(&config, NarrowGemmKernel<false>, params);
+  const uint32_t tile_rows = NarrowConfig::ATileRows(params.a_stage_bytes);
+  if (tile_rows > NarrowConfig::kMmaSyncRows && tile_rows <= NarrowConfig::kPairedRows) {
+    return packed_b ? cudaLaunchKernelEx(&config, NarrowGemmKernel<true, true>, params)
+                    : cudaLaunchKernelEx(&config, NarrowGemmKernel<false, true>, params);
+  }
+  return packed_b ? cudaLaunchKernelEx(&config, NarrowGemmKernel<true, false>, params)
+                  : cudaLaunchKernelEx(&config, NarrowGemmKernel<false, false>, params);
 }
 
 }  // namespace loom::kernel

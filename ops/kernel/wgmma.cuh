@@ -70,6 +70,26 @@ __device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint64_t
       : "l"(desc_a), "l"(desc_b));
 }
 
+// The same, m64n64k16: the 17-32-row jobs' paired k-blocks (narrow_gemm.cu,
+// RunPairedWgmmaJob). d[32] holds the first 32 registers of the m64n256k16
+// layout (columns 0..63).
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, 1, 0;\n"  // accumulate: D = A*B + D
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
+      " %32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b));
+}
+
 }  // namespace loom::kernel
 
 #endif  // LOOM_OPS_KERNEL_WGMMA_CUH_
