@@ -579,12 +579,15 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 // (in a fixed order: the result does not depend on timing) and so hold the
 // tile in RunWgmmaJob's layout, rows 0..kRows-1: the same epilogue stores it
 // (it skips rows past M).
-// NOTE: half as many wgmmas as RunWgmmaJob's m64n32k16, each twice as wide:
-// the MLP block at 24 / 32 tokens 105.6 / 108.8 us against 112.2 / 114.6 in
-// a timing build (bench/NOTES.md v1.24). The operands the other way round
-// (weights as the 64 rows, tokens of both k-blocks as N = 2 * rows) took
-// 114.5 / 124.3, and at 48 / 64 tokens (N = 96 / 128) 149 / 167 against
-// 117 / 119.
+// NOTE: half as many wgmmas as RunWgmmaJob's m64n32k16 (which this replaced
+// at 17-32 rows), each twice as wide: the MLP block at 24 / 32 tokens took
+// 105.6-106.1 / 108.8-109.1 us against 111.7-112.0 / 115.2-115.5, the
+// 8-layer chain 107.4-107.7 / 108.9-109.5 against 112.0-112.4 /
+// 112.8-113.7. Four accumulator sets instead of two, or 32-row tiles at
+// 17-24 rows, were no faster. The operands the other way round (weights as
+// the 64 rows, the tokens of both k-blocks as N = 2 * rows) took 114.5 /
+// 124.3 at 24 / 32 tokens, and at 48 / 64 tokens (N = 96 / 128) 149 / 167
+// against 117 / 119 (bench/NOTES.md v1.24).
 template <int kRows>
 __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                   int lane, ConsumerRings& rings) {
