@@ -314,8 +314,9 @@ TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
         << explain;
   }
   // A long K: at most 16 stages, and at most 128 KiB of them (96 KiB for
-  // 9-16 rows).
-  for (const auto& [rows, a_stages] : {std::pair{1, 16}, std::pair{16, 12}, std::pair{17, 10}, std::pair{64, 4}}) {
+  // 9-32 rows).
+  for (const auto& [rows, a_stages] : {std::pair{1, 16}, std::pair{16, 12}, std::pair{17, 8}, std::pair{32, 6},
+                                       std::pair{33, 6}, std::pair{64, 4}}) {
     GemmGraph graph;
     graph.AddGemm("long_k", Fake("x", 0x100000, rows, 8192), Fake("w", 0x10000000, 256, 8192),
                   Fake("y", 0x20000000, rows, 256));

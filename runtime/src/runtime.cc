@@ -237,7 +237,7 @@ int64_t MaxK(const GemmGraph& graph) {
 
 // The narrow decode kernel's rings for a graph of at most `rows` rows and K
 // at most `max_k`: A stages of those rows (NarrowConfig::AStageBytes), enough
-// to hold the longest job's A, within 128 KiB (96 KiB for A tiles of 9 to 16
+// to hold the longest job's A, within 128 KiB (96 KiB for A tiles of 9 to 32
 // rows; 2 to kMaxAStages stages); B stages
 // with the shared memory that leaves (at most kMaxBStages). The options may
 // set either depth (their ranges: CheckOptions); split_k above 1 and
@@ -250,7 +250,11 @@ int64_t MaxK(const GemmGraph& graph) {
 // did better with 12 stages (96 KiB) and two more B stages: the MLP block at
 // 16 tokens 99.4-99.6 us against 101.6-101.9, the 16-token chain 117.7-118.3
 // against 118.9-119.0. At 1-8 rows (16 A stages of 4 KiB) and at 17-64 rows
-// fewer A stages were slower.
+// fewer A stages were slower; at 17-32 rows, once those jobs multiplied two
+// k-blocks a wgmma (RunPairedWgmmaJob), 96 KiB was faster: the MLP block at
+// 24 / 32 tokens 103.3-103.9 / 106.2-106.3 us (8 / 6 stages) against
+// 105.1-105.3 / 108.8-109.0 (10 / 8), the 32-token chain 106.4-106.7
+// against 108.9-109.3 (bench/NOTES.md v1.24).
 // NOTE: B at most kOneWaveChainBStages deep for a chain of one-wave layers
 // of at most 16 rows. There every layer waits on the round trips of the
 // last (its tiles' release, the flag poll, the A load), and those queue
@@ -296,8 +300,9 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   }
   NarrowRings rings;
   rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(rows, 1));
+  const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
   const int64_t auto_a_bytes =
-      NarrowConfig::ATileRows(rings.a_stage_bytes) == 16 ? int64_t{96} * 1024 : int64_t{128} * 1024;
+      tile_rows > 8 && tile_rows <= NarrowConfig::kPairedRows ? int64_t{96} * 1024 : int64_t{128} * 1024;
   constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
   const int64_t job_stages = (max_k + kStageK - 1) / kStageK;
   rings.a_stages = options.narrow_a_stages > 0
