@@ -457,10 +457,10 @@ class SwappedEpilogue {
   float residual_[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [h][e]
 };
 
-// RunWgmmaJob's main loop (17 to 64 rows): each k16 step one wgmma m64n32k16
-// with both operands from shared memory, A through a descriptor of all 64
-// rows of its k-block tile (rows past the plan's run into what follows the
-// tile: NarrowConfig::ATileBytes). One wgmma into one accumulator waits for
+// RunWgmmaJob's main loop (33 to 64 rows): each k16 step one wgmma
+// m64n32k16 with both operands from shared memory, A through a descriptor of
+// all 64 rows of its k-block tile (rows past the plan's run into what follows
+// the tile: NarrowConfig::ATileBytes). One wgmma into one accumulator waits for
 // the last (a single chain of short wgmmas left the tensor cores idle,
 // bench/NOTES.md v1.16), so the k16 steps of a k-block go to kChains
 // independent accumulator sets, summed at the end (in a fixed order: the
@@ -505,7 +505,7 @@ __device__ __forceinline__ bool WaitForStage(const NarrowContext& ctx, const Con
          ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[rings.b.stage], rings.b.phase, WaitKind::kRingFull, index);
 }
 
-// A job of up to 64 rows: wgmma m64n32k16 over the whole K, then the
+// A job of 33 to 64 rows: wgmma m64n32k16 over the whole K, then the
 // epilogue. Returns false when a wait gave up (the launch is aborting).
 __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                             int lane, ConsumerRings& rings) {
@@ -573,7 +573,10 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 // rows 0..kRows-1 x columns 0-31 are the sums over k-block 2p, rows kRows..
 // x columns 32-63 those over k-block 2p + 1; the rest mixes k-blocks and is
 // never read. A stage is 8 wgmmas (two pairs x four k16 steps) into two
-// accumulator sets, one group, its slots freed as in RunWgmmaJob. Then the
+// accumulator sets, one group, its slots freed as in RunWgmmaJob (the same
+// loop, written out: through a shared helper taking the stage's wgmmas as a
+// lambda, the 24-token chain took 107.0-107.1 us against 106.3-106.6,
+// bench/NOTES.md v1.24). Then the
 // threads that hold the second k-block's sums hand them, through shared
 // memory, to those that hold the first's for the same token, which add them
 // (in a fixed order: the result does not depend on timing) and so hold the
