@@ -22,8 +22,8 @@ namespace loom::kernel {
 
 struct NarrowConfig {
   // CTA tile: one consumer warpgroup, 64 rows (every row of a narrow plan's
-  // nodes) x 32 accumulator columns (wgmma m64n32k16: 16 FP32 registers a
-  // thread), whole K.
+  // nodes) x 32 accumulator columns (16 FP32 registers a thread in the
+  // wgmma layout, wgmma.cuh), whole K.
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = 32;
   static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig

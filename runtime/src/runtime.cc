@@ -184,9 +184,11 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms) {
 // (CompileOptions::kernel, KernelChoice) of a device with `sms` SMs.
 // NOTE (kAuto, measured on the H200): up to 16 rows the narrow kernel's
 // mma.sync path wins everywhere measured (bench/NOTES.md v1.18). From 17
-// rows it multiplies with wgmma m64n32k16, whose main loop is slower than
-// the tiled kernel's on wide nodes (64 x 28672 x 4096 0.78 of cuBLAS against
-// 0.94, 64 x 16384 x 4096 0.78 against 0.80), but it needs no split-K. It
+// rows it multiplies with wgmma (m64n64k16 over two k-blocks up to 32 rows,
+// m64n32k16 past), whose main loop is slower than the tiled kernel's on
+// wide nodes (64 x 28672 x 4096 0.78 of cuBLAS against 0.94, 64 x 16384 x
+// 4096 0.78 against 0.80; 32 x 28672 x 4096 0.84-0.87 since v1.24, against
+// 0.89 tiled in v1.21), but it needs no split-K. It
 // takes a graph (v1.21, `loom_bench` and `loom_graph_bench --kernel=narrow|
 // tiled`, means of two rounds) whose nodes all fit three waves of its tiles
 // (48 x 8192 x 4096 0.87 against 0.74, 64 x 4096 x 14336 0.99 against 0.87,
