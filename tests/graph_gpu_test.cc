@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
@@ -873,9 +874,10 @@ TEST(NarrowGraphTest, TallGraphsStayTiled) {
 // copy in stage order, one bulk copy a stage. The copy holds exactly what the
 // tensor loads put in shared memory (zeros past N and K included), so every
 // output must equal the unpacked plan's bit for bit, besides matching the
-// reference. Graphs: the MLP block on both multiply paths (mma.sync up to 16
-// rows, wgmma above), the ragged chain (K of 392, 520 and 264; widths off the
-// 32-column grid), the 8-layer chain, and random decode graphs.
+// reference. Graphs: the MLP block on the three multiply paths (mma.sync up
+// to 16 rows, paired-k-block wgmma at 17-32, m64n32k16 wgmma above), the
+// ragged chain (K of 392, 520 and 264; widths off the 32-column grid) at 7
+// and 25 rows, the 8-layer chain, and random decode graphs.
 
 // Runs `h` on the narrow kernel unpacked, then with packed weights, which
 // must write the same bits; leaves the packed plan in `h`.
@@ -895,16 +897,17 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     BuildRandomGraph(graph, rng);
     return graph.description();
   }
-  if (which == "mlp1") {
-    AddMlpBlock(h, rng, 1);
-  } else if (which == "mlp16") {
-    AddMlpBlock(h, rng, 16);
-  } else if (which == "mlp64") {
-    AddMlpBlock(h, rng, 64);
-  } else if (which == "ragged_chain7") {
-    AddRaggedChain(h, rng, 7, kBF16);
-  } else if (which == "eight_layers1") {
-    AddEightLayerChain(h, rng, 1);
+  // The rows are the name's last number: mlpT, ragged_chainT, eight_layersT.
+  int64_t rows = 0;
+  const size_t digits = which.find_first_of("0123456789");
+  const bool numbered = digits != std::string::npos && absl::SimpleAtoi(which.substr(digits), &rows);
+  const std::string kind = which.substr(0, digits);
+  if (numbered && kind == "mlp") {
+    AddMlpBlock(h, rng, rows);
+  } else if (numbered && kind == "ragged_chain") {
+    AddRaggedChain(h, rng, rows, kBF16);
+  } else if (numbered && kind == "eight_layers") {
+    AddEightLayerChain(h, rng, rows);
   } else {
     ADD_FAILURE() << "no packed-weights case named " << which;
     AddMlpBlock(h, rng, 1);
@@ -930,7 +933,8 @@ TEST_P(NarrowPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
-                         ::testing::Values("mlp1", "mlp16", "mlp64", "ragged_chain7", "eight_layers1", "random"),
+                         ::testing::Values("mlp1", "mlp16", "mlp24", "mlp64", "ragged_chain7", "ragged_chain25",
+                                           "eight_layers1", "random"),
                          [](const auto& info) { return info.param; });
 
 // A packed plan reads its copy, not B: new values in B change nothing until
