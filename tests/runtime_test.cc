@@ -288,6 +288,29 @@ TEST(RuntimeTest, KernelChoiceKeepsTiledForAWideHead) {
 // KernelChoice::kNarrow: a graph of at most 64 rows is lowered for the narrow kernel
 // (64 x 32 tiles, no clusters, no split-K, one CTA per SM), its rings sized
 // from its rows and K; one of 65 rows stays tiled.
+// Explain names the narrow kernel's multiply for the plan's A tile rows:
+// mma.sync up to 16, two k-blocks a wgmma m64n64k16 at 17-32 (A tiles of 24
+// or 32 rows), wgmma m64n32k16 past.
+TEST(RuntimeTest, NarrowPlansExplainHowTheyMultiply) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  constexpr const char* kMmaSync = "multiply: mma.sync m16n8k16, the weights as the 16-row operand";
+  constexpr const char* kPaired = "multiply: wgmma m64n64k16 over two k-blocks at once";
+  constexpr const char* kWgmma = "multiply: wgmma m64n32k16";
+  for (const auto& [rows, multiply, tile_rows] :
+       {std::tuple{1, kMmaSync, 8}, std::tuple{16, kMmaSync, 16}, std::tuple{17, kPaired, 24},
+        std::tuple{25, kPaired, 32}, std::tuple{33, kWgmma, 40}, std::tuple{64, kWgmma, 64}}) {
+    SCOPED_TRACE(rows);
+    absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(rows), options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::string explain = plan->Explain();
+    const size_t line = explain.find(multiply);
+    ASSERT_NE(line, std::string::npos) << explain;
+    EXPECT_NE(explain.find(absl::StrFormat("A tiles of %d rows", tile_rows), line), std::string::npos) << explain;
+  }
+}
+
 TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;

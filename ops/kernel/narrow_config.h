@@ -97,6 +97,13 @@ struct NarrowConfig {
   // Plans of 17 to this many rows multiply two k-blocks a wgmma
   // (RunPairedWgmmaJob), taller ones one (RunWgmmaJob).
   static constexpr int kPairedRows = 32;
+  // How a plan multiplies, by its A tiles' rows (ATileRows): the kernel
+  // instantiation it launches and what Explain says.
+  enum class Multiply : uint8_t { kMmaSync, kPairedWgmma, kWgmma };
+  static constexpr Multiply MultiplyFor(uint32_t tile_rows) {
+    return tile_rows <= kMmaSyncRows ? Multiply::kMmaSync
+                                     : (tile_rows <= kPairedRows ? Multiply::kPairedWgmma : Multiply::kWgmma);
+  }
   // The mma.sync path (at most 16 rows) splits a stage's k-blocks among the
   // four consumer warps and sums their partial tiles through shared memory:
   // [4 warps][4 (weight block, token block) pairs][32 lanes][4] fp32.

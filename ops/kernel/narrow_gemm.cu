@@ -934,8 +934,8 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
   config.blockDim = dim3(NarrowConfig::kThreads, 1, 1);
   config.dynamicSmemBytes = NarrowSharedMemoryBytes(params.a_stages, params.a_stage_bytes, params.b_stages);
   config.stream = stream;
-  const uint32_t tile_rows = NarrowConfig::ATileRows(params.a_stage_bytes);
-  if (tile_rows > NarrowConfig::kMmaSyncRows && tile_rows <= NarrowConfig::kPairedRows) {
+  if (NarrowConfig::MultiplyFor(NarrowConfig::ATileRows(params.a_stage_bytes)) ==
+      NarrowConfig::Multiply::kPairedWgmma) {
     return packed_b ? cudaLaunchKernelEx(&config, NarrowGemmKernel<true, true>, params)
                     : cudaLaunchKernelEx(&config, NarrowGemmKernel<false, true>, params);
   }

@@ -786,6 +786,27 @@ std::optional<TimeoutRecord> Plan::last_timeout() const { return impl_->last_tim
 
 namespace {
 
+// Explain's line on how the narrow kernel multiplies A tiles of `tile_rows`
+// rows (NarrowConfig::MultiplyFor).
+std::string ExplainNarrowMultiply(uint32_t tile_rows) {
+  switch (NarrowConfig::MultiplyFor(tile_rows)) {
+    case NarrowConfig::Multiply::kMmaSync:
+      return absl::StrFormat(
+          "multiply: mma.sync m16n8k16, the weights as the 16-row operand, the tokens (A tiles of %d rows) as the "
+          "8-column one\n",
+          tile_rows);
+    case NarrowConfig::Multiply::kPairedWgmma:
+      return absl::StrFormat(
+          "multiply: wgmma m64n64k16 over two k-blocks at once (the tokens of both, A tiles of %d rows, as the 64 "
+          "rows; the weights of both as the 64 columns)\n",
+          tile_rows);
+    case NarrowConfig::Multiply::kWgmma:
+      return absl::StrFormat("multiply: wgmma m64n32k16, the tokens (A tiles of %d rows) as the 64 rows\n",
+                             tile_rows);
+  }
+  return "";
+}
+
 // Explain's account of CompileOptions::pack_weights (empty when not asked).
 std::string ExplainPackedWeights(const Plan::Impl& impl) {
   if (!impl.options.pack_weights) return "";
@@ -812,7 +833,8 @@ std::string Plan::Explain() const {
                impl_->device.name, NarrowConfig::kBlockM, NarrowConfig::kBlockN, impl_->grid_clusters,
                impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes,
                impl_->b_in_flight) +
-           ExplainPackedWeights(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
+           ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes)) + ExplainPackedWeights(*impl_) +
+           sched::ExplainSchedule(impl_->schedule, names);
   }
   return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages of %d bytes, B %d stages)\n",
                          impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
