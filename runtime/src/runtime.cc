@@ -303,8 +303,9 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   NarrowRings rings;
   rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(rows, 1));
   const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
-  const int64_t auto_a_bytes =
-      tile_rows > 8 && tile_rows <= NarrowConfig::kPairedRows ? int64_t{96} * 1024 : int64_t{128} * 1024;
+  // 96 KiB for the 16-row mma.sync tiles and the paired wgmma's tiles.
+  const bool smaller_a = tile_rows > 8 && NarrowConfig::MultiplyFor(tile_rows) != NarrowConfig::Multiply::kWgmma;
+  const int64_t auto_a_bytes = smaller_a ? int64_t{96} * 1024 : int64_t{128} * 1024;
   constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
   const int64_t job_stages = (max_k + kStageK - 1) / kStageK;
   rings.a_stages = options.narrow_a_stages > 0
