@@ -218,11 +218,19 @@ class JobStream {
   // cannot overtake it. With every lane reading and lane 0 releasing after a
   // __syncwarp, compute-sanitizer racecheck reported WAR hazards on the slot
   // (v1.9, two job slots).
+  // NOTE: the wait acquires at cluster scope only where the slots span a
+  // cluster (the scheduler of rank 0 writes the peer's slots). On sm_90 an
+  // acquire at cluster scope empties the SM's L1 (CCTL.IVALL after the
+  // try_wait in the SASS), so every role's fetch threw out the job, node and
+  // dependency records every role reads from L1. At CTA scope, for the
+  // narrow kernel: the 8-layer chain at one token 87.9-88.4 us against
+  // 91.1-91.5 packed, the MLP block at 32 tokens 98.1-98.5 against
+  // 101.7-102.0 (bench/NOTES.md v1.25).
   template <typename Ctx>
   __device__ int Next(const Ctx& ctx) {
     const int s = cursor_.stage;
     if (!ctx.watchdog.WaitBarrier(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1,
-                                  Watchdog::kClusterScope)) {
+                                  Ctx::Config::kJobSlotsAcrossCluster)) {
       return -1;
     }
     const unsigned lanes = __activemask();

@@ -52,7 +52,8 @@ struct KernelConfig {
   // store warp (one thread each), and every consumer warp.
   static constexpr int kJobReleasesPerCta = 3 + 4 * kConsumerWarpgroups;
   // The job slots are read in every CTA of the cluster and freed in rank 0's
-  // (JobStream::Next, one cluster-scope release each).
+  // (JobStream::Next, one cluster-scope release each; the waits acquire at
+  // cluster scope).
   static constexpr bool kJobSlotsAcrossCluster = true;
   // Each consumer warp releases ring slots on its own (lane 0 arrives after the
   // warp's own wgmma.wait_group).

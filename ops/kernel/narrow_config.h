@@ -34,7 +34,8 @@ struct NarrowConfig {
   // themselves: no store warp).
   static constexpr int kJobReleasesPerCta = 3 + 4;
   static constexpr int kReleasingWarpsPerCta = 4;  // consumer warps that free a ring slot (and hand a tile over)
-  // No clusters: a job slot is freed in this CTA, at CTA scope. NOTE: with
+  // No clusters: a job slot is freed and waited for in this CTA, at CTA scope
+  // (an acquire at cluster scope empties L1: JobStream::Next). NOTE: with
   // the cluster-scope release of the tiled kernel, a consumer warp's release
   // of its next job's slot waited for its stores to C to complete: the
   // consumer fetched each job 4-6 us after it had finished the last one

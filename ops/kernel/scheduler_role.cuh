@@ -29,8 +29,9 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch) {
   const uint32_t full_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.barriers->job_full));
   int last = -1;  // the last job fetched
   for (;;) {
+    // Cluster scope only where the slots span a cluster (JobStream::Next).
     if (!ctx.watchdog.WaitBarrier(&ctx.barriers->job_empty[slot.stage], slot.phase ^ 1,
-                                  WaitKind::kJobSlot, -1, Watchdog::kClusterScope)) {
+                                  WaitKind::kJobSlot, -1, Ctx::Config::kJobSlotsAcrossCluster)) {
       return;
     }
     if (last >= 0) {

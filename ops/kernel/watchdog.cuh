@@ -51,8 +51,6 @@ class Watchdog {
     }
   }
 
-  static constexpr bool kClusterScope = true;
-
   // Waits for the phase with parity `parity` of an mbarrier in this CTA to
   // complete. Acquire at CTA scope by default (ring and staging barriers order
   // async-proxy traffic, which the barrier's complete_tx already covers);
