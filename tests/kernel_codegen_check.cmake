@@ -6,9 +6,12 @@
 #   a wgmma pipeline crossing a call, ...). A serialised kernel still gives
 #   correct results, so no functional test notices; v1.5 lost 30% this way
 #   (bench/NOTES.md). Run by ctest (label cpu): needs nvcc, not a GPU.
+# With -DFORBIDDEN_PTX=<regex>, it also compiles the source to PTX and fails
+# if the regex matches: an instruction form the kernel must not contain
+# (tests/CMakeLists.txt says which and why).
 # Inputs: -DCUDA_COMPILER= -DFLAGS=<;-list: the kernel's compile flags>
 #         -DSOURCE= -DENTRIES=<kernel entry functions the source must compile>
-#         -DINCLUDES=<;-list> -DOUTPUT_DIR=
+#         -DINCLUDES=<;-list> -DOUTPUT_DIR= [-DFORBIDDEN_PTX=<regex>]
 get_filename_component(name ${SOURCE} NAME_WE)
 execute_process(
   COMMAND ${CUDA_COMPILER} ${FLAGS} -Xptxas=-v ${INCLUDES} -cubin -o ${OUTPUT_DIR}/${name}.cubin ${SOURCE}
@@ -29,3 +32,20 @@ if(count LESS ENTRIES)
   message(FATAL_ERROR "expected ${ENTRIES} kernel entry functions in ptxas output, saw ${count}:\n${output}")
 endif()
 message(STATUS "ptxas: no wgmma hazard in ${count} entry functions")
+if(FORBIDDEN_PTX)
+  execute_process(
+    COMMAND ${CUDA_COMPILER} ${FLAGS} ${INCLUDES} -ptx -o ${OUTPUT_DIR}/${name}.ptx ${SOURCE}
+    RESULT_VARIABLE result
+    OUTPUT_VARIABLE output
+    ERROR_VARIABLE output)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "compiling ${SOURCE} to PTX failed:\n${output}")
+  endif()
+  file(STRINGS ${OUTPUT_DIR}/${name}.ptx forbidden REGEX "${FORBIDDEN_PTX}")
+  if(forbidden)
+    list(LENGTH forbidden count)
+    list(GET forbidden 0 first)
+    message(FATAL_ERROR "${SOURCE}: ${count} PTX lines match the forbidden '${FORBIDDEN_PTX}', the first:\n${first}")
+  endif()
+  message(STATUS "PTX: nothing matches '${FORBIDDEN_PTX}'")
+endif()
