@@ -576,9 +576,9 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 // accumulator sets, one group, its slots freed as in RunWgmmaJob (the same
 // loop, written out: through a shared helper taking the stage's wgmmas as a
 // lambda, the 24-token chain took 107.0-107.1 us against 106.3-106.6,
-// bench/NOTES.md v1.24). Then the
-// threads that hold the second k-block's sums hand them, through shared
-// memory, to those that hold the first's for the same token, which add them
+// bench/NOTES.md v1.24). Then the threads that hold the second k-block's
+// sums hand them, through shared memory, to those that hold the first's for
+// the same token, which add them
 // (in a fixed order: the result does not depend on timing) and so hold the
 // tile in RunWgmmaJob's layout, rows 0..kRows-1: the same epilogue stores it
 // (it skips rows past M).
