@@ -21,7 +21,10 @@
 // Timing: --warmup launches, then --iters launches enqueued back to back on
 // one stream with an event between consecutive launches (the steady state of a
 // decode loop: the host's launch latency hides behind the previous launch);
-// the median per launch is reported. speedup = baseline time / loom time
+// the median per launch is reported. With --run_length=N an event comes only
+// after every N launches and the median of the runs' means is reported: the
+// period of a pipeline of launches, where consecutive loom launches overlap
+// (CompileOptions::overlap_launches) and CUDA-graph launches queue up. speedup = baseline time / loom time
 // (> 1: loom is faster); weight bandwidth = weight bytes / time, next to the
 // measured copy bandwidth.
 //
@@ -92,6 +95,11 @@ ABSL_FLAG(int64_t, hidden, 4096, "MLP model width");
 ABSL_FLAG(int64_t, intermediate, 14336, "MLP intermediate width");
 ABSL_FLAG(int, iters, 50, "timed launches per implementation and case (the median is reported)");
 ABSL_FLAG(int, warmup, 5, "untimed launches first (at least 1)");
+ABSL_FLAG(int, run_length, 1,
+          "launches between consecutive timing events: each time is a run's mean per launch, and the median of "
+          "the runs is reported. 1: an event between every two launches; more: the period of launches back to "
+          "back, as in a pipeline of layers (where loom's launches overlap each other: "
+          "CompileOptions::overlap_launches)");
 ABSL_FLAG(int, chain_layers, 8, "layers in the linear chain (0: no chain)");
 ABSL_FLAG(int64_t, chain_width, 4096, "width of each chain layer [width x width]");
 ABSL_FLAG(std::string, chain_tokens, "1,16", "comma-separated token counts for the chain (empty: none)");
@@ -204,6 +212,7 @@ struct BenchContext {
   Watchdog* watchdog = nullptr;
   int warmup = 5;
   int iters = 50;
+  int run_length = 1;  // launches between timing events
   CompileOptions loom_options;
   bool timeline = false;
   std::string timeline_csv;  // with timeline: where the raw job traces go ("": nowhere)
@@ -221,7 +230,8 @@ struct Timing {
 constexpr double kTimedBudgetMs = 4000;
 
 // Enqueues `launch` (one launch on ctx.stream) ctx.warmup times, then up to
-// ctx.iters times back to back with an event between consecutive launches.
+// ctx.iters times back to back with an event after every ctx.run_length
+// launches; each run's time is its mean per launch.
 absl::StatusOr<Timing> TimeLaunches(const BenchContext& ctx, const std::function<absl::Status()>& launch,
                                     int iters) {
   EventList events;
@@ -238,21 +248,23 @@ absl::StatusOr<Timing> TimeLaunches(const BenchContext& ctx, const std::function
     count = std::max(std::min(iters, 3), static_cast<int>(kTimedBudgetMs / per_launch_ms));
   }
 
+  const int run_length = std::min(ctx.run_length, count);
+  const int runs = count / run_length;
   EventList marks;
-  LOOM_RETURN_IF_ERROR(marks.Create(count + 1));
+  LOOM_RETURN_IF_ERROR(marks.Create(runs + 1));
   BENCH_CUDA(cudaEventRecord(marks[0], ctx.stream));
-  for (int i = 0; i < count; ++i) {
-    LOOM_RETURN_IF_ERROR(launch());
-    BENCH_CUDA(cudaEventRecord(marks[i + 1], ctx.stream));
+  for (int r = 0; r < runs; ++r) {
+    for (int i = 0; i < run_length; ++i) LOOM_RETURN_IF_ERROR(launch());
+    BENCH_CUDA(cudaEventRecord(marks[r + 1], ctx.stream));
   }
-  BENCH_CUDA(cudaEventSynchronize(marks[count]));
+  BENCH_CUDA(cudaEventSynchronize(marks[runs]));
   std::vector<double> times_us;
-  for (int i = 0; i < count; ++i) {
+  for (int r = 0; r < runs; ++r) {
     float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]));
-    times_us.push_back(1000.0 * ms);
+    BENCH_CUDA(cudaEventElapsedTime(&ms, marks[r], marks[r + 1]));
+    times_us.push_back(1000.0 * ms / run_length);
   }
-  return Timing{Median(std::move(times_us)), count};
+  return Timing{Median(std::move(times_us)), runs * run_length};
 }
 
 // Records whatever `enqueue` puts on `stream` into a CUDA graph and
@@ -839,6 +851,7 @@ absl::Status CheckFlags() {
   LOOM_RETURN_IF_ERROR(CheckWidth("intermediate", absl::GetFlag(FLAGS_intermediate)));
   LOOM_RETURN_IF_ERROR(CheckWidth("chain_width", absl::GetFlag(FLAGS_chain_width)));
   if (absl::GetFlag(FLAGS_iters) < 1) return absl::InvalidArgumentError("--iters must be at least 1");
+  if (absl::GetFlag(FLAGS_run_length) < 1) return absl::InvalidArgumentError("--run_length must be at least 1");
   if (absl::GetFlag(FLAGS_warmup) < 1) return absl::InvalidArgumentError("--warmup must be at least 1");
   if (absl::GetFlag(FLAGS_chain_layers) < 0) return absl::InvalidArgumentError("--chain_layers must be >= 0");
   return absl::OkStatus();
@@ -921,6 +934,7 @@ int Main() {
   ctx.watchdog = &watchdog;
   ctx.warmup = absl::GetFlag(FLAGS_warmup);
   ctx.iters = absl::GetFlag(FLAGS_iters);
+  ctx.run_length = absl::GetFlag(FLAGS_run_length);
   DeviceBuffer workspace;
   const absl::Status setup = [&]() -> absl::Status {
     BENCH_CUBLAS(cublasLtCreate(&ctx.lt));
@@ -940,6 +954,11 @@ int Main() {
     return 1;
   }
 
+  std::printf("timing: %s; loom launches %s\n",
+              ctx.run_length == 1 ? "an event between every two launches"
+                                  : absl::StrFormat("runs of %d launches back to back", ctx.run_length).c_str(),
+              ctx.loom_options.overlap_launches ? "overlap the kernel before them (narrow kernel)"
+                                                : "wait for the stream");
   bool all_ok = true;
   bool usable = true;
   double copy_gbps = 0;

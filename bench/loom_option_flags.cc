@@ -14,6 +14,9 @@ ABSL_FLAG(int, narrow_b_in_flight, 0,
           "loom: the narrow kernel's B stages in flight at most (0: chosen, 3 or 4; 1 to its B ring depth - 1)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the narrow kernel's stage order at Compile (CompileOptions::pack_weights)");
+ABSL_FLAG(bool, overlap_launches, true,
+          "loom: the narrow kernel's launches overlap the end of the kernel before them "
+          "(CompileOptions::overlap_launches)");
 ABSL_FLAG(bool, reduce_in_parts, true,
           "loom: reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
 ABSL_FLAG(int, reduce_part_rows, 0, "loom: rows of each reduce part (0: the scheduler chooses; at most 16)");
@@ -29,6 +32,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
   options.narrow_b_in_flight = absl::GetFlag(FLAGS_narrow_b_in_flight);
   options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
+  options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);
   options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
   options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
   return options;

@@ -155,7 +155,6 @@ struct NarrowSmemLayout {
   uint32_t partials = 0;   // fp32 [4][4][32][4] (NarrowConfig::kPartialsBytes)
   uint32_t barriers = 0;   // NarrowBarriers
   uint32_t job_slots = 0;  // int32_t [kJobSlots]
-  uint32_t epoch = 0;      // uint32_t: this launch's epoch
   uint32_t total = 0;      // bytes to request, including 1 KiB of alignment slack
 };
 
@@ -173,8 +172,6 @@ LOOM_HOST_DEVICE constexpr NarrowSmemLayout ComputeNarrowSmemLayout(int a_stages
   offset += sizeof(NarrowBarriers);
   layout.job_slots = offset;
   offset += NarrowConfig::kJobSlots * sizeof(int32_t);
-  layout.epoch = offset;
-  offset += sizeof(uint32_t);
   layout.total = offset + 1024;
   return layout;
 }

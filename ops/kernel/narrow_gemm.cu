@@ -33,6 +33,13 @@
 // NOTE: the release waits for the stores before it to complete (~2 us while
 // HBM is busy, traced); made by a consumer thread, that wait stalled the
 // consumer's next job.
+// Consecutive launches overlap (programmatic dependent launch,
+// LaunchNarrowGemm's overlap_previous): a launch's CTAs start on the SMs the
+// previous kernel's CTAs leave. Until that kernel has ended (every role's
+// NarrowContext::AwaitPreviousLaunch) they touch only shared memory, the
+// plan's records and packed weights: the first wave of jobs is static (CTA i
+// takes queue index i), so the B loader knows its first job and streams its
+// packed weights into the ring under the previous launch's tail.
 #include "narrow_gemm.h"
 
 #include <cuda/ptx>
@@ -58,8 +65,27 @@ struct NarrowContext {
   float4* partials;  // [4 warps][4 pairs][32 lanes] (RunMmaSyncJob)
   int32_t* job_slots;
   uint32_t rank;   // 0: no clusters
-  uint32_t epoch;  // this launch's epoch
+  uint32_t epoch;  // this launch's epoch, once AwaitPreviousLaunch has read it
   Watchdog watchdog;
+
+  // Waits until the launch before this one on the stream has ended and its
+  // writes are visible, then reads this launch's epoch. Every role calls it
+  // before it touches memory a launch writes (flags, activations, outputs,
+  // the queue cursor and epoch): with programmatic dependent launch (a
+  // narrow plan's launches, LaunchNarrowGemm) this launch's CTAs start on
+  // the SMs the previous launch's CTAs leave, while its last CTAs still run.
+  // What may come first reads only what no launch writes: shared memory, the
+  // plan's records and packed weights. Without a previous launch (or the
+  // launch attribute) the wait returns at once.
+  // Then lets the next launch start its CTAs as this one's leave. Only after
+  // the wait: the next launch's first packed stages then cannot overtake a
+  // kernel before this launch that wrote them (its CTAs can start only once
+  // every CTA here has passed the wait).
+  __device__ void AwaitPreviousLaunch() {
+    cudaGridDependencySynchronize();
+    epoch = params.state->epoch + 1;
+    cudaTriggerProgrammaticLaunchCompletion();
+  }
 
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
   __device__ uint8_t* b_stage(int s) const { return b_ring + s * NarrowConfig::kBStageBytes; }
@@ -208,8 +234,9 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
 // the loader never looks (a separate instantiation: the branch alone cost the
 // unpacked chain ~1 us, bench/NOTES.md v1.23).
 template <bool kPackedB>
-__device__ void RunNarrowBLoader(const NarrowContext& ctx) {
+__device__ void RunNarrowBLoader(NarrowContext& ctx) {
   JobStream jobs;
+  bool waited = false;  // AwaitPreviousLaunch made
   RingCursor ring;
   RingCursor oldest;       // the oldest stage issued that may not have landed
   int in_flight = 0;       // stages issued since `oldest`, itself included
@@ -241,6 +268,14 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
         packed_stages_per_tile = NarrowConfig::PackedStagesPerTile(node.schedule.k);
       }
     }
+    // Packed weights no node writes may stream in before the previous launch
+    // has ended (the first job's, the only one handed out before it has):
+    // the next launch's first stages then land while this one's last CTAs
+    // still run. Anything else waits for it.
+    if (!waited && !(kPackedB && packed_b != nullptr && !b_has_producers)) {
+      ctx.AwaitPreviousLaunch();
+      waited = true;
+    }
     const int32_t n_row0 = static_cast<int32_t>(job.n_block) * NarrowConfig::kBlockN;
     memo.Reset();
     for (int kb0 = job.k_block_begin; kb0 < job.k_block_end; kb0 += NarrowConfig::kKBlocksPerStage) {
@@ -249,6 +284,13 @@ __device__ void RunNarrowBLoader(const NarrowContext& ctx) {
           !WaitForProducers(ctx, node, index, sched::DependencyOperand::kB, n_row0, n_row0 + NarrowConfig::kBlockN,
                             int64_t{kb0} * NarrowConfig::kBlockK, int64_t{kb_end} * NarrowConfig::kBlockK, memo)) {
         return;
+      }
+      // A ring full of stages the consumers take only once the previous
+      // launch has ended: wait for that first (a wait the watchdog does not
+      // time, however long that launch still runs).
+      if (!waited && !cuda::ptx::mbarrier_test_wait_parity(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1)) {
+        ctx.AwaitPreviousLaunch();
+        waited = true;
       }
       if (!ctx.watchdog.WaitBarrier(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1, WaitKind::kRingEmpty,
                                     index)) {
@@ -841,51 +883,53 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
   const NarrowSmemLayout layout = ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages);
   auto* barriers = reinterpret_cast<NarrowBarriers*>(smem + layout.barriers);
-  auto* epoch_slot = reinterpret_cast<uint32_t*>(smem + layout.epoch);
-  // Three round trips at once, where one thread each made the first two in
-  // turn: the epoch, the scheduler's first fetch, and the prefetches of what
-  // every job's first steps read (PrefetchPlanRecords).
-  int first_fetch = -1;
+  // Set-up that reads nothing a launch writes, so that it overlaps the end
+  // of the previous launch (NarrowContext::AwaitPreviousLaunch): the
+  // barriers, and the prefetches of what every job's first steps read
+  // (PrefetchPlanRecords).
   if (threadIdx.x == 0) {
     InitNarrowBarriers(barriers, params);
-    *epoch_slot = params.state->epoch + 1;
-  } else if (threadIdx.x == 2 * 32) {  // the scheduler (warp 2, lane 0)
-    first_fetch = static_cast<int>(atomicAdd(&params.state->cursor, 1u));
   } else if (threadIdx.x / 32 == 3) {
     constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::b_map};
     PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
   }
   __syncthreads();
 
-  const NarrowContext ctx{params,
-                          barriers,
-                          smem + layout.a_ring,
-                          smem + layout.b_ring,
-                          reinterpret_cast<float4*>(smem + layout.partials),
-                          reinterpret_cast<int32_t*>(smem + layout.job_slots),
-                          0,
-                          *epoch_slot,
-                          Watchdog(params)};
+  NarrowContext ctx{params,
+                    barriers,
+                    smem + layout.a_ring,
+                    smem + layout.b_ring,
+                    reinterpret_cast<float4*>(smem + layout.partials),
+                    reinterpret_cast<int32_t*>(smem + layout.job_slots),
+                    0,
+                    0,
+                    Watchdog(params)};
   if (threadIdx.x < 128) {
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
+      ctx.AwaitPreviousLaunch();
       RunNarrowALoader(ctx, lane);
     } else if (lane == 0) {
       switch (warp) {
         case 1:
-          RunNarrowBLoader<kPackedB>(ctx);
+          RunNarrowBLoader<kPackedB>(ctx);  // waits when it must (packed weights stream in first)
           break;
         case 2:
-          RunScheduler(ctx, first_fetch);
+          // The first wave is static, CTA i taking queue index i, so the
+          // first job is handed out before the wait (and its packed weights
+          // start streaming); fetches after it start past the grid.
+          RunScheduler(ctx, static_cast<int>(blockIdx.x), gridDim.x, [&] { ctx.AwaitPreviousLaunch(); });
           FinishFetching(params, ctx.epoch);
           break;
         default:
+          ctx.AwaitPreviousLaunch();
           RunNarrowPublisher(ctx);
           break;
       }
     }
     __syncwarp();
   } else {
+    ctx.AwaitPreviousLaunch();
     RunNarrowConsumer<kPaired>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
@@ -928,12 +972,20 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas) {
   return cudaSuccess;
 }
 
-cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, cudaStream_t stream) {
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, bool overlap_previous,
+                             cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   config.blockDim = dim3(NarrowConfig::kThreads, 1, 1);
   config.dynamicSmemBytes = NarrowSharedMemoryBytes(params.a_stages, params.a_stage_bytes, params.b_stages);
   config.stream = stream;
+  cudaLaunchAttribute overlap;
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  if (overlap_previous) {
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
   if (NarrowConfig::MultiplyFor(NarrowConfig::ATileRows(params.a_stage_bytes)) ==
       NarrowConfig::Multiply::kPairedWgmma) {
     return packed_b ? cudaLaunchKernelEx(&config, NarrowGemmKernel<true, true>, params)

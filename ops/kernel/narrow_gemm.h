@@ -24,8 +24,16 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas);
 // Launches the narrow kernel: `ctas` CTAs, no clusters (params.cluster_size
 // is 1). params.a_stages / b_stages / a_stage_bytes are the narrow rings'.
 // packed_b: some node has packed weights (KernelNode::packed_b); launches
-// the instantiation whose B loader looks for them.
-cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, cudaStream_t stream);
+// the instantiation whose B loader looks for them. overlap_previous: launched
+// with programmatic stream serialization, so that its CTAs start on the SMs
+// the previous kernel on the stream leaves while that kernel's last CTAs
+// still run (each role waits for it before touching what a launch writes:
+// NarrowContext::AwaitPreviousLaunch). The first stages of packed weights
+// stream in before that wait, so nothing may write them in the kernel just
+// before (Plan::RepackWeights' kernel: the runtime's next launch does not
+// overlap it).
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, bool overlap_previous,
+                             cudaStream_t stream);
 
 }  // namespace loom::kernel
 

@@ -73,13 +73,18 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   // Three round trips at once, as in the narrow kernel: the epoch, the
   // scheduler's first fetch, and the prefetches of what every job's first
-  // steps read (PrefetchPlanRecords).
+  // steps read (PrefetchPlanRecords). The first two, and everything after
+  // the cluster barrier, wait for the previous kernel on the stream to end
+  // (with LaunchPersistentGemm's overlap_previous this launch's CTAs start
+  // as that kernel's leave); the barriers and the prefetches need not.
   int first_fetch = -1;
   if (threadIdx.x == 0) {
     InitBarriers(barriers, params);
+    cudaGridDependencySynchronize();
     *epoch_slot = params.state->epoch + 1;
   } else if (threadIdx.x == 3 * 32) {  // the scheduler (warp 3, lane 0), on cluster rank 0 only
     if (cuda::ptx::get_sreg_cluster_ctarank() == 0) {
+      cudaGridDependencySynchronize();
       first_fetch = static_cast<int>(atomicAdd(&params.state->cursor, 1u));
     }
   } else if (threadIdx.x / 32 == 2) {
@@ -88,6 +93,10 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
   }
   ClusterSync();
+  cudaGridDependencySynchronize();
+  // The next launch may start its CTAs as this one's leave: only once this
+  // one has waited, so no launch overlaps a kernel two back.
+  cudaTriggerProgrammaticLaunchCompletion();
 
   const CtaContext ctx{params,
                        barriers,
@@ -116,7 +125,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           break;
         case 3:
           if (ctx.rank == 0) {
-            RunScheduler(ctx, first_fetch);
+            RunScheduler(ctx, first_fetch, 0, [] {});
             FinishFetching(params, ctx.epoch);
           }
           break;
@@ -153,19 +162,23 @@ cudaError_t ConfigureKernels() {
   return cudaSuccess;
 }
 
+// `attributes`: room for two (the cluster shape, and programmatic stream
+// serialization when `overlap_previous`).
 cudaLaunchConfig_t MakeLaunchConfig(int ctas, uint32_t smem_bytes, cudaStream_t stream,
-                                    cudaLaunchAttribute* attribute, int cluster_size) {
+                                    cudaLaunchAttribute* attributes, int cluster_size, bool overlap_previous) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   config.blockDim = dim3(KernelConfig::kThreads, 1, 1);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  attribute->id = cudaLaunchAttributeClusterDimension;
-  attribute->val.clusterDim.x = static_cast<unsigned>(cluster_size);
-  attribute->val.clusterDim.y = 1;
-  attribute->val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attributes;
+  config.numAttrs = overlap_previous ? 2 : 1;
   return config;
 }
 
@@ -175,8 +188,8 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
                                   int* clusters) {
   if (cudaError_t error = ConfigureKernels(); error != cudaSuccess) return error;
   const uint32_t smem_bytes = SharedMemoryBytes(a_stages, b_stages, a_stage_bytes);
-  cudaLaunchAttribute attribute;
-  cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, &attribute, cluster_size);
+  cudaLaunchAttribute attributes[2];
+  cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, attributes, cluster_size, false);
   *clusters = 0;
   for (auto kernel : {PersistentGemmKernel<false>, PersistentGemmKernel<true>}) {
     int fit = 0;
@@ -186,11 +199,12 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
   return cudaSuccess;
 }
 
-cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, cudaStream_t stream) {
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, bool overlap_previous,
+                                 cudaStream_t stream) {
   const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages, params.a_stage_bytes);
-  cudaLaunchAttribute attribute;
-  cudaLaunchConfig_t config =
-      MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, &attribute, params.cluster_size);
+  cudaLaunchAttribute attributes[2];
+  cudaLaunchConfig_t config = MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, attributes,
+                                               params.cluster_size, overlap_previous);
   return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<true>, params)
                                  : cudaLaunchKernelEx(&config, PersistentGemmKernel<false>, params);
 }

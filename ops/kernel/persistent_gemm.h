@@ -25,8 +25,12 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
 
 // Launches the persistent kernel: `clusters` clusters of params.cluster_size
 // CTAs; the split-K instantiation when `split_k` (some node of the plan splits
-// K), else the one without the reduce path.
-cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, cudaStream_t stream);
+// K), else the one without the reduce path. overlap_previous: launched with
+// programmatic stream serialization: its CTAs start (barriers, tensor-map
+// prefetches) as the previous kernel's leave, and wait for that kernel to
+// end before reading anything else.
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, bool overlap_previous,
+                                 cudaStream_t stream);
 
 }  // namespace loom::kernel
 

@@ -20,10 +20,18 @@
 
 namespace loom::kernel {
 
-// `first_fetch`: the index a first atomicAdd on the cursor already returned
-// (both kernels make it during their set-up, beside the epoch read), or -1.
-template <typename Ctx>
-__device__ inline void RunScheduler(const Ctx& ctx, int first_fetch) {
+// `first_fetch`: the first index to hand out, already known (the tiled
+// kernel's first atomicAdd on the cursor, made during its set-up beside the
+// epoch read; the narrow kernel's CTA's own index), or -1. Later indices are
+// `dynamic_base` + what atomicAdd on the cursor returns: the narrow kernel
+// hands its first wave out statically (queue index = CTA index), so its
+// dynamic fetches start past the grid. `after_first_post` runs once the first
+// index was handed to the roles and before anything else (the narrow kernel
+// waits there for the previous launch: the first post reads no memory another
+// launch writes).
+template <typename Ctx, typename AfterFirstPost>
+__device__ inline void RunScheduler(const Ctx& ctx, int first_fetch, uint32_t dynamic_base,
+                                    AfterFirstPost&& after_first_post) {
   RingCursor slot;
   const uint32_t slots_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.job_slots));
   const uint32_t full_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.barriers->job_full));
@@ -46,7 +54,8 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch) {
         return;
       }
     }
-    int index = first_fetch >= 0 ? first_fetch : static_cast<int>(atomicAdd(&ctx.params.state->cursor, 1u));
+    int index = first_fetch >= 0 ? first_fetch
+                                 : static_cast<int>(dynamic_base + atomicAdd(&ctx.params.state->cursor, 1u));
     first_fetch = -1;
     if (index >= ctx.params.num_jobs) index = -1;
     for (int r = 0; r < ctx.params.cluster_size; ++r) {
@@ -54,6 +63,7 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch) {
       ptx::mbarrier_arrive_cluster(
           ptx::mapa_shared_cluster(full_base + slot.stage * sizeof(uint64_t), r));
     }
+    if (last < 0) after_first_post();
     if (index < 0) return;
     last = index;
     slot.Advance(Ctx::Config::kJobSlots);

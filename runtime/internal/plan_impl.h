@@ -40,6 +40,9 @@ struct Plan::Impl {
     bool copies = true;  // false: an earlier node's copy of the same B
   };
   std::vector<PackedNode> packed_nodes;
+  // RepackWeights enqueued a copy into packed_weights since the last launch:
+  // the next launch must not overlap it (LaunchNarrowGemm, overlap_previous).
+  bool repacked_since_launch = false;
 
   // Device resources (device_ordinal >= 0 and the schedule has jobs).
   kernel::KernelParams params = {};

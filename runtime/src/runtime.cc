@@ -728,13 +728,17 @@ absl::Status Plan::Launch(cudaStream_t stream) {
         impl_->device.name));
   }
   if (impl_->schedule.queue.empty()) return absl::OkStatus();  // zero-size graph: nothing to do
+  // Not over a RepackWeights just before: the narrow kernel streams packed
+  // weights in before the previous kernel has ended.
+  const bool overlap = impl_->options.overlap_launches && !impl_->repacked_since_launch;
+  impl_->repacked_since_launch = false;
   if (impl_->narrow) {
     return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters,
-                                                         impl_->packed_weights != nullptr, stream),
+                                                         impl_->packed_weights != nullptr, overlap, stream),
                                 "launching the narrow decode kernel");
   }
   return internal::CudaStatus(
-      kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->has_split_k, stream),
+      kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->has_split_k, overlap, stream),
       "launching the persistent kernel");
 }
 
@@ -780,6 +784,7 @@ absl::Status Plan::RepackWeights(cudaStream_t stream) {
   }
   if (impl_->packed_weights == nullptr) return absl::OkStatus();
   LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->device_ordinal));
+  impl_->repacked_since_launch = true;
   return PackWeights(*impl_, stream);
 }
 

@@ -121,6 +121,14 @@ struct CompileOptions {
   // first) and waits for the copy; after changing B's values, call
   // Plan::RepackWeights.
   bool pack_weights = false;
+  // Launches overlap the end of the kernel before them on the stream
+  // (programmatic dependent launch): the plan's CTAs start on the SMs that
+  // kernel's CTAs leave, and read nothing it writes until it has ended; on
+  // the narrow kernel, packed weights (pack_weights) start streaming before
+  // that. Back to back (no event between launches), the one-token MLP block
+  // 4096/14336 takes 80.8-80.9 us a launch instead of 84.9-85.7 (bench/
+  // NOTES.md v1.27). false: every launch starts once the stream has drained.
+  bool overlap_launches = true;
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
   // Record every job's timeline on the device (Plan::Timeline). Costs a few
