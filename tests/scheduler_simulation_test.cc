@@ -102,6 +102,17 @@ std::vector<GraphCase> Cases() {
                      return o;
                    }(),
                    3000});
+  // The narrow decode kernel's schedules (runtime.cc): 64 x 32 tiles over the
+  // whole of K (no split), one CTA a job, 132 SMs: the 8-layer chain and the
+  // MLP block at one token.
+  {
+    SchedulerOptions narrow = Options({64, 32, 64}, 1, 132);
+    narrow.split_k = 1;
+    std::vector<NodeProblem> chain = {Gemm(1, 4096, 4096)};
+    for (int layer = 1; layer < 8; ++layer) chain.push_back(Gemm(1, 4096, 4096, {Edge(layer - 1, Op::kA)}));
+    cases.push_back({"NarrowChain", chain, narrow, 120});
+    cases.push_back({"NarrowMlpBlock", MlpBlock(1, 4096, 14336), narrow, 60});
+  }
   cases.push_back({"WholeTensor",
                    {Gemm(256, 256, 256), Gemm(256, 256, 256, {Edge(0, Op::kA, 0, 0, /*whole_tensor=*/true)}),
                     Gemm(256, 256, 256, {Edge(1, Op::kA)})},
@@ -127,8 +138,12 @@ TEST_P(GraphTest, SimulatedRunsFinishAndNeverReadUnfinishedData) {
   int max_nodes_in_flight = 0;
   for (int seed = 0; seed < GetParam().seeds; ++seed) {
     const int sms = sm_counts[seed % 6];
-    const SimulationResult r = simulator.Run(sms, static_cast<uint64_t>(seed));
-    ASSERT_TRUE(r.ok()) << "seed " << seed << ", " << sms << " SMs: " << r.Summary();
+    // Half the runs hand the first wave out statically, as the narrow kernel
+    // does (worker i starts on job i).
+    const bool static_first_wave = seed % 12 >= 6;
+    const SimulationResult r = simulator.Run(sms, static_cast<uint64_t>(seed), static_first_wave);
+    ASSERT_TRUE(r.ok()) << "seed " << seed << ", " << sms << " SMs" << (static_first_wave ? ", static first wave" : "")
+                        << ": " << r.Summary();
     EXPECT_EQ(r.jobs_completed, static_cast<int64_t>(s->queue.size()));
     max_nodes_in_flight = std::max(max_nodes_in_flight, r.max_nodes_in_flight);
   }
@@ -228,8 +243,9 @@ TEST(SimulatorChecksTest, ReversedQueueDeadlocks) {
   EXPECT_FALSE(CheckQueue(s).ok());
   const Simulator simulator(s);
   for (uint64_t seed = 0; seed < 200; ++seed) {
-    // Node 1 has 8 jobs: with up to 8 SMs all of them wait on jobs nobody dequeued.
-    const SimulationResult r = simulator.Run(1 + static_cast<int>(seed % 8), seed);
+    // Node 1 has 8 jobs: with up to 8 SMs all of them wait on jobs nobody
+    // dequeued, whether the first wave is handed out statically or not.
+    const SimulationResult r = simulator.Run(1 + static_cast<int>(seed % 8), seed, /*static_first_wave=*/seed % 2 == 1);
     EXPECT_TRUE(r.deadlock) << r.Summary();
     EXPECT_FALSE(r.ok());
   }

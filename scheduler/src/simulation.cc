@@ -142,7 +142,7 @@ Simulator::Simulator(const Schedule& schedule) {
 
 Simulator::~Simulator() = default;
 
-SimulationResult Simulator::Run(int virtual_sms, uint64_t seed) const {
+SimulationResult Simulator::Run(int virtual_sms, uint64_t seed, bool static_first_wave) const {
   const Plan& plan = *plan_;
   SimulationResult result;
   for (const std::string& p : plan.setup_problems) result.problems.push_back(p);
@@ -182,6 +182,19 @@ SimulationResult Simulator::Run(int virtual_sms, uint64_t seed) const {
   };
 
   int64_t cursor = 0;
+  auto take = [&](int32_t w, int64_t j) {
+    job_of[w] = j;
+    step_of[w] = plan.step_begin[j];
+    read_of[w] = plan.read_begin[step_of[w]];
+    if (node_in_flight[node_slot(j)]++ == 0) ++nodes_in_flight;
+    ++jobs_in_flight;
+    result.max_jobs_in_flight = std::max(result.max_jobs_in_flight, jobs_in_flight);
+    result.max_nodes_in_flight = std::max(result.max_nodes_in_flight, nodes_in_flight);
+  };
+  if (static_first_wave) {
+    for (; cursor < std::min<int64_t>(workers, num_jobs); ++cursor) take(static_cast<int32_t>(cursor), cursor);
+    cursor = workers;  // the dynamic fetches start past the grid
+  }
   while (!can_act.empty()) {
     const int32_t w = can_act[rng() % can_act.size()];
     ++result.steps;
@@ -190,14 +203,7 @@ SimulationResult Simulator::Run(int virtual_sms, uint64_t seed) const {
         remove(w);
         continue;
       }
-      const int64_t j = cursor++;
-      job_of[w] = j;
-      step_of[w] = plan.step_begin[j];
-      read_of[w] = plan.read_begin[step_of[w]];
-      if (node_in_flight[node_slot(j)]++ == 0) ++nodes_in_flight;
-      ++jobs_in_flight;
-      result.max_jobs_in_flight = std::max(result.max_jobs_in_flight, jobs_in_flight);
-      result.max_nodes_in_flight = std::max(result.max_nodes_in_flight, nodes_in_flight);
+      take(w, cursor++);
       continue;
     }
     const int64_t j = job_of[w];
@@ -267,7 +273,7 @@ SimulationResult Simulator::Run(int virtual_sms, uint64_t seed) const {
   result.deadlock = !result.finished;
   if (result.deadlock) {
     note(absl::StrCat("deadlock after ", result.steps, " steps: ", result.jobs_completed, " of ", num_jobs,
-                      " jobs done, ", cursor, " dequeued"));
+                      " jobs done, ", std::min(cursor, num_jobs), " dequeued"));
     for (int w = 0; w < workers && result.problems.size() < 8; ++w) {
       if (job_of[w] < 0) continue;
       const Plan::Read& read = plan.reads[read_of[w]];

@@ -3,7 +3,9 @@
 // data, whatever the interleaving.
 //
 // Model: `virtual_sms` workers (one per cluster of the real kernel) take job
-// indices from a shared cursor, in queue order. A worker executes its job in
+// indices from a shared cursor, in queue order; with `static_first_wave`,
+// worker i starts on index i and the cursor past the workers (the narrow
+// kernel: CTA i takes queue index i before it reads the cursor). A worker executes its job in
 // steps: a kReduce job first waits for its partials; a kGemm job then goes
 // k-block by k-block, each step waiting for the producer tiles its A and B
 // slices of that k-block read; the epilogue job then waits for its bias and
@@ -65,7 +67,7 @@ class Simulator {
   Simulator(const Simulator&) = delete;
   Simulator& operator=(const Simulator&) = delete;
 
-  SimulationResult Run(int virtual_sms, uint64_t seed) const;
+  SimulationResult Run(int virtual_sms, uint64_t seed, bool static_first_wave = false) const;
 
  private:
   struct Plan;
