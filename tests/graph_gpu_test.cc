@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -1024,7 +1025,9 @@ TEST(NarrowPackedWeightsTest, ABWrittenByAnotherNodeIsReadInPlace) {
 // the narrow kernel, "back" x = y W2 on the narrow or the tiled kernel. Each
 // reads what the launch just before it writes, and writes what that launch
 // reads. 48 tiles of 32 columns leave most CTAs of each narrow launch without
-// a job, so the next launch's CTAs start on their SMs while it runs.
+// a job, so the next launch's CTAs start on their SMs while it runs. Three
+// runs on a stream and one of the same launches captured into a CUDA graph
+// must each give the bits of the serialized launches.
 struct PingPong {
   int64_t rows = 1;
   bool packed = false;
@@ -1034,12 +1037,42 @@ struct PingPong {
   }
 };
 
-// Runs `rounds` of forth, back on one stream with no wait between launches
-// (both compiled with `overlap`), from the harness's host x; returns the final
-// x and y.
+// How RunPingPong launches: each launch waiting for the stream; overlapping
+// the launch before it; the same overlapping launches captured into one CUDA
+// graph (programmatic edges between its kernel nodes) and the graph launched.
+enum class Launches { kSerialized, kOverlapped, kCapturedGraph };
+
+// Enqueues `body` on `stream` inside a stream capture, then launches the
+// captured graph once on `stream`.
+absl::Status LaunchCaptured(cudaStream_t stream, const std::function<absl::Status()>& body) {
+  if (const cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaStreamBeginCapture: ", cudaGetErrorName(e)));
+  }
+  const absl::Status enqueued = body();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (!enqueued.ok() || ended != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return enqueued.ok() ? absl::InternalError(absl::StrCat("cudaStreamEndCapture: ", cudaGetErrorName(ended)))
+                         : enqueued;
+  }
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) return absl::InternalError(absl::StrCat("cudaGraphInstantiate: ", cudaGetErrorName(e)));
+  e = cudaGraphLaunch(exec, stream);
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  cudaGraphExecDestroy(exec);
+  if (e == cudaSuccess) e = synced;
+  return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(absl::StrCat("graph launch: ", cudaGetErrorName(e)));
+}
+
+// Runs `rounds` of forth, back on one stream with no wait between launches,
+// from the harness's host x; returns the final x and y.
 absl::StatusOr<std::pair<std::vector<std::byte>, std::vector<std::byte>>> RunPingPong(GpuHarness& h,
                                                                                      const PingPong& c,
-                                                                                     bool overlap, int rounds) {
+                                                                                     Launches how, int rounds) {
+  const bool overlap = how != Launches::kSerialized;
   CompileOptions forth_options = NarrowOptions();
   forth_options.pack_weights = c.packed;
   forth_options.overlap_launches = overlap;
@@ -1055,9 +1088,17 @@ absl::StatusOr<std::pair<std::vector<std::byte>, std::vector<std::byte>>> RunPin
   }
   Stream stream;
   if (stream.error() != cudaSuccess) return absl::InternalError(cudaGetErrorName(stream.error()));
-  for (int r = 0; r < rounds; ++r) {
-    if (absl::Status s = h.LaunchOn(stream.get()); !s.ok()) return s;
-    if (absl::Status s = back->Launch(stream.get()); !s.ok()) return s;
+  const auto enqueue = [&]() -> absl::Status {
+    for (int r = 0; r < rounds; ++r) {
+      if (absl::Status s = h.LaunchOn(stream.get()); !s.ok()) return s;
+      if (absl::Status s = back->Launch(stream.get()); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  if (how == Launches::kCapturedGraph) {
+    if (absl::Status s = LaunchCaptured(stream.get(), enqueue); !s.ok()) return s;
+  } else if (absl::Status s = enqueue(); !s.ok()) {
+    return s;
   }
   if (absl::Status s = back->Synchronize(stream.get()); !s.ok()) return s;
   if (absl::Status s = h.FinishOn(stream.get()); !s.ok()) return s;
@@ -1091,12 +1132,13 @@ TEST_P(NarrowOverlapTest, BackToBackLaunchesMatchSerializedOnes) {
   LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
   h.ExpectEachNodeMatchesReference();
 
-  const auto serialized = RunPingPong(h, c, /*overlap=*/false, kRounds);
+  const auto serialized = RunPingPong(h, c, Launches::kSerialized, kRounds);
   LOOM_ASSERT_OK(serialized.status());
   EXPECT_NE(h.plan().Explain().find("narrow decode kernel"), std::string::npos) << h.plan().Explain();
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    SCOPED_TRACE(absl::StrCat("overlapped run ", attempt));
-    const auto overlapped = RunPingPong(h, c, /*overlap=*/true, kRounds);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    SCOPED_TRACE(attempt < 3 ? absl::StrCat("overlapped run ", attempt) : "the launches captured in a CUDA graph");
+    const auto overlapped =
+        RunPingPong(h, c, attempt < 3 ? Launches::kOverlapped : Launches::kCapturedGraph, kRounds);
     LOOM_ASSERT_OK(overlapped.status());
     EXPECT_TRUE(overlapped->first == serialized->first) << "x differs from the serialized launches'";
     EXPECT_TRUE(overlapped->second == serialized->second) << "y differs from the serialized launches'";
