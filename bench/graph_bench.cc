@@ -24,9 +24,9 @@
 // the median per launch is reported. With --run_length=N an event comes only
 // after every N launches and the median of the runs' means is reported: the
 // period of a pipeline of launches, where consecutive loom launches overlap
-// (CompileOptions::overlap_launches) and CUDA-graph launches queue up. speedup = baseline time / loom time
-// (> 1: loom is faster); weight bandwidth = weight bytes / time, next to the
-// measured copy bandwidth.
+// (CompileOptions::overlap_launches) and CUDA-graph launches queue up.
+// speedup = baseline time / loom time (> 1: loom is faster); weight bandwidth
+// = weight bytes / time, next to the measured copy bandwidth.
 //
 // Correctness, in the same run: every element of loom's outputs (the MLP's h
 // and y, every layer of the chain) against the baseline's, flagged WRONG past
@@ -957,8 +957,7 @@ int Main() {
   std::printf("timing: %s; loom launches %s\n",
               ctx.run_length == 1 ? "an event between every two launches"
                                   : absl::StrFormat("runs of %d launches back to back", ctx.run_length).c_str(),
-              ctx.loom_options.overlap_launches ? "overlap the kernel before them (narrow kernel)"
-                                                : "wait for the stream");
+              ctx.loom_options.overlap_launches ? "overlap the kernel before them" : "wait for the stream");
   bool all_ok = true;
   bool usable = true;
   double copy_gbps = 0;
