@@ -128,6 +128,10 @@ struct CompileOptions {
   // that. Back to back (no event between launches), the one-token MLP block
   // 4096/14336 takes 80.8-80.9 us a launch instead of 84.9-85.7 (bench/
   // NOTES.md v1.27). false: every launch starts once the stream has drained.
+  // Either way a plan lets the kernel after it start early if that kernel is
+  // launched with programmatic stream serialization: such a kernel must call
+  // cudaGridDependencySynchronize before it reads what the plan writes (the
+  // CUDA rule for that attribute; kernels launched without it just wait).
   bool overlap_launches = true;
   // A device spin wait gives up after this long and reports a time-out.
   int64_t spin_timeout_ns = 2'000'000'000;
