@@ -8,7 +8,8 @@ ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
           "most 64 rows)");
 ABSL_FLAG(int, narrow_a_stages, 0,
-          "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-16 rows)");
+          "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-32 rows; "
+          "at most 6 stages with packed weights at up to 16 rows)");
 ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
 ABSL_FLAG(int, narrow_b_in_flight, 0,
           "loom: the narrow kernel's B stages in flight at most (0: chosen, 3 or 4; 1 to its B ring depth - 1)");

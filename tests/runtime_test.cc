@@ -348,6 +348,21 @@ TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
     EXPECT_NE(plan->Explain().find(absl::StrFormat("A %d stages of", a_stages)), std::string::npos)
         << plan->Explain();
   }
+  // With packed weights at most 16 rows take 6 A stages, and B the rest.
+  CompileOptions packed = options;
+  packed.pack_weights = true;
+  for (const auto& [rows, a_stages, a_bytes] : {std::tuple{1, 6, 4096}, std::tuple{16, 6, 8192},
+                                                std::tuple{17, 8, 12288}}) {
+    SCOPED_TRACE(rows);
+    GemmGraph graph;
+    graph.AddGemm("long_k", Fake("x", 0x100000, rows, 8192), Fake("w", 0x10000000, 256, 8192),
+                  Fake("y", 0x20000000, rows, 256));
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, packed);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_NE(plan->Explain().find(absl::StrFormat("A %d stages of %d bytes", a_stages, a_bytes)),
+              std::string::npos)
+        << plan->Explain();
+  }
   absl::StatusOr<Plan> tall = runtime.Compile(DecodePair(65), options);
   ASSERT_TRUE(tall.ok()) << tall.status();
   EXPECT_EQ(tall->schedule().tile.n, 256);

@@ -159,6 +159,7 @@ absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceD
 }
 
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
+constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
 // The narrow kernel's tiles of `node`: its 32-column blocks.
 int64_t NarrowTiles(const GemmNode& node) { return (node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN; }
@@ -308,11 +309,19 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   const int64_t auto_a_bytes = smaller_a ? int64_t{96} * 1024 : int64_t{128} * 1024;
   constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
   const int64_t job_stages = (max_k + kStageK - 1) / kStageK;
+  // With packed weights on the mma.sync path (at most 16 rows) at most
+  // kPackedMmaSyncAStages: the rest of shared memory goes to B, which each
+  // launch fills with packed weights while the launch before it ends
+  // (NarrowGemmKernel). Back to back the MLP block at 1 / 16 tokens took 79.5
+  // / 80.6 us a launch against 80.2-80.6 / 81.1-81.3 with the whole job's A;
+  // with an event between launches, and unpacked, no difference past the
+  // noise (bench/NOTES.md v1.27).
+  const int64_t max_a_stages =
+      packed && tile_rows <= NarrowConfig::kMmaSyncRows ? kPackedMmaSyncAStages : NarrowConfig::kMaxAStages;
   rings.a_stages = options.narrow_a_stages > 0
                        ? options.narrow_a_stages
                        : static_cast<int>(std::clamp<int64_t>(
-                             std::min<int64_t>(auto_a_bytes / rings.a_stage_bytes, job_stages), 2,
-                             NarrowConfig::kMaxAStages));
+                             std::min<int64_t>(auto_a_bytes / rings.a_stage_bytes, job_stages), 2, max_a_stages));
   const int64_t left = device.shared_memory_per_block -
                        int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0)};
   const int64_t max_b_stages =

@@ -101,7 +101,8 @@ struct CompileOptions {
   // clusters).
   KernelChoice kernel = KernelChoice::kAuto;
   // The narrow kernel's A ring depth; 0: the longest job's A, within 128 KiB
-  // (96 KiB for 9-16 rows). 2 to 16.
+  // (96 KiB for 9-32 rows), and at most 6 stages with packed weights at up
+  // to 16 rows (the rest of shared memory to B). 2 to 16.
   int narrow_a_stages = 0;
   int narrow_b_stages = 0;  // narrow kernel's B ring depth; 0: what shared memory leaves (at most 16)
   // The narrow kernel's B loads in flight at once (issued, not yet landed),
