@@ -16,8 +16,7 @@ ABSL_FLAG(int, narrow_b_in_flight, 0,
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the narrow kernel's stage order at Compile (CompileOptions::pack_weights)");
 ABSL_FLAG(bool, overlap_launches, true,
-          "loom: the narrow kernel's launches overlap the end of the kernel before them "
-          "(CompileOptions::overlap_launches)");
+          "loom: launches overlap the end of the kernel before them (CompileOptions::overlap_launches)");
 ABSL_FLAG(bool, reduce_in_parts, true,
           "loom: reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
 ABSL_FLAG(int, reduce_part_rows, 0, "loom: rows of each reduce part (0: the scheduler chooses; at most 16)");

@@ -192,7 +192,7 @@ SimulationResult Simulator::Run(int virtual_sms, uint64_t seed, bool static_firs
     result.max_nodes_in_flight = std::max(result.max_nodes_in_flight, nodes_in_flight);
   };
   if (static_first_wave) {
-    for (; cursor < std::min<int64_t>(workers, num_jobs); ++cursor) take(static_cast<int32_t>(cursor), cursor);
+    for (int32_t w = 0; w < workers && w < num_jobs; ++w) take(w, w);
     cursor = workers;  // the dynamic fetches start past the grid
   }
   while (!can_act.empty()) {

@@ -5,11 +5,12 @@
 // Model: `virtual_sms` workers (one per cluster of the real kernel) take job
 // indices from a shared cursor, in queue order; with `static_first_wave`,
 // worker i starts on index i and the cursor past the workers (the narrow
-// kernel: CTA i takes queue index i before it reads the cursor). A worker executes its job in
-// steps: a kReduce job first waits for its partials; a kGemm job then goes
-// k-block by k-block, each step waiting for the producer tiles its A and B
-// slices of that k-block read; the epilogue job then waits for its bias and
-// residual tiles; then the job completes and publishes its flags. A worker
+// kernel: CTA i takes queue index i before it reads the cursor). A worker
+// executes its job in steps: a kReduce job first waits for its partials; a
+// kGemm job then goes k-block by k-block, each step waiting for the producer
+// tiles its A and B slices of that k-block read; the epilogue job then waits
+// for its bias and residual tiles; then the job completes and publishes its
+// flags. A worker
 // whose next step needs an unpublished flag waits, holding its job. Each step
 // of the simulation picks, with a PRNG seeded by `seed`, one worker that can
 // act (take a job, advance one step, or complete). The run ends finished (all
