@@ -45,8 +45,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "probe_common.h"
 
 ABSL_FLAG(int64_t, rows, 28672, "weight rows (output columns of the GEMM)");
 ABSL_FLAG(int64_t, cols, 4096, "weight columns (K); a multiple of 256");
@@ -88,15 +88,6 @@ struct ProbeParams {
   bool drain;
 };
 
-#define PROBE_CHECK(call)                                                                \
-  do {                                                                                   \
-    cudaError_t error_ = (call);                                                         \
-    if (error_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
-                   cudaGetErrorString(error_));                                           \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 __device__ uint32_t probe_sink;
 
@@ -291,15 +282,6 @@ bool EncodeMap(Mode mode, void* base, int64_t rows, int64_t cols, uint32_t box_r
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-std::vector<int> ParseInts(const std::string& list) {
-  std::vector<int> values;
-  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
-    int value = 0;
-    if (absl::SimpleAtoi(part, &value)) values.push_back(value);
-  }
-  return values;
-}
-
 // Median launch time in us of `launch`, back to back.
 template <typename Launch>
 double MedianUs(int iters, Launch launch) {
@@ -335,11 +317,11 @@ std::vector<Variant> Variants(Mode mode, const std::vector<int>& pads, const std
   for (int pad : pads) {
     for (int box_rows : box_rows_list) {
       if (mode != Mode::kKBlock && box_rows != kJobRows) continue;  // only kblock boxes come in other heights
-      for (int stages : ParseInts(absl::GetFlag(FLAGS_stages))) {
-        for (int drain : ParseInts(absl::GetFlag(FLAGS_drain))) {
-          for (int a_rows : ParseInts(absl::GetFlag(FLAGS_a_rows))) {
-            for (int gap : ParseInts(absl::GetFlag(FLAGS_job_gap_ns))) {
-              for (int grid : ParseInts(absl::GetFlag(FLAGS_grids))) {
+      for (int stages : ParseIntList("stages", absl::GetFlag(FLAGS_stages))) {
+        for (int drain : ParseIntList("drain", absl::GetFlag(FLAGS_drain))) {
+          for (int a_rows : ParseIntList("a_rows", absl::GetFlag(FLAGS_a_rows))) {
+            for (int gap : ParseIntList("job_gap_ns", absl::GetFlag(FLAGS_job_gap_ns))) {
+              for (int grid : ParseIntList("grids", absl::GetFlag(FLAGS_grids))) {
                 variants.push_back({box_rows, pad, stages, drain, a_rows, gap, grid > 0 ? grid : sms});
               }
             }
@@ -366,8 +348,8 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   PROBE_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const size_t bytes = static_cast<size_t>(rows * cols * 2);  // what a run streams
-  const std::vector<int> pads = ParseInts(absl::GetFlag(FLAGS_pitch_pad));
-  const std::vector<int> box_rows_list = ParseInts(absl::GetFlag(FLAGS_box_rows));
+  const std::vector<int> pads = ParseIntList("pitch_pad", absl::GetFlag(FLAGS_pitch_pad));
+  const std::vector<int> box_rows_list = ParseIntList("box_rows", absl::GetFlag(FLAGS_box_rows));
   int max_pad = 0;
   for (int pad : pads) {
     if (pad < 0 || pad % 16 != 0) {

@@ -36,8 +36,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "probe_common.h"
 #include "ptx.cuh"
 #include "wgmma.cuh"
 
@@ -52,15 +52,6 @@ using loom::kernel::AdvanceDescriptorK16;
 using loom::kernel::MakeSwizzle128Descriptor;
 
 constexpr uint32_t kOperandBytes = 64 * 1024;  // A (at most 32 KiB, n32) then B (at most 32 KiB, n256)
-
-#define PROBE_CUDA(call)                                                        \
-  do {                                                                          \
-    const cudaError_t probe_error = (call);                                     \
-    if (probe_error != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(probe_error)); \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
 
 // One stage: kWgmmas wgmmas m64nNk16 (N = kN: 32, 64 or 256) over kWgmmas
 // k16 steps, step j into accumulator set j % kSets, from the operands at a
@@ -138,42 +129,28 @@ __global__ void ProbeKernel(int stages, long long* cycles, float* sink) {
   if (sum == 1234.5f) *sink = sum;  // never true in practice; keeps the multiplies
 }
 
-std::vector<int> ParseInts(const std::string& list) {
-  std::vector<int> values;
-  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
-    int value = 0;
-    if (!absl::SimpleAtoi(part, &value) || value < 1) {
-      std::fprintf(stderr, "wgmma_probe: bad list entry '%.*s' in '%s'\n", static_cast<int>(part.size()), part.data(),
-                   list.c_str());
-      std::exit(2);
-    }
-    values.push_back(value);
-  }
-  return values;
-}
-
 template <typename StageT>
 void Run(const char* name, int warpgroups, int stages, int sms, int clock_khz) {
   const auto kernel = ProbeKernel<StageT>;
   const int smem = warpgroups * static_cast<int>(kOperandBytes) + 1024;
-  PROBE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   long long* cycles = nullptr;
   float* sink = nullptr;
-  PROBE_CUDA(cudaMalloc(&cycles, sms * 4 * sizeof(long long)));
-  PROBE_CUDA(cudaMalloc(&sink, sizeof(float)));
+  PROBE_CHECK(cudaMalloc(&cycles, sms * 4 * sizeof(long long)));
+  PROBE_CHECK(cudaMalloc(&sink, sizeof(float)));
   cudaEvent_t begin, end;
-  PROBE_CUDA(cudaEventCreate(&begin));
-  PROBE_CUDA(cudaEventCreate(&end));
+  PROBE_CHECK(cudaEventCreate(&begin));
+  PROBE_CHECK(cudaEventCreate(&end));
   kernel<<<sms, warpgroups * 128, smem>>>(stages / 10 + 1, cycles, sink);  // warm-up
-  PROBE_CUDA(cudaEventRecord(begin));
+  PROBE_CHECK(cudaEventRecord(begin));
   kernel<<<sms, warpgroups * 128, smem>>>(stages, cycles, sink);
-  PROBE_CUDA(cudaEventRecord(end));
-  PROBE_CUDA(cudaEventSynchronize(end));
-  PROBE_CUDA(cudaGetLastError());
+  PROBE_CHECK(cudaEventRecord(end));
+  PROBE_CHECK(cudaEventSynchronize(end));
+  PROBE_CHECK(cudaGetLastError());
   float ms = 0.0f;
-  PROBE_CUDA(cudaEventElapsedTime(&ms, begin, end));
+  PROBE_CHECK(cudaEventElapsedTime(&ms, begin, end));
   std::vector<long long> host(sms * 4);
-  PROBE_CUDA(cudaMemcpy(host.data(), cycles, host.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  PROBE_CHECK(cudaMemcpy(host.data(), cycles, host.size() * sizeof(long long), cudaMemcpyDeviceToHost));
   std::vector<long long> per_warpgroup;
   for (int cta = 0; cta < sms; ++cta) {
     for (int w = 0; w < warpgroups; ++w) per_warpgroup.push_back(host[cta * 4 + w]);
@@ -187,10 +164,10 @@ void Run(const char* name, int warpgroups, int stages, int sms, int clock_khz) {
       "  %5.0f MAC/clk/SM  (SM clock %.2f GHz nominal)\n",
       name, warpgroups, cycles_per_stage, cycles_per_stage / StageT::kWgmmasPerStage, ns_per_stage,
       warpgroups * StageT::kMacs / cycles_per_stage, clock_khz / 1e6);
-  PROBE_CUDA(cudaFree(cycles));
-  PROBE_CUDA(cudaFree(sink));
-  PROBE_CUDA(cudaEventDestroy(begin));
-  PROBE_CUDA(cudaEventDestroy(end));
+  PROBE_CHECK(cudaFree(cycles));
+  PROBE_CHECK(cudaFree(sink));
+  PROBE_CHECK(cudaEventDestroy(begin));
+  PROBE_CHECK(cudaEventDestroy(end));
 }
 
 // The shapes --shapes may name (the file's comment).
@@ -212,9 +189,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "wgmma_probe: --stages must be at least 10, got %d\n", stages);
     return 2;
   }
-  const std::vector<int> warpgroups = ParseInts(absl::GetFlag(FLAGS_warpgroups));
+  const std::vector<int> warpgroups = ParseIntList("warpgroups", absl::GetFlag(FLAGS_warpgroups));
   for (int w : warpgroups) {
-    if (w > 3) {  // 64 KiB of operands each
+    if (w < 1 || w > 3) {  // 64 KiB of operands each
       std::fprintf(stderr, "wgmma_probe: --warpgroups entries must be 1 to 3, got %d\n", w);
       return 2;
     }
@@ -233,9 +210,9 @@ int main(int argc, char** argv) {
     shapes.push_back(found);
   }
   int device = 0, sms = 0, clock_khz = 0;
-  PROBE_CUDA(cudaGetDevice(&device));
-  PROBE_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  PROBE_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
+  PROBE_CHECK(cudaGetDevice(&device));
+  PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  PROBE_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
   for (const ProbeShape* shape : shapes) {
     for (int w : warpgroups) shape->run(shape->name, w, stages, sms, clock_khz);
   }
