@@ -850,12 +850,18 @@ absl::Status CheckFlags() {
   LOOM_RETURN_IF_ERROR(CheckWidth("hidden", absl::GetFlag(FLAGS_hidden)));
   LOOM_RETURN_IF_ERROR(CheckWidth("intermediate", absl::GetFlag(FLAGS_intermediate)));
   LOOM_RETURN_IF_ERROR(CheckWidth("chain_width", absl::GetFlag(FLAGS_chain_width)));
-  if (absl::GetFlag(FLAGS_iters) < 1) return absl::InvalidArgumentError("--iters must be at least 1");
+  if (const int iters = absl::GetFlag(FLAGS_iters); iters < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--iters must be at least 1, got ", iters));
+  }
   if (const int run_length = absl::GetFlag(FLAGS_run_length); run_length < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--run_length must be at least 1, got ", run_length));
   }
-  if (absl::GetFlag(FLAGS_warmup) < 1) return absl::InvalidArgumentError("--warmup must be at least 1");
-  if (absl::GetFlag(FLAGS_chain_layers) < 0) return absl::InvalidArgumentError("--chain_layers must be >= 0");
+  if (const int warmup = absl::GetFlag(FLAGS_warmup); warmup < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--warmup must be at least 1, got ", warmup));
+  }
+  if (const int layers = absl::GetFlag(FLAGS_chain_layers); layers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--chain_layers must be at least 0, got ", layers));
+  }
   return absl::OkStatus();
 }
 
