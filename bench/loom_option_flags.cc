@@ -13,6 +13,9 @@ ABSL_FLAG(int, narrow_a_stages, 0,
 ABSL_FLAG(int, narrow_b_stages, 0, "loom: the narrow kernel's B ring depth (0: what shared memory leaves)");
 ABSL_FLAG(int, narrow_b_in_flight, 0,
           "loom: the narrow kernel's B stages in flight at most (0: chosen, 3 or 4; 1 to its B ring depth - 1)");
+ABSL_FLAG(int, narrow_consumers, 0,
+          "loom: the narrow kernel's consumer warpgroups, 1 or 2 taking the jobs in turn (0: chosen, "
+          "CompileOptions::narrow_consumers)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the narrow kernel's stage order at Compile (CompileOptions::pack_weights)");
 ABSL_FLAG(bool, overlap_launches, true,
@@ -31,6 +34,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);
   options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
   options.narrow_b_in_flight = absl::GetFlag(FLAGS_narrow_b_in_flight);
+  options.narrow_consumers = absl::GetFlag(FLAGS_narrow_consumers);
   options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
   options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);
   options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);

@@ -9,8 +9,9 @@
 namespace loom::bench {
 
 // CompileOptions with --a_stages, --b_stages, --kernel, --narrow_a_stages,
-// --narrow_b_stages, --reduce_in_parts and --reduce_part_rows applied; every
-// other field at its default.
+// --narrow_b_stages, --narrow_b_in_flight, --narrow_consumers,
+// --pack_weights, --overlap_launches, --reduce_in_parts and
+// --reduce_part_rows applied; every other field at its default.
 CompileOptions LoomOptionsFromFlags();
 
 }  // namespace loom::bench

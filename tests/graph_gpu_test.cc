@@ -22,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -938,6 +939,48 @@ TEST_P(NarrowPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
                          ::testing::Values("mlp1", "mlp16", "mlp24", "mlp64", "ragged_chain7", "ragged_chain25",
                                            "eight_layers1", "random"),
+                         [](const auto& info) { return info.param; });
+
+// One consumer warpgroup or two taking the jobs in turn
+// (CompileOptions::narrow_consumers): each job is the same code, summed in
+// the same order, on whichever warpgroup, so both plans write the same bits,
+// packed or not, and each matches the reference. Cases: every multiply path
+// (mma.sync at 8 rows, paired wgmma at 24, m64n32k16 at 64), the ragged
+// chain and random decode graphs (dependencies between jobs the two
+// warpgroups share).
+class NarrowConsumersTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowConsumersTest, OneAndTwoWarpgroupsWriteTheSameBits) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const int graphs = GetParam() == "random" ? 6 : 1;
+  Rng rng;
+  for (int i = 0; i < graphs && !HasFailure(); ++i) {
+    SCOPED_TRACE(absl::StrCat("graph ", i));
+    GpuHarness h;
+    SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
+    std::optional<Snapshot> first;
+    for (const bool packed : {false, true}) {
+      for (const int consumers : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(consumers, " consumer warpgroups, ", packed ? "packed" : "unpacked"));
+        CompileOptions options = NarrowOptions();
+        options.pack_weights = packed;
+        options.narrow_consumers = consumers;
+        LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+        const std::string explain = h.plan().Explain();
+        EXPECT_NE(explain.find(absl::StrCat("CTAs of ", consumers, " consumer warpgroup")), std::string::npos)
+            << explain;
+        ExpectNodesRightAndReplayIdentical(h);
+        if (HasFatalFailure()) return;
+        if (!first.has_value()) {
+          first = TakeSnapshot(h);
+        } else {
+          EXPECT_TRUE(SameBits(h, *first));
+        }
+      }
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
+                         ::testing::Values("mlp8", "mlp24", "mlp64", "ragged_chain25", "random"),
                          [](const auto& info) { return info.param; });
 
 // A packed plan reads its copy, not B: new values in B change nothing until

@@ -405,6 +405,45 @@ TEST(RuntimeTest, OneWaveChainsGetAShallowerBRing) {
   EXPECT_NE(plan->Explain().find(", B 9 stages"), std::string::npos) << "narrow_b_stages still sets the depth";
 }
 
+// CompileOptions::narrow_consumers: by default two consumer warpgroups for
+// 17-64 rows, one for the mma.sync path (at most 16 rows) and for a chain of
+// one-wave layers; the option overrides both ways. Explain says which.
+TEST(RuntimeTest, NarrowConsumerWarpgroupsFollowTheGraph) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  auto consumers_of = [&](const GemmGraph& graph, int option) {
+    CompileOptions options;
+    options.narrow_consumers = option;
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return std::string("?");
+    EXPECT_EQ(plan->kernel(), KernelChoice::kNarrow);
+    const std::string explain = plan->Explain();
+    const size_t at = explain.find("CTAs of ");
+    return at == std::string::npos ? std::string("?") : explain.substr(at + 8, 1);
+  };
+  auto wide_pair = [](int64_t rows) {  // 448 tiles of gate/up: many jobs a CTA
+    GemmGraph graph;
+    const TensorView h = Fake("h", 0x30000000, rows, 14336);
+    graph.AddGemm("up", Fake("x", 0x100000, rows, 4096), Fake("w1", 0x10000000, 14336, 4096), h);
+    graph.AddGemm("down", h, Fake("w2", 0x20000000, 4096, 14336), Fake("y", 0x40000000, rows, 4096));
+    return graph;
+  };
+  auto chain = [](int64_t rows) {  // 128 tiles a layer: one wave
+    GemmGraph graph;
+    const TensorView h = Fake("h", 0x30000000, rows, 4096);
+    graph.AddGemm("layer1", Fake("x", 0x100000, rows, 4096), Fake("w1", 0x10000000, 4096, 4096), h);
+    graph.AddGemm("layer2", h, Fake("w2", 0x12000000, 4096, 4096), Fake("y", 0x31000000, rows, 4096));
+    return graph;
+  };
+  EXPECT_EQ(consumers_of(wide_pair(64), 0), "2");
+  EXPECT_EQ(consumers_of(wide_pair(17), 0), "2");
+  EXPECT_EQ(consumers_of(wide_pair(16), 0), "1");
+  EXPECT_EQ(consumers_of(chain(64), 0), "1");
+  EXPECT_EQ(consumers_of(wide_pair(64), 1), "1");
+  EXPECT_EQ(consumers_of(wide_pair(1), 2), "2");
+  EXPECT_EQ(consumers_of(chain(64), 2), "2");
+}
+
 // CompileOptions::pack_weights: the narrow kernel packs every B that no node
 // writes, and Explain names them and the copy's size; a B another node writes
 // is read in place, as is every B on the tiled kernel.
@@ -559,6 +598,8 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
       {[](CompileOptions& o) { o.a_stages = 9; }, {"a_stages: 9", "[1, 8]"}},
       {[](CompileOptions& o) { o.narrow_a_stages = -1; }, {"narrow_a_stages: -1", "[0, 16]"}},
       {[](CompileOptions& o) { o.narrow_b_stages = 17; }, {"narrow_b_stages: 17", "[2, 16]"}},
+      {[](CompileOptions& o) { o.narrow_consumers = 3; }, {"narrow_consumers: 3", "[0, 2]"}},
+      {[](CompileOptions& o) { o.narrow_consumers = -1; }, {"narrow_consumers: -1", "[0, 2]"}},
   };
   for (const GemmGraph& graph : {OneGemm(), DecodePair(1)}) {
     for (const Case& c : cases) {

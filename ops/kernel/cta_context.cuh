@@ -71,6 +71,13 @@ struct RingCursor {
       phase ^= 1;
     }
   }
+  // Moves `count` slots on at once.
+  __device__ void Skip(int count, int stages) {
+    const int moved = stage + count;
+    const int wraps = moved / stages;
+    stage = moved - wraps * stages;
+    phase ^= static_cast<uint32_t>(wraps) & 1u;
+  }
   // The slot before this one (recomputed rather than carried: the main loop
   // has no registers to spare).
   __device__ int Previous(int stages) const { return stage == 0 ? stages - 1 : stage - 1; }

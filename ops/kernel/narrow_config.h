@@ -21,19 +21,45 @@
 namespace loom::kernel {
 
 struct NarrowConfig {
-  // CTA tile: one consumer warpgroup, 64 rows (every row of a narrow plan's
-  // nodes) x 32 accumulator columns (16 FP32 registers a thread in the
-  // wgmma layout, wgmma.cuh), whole K.
+  // CTA tile: 64 rows (every row of a narrow plan's nodes) x 32 accumulator
+  // columns (16 FP32 registers a thread in the wgmma layout, wgmma.cuh),
+  // whole K, multiplied by one consumer warpgroup.
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = 32;
   static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig
-  static constexpr int kThreads = 256;  // producer warpgroup + one consumer warpgroup
+  // One consumer warpgroup, or two taking the CTA's jobs in turn
+  // (narrow_gemm.cu, ConsumeJobs): one runs a job's epilogue while the other
+  // multiplies the next job's stages. Two pay where a CTA runs many jobs of
+  // 17-64 rows (the MLP block's gate/up at 32 / 64 tokens 89.3-89.7 /
+  // 105.3-105.4 us against 95.1-95.5 / 110.4), not on the mma.sync path (16
+  // tokens 84.2-84.4 against 81.5-81.9) nor in a chain of one-wave layers
+  // (64 tokens 112.6-112.7 against 109.2-109.7) (bench/NOTES.md v1.29):
+  // CompileOptions::narrow_consumers. A kernel instantiation each.
+  static constexpr int kMaxConsumerWarpgroups = 2;
+  static constexpr int Threads(int consumers) { return 128 * (1 + consumers); }  // producer warpgroup + consumers
+  // Register split with two consumers (setmaxnreg), as in KernelConfig:
+  // __launch_bounds__(384, 1) gives 168 a thread, and the producer
+  // warpgroup gives some of its registers to the consumers. ptxas -v: with
+  // 168 each the unpaired instantiations spilled 84 bytes; 120 / 192 spills
+  // none in the paired ones and 4 bytes (20 of loads) in the unpaired ones,
+  // where not looked at; 104 / 200, 112 / 192 and 96 / 200 spilled as much or
+  // more. (One consumer: 256 threads, 255 registers a thread, no split.)
+  static constexpr int kLaunchRegisters = (65536 / (128 * 3)) / 8 * 8;  // 168
+  static constexpr int kProducerRegisters = 120;
+  static constexpr int kConsumerRegisters = 192;
+  // setmaxnreg.inc blocks forever when the registers are not there.
+  static_assert(kMaxConsumerWarpgroups == 2 &&
+                    kProducerRegisters * 128 + kConsumerRegisters * 128 * 2 <= kLaunchRegisters * 128 * 3,
+                "the register split overdraws");
   static constexpr int kJobSlots = KernelConfig::kJobSlots;
   // Arrivals per CTA that free a job slot: the A loader warp, the B loader,
-  // the publisher and the four consumer warps (the consumers store the output
+  // the publisher and every consumer warp (each consumer warpgroup reads
+  // every job, its own and the other's; the consumers store the output
   // themselves: no store warp).
-  static constexpr int kJobReleasesPerCta = 3 + 4;
-  static constexpr int kReleasingWarpsPerCta = 4;  // consumer warps that free a ring slot (and hand a tile over)
+  static constexpr int JobReleasesPerCta(int consumers) { return 3 + 4 * consumers; }
+  // Consumer warps that free a ring slot (and hand a tile over): the four of
+  // the warpgroup whose job it is.
+  static constexpr int kReleasingWarpsPerCta = 4;
   // No clusters: a job slot is freed and waited for in this CTA, at CTA scope
   // (an acquire at cluster scope empties L1: JobStream::Next). NOTE: with
   // the cluster-scope release of the tiled kernel, a consumer warp's release
@@ -107,7 +133,8 @@ struct NarrowConfig {
   }
   // The mma.sync path (at most 16 rows) splits a stage's k-blocks among the
   // four consumer warps and sums their partial tiles through shared memory:
-  // [4 warps][4 (weight block, token block) pairs][32 lanes][4] fp32.
+  // [4 warps][4 (weight block, token block) pairs][32 lanes][4] fp32, one
+  // such buffer per consumer warpgroup.
   static constexpr uint32_t kPartialsBytes = 4 * 4 * 32 * 4 * 4;
 
   // Packed weights (CompileOptions::pack_weights): B [N, K] rearranged so that
@@ -146,20 +173,24 @@ struct NarrowBarriers {
   // their stores to C) to the publisher, which releases its flag.
   uint64_t publish_full[NarrowConfig::kJobSlots];
   uint64_t publish_empty[NarrowConfig::kJobSlots];
+  // With two consumer warpgroups, one per warpgroup: the other's main loop
+  // has waited for every stage of its job (one arrival per warp), so this
+  // one may wait for the next job's (narrow_gemm.cu, ConsumeJobs).
+  uint64_t consumer_turn[NarrowConfig::kMaxConsumerWarpgroups];
 };
 
 // Byte offsets into the dynamic shared memory of one CTA.
 struct NarrowSmemLayout {
   uint32_t a_ring = 0;     // [a_stages][kKBlocksPerStage][rows][128 B], 128B swizzle
   uint32_t b_ring = 0;     // [b_stages][kKBlocksPerStage][kBlockN][128 B], 128B swizzle; after A (see ATileBytes)
-  uint32_t partials = 0;   // fp32 [4][4][32][4] (NarrowConfig::kPartialsBytes)
+  uint32_t partials = 0;   // fp32 [consumer warpgroups][4][4][32][4] (NarrowConfig::kPartialsBytes each)
   uint32_t barriers = 0;   // NarrowBarriers
   uint32_t job_slots = 0;  // int32_t [kJobSlots]
   uint32_t total = 0;      // bytes to request, including 1 KiB of alignment slack
 };
 
 LOOM_HOST_DEVICE constexpr NarrowSmemLayout ComputeNarrowSmemLayout(int a_stages, uint32_t a_stage_bytes,
-                                                                    int b_stages) {
+                                                                    int b_stages, int consumers) {
   NarrowSmemLayout layout;
   uint32_t offset = 0;
   layout.a_ring = offset;
@@ -167,7 +198,7 @@ LOOM_HOST_DEVICE constexpr NarrowSmemLayout ComputeNarrowSmemLayout(int a_stages
   layout.b_ring = offset;
   offset += static_cast<uint32_t>(b_stages) * NarrowConfig::kBStageBytes;
   layout.partials = offset;
-  offset += NarrowConfig::kPartialsBytes;
+  offset += static_cast<uint32_t>(consumers) * NarrowConfig::kPartialsBytes;
   layout.barriers = offset;
   offset += sizeof(NarrowBarriers);
   layout.job_slots = offset;

@@ -5,13 +5,17 @@
 // scheduler_role.cuh), and the same deadlock-freedom argument: jobs in queue
 // order, every CTA co-resident, no finishing role waits on a later job.
 //
-// One CTA per SM, no clusters, 256 threads:
+// One CTA per SM, no clusters, 256 or 384 threads (one consumer warpgroup
+// or two, CompileOptions::narrow_consumers):
 //   warpgroup 0: warp 0 the A loader (every lane polls flags, lane 0 issues
 //                the loads), warp 1 lane 0 the B loader (a tensor load a
 //                stage, or one bulk copy a stage from packed weights:
 //                NarrowConfig::PackedWeightBytes), warp 2 lane 0 the
 //                scheduler, warp 3 lane 0 the publisher;
-//   warpgroup 1: the consumer: a 32-column tile over the job's whole K (for
+//   warpgroup 1 (and 2): the consumer(s); two take the CTA's jobs in turn
+//                (the first, third, ... job the first; ConsumeJobs), so that
+//                one warpgroup's epilogue runs beside the other's main loop.
+//                Each job: a 32-column tile over the job's whole K (for
 //                at most 16 rows on mma.sync with the operands swapped,
 //                RunMmaSyncJob; else on wgmma with both operands from shared
 //                memory: 17-32 rows m64n64k16 over two k-blocks at once,
@@ -19,8 +23,9 @@
 //                the fused epilogue straight from registers into C (no
 //                staging, no TMA store), then the tile to the publisher.
 // Rings: A and B each a ring of stages of kKBlocksPerStage k-blocks with full
-// / empty barriers, as in cta_context.cuh, but local to the CTA: each
-// consumer warp's lane 0 releases a stage once its reads are done.
+// / empty barriers, as in cta_context.cuh, but local to the CTA: each warp of
+// the consumer whose job the stage belongs to releases it (lane 0) once its
+// reads are done; the other consumer moves its cursors past the job's stages.
 // Publishing a tile (a ring of kJobSlots handoffs):
 //   consumer warp: its generic stores to C; __syncwarp (orders the lanes'
 //     stores before lane 0's later operations); lane 0 waits publish_empty,
@@ -62,7 +67,7 @@ struct NarrowContext {
   NarrowBarriers* barriers;
   uint8_t* a_ring;
   uint8_t* b_ring;
-  float4* partials;  // [4 warps][4 pairs][32 lanes] (RunMmaSyncJob)
+  float4* partials;  // [consumer warpgroup][4 warps][4 pairs][32 lanes] (RunMmaSyncJob)
   int32_t* job_slots;
   uint32_t rank;   // 0: no clusters
   uint32_t epoch;  // this launch's epoch, once AwaitPreviousLaunch has read it
@@ -95,8 +100,7 @@ struct NarrowContext {
   }
 };
 
-constexpr int kConsumerBarrier = static_cast<int>(NamedBarrier::kConsumer0);
-
+template <int kConsumers>
 __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams& params) {
   for (int s = 0; s < params.a_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->a_full[s], 1);
@@ -108,10 +112,11 @@ __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams&
   }
   for (int s = 0; s < NarrowConfig::kJobSlots; ++s) {
     cuda::ptx::mbarrier_init(&barriers->job_full[s], 1);
-    cuda::ptx::mbarrier_init(&barriers->job_empty[s], NarrowConfig::kJobReleasesPerCta);
+    cuda::ptx::mbarrier_init(&barriers->job_empty[s], NarrowConfig::JobReleasesPerCta(kConsumers));
     cuda::ptx::mbarrier_init(&barriers->publish_full[s], NarrowConfig::kReleasingWarpsPerCta);
     cuda::ptx::mbarrier_init(&barriers->publish_empty[s], 1);
   }
+  for (uint64_t& turn : barriers->consumer_turn) cuda::ptx::mbarrier_init(&turn, NarrowConfig::kReleasingWarpsPerCta);
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
 
@@ -528,10 +533,25 @@ __device__ __forceinline__ void ReleaseSlots(const NarrowContext& ctx, bool rele
   b_release.Advance(ctx.params.b_stages);
 }
 
-// The consumer's state across jobs: its position in both rings.
+// What one consumer warpgroup keeps across jobs: its named barrier and
+// partials buffer (RunMmaSyncJob, RunPairedWgmmaJob), its position in both
+// rings, and the turn barriers that keep the two warpgroups' main loops in
+// job order (ConsumeJobs).
 struct ConsumerRings {
+  uint32_t barrier;    // NamedBarrier::kConsumer0 + the warpgroup
+  float4* partials;    // its NarrowConfig::kPartialsBytes
+  uint64_t* turn;      // completes when the other warpgroup's main loop has waited for its last stage
+  uint64_t* next_turn; // the other warpgroup's
   RingCursor a, b;
+  uint32_t turn_phase = 0;
 };
+
+// This warp's main loop has waited for every stage of its job: the other
+// warpgroup may wait for the next job's (one arrival per warp).
+template <int kConsumers>
+__device__ __forceinline__ void PassTurn(const ConsumerRings& rings, int lane) {
+  if (kConsumers > 1 && lane == 0) cuda::ptx::mbarrier_arrive(rings.next_turn);
+}
 
 // Waits for the stage under the cursors to be full in both rings; on the
 // job's first stage also stamps data_ready and lets the epilogue prefetch.
@@ -549,6 +569,7 @@ __device__ __forceinline__ bool WaitForStage(const NarrowContext& ctx, const Con
 
 // A job of 33 to 64 rows: wgmma m64n32k16 over the whole K, then the
 // epilogue. Returns false when a wait gave up (the launch is aborting).
+template <int kConsumers>
 __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                             int lane, ConsumerRings& rings) {
   const bool release_lane = lane == 0;
@@ -592,6 +613,7 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
+  if (ok) PassTurn<kConsumers>(rings, lane);
   ptx::wgmma_wait_group<0>();
   if (ok && pending) ReleaseSlots(ctx, release_lane, a_release, b_release);
   float acc[16];
@@ -633,7 +655,7 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 // the 64 rows, the tokens of both k-blocks as N = 2 * rows) took 114.5 /
 // 124.3 at 24 / 32 tokens, and at 48 / 64 tokens (N = 96 / 128) 149 / 167
 // against 117 / 119 (bench/NOTES.md v1.24).
-template <int kRows>
+template <int kRows, int kConsumers>
 __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                   int lane, ConsumerRings& rings) {
   constexpr int kPairChains = 2;
@@ -672,16 +694,17 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
+  if (ok) PassTurn<kConsumers>(rings, lane);
   ptx::wgmma_wait_group<0>();
   if (ok && pending) ReleaseSlots(ctx, lane == 0, a_release, b_release);
   // Register 4c + 2h + e holds row 16 * warp + lane / 4 + 8h, column 8c + 2 *
   // (lane % 4) + e (wgmma.cuh); every index below is a constant (a run-time
   // one would put the accumulators in local memory), only the stores and
   // loads are predicated on the row.
-  float* handoff = reinterpret_cast<float*>(ctx.partials);
+  float* handoff = reinterpret_cast<float*>(rings.partials);
   // Every warp reaches both barriers, whether its waits gave up or not. The
   // first: the previous job's partials have all been read.
-  ptx::barrier_and<kConsumerBarrier, 128>(ok);
+  ptx::barrier_and_at<128>(rings.barrier, ok);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = 16 * warp + lane / 4 + 8 * h;
@@ -695,7 +718,7 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
       }
     }
   }
-  ok = ptx::barrier_and<kConsumerBarrier, 128>(ok);
+  ok = ptx::barrier_and_at<128>(rings.barrier, ok);
   float acc[16];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -728,7 +751,7 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
 // stage's k-blocks, four mma.sync in a row into each chain, a one-token
 // chain layer's main loop (64 k-blocks) took ~6.2 us; split by k-block,
 // ~5 us.
-template <int kTokenBlocks>
+template <int kTokenBlocks, int kConsumers>
 __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                               int lane, ConsumerRings& rings) {
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
@@ -770,9 +793,10 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
     // The stage's reads are done (ldmatrix is synchronous): free its slots.
     ReleaseSlots(ctx, lane == 0, rings.a, rings.b);
   }
+  if (ok) PassTurn<kConsumers>(rings, lane);
   // Every warp reaches both barriers, whether its waits gave up or not.
   // The first: the previous job's partials have all been read.
-  ptx::barrier_and<kConsumerBarrier, 128>(ok);
+  ptx::barrier_and_at<128>(rings.barrier, ok);
 #pragma unroll
   for (int tb = 0; tb < kTokenBlocks; ++tb) {
 #pragma unroll
@@ -783,15 +807,15 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
       sum.y = (c[0][1] + c[1][1]) + (c[2][1] + c[3][1]);
       sum.z = (c[0][2] + c[1][2]) + (c[2][2] + c[3][2]);
       sum.w = (c[0][3] + c[1][3]) + (c[2][3] + c[3][3]);
-      ctx.partials[(warp * 4 + 2 * tb + wb) * 32 + lane] = sum;
+      rings.partials[(warp * 4 + 2 * tb + wb) * 32 + lane] = sum;
     }
   }
-  ok = ptx::barrier_and<kConsumerBarrier, 128>(ok);
+  ok = ptx::barrier_and_at<128>(rings.barrier, ok);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (active) {
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const float4 part = ctx.partials[(w * 4 + 2 * token_block + weight_block) * 32 + lane];
+      const float4 part = rings.partials[(w * 4 + 2 * token_block + weight_block) * 32 + lane];
       acc[0] += part.x;
       acc[1] += part.y;
       acc[2] += part.z;
@@ -803,38 +827,64 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
   return ok;
 }
 
-// The consumer warpgroup, job after job: the main loop over the whole K and
+// A consumer warpgroup, every other job of the CTA (`warpgroup` 0 the first,
+// third, ...; 1 the second, fourth, ...): the main loop over the whole K and
 // the epilogue into C, then each warp hands its part of the tile to the
-// publisher. A warp in which any wait gave up (the launch is aborting) leaves
-// without handing over; the publisher's wait then gives up too.
+// publisher. The jobs of the other warpgroup it reads too, and moves its
+// ring and handoff cursors past them: both rings and the handoffs hold the
+// CTA's jobs in queue order. So while one warpgroup runs a job's epilogue,
+// the other multiplies the next job's stages as they land.
+// A warp in which any wait gave up (the launch is aborting) leaves without
+// handing over; the publisher's wait then gives up too.
 // kPath: 24 or 32, RunPairedWgmmaJob for A tiles of that many rows; 0, the
 // others by the plan's rows (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
 // NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
 // spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
 // 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
 // loop of their own (bench/NOTES.md v1.24).
-template <int kPath>
-__device__ void ConsumeJobs(const NarrowContext& ctx, int warp, int lane, bool leader) {
+template <int kPath, int kConsumers>
+__device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
+  static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
   JobStream jobs;
-  ConsumerRings rings;
+  ConsumerRings rings{static_cast<uint32_t>(NamedBarrier::kConsumer0) + warpgroup,
+                      ctx.partials + warpgroup * (NarrowConfig::kPartialsBytes / sizeof(float4)),
+                      &ctx.barriers->consumer_turn[warpgroup], &ctx.barriers->consumer_turn[warpgroup ^ 1]};
   RingCursor handoff;
-  for (;;) {
+  for (int ordinal = 0;; ++ordinal) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
+    if (kConsumers > 1 && ordinal % kConsumers != warpgroup) {
+      const sched::TileJob& job = ctx.params.queue[index];
+      constexpr int kStageBlocks = NarrowConfig::kKBlocksPerStage;
+      const int stages = (job.k_block_end - job.k_block_begin + kStageBlocks - 1) / kStageBlocks;
+      rings.a.Skip(stages, ctx.params.a_stages);
+      rings.b.Skip(stages, ctx.params.b_stages);
+      handoff.Advance(NarrowConfig::kJobSlots);
+      continue;
+    }
+    // A ring barrier's wait by parity tells its current phase only from the
+    // one before: so the stages of this job are waited for only once the
+    // other warpgroup has waited for its last job's (every job before this
+    // one was its, or this warpgroup's own).
+    if (kConsumers > 1 && ordinal > 0) {
+      const bool turn = ctx.watchdog.WaitBarrier(rings.turn, rings.turn_phase, WaitKind::kRingFull, index);
+      if (!__all_sync(0xffffffffu, turn)) return;
+      rings.turn_phase ^= 1;
+    }
     StartTrace(ctx, index, leader);
     const CtaWork work = ResolveJob(ctx, index);
     bool ok;
     if constexpr (kPath == 0) {
       if (tile_rows <= 8) {
-        ok = RunMmaSyncJob<1>(ctx, work, index, leader, warp, lane, rings);
+        ok = RunMmaSyncJob<1, kConsumers>(ctx, work, index, leader, warp, lane, rings);
       } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
-        ok = RunMmaSyncJob<2>(ctx, work, index, leader, warp, lane, rings);
+        ok = RunMmaSyncJob<2, kConsumers>(ctx, work, index, leader, warp, lane, rings);
       } else {
-        ok = RunWgmmaJob(ctx, work, index, leader, warp, lane, rings);
+        ok = RunWgmmaJob<kConsumers>(ctx, work, index, leader, warp, lane, rings);
       }
     } else {
-      ok = RunPairedWgmmaJob<kPath>(ctx, work, index, leader, warp, lane, rings);
+      ok = RunPairedWgmmaJob<kPath, kConsumers>(ctx, work, index, leader, warp, lane, rings);
     }
     if (!__all_sync(0xffffffffu, ok)) return;
     __syncwarp();  // the lanes' stores to C, before lane 0's arrival
@@ -850,19 +900,20 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warp, int lane, bool l
   }
 }
 
-template <bool kPaired>
+template <bool kPaired, int kConsumers>
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
-  const bool leader = threadIdx.x % 128 == 0;  // writes the job traces (the publisher releases the flag)
+  const int warpgroup = threadIdx.x / 128 - 1;
+  const bool leader = threadIdx.x % 128 == 0;  // writes its jobs' traces (the publisher releases the flag)
   if constexpr (kPaired) {
     if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {
-      ConsumeJobs<24>(ctx, warp, lane, leader);
+      ConsumeJobs<24, kConsumers>(ctx, warpgroup, warp, lane, leader);
     } else {
-      ConsumeJobs<32>(ctx, warp, lane, leader);
+      ConsumeJobs<32, kConsumers>(ctx, warpgroup, warp, lane, leader);
     }
   } else {
-    ConsumeJobs<0>(ctx, warp, lane, leader);
+    ConsumeJobs<0, kConsumers>(ctx, warpgroup, warp, lane, leader);
   }
 }
 
@@ -871,8 +922,9 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
 // kernel, the one-token chain took 96.6-97.0 us against 95.2-95.4 and the
 // 64-token one 116.3-117.6 against 114.3-114.8, with their own paths
 // unchanged (bench/NOTES.md v1.24).
-template <bool kPackedB, bool kPaired>
-__global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
+// kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
+template <bool kPackedB, bool kPaired, int kConsumers>
+__global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
     NarrowGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
   // 128B-swizzled tiles need 1024-byte alignment; the layout reserved slack.
@@ -881,14 +933,15 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
   // bytes of spill stores.)
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
-  const NarrowSmemLayout layout = ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages);
+  const NarrowSmemLayout layout =
+      ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages, kConsumers);
   auto* barriers = reinterpret_cast<NarrowBarriers*>(smem + layout.barriers);
   // Set-up that reads nothing a launch writes, so that it overlaps the end
   // of the previous launch (NarrowContext::AwaitPreviousLaunch): the
   // barriers, and the prefetches of what every job's first steps read
   // (PrefetchPlanRecords).
   if (threadIdx.x == 0) {
-    InitNarrowBarriers(barriers, params);
+    InitNarrowBarriers<kConsumers>(barriers, params);
   } else if (threadIdx.x / 32 == 3) {
     constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::b_map};
     PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
@@ -905,6 +958,7 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
                     0,
                     Watchdog(params)};
   if (threadIdx.x < 128) {
+    if constexpr (kConsumers > 1) ptx::setmaxnreg_dec<NarrowConfig::kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
       ctx.AwaitPreviousLaunch();
@@ -929,8 +983,9 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
     }
     __syncwarp();
   } else {
+    if constexpr (kConsumers > 1) ptx::setmaxnreg_inc<NarrowConfig::kConsumerRegisters>();
     ctx.AwaitPreviousLaunch();
-    RunNarrowConsumer<kPaired>(ctx);
+    RunNarrowConsumer<kPaired, kConsumers>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
   // before anyone leaves.
@@ -939,8 +994,26 @@ __global__ void __launch_bounds__(NarrowConfig::kThreads, 1)
 
 }  // namespace
 
-cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas) {
+namespace {
+
+using NarrowKernel = void (*)(KernelParams);
+
+// The instantiation for packed weights or not, the paired path or not, and
+// one or two consumer warpgroups.
+NarrowKernel NarrowKernelFor(bool packed_b, bool paired, int consumers) {
+  constexpr NarrowKernel kKernels[2][2][2] = {
+      {{NarrowGemmKernel<false, false, 1>, NarrowGemmKernel<false, false, 2>},
+       {NarrowGemmKernel<false, true, 1>, NarrowGemmKernel<false, true, 2>}},
+      {{NarrowGemmKernel<true, false, 1>, NarrowGemmKernel<true, false, 2>},
+       {NarrowGemmKernel<true, true, 1>, NarrowGemmKernel<true, true, 2>}}};
+  return kKernels[packed_b][paired][consumers - 1];
+}
+
+}  // namespace
+
+cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* ctas) {
   *ctas = 0;
+  if (consumers < 1 || consumers > NarrowConfig::kMaxConsumerWarpgroups) return cudaErrorInvalidValue;
   int device = 0;
   if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return error;
   int max_smem = 0;
@@ -953,18 +1026,20 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas) {
       error != cudaSuccess) {
     return error;
   }
-  for (auto kernel : {NarrowGemmKernel<false, false>, NarrowGemmKernel<true, false>, NarrowGemmKernel<false, true>,
-                      NarrowGemmKernel<true, true>}) {
-    if (cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
-        error != cudaSuccess) {
-      return error;
+  for (bool packed_b : {false, true}) {
+    for (bool paired : {false, true}) {
+      if (cudaError_t error = cudaFuncSetAttribute(NarrowKernelFor(packed_b, paired, consumers),
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
+          error != cudaSuccess) {
+        return error;
+      }
     }
   }
-  // The instantiations differ only in the B loader's branch and the
-  // consumer's path: one answer.
+  // The instantiations with the same consumers differ only in the B
+  // loader's branch and the consumer's path: one answer.
   int per_sm = 0;
-  if (cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, NarrowGemmKernel<false, false>,
-                                                                        NarrowConfig::kThreads, smem_bytes);
+  if (cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, NarrowKernelFor(false, false, consumers), NarrowConfig::Threads(consumers), smem_bytes);
       error != cudaSuccess) {
     return error;
   }
@@ -972,12 +1047,13 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas) {
   return cudaSuccess;
 }
 
-cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, bool overlap_previous,
-                             cudaStream_t stream) {
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers,
+                             bool overlap_previous, cudaStream_t stream) {
+  if (consumers < 1 || consumers > NarrowConfig::kMaxConsumerWarpgroups) return cudaErrorInvalidValue;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
-  config.blockDim = dim3(NarrowConfig::kThreads, 1, 1);
-  config.dynamicSmemBytes = NarrowSharedMemoryBytes(params.a_stages, params.a_stage_bytes, params.b_stages);
+  config.blockDim = dim3(static_cast<unsigned>(NarrowConfig::Threads(consumers)), 1, 1);
+  config.dynamicSmemBytes = NarrowSharedMemoryBytes(params.a_stages, params.a_stage_bytes, params.b_stages, consumers);
   config.stream = stream;
   cudaLaunchAttribute overlap;
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -986,13 +1062,9 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
     config.attrs = &overlap;
     config.numAttrs = 1;
   }
-  if (NarrowConfig::MultiplyFor(NarrowConfig::ATileRows(params.a_stage_bytes)) ==
-      NarrowConfig::Multiply::kPairedWgmma) {
-    return packed_b ? cudaLaunchKernelEx(&config, NarrowGemmKernel<true, true>, params)
-                    : cudaLaunchKernelEx(&config, NarrowGemmKernel<false, true>, params);
-  }
-  return packed_b ? cudaLaunchKernelEx(&config, NarrowGemmKernel<true, false>, params)
-                  : cudaLaunchKernelEx(&config, NarrowGemmKernel<false, false>, params);
+  const bool paired = NarrowConfig::MultiplyFor(NarrowConfig::ATileRows(params.a_stage_bytes)) ==
+                      NarrowConfig::Multiply::kPairedWgmma;
+  return cudaLaunchKernelEx(&config, NarrowKernelFor(packed_b, paired, consumers), params);
 }
 
 }  // namespace loom::kernel

@@ -11,20 +11,25 @@
 
 namespace loom::kernel {
 
-// Dynamic shared memory one CTA of the narrow kernel needs.
-inline uint32_t NarrowSharedMemoryBytes(int a_stages, uint32_t a_stage_bytes, int b_stages) {
-  return ComputeNarrowSmemLayout(a_stages, a_stage_bytes, b_stages).total;
+// Dynamic shared memory one CTA of the narrow kernel needs, with
+// `consumers` consumer warpgroups (1 or NarrowConfig::kMaxConsumerWarpgroups).
+inline uint32_t NarrowSharedMemoryBytes(int a_stages, uint32_t a_stage_bytes, int b_stages, int consumers) {
+  return ComputeNarrowSmemLayout(a_stages, a_stage_bytes, b_stages, consumers).total;
 }
 
-// CTAs of the narrow kernel that can be resident at once on the current
-// device with this much shared memory each (occupancy API). Also raises the
-// kernel's shared-memory limit, so call it before LaunchNarrowGemm.
-cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas);
+// CTAs of the narrow kernel with `consumers` consumer warpgroups that can be
+// resident at once on the current device with this much shared memory each
+// (occupancy API). Also raises those instantiations' shared-memory limit,
+// so call it before LaunchNarrowGemm. cudaErrorInvalidValue for consumers
+// outside [1, NarrowConfig::kMaxConsumerWarpgroups].
+cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* ctas);
 
 // Launches the narrow kernel: `ctas` CTAs, no clusters (params.cluster_size
 // is 1). params.a_stages / b_stages / a_stage_bytes are the narrow rings'.
 // packed_b: some node has packed weights (KernelNode::packed_b); launches
-// the instantiation whose B loader looks for them. overlap_previous: launched
+// the instantiation whose B loader looks for them. consumers: consumer
+// warpgroups, 1 or 2 (NarrowConfig::kMaxConsumerWarpgroups; else
+// cudaErrorInvalidValue). overlap_previous: launched
 // with programmatic stream serialization, so that its CTAs start on the SMs
 // the previous kernel on the stream leaves while that kernel's last CTAs
 // still run (each role waits for it before touching what a launch writes:
@@ -32,8 +37,8 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int* ctas);
 // stream in before that wait, so nothing may write them in the kernel just
 // before (Plan::RepackWeights' kernel: the runtime's next launch does not
 // overlap it).
-cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, bool overlap_previous,
-                             cudaStream_t stream);
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers,
+                             bool overlap_previous, cudaStream_t stream);
 
 }  // namespace loom::kernel
 

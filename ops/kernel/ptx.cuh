@@ -185,6 +185,20 @@ __device__ __forceinline__ bool barrier_and(bool predicate) {
   return all != 0;
 }
 
+// The same over a barrier whose id is known only at run time (a consumer
+// warpgroup's own, of two running the same code).
+template <int kThreads>
+__device__ __forceinline__ bool barrier_and_at(uint32_t id, bool predicate) {
+  uint32_t all;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n bar.red.and.pred p, %2, %3, q;\n"
+      " selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(all)
+      : "r"(static_cast<uint32_t>(predicate)), "r"(id), "n"(kThreads)
+      : "memory");
+  return all != 0;
+}
+
 // createpolicy.fractional.L2::evict_first: a cache policy under which the
 // lines a load brings into L2 are the first to be evicted. For weights read
 // once per launch, so that they do not push out what is read again (the

@@ -27,6 +27,7 @@ struct Plan::Impl {
   int a_stages = 0;  // the ring depths the kernel runs with: the options', or the narrow kernel's
   int b_stages = 0;
   int b_in_flight = 0;  // the narrow kernel's B loads in flight at most
+  int narrow_consumers = 0;  // the narrow kernel's consumer warpgroups (CompileOptions::narrow_consumers)
   std::optional<TimeoutRecord> last_timeout;
   // The nodes whose B the narrow kernel reads from the plan's own packed copy
   // (CompileOptions::pack_weights), each at `offset` bytes into

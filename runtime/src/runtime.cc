@@ -143,6 +143,11 @@ absl::Status CheckOptions(const CompileOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrFormat("CompileOptions.narrow_b_in_flight: %d is negative", options.narrow_b_in_flight));
   }
+  if (options.narrow_consumers < 0 || options.narrow_consumers > NarrowConfig::kMaxConsumerWarpgroups) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_consumers: %d is outside [0, %d]",
+                                                      options.narrow_consumers,
+                                                      NarrowConfig::kMaxConsumerWarpgroups));
+  }
   return absl::OkStatus();
 }
 
@@ -271,6 +276,7 @@ struct NarrowRings {
   int a_stages = 0;
   int b_stages = 0;
   int b_in_flight = 0;
+  int consumers = 0;  // consumer warpgroups (CompileOptions::narrow_consumers)
   uint32_t a_stage_bytes = 0;
   uint32_t smem_bytes = 0;
 };
@@ -302,6 +308,9 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
         NarrowConfig::kBlockM));
   }
   NarrowRings rings;
+  rings.consumers = options.narrow_consumers > 0
+                        ? options.narrow_consumers
+                        : (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain ? 2 : 1);
   rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(rows, 1));
   const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
   // 96 KiB for the 16-row mma.sync tiles and the paired wgmma's tiles.
@@ -323,13 +332,14 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
                        : static_cast<int>(std::clamp<int64_t>(
                              std::min<int64_t>(auto_a_bytes / rings.a_stage_bytes, job_stages), 2, max_a_stages));
   const int64_t left = device.shared_memory_per_block -
-                       int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0)};
+                       int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0, rings.consumers)};
   const int64_t max_b_stages =
       one_wave_chain && rows <= NarrowConfig::kMmaSyncRows ? kOneWaveChainBStages : NarrowConfig::kMaxBStages;
   rings.b_stages = options.narrow_b_stages > 0
                        ? options.narrow_b_stages
                        : static_cast<int>(std::min<int64_t>(max_b_stages, left / NarrowConfig::kBStageBytes));
-  rings.smem_bytes = kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, rings.b_stages);
+  rings.smem_bytes =
+      kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, rings.b_stages, rings.consumers);
   if (rings.b_stages < 2 || rings.smem_bytes > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shared memory: the narrow decode kernel's narrow_a_stages=%d (of %d bytes), narrow_b_stages=%d (of %d "
@@ -655,11 +665,12 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     impl->a_stages = rings.a_stages;
     impl->b_stages = rings.b_stages;
     impl->b_in_flight = rings.b_in_flight;
+    impl->narrow_consumers = rings.consumers;
     impl->a_stage_bytes = rings.a_stage_bytes;
     cluster_size = 1;
     coresident = device_.sm_count;
     if (has_gpu()) {
-      LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentNarrowCtas(rings.smem_bytes, &coresident));
+      LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentNarrowCtas(rings.smem_bytes, rings.consumers, &coresident));
       if (coresident < 1) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "%s: not even one CTA of the narrow decode kernel with %d bytes of shared memory fits", device_.name,
@@ -743,7 +754,8 @@ absl::Status Plan::Launch(cudaStream_t stream) {
   impl_->repacked_since_launch = false;
   if (impl_->narrow) {
     return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters,
-                                                         impl_->packed_weights != nullptr, overlap, stream),
+                                                         impl_->packed_weights != nullptr, impl_->narrow_consumers,
+                                                         overlap, stream),
                                 "launching the narrow decode kernel");
   }
   return internal::CudaStatus(
@@ -843,11 +855,11 @@ std::string Plan::Explain() const {
   for (const GemmNode& node : impl_->graph.nodes()) names.push_back(node.name);
   if (impl_->narrow) {
     return absl::StrFormat(
-               "device: %s, narrow decode kernel (%d x %d tiles over the whole of K), %d CTAs, rings: A %d "
-               "stages of %d bytes, B %d stages of %d bytes (%d in flight)\n",
+               "device: %s, narrow decode kernel (%d x %d tiles over the whole of K), %d CTAs of %d consumer "
+               "warpgroup%s, rings: A %d stages of %d bytes, B %d stages of %d bytes (%d in flight)\n",
                impl_->device.name, NarrowConfig::kBlockM, NarrowConfig::kBlockN, impl_->grid_clusters,
-               impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes,
-               impl_->b_in_flight) +
+               impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s", impl_->a_stages,
+               impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes, impl_->b_in_flight) +
            ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes)) + ExplainPackedWeights(*impl_) +
            sched::ExplainSchedule(impl_->schedule, names);
   }

@@ -110,6 +110,14 @@ struct CompileOptions {
   // node is one wave of tiles and some node reads another's output (a chain
   // of decode layers). 1 to the B ring's depth - 1.
   int narrow_b_in_flight = 0;
+  // The narrow kernel's consumer warpgroups: 1, or 2 taking each CTA's jobs
+  // in turn, so that one's epilogue runs beside the other's next multiply
+  // (the MLP block 4096/14336 at 32 / 64 tokens 89.3-90.0 / 104.7-105.4 us
+  // instead of 95.1-95.8 / 110.3-110.6, bench/NOTES.md v1.29); 0: 2 for
+  // graphs of 17-64 rows unless every node is one wave of tiles and some
+  // node reads another's output (a chain of decode layers: one job a CTA a
+  // layer, nothing to overlap), else 1.
+  int narrow_consumers = 0;
   // The narrow kernel reads each node's B (the weights) from a copy the plan
   // makes at Compile, laid out in the order its B loader streams them: one
   // bulk copy a ring stage instead of a tensor load. At 1 and 16 tokens the
