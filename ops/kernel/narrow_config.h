@@ -30,10 +30,11 @@ struct NarrowConfig {
   // One consumer warpgroup, or two taking the CTA's jobs in turn
   // (narrow_gemm.cu, ConsumeJobs): one runs a job's epilogue while the other
   // multiplies the next job's stages. Two pay where a CTA runs many jobs of
-  // 17-64 rows (the MLP block's gate/up at 32 / 64 tokens 89.3-89.7 /
-  // 105.3-105.4 us against 95.1-95.5 / 110.4), not on the mma.sync path (16
-  // tokens 84.2-84.4 against 81.5-81.9) nor in a chain of one-wave layers
-  // (64 tokens 112.6-112.7 against 109.2-109.7) (bench/NOTES.md v1.29):
+  // 17-64 rows (the MLP block, whose gate/up is seven waves, at 32 / 64
+  // tokens 89.3-89.7 / 105.3-105.4 us against 95.1-95.5 / 110.4), not on
+  // the mma.sync path (16 tokens 84.2-84.4 against 81.5-81.9) nor in a chain
+  // of one-wave layers (64 tokens 112.6-112.7 against 109.2-109.7)
+  // (bench/NOTES.md v1.29):
   // CompileOptions::narrow_consumers. A kernel instantiation each.
   static constexpr int kMaxConsumerWarpgroups = 2;
   static constexpr int Threads(int consumers) { return 128 * (1 + consumers); }  // producer warpgroup + consumers

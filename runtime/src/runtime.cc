@@ -331,8 +331,9 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
                        ? options.narrow_a_stages
                        : static_cast<int>(std::clamp<int64_t>(
                              std::min<int64_t>(auto_a_bytes / rings.a_stage_bytes, job_stages), 2, max_a_stages));
-  const int64_t left = device.shared_memory_per_block -
-                       int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0, rings.consumers)};
+  const int64_t left =
+      device.shared_memory_per_block -
+      int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0, rings.consumers)};
   const int64_t max_b_stages =
       one_wave_chain && rows <= NarrowConfig::kMmaSyncRows ? kOneWaveChainBStages : NarrowConfig::kMaxBStages;
   rings.b_stages = options.narrow_b_stages > 0
