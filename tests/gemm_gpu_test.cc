@@ -226,24 +226,30 @@ TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
 
 // After a time-out every launch of the plan winds down at once until
 // Synchronize has reported it; then the plan runs again (FinishFetching,
-// cta_context.cuh). On both kernels: two launches of a plan whose producer
-// never publishes, then one Synchronize, which reports the time-out. Launched
-// once more, the plan must wait and time out again: had Synchronize not
-// cleared the abort flag, that launch would wind down at once, report
-// nothing, and Synchronize would return OK.
-class TimedOutPlanTest : public ::testing::TestWithParam<KernelChoice> {};
+// cta_context.cuh). On both kernels, and on the narrow one with two consumer
+// warpgroups (whose turn waits must give up too): two launches of a plan
+// whose producer never publishes, then one Synchronize, which reports the
+// time-out. Launched once more, the plan must wait and time out again: had
+// Synchronize not cleared the abort flag, that launch would wind down at
+// once, report nothing, and Synchronize would return OK.
+class TimedOutPlanTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   LOOM_SKIP_WITHOUT_GPU();
-  const bool narrow = GetParam() == KernelChoice::kNarrow;
+  const bool narrow = GetParam() != "tiled";
+  const bool two_consumers = GetParam() == "narrow_two_consumers";
   Rng rng;
   GpuHarness h;
-  AddTwoGemmChain(h, rng, /*m=*/narrow ? 4 : 128, /*width=*/256);
+  AddTwoGemmChain(h, rng, /*m=*/two_consumers ? 40 : (narrow ? 4 : 128), /*width=*/256);
   CompileOptions options;
-  options.kernel = GetParam();
+  options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
+  options.narrow_consumers = two_consumers ? 2 : 0;
   options.spin_timeout_ns = 20'000'000;  // 20 ms
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   h.ExpectEachNodeMatchesReference();
-  ASSERT_EQ(h.plan().kernel(), GetParam());
+  ASSERT_EQ(h.plan().kernel(), options.kernel);
+  if (two_consumers) {
+    ASSERT_NE(h.plan().Explain().find("of 2 consumer warpgroups"), std::string::npos) << h.plan().Explain();
+  }
   LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));  // enqueued behind the one that times out
@@ -255,8 +261,8 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("dependency flag"), std::string::npos) << status;
 }
-INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest, ::testing::Values(KernelChoice::kTiled, KernelChoice::kNarrow),
-                         [](const auto& info) { return info.param == KernelChoice::kNarrow ? "narrow" : "tiled"; });
+INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest, ::testing::Values("tiled", "narrow", "narrow_two_consumers"),
+                         [](const auto& info) { return info.param; });
 
 // The A loader reads its producers' flags many tile columns ahead, four to a
 // 16-byte word (dependencies.cuh). Every tile it reads must still be waited
