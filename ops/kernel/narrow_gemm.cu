@@ -533,24 +533,32 @@ __device__ __forceinline__ void ReleaseSlots(const NarrowContext& ctx, bool rele
   b_release.Advance(ctx.params.b_stages);
 }
 
-// What one consumer warpgroup keeps across jobs: its named barrier and
-// partials buffer (RunMmaSyncJob, RunPairedWgmmaJob), its position in both
-// rings, and the turn barriers that keep the two warpgroups' main loops in
-// job order (ConsumeJobs).
+// What one consumer warpgroup keeps across jobs: which it is, its position
+// in both rings, and the phase of its turn barrier, which keeps the two
+// warpgroups' main loops in job order (ConsumeJobs).
 struct ConsumerRings {
-  uint32_t barrier;    // NamedBarrier::kConsumer0 + the warpgroup
-  float4* partials;    // its NarrowConfig::kPartialsBytes
-  uint64_t* turn;      // completes when the other warpgroup's main loop has waited for its last stage
-  uint64_t* next_turn; // the other warpgroup's
+  int warpgroup;  // 0 or 1
   RingCursor a, b;
   uint32_t turn_phase = 0;
+
+  // Its named barrier and partials buffer (RunMmaSyncJob, RunPairedWgmmaJob).
+  __device__ uint32_t barrier() const { return static_cast<uint32_t>(NamedBarrier::kConsumer0) + warpgroup; }
+  __device__ float4* partials(const NarrowContext& ctx) const {
+    return ctx.partials + warpgroup * (NarrowConfig::kPartialsBytes / sizeof(float4));
+  }
+  // Its turn barrier (completes when the other warpgroup's main loop has
+  // waited for its last stage), and the other's.
+  __device__ uint64_t* turn(const NarrowContext& ctx) const { return &ctx.barriers->consumer_turn[warpgroup]; }
+  __device__ uint64_t* next_turn(const NarrowContext& ctx) const {
+    return &ctx.barriers->consumer_turn[warpgroup ^ 1];
+  }
 };
 
 // This warp's main loop has waited for every stage of its job: the other
 // warpgroup may wait for the next job's (one arrival per warp).
 template <int kConsumers>
-__device__ __forceinline__ void PassTurn(const ConsumerRings& rings, int lane) {
-  if (kConsumers > 1 && lane == 0) cuda::ptx::mbarrier_arrive(rings.next_turn);
+__device__ __forceinline__ void PassTurn(const NarrowContext& ctx, const ConsumerRings& rings, int lane) {
+  if (kConsumers > 1 && lane == 0) cuda::ptx::mbarrier_arrive(rings.next_turn(ctx));
 }
 
 // Waits for the stage under the cursors to be full in both rings; on the
@@ -613,7 +621,7 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
-  if (ok) PassTurn<kConsumers>(rings, lane);
+  if (ok) PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
   if (ok && pending) ReleaseSlots(ctx, release_lane, a_release, b_release);
   float acc[16];
@@ -694,17 +702,17 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
-  if (ok) PassTurn<kConsumers>(rings, lane);
+  if (ok) PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
   if (ok && pending) ReleaseSlots(ctx, lane == 0, a_release, b_release);
   // Register 4c + 2h + e holds row 16 * warp + lane / 4 + 8h, column 8c + 2 *
   // (lane % 4) + e (wgmma.cuh); every index below is a constant (a run-time
   // one would put the accumulators in local memory), only the stores and
   // loads are predicated on the row.
-  float* handoff = reinterpret_cast<float*>(rings.partials);
+  float* handoff = reinterpret_cast<float*>(rings.partials(ctx));
   // Every warp reaches both barriers, whether its waits gave up or not. The
   // first: the previous job's partials have all been read.
-  ptx::barrier_and_at<128>(rings.barrier, ok);
+  ptx::barrier_and_at<128>(rings.barrier(), ok);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = 16 * warp + lane / 4 + 8 * h;
@@ -718,7 +726,7 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
       }
     }
   }
-  ok = ptx::barrier_and_at<128>(rings.barrier, ok);
+  ok = ptx::barrier_and_at<128>(rings.barrier(), ok);
   float acc[16];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -793,10 +801,10 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
     // The stage's reads are done (ldmatrix is synchronous): free its slots.
     ReleaseSlots(ctx, lane == 0, rings.a, rings.b);
   }
-  if (ok) PassTurn<kConsumers>(rings, lane);
+  if (ok) PassTurn<kConsumers>(ctx, rings, lane);
   // Every warp reaches both barriers, whether its waits gave up or not.
   // The first: the previous job's partials have all been read.
-  ptx::barrier_and_at<128>(rings.barrier, ok);
+  ptx::barrier_and_at<128>(rings.barrier(), ok);
 #pragma unroll
   for (int tb = 0; tb < kTokenBlocks; ++tb) {
 #pragma unroll
@@ -807,15 +815,15 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
       sum.y = (c[0][1] + c[1][1]) + (c[2][1] + c[3][1]);
       sum.z = (c[0][2] + c[1][2]) + (c[2][2] + c[3][2]);
       sum.w = (c[0][3] + c[1][3]) + (c[2][3] + c[3][3]);
-      rings.partials[(warp * 4 + 2 * tb + wb) * 32 + lane] = sum;
+      rings.partials(ctx)[(warp * 4 + 2 * tb + wb) * 32 + lane] = sum;
     }
   }
-  ok = ptx::barrier_and_at<128>(rings.barrier, ok);
+  ok = ptx::barrier_and_at<128>(rings.barrier(), ok);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (active) {
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const float4 part = rings.partials[(w * 4 + 2 * token_block + weight_block) * 32 + lane];
+      const float4 part = rings.partials(ctx)[(w * 4 + 2 * token_block + weight_block) * 32 + lane];
       acc[0] += part.x;
       acc[1] += part.y;
       acc[2] += part.z;
@@ -847,9 +855,7 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
   static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
   JobStream jobs;
-  ConsumerRings rings{static_cast<uint32_t>(NamedBarrier::kConsumer0) + warpgroup,
-                      ctx.partials + warpgroup * (NarrowConfig::kPartialsBytes / sizeof(float4)),
-                      &ctx.barriers->consumer_turn[warpgroup], &ctx.barriers->consumer_turn[warpgroup ^ 1]};
+  ConsumerRings rings{warpgroup};
   RingCursor handoff;
   for (int ordinal = 0;; ++ordinal) {
     const int index = jobs.Next(ctx);
@@ -868,7 +874,7 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     // other warpgroup has waited for its last job's (every job before this
     // one was its, or this warpgroup's own).
     if (kConsumers > 1 && ordinal > 0) {
-      const bool turn = ctx.watchdog.WaitBarrier(rings.turn, rings.turn_phase, WaitKind::kRingFull, index);
+      const bool turn = ctx.watchdog.WaitBarrier(rings.turn(ctx), rings.turn_phase, WaitKind::kRingFull, index);
       if (!__all_sync(0xffffffffu, turn)) return;
       rings.turn_phase ^= 1;
     }
