@@ -42,7 +42,7 @@ struct NarrowConfig {
   // __launch_bounds__(384, 1) gives 168 a thread, and the producer
   // warpgroup gives some of its registers to the consumers. ptxas -v: with
   // 168 each the unpaired instantiations spilled 84 bytes; 120 / 192 spills
-  // none in the paired ones and 4 bytes (20 of loads) in the unpaired ones,
+  // none in the paired ones and 8 bytes (20 of loads) in the unpaired ones,
   // where not looked at; 104 / 200, 112 / 192 and 96 / 200 spilled as much or
   // more. (One consumer: 256 threads, 255 registers a thread, no split.)
   static constexpr int kLaunchRegisters = (65536 / (128 * 3)) / 8 * 8;  // 168
