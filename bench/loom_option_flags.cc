@@ -4,6 +4,9 @@
 
 ABSL_FLAG(int, a_stages, 4, "loom: A ring depth");
 ABSL_FLAG(int, b_stages, 4, "loom: B ring depth");
+ABSL_FLAG(int, max_clusters, 0,
+          "loom: clusters to launch, CTAs on the narrow kernel (0: every co-resident one; "
+          "CompileOptions::max_clusters)");
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
           "most 64 rows)");
@@ -30,6 +33,7 @@ CompileOptions LoomOptionsFromFlags() {
   CompileOptions options;
   options.a_stages = absl::GetFlag(FLAGS_a_stages);
   options.b_stages = absl::GetFlag(FLAGS_b_stages);
+  options.max_clusters = absl::GetFlag(FLAGS_max_clusters);
   options.kernel = absl::GetFlag(FLAGS_kernel);
   options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);
   options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
