@@ -49,7 +49,9 @@ ABSL_FLAG(int, stages, 4000, "stages each warpgroup multiplies");
 namespace {
 
 using loom::kernel::AdvanceDescriptorK16;
+using loom::kernel::AdvanceDescriptorLowK16;
 using loom::kernel::MakeSwizzle128Descriptor;
+using loom::kernel::Swizzle128DescriptorLow;
 
 constexpr uint32_t kOperandBytes = 64 * 1024;  // A (at most 32 KiB, n32) then B (at most 32 KiB, n256)
 
@@ -68,16 +70,18 @@ struct Stage {
   __device__ void Issue(uint32_t a, uint32_t b) {
 #pragma unroll
     for (int kb = 0; kb < (kWgmmas + 3) / 4; ++kb) {
+      const uint32_t a_low = Swizzle128DescriptorLow(a + kb * 8192);
+      const uint32_t b_low = Swizzle128DescriptorLow(b + kb * kN * 128);
       const uint64_t da = MakeSwizzle128Descriptor(a + kb * 8192), db = MakeSwizzle128Descriptor(b + kb * kN * 128);
 #pragma unroll
       for (int k16 = 0; k16 < 4 && 4 * kb + k16 < kWgmmas; ++k16) {
         const int j = 4 * kb + k16;
         if constexpr (kN == 32) {
-          loom::kernel::wgmma_m64n32k16_bf16_ss(acc[j % kSets], AdvanceDescriptorK16(da, k16),
-                                                AdvanceDescriptorK16(db, k16));
+          loom::kernel::wgmma_m64n32k16_bf16_ss(acc[j % kSets], AdvanceDescriptorLowK16(a_low, k16),
+                                                AdvanceDescriptorLowK16(b_low, k16));
         } else if constexpr (kN == 64) {
-          loom::kernel::wgmma_m64n64k16_bf16_ss(acc[j % kSets], AdvanceDescriptorK16(da, k16),
-                                                AdvanceDescriptorK16(db, k16));
+          loom::kernel::wgmma_m64n64k16_bf16_ss(acc[j % kSets], AdvanceDescriptorLowK16(a_low, k16),
+                                                AdvanceDescriptorLowK16(b_low, k16));
         } else {
           static_assert(kN == 256, "m64n32k16, m64n64k16 or m64n256k16");
           loom::kernel::wgmma_m64n256k16_bf16(acc[j % kSets], AdvanceDescriptorK16(da, k16),

@@ -26,6 +26,22 @@ TEST(WgmmaDescriptorTest, KStepsAdvanceTheStartAddressBy32Bytes) {
   }
 }
 
+TEST(WgmmaDescriptorTest, TheLowWordAndTheConstantHighWordMakeTheDescriptor) {
+  // The narrow kernel's wgmmas take the low word and build the descriptor with
+  // kSwizzle128DescriptorHigh (wgmma.cuh): the same 64 bits, k16 steps too,
+  // up to the last 32 bytes of a 227 KiB shared memory.
+  EXPECT_EQ(kSwizzle128DescriptorHigh, 0x40000040u);
+  for (uint32_t address : {0x0u, 0x1400u, 0x8000u, 0x38C00u}) {
+    const uint32_t low = Swizzle128DescriptorLow(address);
+    EXPECT_EQ((uint64_t{kSwizzle128DescriptorHigh} << 32) | low, MakeSwizzle128Descriptor(address)) << address;
+    for (int k16 = 0; k16 < 4; ++k16) {
+      EXPECT_EQ((uint64_t{kSwizzle128DescriptorHigh} << 32) | AdvanceDescriptorLowK16(low, k16),
+                AdvanceDescriptorK16(MakeSwizzle128Descriptor(address), k16))
+          << address << " k16 " << k16;
+    }
+  }
+}
+
 TEST(WgmmaDescriptorTest, AddressIsTakenModulo256KiB) {
   // Only 14 bits of (address >> 4) exist: shared memory windows are < 256 KiB.
   EXPECT_EQ(MakeSwizzle128Descriptor(0x40000 + 0x400) & 0x3FFF, 0x400u >> 4);

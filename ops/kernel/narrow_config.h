@@ -41,10 +41,11 @@ struct NarrowConfig {
   // Register split with two consumers (setmaxnreg), as in KernelConfig:
   // __launch_bounds__(384, 1) gives 168 a thread, and the producer
   // warpgroup gives some of its registers to the consumers. ptxas -v: with
-  // 168 each the unpaired instantiations spilled 84 bytes; 120 / 192 spills
-  // none in the paired ones and 8 bytes (20 of loads) in the unpaired ones,
-  // where not looked at; 104 / 200, 112 / 192 and 96 / 200 spilled as much or
-  // more. (One consumer: 256 threads, 255 registers a thread, no split.)
+  // 168 each the unpaired instantiations spilled 84 bytes; 120 / 192 spilled
+  // 8 bytes in them (104 / 200, 112 / 192 and 96 / 200 as much or more), and
+  // none since their wgmma descriptors are built from 32-bit low words
+  // (wgmma.cuh; bench/NOTES.md v1.31). (One consumer: 256 threads, 255
+  // registers a thread, no split.)
   static constexpr int kLaunchRegisters = (65536 / (128 * 3)) / 8 * 8;  // 168
   static constexpr int kProducerRegisters = 120;
   static constexpr int kConsumerRegisters = 192;

@@ -606,11 +606,12 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
     ptx::wgmma_fence();
 #pragma unroll
     for (int kb = 0; kb < NarrowConfig::kKBlocksPerStage; ++kb) {
-      const uint64_t desc_a = MakeSwizzle128Descriptor(a_stage + kb * a_tile_bytes);
-      const uint64_t desc_b = MakeSwizzle128Descriptor(b_stage + kb * NarrowConfig::kBTileBytes);
+      const uint32_t desc_a = Swizzle128DescriptorLow(a_stage + kb * a_tile_bytes);
+      const uint32_t desc_b = Swizzle128DescriptorLow(b_stage + kb * NarrowConfig::kBTileBytes);
 #pragma unroll
       for (int k16 = 0; k16 < kChains; ++k16) {
-        wgmma_m64n32k16_bf16_ss(chains[k16], AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16));
+        wgmma_m64n32k16_bf16_ss(chains[k16], AdvanceDescriptorLowK16(desc_a, k16),
+                                AdvanceDescriptorLowK16(desc_b, k16));
       }
     }
     ptx::wgmma_commit_group();
@@ -690,9 +691,10 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
     for (int k16 = 0; k16 < NarrowConfig::kBlockK / 16; ++k16) {
 #pragma unroll
       for (int pair = 0; pair < 2; ++pair) {
-        const uint64_t tokens = MakeSwizzle128Descriptor(a_stage + 2 * pair * a_tile_bytes);
-        const uint64_t weights = MakeSwizzle128Descriptor(b_stage + 2 * pair * NarrowConfig::kBTileBytes);
-        wgmma_m64n64k16_bf16_ss(chains[pair], AdvanceDescriptorK16(tokens, k16), AdvanceDescriptorK16(weights, k16));
+        const uint32_t tokens = Swizzle128DescriptorLow(a_stage + 2 * pair * a_tile_bytes);
+        const uint32_t weights = Swizzle128DescriptorLow(b_stage + 2 * pair * NarrowConfig::kBTileBytes);
+        wgmma_m64n64k16_bf16_ss(chains[pair], AdvanceDescriptorLowK16(tokens, k16),
+                                AdvanceDescriptorLowK16(weights, k16));
       }
     }
     ptx::wgmma_commit_group();

@@ -52,42 +52,62 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
 }
 
 // wgmma.mma_async m64n32k16, BF16 x BF16 -> FP32, both operands from shared
-// memory (K-major, through descriptors): the narrow decode kernel's 64 x 32
-// tile (narrow_gemm.cu, RunWgmmaJob). d[16] holds the same rows and columns
-// as the first 16 registers of the m64n256k16 layout above (columns 0..31).
-// Always accumulates (D = A*B + D). Asynchronous, as above.
-__device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
+// memory (K-major, 128B-swizzled tiles, through descriptors given by their low
+// words: Swizzle128DescriptorLow; the high word is the constant
+// kSwizzle128DescriptorHigh): the narrow decode kernel's 64 x 32 tile
+// (narrow_gemm.cu, RunWgmmaJob). d[16] holds the same rows and columns as the
+// first 16 registers of the m64n256k16 layout above (columns 0..31). Always
+// accumulates (D = A*B + D). Asynchronous, as above.
+// NOTE: the low words only, the high word a constant inside the asm: given
+// whole 64-bit descriptors, ptxas built each of a stage's 32 with a 64-bit
+// add with carry (IADD3 + IMAD.X) before moving both halves to uniform
+// registers: 244 instructions a stage in RunWgmmaJob's loop against 190 now
+// (cuobjdump on the H200), and the MLP block at 48 / 64 tokens took
+// 103.9-104.2 / 104.7-105.0 us against 99.4-99.6 / 101.7-101.9
+// (bench/NOTES.md v1.31). (The m64n256k16 above keeps 64-bit descriptors:
+// four a k-block, each 128 cycles of tensor work, hide their arithmetic.)
+__device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint32_t desc_a_low, uint32_t desc_b_low) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
+      ".reg .b32 high;\n"
+      ".reg .b64 da, db;\n"
+      "mov.b32 high, %18;\n"
+      "mov.b64 da, {%16, high};\n"
+      "mov.b64 db, {%17, high};\n"
       "setp.ne.b32 p, 1, 0;\n"  // accumulate: D = A*B + D
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 \n"
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},\n"
-      " %16, %17, p, 1, 1, 0, 0;\n"
+      " da, db, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b));
+      : "r"(desc_a_low), "r"(desc_b_low), "n"(kSwizzle128DescriptorHigh));
 }
 
 // The same, m64n64k16: the 17-32-row jobs' paired k-blocks (narrow_gemm.cu,
 // RunPairedWgmmaJob). d[32] holds the first 32 registers of the m64n256k16
 // layout (columns 0..63).
-__device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], uint32_t desc_a_low, uint32_t desc_b_low) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
+      ".reg .b32 high;\n"
+      ".reg .b64 da, db;\n"
+      "mov.b32 high, %34;\n"
+      "mov.b64 da, {%32, high};\n"
+      "mov.b64 db, {%33, high};\n"
       "setp.ne.b32 p, 1, 0;\n"  // accumulate: D = A*B + D
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \n"
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
-      " %32, %33, p, 1, 1, 0, 0;\n"
+      " da, db, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b));
+      : "r"(desc_a_low), "r"(desc_b_low), "n"(kSwizzle128DescriptorHigh));
 }
 
 }  // namespace loom::kernel

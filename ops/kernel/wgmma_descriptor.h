@@ -18,20 +18,27 @@
 namespace loom::kernel {
 
 // A K-major operand tile of 128-byte rows (64 bf16) stored with the 128B
-// swizzle, as TMA writes it: 8-row groups are 1024 bytes apart.
+// swizzle, as TMA writes it: 8-row groups are 1024 bytes apart. The high
+// word (stride and swizzle mode) is the same for every such tile; the low
+// word holds the start address (and the ignored leading byte offset, 1).
+inline constexpr uint32_t kSwizzle128DescriptorHigh = (1024 >> 4) | (1u << (62 - 32));  // stride 1024 B, 128B swizzle
+LOOM_HOST_DEVICE constexpr uint32_t Swizzle128DescriptorLow(uint32_t smem_address) {
+  constexpr uint32_t kLeadingBytes = 16;  // ignored by the hardware here; 1 after the shift
+  return ((smem_address & 0x3FFFF) >> 4) | ((kLeadingBytes >> 4) << 16);
+}
 LOOM_HOST_DEVICE constexpr uint64_t MakeSwizzle128Descriptor(uint32_t smem_address) {
-  constexpr uint64_t kStrideBytes = 1024;  // 8 rows x 128 bytes
-  constexpr uint64_t kLeadingBytes = 16;   // ignored by the hardware here; 1 after the shift
-  constexpr uint64_t kSwizzle128B = 1;
-  return (static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4)) |
-         ((kLeadingBytes >> 4) << 16) | ((kStrideBytes >> 4) << 32) | (kSwizzle128B << 62);
+  return (static_cast<uint64_t>(kSwizzle128DescriptorHigh) << 32) | Swizzle128DescriptorLow(smem_address);
 }
 
 // Moving along K inside the 128-byte swizzle row: k16 steps of 16 bf16 = 32 B
 // add 2 to the (>> 4) start-address field. The hardware applies the swizzle to
 // the full address, so the row-relative advance is valid for a 1024-aligned tile.
+// (Shared memory ends below 256 KiB, so the field never carries out.)
 LOOM_HOST_DEVICE constexpr uint64_t AdvanceDescriptorK16(uint64_t descriptor, int k16) {
   return descriptor + static_cast<uint64_t>(k16) * (32 >> 4);
+}
+LOOM_HOST_DEVICE constexpr uint32_t AdvanceDescriptorLowK16(uint32_t low, int k16) {
+  return low + static_cast<uint32_t>(k16) * (32 >> 4);
 }
 
 }  // namespace loom::kernel
