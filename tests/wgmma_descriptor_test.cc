@@ -29,7 +29,7 @@ TEST(WgmmaDescriptorTest, KStepsAdvanceTheStartAddressBy32Bytes) {
 TEST(WgmmaDescriptorTest, TheLowWordAndTheConstantHighWordMakeTheDescriptor) {
   // The narrow kernel's wgmmas take the low word and build the descriptor with
   // kSwizzle128DescriptorHigh (wgmma.cuh): the same 64 bits, k16 steps too,
-  // up to the last 32 bytes of a 227 KiB shared memory.
+  // up to the last 1 KiB-aligned tile of the H200's 227 KiB.
   EXPECT_EQ(kSwizzle128DescriptorHigh, 0x40000040u);
   for (uint32_t address : {0x0u, 0x1400u, 0x8000u, 0x38C00u}) {
     const uint32_t low = Swizzle128DescriptorLow(address);

@@ -21,7 +21,9 @@ namespace loom::kernel {
 // swizzle, as TMA writes it: 8-row groups are 1024 bytes apart. The high
 // word (stride and swizzle mode) is the same for every such tile; the low
 // word holds the start address (and the ignored leading byte offset, 1).
-inline constexpr uint32_t kSwizzle128DescriptorHigh = (1024 >> 4) | (1u << (62 - 32));  // stride 1024 B, 128B swizzle
+// High word: the stride, 8 rows x 128 bytes >> 4, in bits 32..45; the 128B
+// swizzle mode, 1, in bits 62..63.
+inline constexpr uint32_t kSwizzle128DescriptorHigh = (1024 >> 4) | (1u << (62 - 32));
 LOOM_HOST_DEVICE constexpr uint32_t Swizzle128DescriptorLow(uint32_t smem_address) {
   constexpr uint32_t kLeadingBytes = 16;  // ignored by the hardware here; 1 after the shift
   return ((smem_address & 0x3FFFF) >> 4) | ((kLeadingBytes >> 4) << 16);
