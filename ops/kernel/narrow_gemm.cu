@@ -389,7 +389,8 @@ class NarrowEpilogue {
         for (int h = 0; h < 2; ++h) {
           const int64_t row = row0_ + 8 * h;
           const int64_t out_col = swiglu ? (col0_ + 8 * c) / 2 : col;
-          const bool used = node_.residual != nullptr && row < node_.m && out_col < node_.out_cols && (!swiglu || e == 0);
+          const bool used =
+              node_.residual != nullptr && row < node_.m && out_col < node_.out_cols && (!swiglu || e == 0);
           residual_[h][c][e] =
               used ? LoadFloat(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
         }
