@@ -70,9 +70,8 @@ struct Stage {
   __device__ void Issue(uint32_t a, uint32_t b) {
 #pragma unroll
     for (int kb = 0; kb < (kWgmmas + 3) / 4; ++kb) {
-      const uint32_t a_low = Swizzle128DescriptorLow(a + kb * 8192);
-      const uint32_t b_low = Swizzle128DescriptorLow(b + kb * kN * 128);
-      const uint64_t da = MakeSwizzle128Descriptor(a + kb * 8192), db = MakeSwizzle128Descriptor(b + kb * kN * 128);
+      const uint32_t a_tile = a + kb * 8192, b_tile = b + kb * kN * 128;
+      const uint32_t a_low = Swizzle128DescriptorLow(a_tile), b_low = Swizzle128DescriptorLow(b_tile);
 #pragma unroll
       for (int k16 = 0; k16 < 4 && 4 * kb + k16 < kWgmmas; ++k16) {
         const int j = 4 * kb + k16;
@@ -84,6 +83,7 @@ struct Stage {
                                                 AdvanceDescriptorLowK16(b_low, k16));
         } else {
           static_assert(kN == 256, "m64n32k16, m64n64k16 or m64n256k16");
+          const uint64_t da = MakeSwizzle128Descriptor(a_tile), db = MakeSwizzle128Descriptor(b_tile);
           loom::kernel::wgmma_m64n256k16_bf16(acc[j % kSets], AdvanceDescriptorK16(da, k16),
                                               AdvanceDescriptorK16(db, k16), true);
         }
