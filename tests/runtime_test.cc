@@ -405,6 +405,32 @@ TEST(RuntimeTest, OneWaveChainsGetAShallowerBRing) {
   EXPECT_NE(plan->Explain().find(", B 9 stages"), std::string::npos) << "narrow_b_stages still sets the depth";
 }
 
+// At 33-64 rows (m64n32k16, no partials buffers: NarrowConfig::UsesPartials)
+// the B ring takes the partials' shared memory: 6 stages beside 4 A stages
+// of 32 KiB (64 rows) or 5 of 24 KiB (48 rows); with the partials there, 5.
+// At 17-32 rows the paired path keeps its partials.
+TEST(RuntimeTest, WgmmaRowsGiveThePartialsRoomToTheBRing) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  auto explain_of = [&](int64_t rows) {
+    absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(rows, /*dependent=*/true), CompileOptions{});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->kernel(), KernelChoice::kNarrow);
+    return plan.ok() ? plan->Explain() : std::string();
+  };
+  for (int64_t rows : {48, 64}) {
+    const std::string explain = explain_of(rows);
+    EXPECT_NE(explain.find(", B 6 stages"), std::string::npos) << rows << " rows:\n" << explain;
+  }
+  // The 32-row plan's layout still holds two partials buffers: 16 KiB less
+  // for its rings than the same stages without them would leave.
+  const uint32_t a_stage_bytes = kernel::NarrowConfig::AStageBytes(32);
+  EXPECT_EQ(kernel::ComputeNarrowSmemLayout(6, a_stage_bytes, 7, 2).barriers -
+                kernel::ComputeNarrowSmemLayout(6, a_stage_bytes, 7, 2).partials,
+            2 * kernel::NarrowConfig::kPartialsBytes);
+  EXPECT_EQ(kernel::ComputeNarrowSmemLayout(4, kernel::NarrowConfig::AStageBytes(64), 6, 2).barriers,
+            kernel::ComputeNarrowSmemLayout(4, kernel::NarrowConfig::AStageBytes(64), 6, 2).partials);
+}
+
 // CompileOptions::narrow_consumers: by default two consumer warpgroups for
 // 17-64 rows, one for the mma.sync path (at most 16 rows) and for a chain of
 // one-wave layers; the option overrides both ways. Explain says which.

@@ -136,8 +136,14 @@ struct NarrowConfig {
   // The mma.sync path (at most 16 rows) splits a stage's k-blocks among the
   // four consumer warps and sums their partial tiles through shared memory:
   // [4 warps][4 (weight block, token block) pairs][32 lanes][4] fp32, one
-  // such buffer per consumer warpgroup.
+  // such buffer per consumer warpgroup. The paired wgmma path (17-32 rows)
+  // hands its second k-block's sums over in the same buffer; the m64n32k16
+  // path (33-64 rows) has no use for it, and its shared memory goes to the
+  // B ring instead: one more stage, 6 against 5 at 48 and 64 rows (the MLP
+  // block at 48 tokens 96.7-97.3 us against 99.2-99.6, at 64 99.4-101.2
+  // against 100.6-101.3; bench/NOTES.md v1.32).
   static constexpr uint32_t kPartialsBytes = 4 * 4 * 32 * 4 * 4;
+  static constexpr bool UsesPartials(uint32_t tile_rows) { return MultiplyFor(tile_rows) != Multiply::kWgmma; }
 
   // Packed weights (CompileOptions::pack_weights): B [N, K] rearranged so that
   // each B stage is one contiguous kBStageBytes block holding exactly what the
@@ -185,7 +191,7 @@ struct NarrowBarriers {
 struct NarrowSmemLayout {
   uint32_t a_ring = 0;     // [a_stages][kKBlocksPerStage][rows][128 B], 128B swizzle
   uint32_t b_ring = 0;     // [b_stages][kKBlocksPerStage][kBlockN][128 B], 128B swizzle; after A (see ATileBytes)
-  uint32_t partials = 0;   // fp32 [consumer warpgroups][4][4][32][4] (NarrowConfig::kPartialsBytes each)
+  uint32_t partials = 0;   // fp32 [consumer warpgroups][4][4][32][4] (kPartialsBytes each; none: UsesPartials)
   uint32_t barriers = 0;   // NarrowBarriers
   uint32_t job_slots = 0;  // int32_t [kJobSlots]
   uint32_t total = 0;      // bytes to request, including 1 KiB of alignment slack
@@ -200,7 +206,9 @@ LOOM_HOST_DEVICE constexpr NarrowSmemLayout ComputeNarrowSmemLayout(int a_stages
   layout.b_ring = offset;
   offset += static_cast<uint32_t>(b_stages) * NarrowConfig::kBStageBytes;
   layout.partials = offset;
-  offset += static_cast<uint32_t>(consumers) * NarrowConfig::kPartialsBytes;
+  if (NarrowConfig::UsesPartials(NarrowConfig::ATileRows(a_stage_bytes))) {
+    offset += static_cast<uint32_t>(consumers) * NarrowConfig::kPartialsBytes;
+  }
   layout.barriers = offset;
   offset += sizeof(NarrowBarriers);
   layout.job_slots = offset;

@@ -67,7 +67,7 @@ struct NarrowContext {
   NarrowBarriers* barriers;
   uint8_t* a_ring;
   uint8_t* b_ring;
-  float4* partials;  // [consumer warpgroup][4 warps][4 pairs][32 lanes] (RunMmaSyncJob)
+  float4* partials;  // [consumer warpgroup][4 warps][4 pairs][32 lanes]; none at 33-64 rows (UsesPartials)
   int32_t* job_slots;
   uint32_t rank;   // 0: no clusters
   uint32_t epoch;  // this launch's epoch, once AwaitPreviousLaunch has read it
