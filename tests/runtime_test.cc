@@ -421,14 +421,14 @@ TEST(RuntimeTest, WgmmaRowsGiveThePartialsRoomToTheBRing) {
     const std::string explain = explain_of(rows);
     EXPECT_NE(explain.find(", B 6 stages"), std::string::npos) << rows << " rows:\n" << explain;
   }
-  // The 32-row plan's layout still holds two partials buffers: 16 KiB less
-  // for its rings than the same stages without them would leave.
-  const uint32_t a_stage_bytes = kernel::NarrowConfig::AStageBytes(32);
-  EXPECT_EQ(kernel::ComputeNarrowSmemLayout(6, a_stage_bytes, 7, 2).barriers -
-                kernel::ComputeNarrowSmemLayout(6, a_stage_bytes, 7, 2).partials,
-            2 * kernel::NarrowConfig::kPartialsBytes);
-  EXPECT_EQ(kernel::ComputeNarrowSmemLayout(4, kernel::NarrowConfig::AStageBytes(64), 6, 2).barriers,
-            kernel::ComputeNarrowSmemLayout(4, kernel::NarrowConfig::AStageBytes(64), 6, 2).partials);
+  // The layouts: two partials buffers at 32 rows (the paired path's), none
+  // at 64.
+  const kernel::NarrowSmemLayout paired =
+      kernel::ComputeNarrowSmemLayout(6, kernel::NarrowConfig::AStageBytes(32), 7, 2);
+  EXPECT_EQ(paired.barriers - paired.partials, 2 * kernel::NarrowConfig::kPartialsBytes);
+  const kernel::NarrowSmemLayout wgmma =
+      kernel::ComputeNarrowSmemLayout(4, kernel::NarrowConfig::AStageBytes(64), 6, 2);
+  EXPECT_EQ(wgmma.barriers, wgmma.partials);
 }
 
 // CompileOptions::narrow_consumers: by default two consumer warpgroups for
