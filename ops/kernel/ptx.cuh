@@ -170,23 +170,10 @@ __device__ __forceinline__ uint32_t ld_volatile(const uint32_t* address) {
   return *reinterpret_cast<const volatile uint32_t*>(address);
 }
 
-// Named barrier `id` (an immediate; 0 is __syncthreads') over `threads`
-// threads: true for every thread when `predicate` holds for all of them.
-// Orders memory like bar.sync.
-template <int kId, int kThreads>
-__device__ __forceinline__ bool barrier_and(bool predicate) {
-  uint32_t all;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n bar.red.and.pred p, %2, %3, q;\n"
-      " selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(all)
-      : "r"(static_cast<uint32_t>(predicate)), "n"(kId), "n"(kThreads)
-      : "memory");
-  return all != 0;
-}
-
-// The same over a barrier whose id is known only at run time (a consumer
-// warpgroup's own, of two running the same code).
+// Named barrier `id` (0 is __syncthreads') over kThreads threads: true for
+// every thread when `predicate` holds for all of them. Orders memory like
+// bar.sync. The id may be known only at run time (a consumer warpgroup's
+// own, of two running the same code).
 template <int kThreads>
 __device__ __forceinline__ bool barrier_and_at(uint32_t id, bool predicate) {
   uint32_t all;
@@ -197,6 +184,12 @@ __device__ __forceinline__ bool barrier_and_at(uint32_t id, bool predicate) {
       : "r"(static_cast<uint32_t>(predicate)), "r"(id), "n"(kThreads)
       : "memory");
   return all != 0;
+}
+
+// The same for a barrier id known at compile time.
+template <int kId, int kThreads>
+__device__ __forceinline__ bool barrier_and(bool predicate) {
+  return barrier_and_at<kThreads>(kId, predicate);
 }
 
 // createpolicy.fractional.L2::evict_first: a cache policy under which the
