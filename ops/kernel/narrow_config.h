@@ -88,6 +88,11 @@ struct NarrowConfig {
   // load of B, one wgmma group each), ring depths of 8 to 48 stages all gave
   // 1x28672x4096 ~0.5 of cuBLAS; four a stage, 0.74 (bench/NOTES.md v1.16).
   static constexpr int kKBlocksPerStage = 4;
+  // The ring stages that hold `k_blocks` k-blocks (the last one in part).
+  template <typename Int>
+  LOOM_HOST_DEVICE static constexpr Int StagesOf(Int k_blocks) {
+    return (k_blocks + kKBlocksPerStage - 1) / kKBlocksPerStage;
+  }
   static constexpr int kMaxAStages = 16;
   static constexpr int kMaxBStages = 16;
   // By default the B loader keeps at most this many stages in flight
@@ -152,9 +157,7 @@ struct NarrowConfig {
   // One 1-D bulk copy then fills a stage: ~7% more stream than a tensor load
   // (bench/stream_probe.cu, bench/NOTES.md v1.20). Blocks are stored tile by
   // tile (32 rows of B), stage by stage within a tile.
-  static constexpr int64_t PackedStagesPerTile(int64_t k) {
-    return ((k + kBlockK - 1) / kBlockK + kKBlocksPerStage - 1) / kKBlocksPerStage;
-  }
+  static constexpr int64_t PackedStagesPerTile(int64_t k) { return StagesOf((k + kBlockK - 1) / kBlockK); }
   static constexpr int64_t PackedWeightBytes(int64_t n, int64_t k) {
     return (n + kBlockN - 1) / kBlockN * PackedStagesPerTile(k) * kBStageBytes;
   }

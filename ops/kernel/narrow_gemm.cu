@@ -865,8 +865,7 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     if (index < 0) return;
     if (kConsumers > 1 && ordinal % kConsumers != warpgroup) {
       const sched::TileJob& job = ctx.params.queue[index];
-      constexpr int kStageBlocks = NarrowConfig::kKBlocksPerStage;
-      const int stages = (job.k_block_end - job.k_block_begin + kStageBlocks - 1) / kStageBlocks;
+      const int stages = NarrowConfig::StagesOf(job.k_block_end - job.k_block_begin);
       rings.a.Skip(stages, ctx.params.a_stages);
       rings.b.Skip(stages, ctx.params.b_stages);
       handoff.Advance(NarrowConfig::kJobSlots);
