@@ -41,7 +41,7 @@ TEST_P(SingleGemmTest, MatchesReference) {
 
 // M, N from TESTING.md's edge list; K around one ring's worth of k-blocks
 // (64 * 4 stages +- 8), tiny K and a long K. On both kernels (kNarrow runs
-// the shapes of more than 64 rows tiled).
+// 65 and 127 rows in two row blocks, the shapes of more than 128 tiled).
 INSTANTIATE_TEST_SUITE_P(
     EdgeShapes, SingleGemmTest,
     ::testing::Combine(::testing::Values(Shape{1, 1, 8}, Shape{3, 63, 16}, Shape{63, 64, 248},
@@ -348,7 +348,7 @@ INSTANTIATE_TEST_SUITE_P(Producers, NarrowReadAheadTest,
 // split-K forced (1: unsplit), launched twice and checked against the CPU
 // reference.
 // `narrow`: on the narrow decode kernel (KernelChoice::kNarrow; the
-// shape must have at most 64 rows, and split_k must be 0 or 1).
+// shape must have at most 128 rows, and split_k must be 0 or 1).
 void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
                   DType residual_type, bool narrow = false) {
   Rng rng;
@@ -438,12 +438,14 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The narrow decode kernel (64 x 32 tiles over the whole K, straight from
-// registers into C): every fused op, both output types, rows from 1 to 64:
+// registers into C): every fused op, both output types, rows from 1 to 128:
 // A tiles of 8 and 16 rows (mma.sync), of 24 and 32 (17 and 25 rows: two
 // k-blocks a wgmma) and of 40, 56 and 64 (m64n32k16); 7, 17, 25, 33 and 49
-// leave rows of the tile that TMA fills with zeros. N = 778 (a ragged last
-// tile, odd out_cols under SwiGLU), K = 640 (10 k-blocks: the last stage
-// holds two k-blocks past K, a pair of zeros).
+// leave rows of the tile that TMA fills with zeros. 65, 100 and 128 rows
+// run in two row blocks of 40, 56 and 64 rows (the second holding 25, 44
+// and 64 of them). N = 778 (a ragged last tile, odd out_cols under
+// SwiGLU), K = 640 (10 k-blocks: the last stage holds two k-blocks past K,
+// a pair of zeros).
 class NarrowEpilogueTest : public ::testing::TestWithParam<std::tuple<int64_t, Activation, DType>> {};
 TEST_P(NarrowEpilogueTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -455,7 +457,8 @@ TEST_P(NarrowEpilogueTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     NarrowTiles, NarrowEpilogueTest,
     ::testing::Combine(::testing::Values(int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{25},
-                                                         int64_t{33}, int64_t{49}, int64_t{64}),
+                                         int64_t{33}, int64_t{49}, int64_t{64}, int64_t{65}, int64_t{100},
+                                         int64_t{128}),
                        ::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU,
                                          Activation::kSwiGLU),
                        ::testing::Values(DType::kBF16, DType::kFP32)),
@@ -479,7 +482,9 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{16, 4096, 14336}, Activation::kNone},
                       std::tuple{Shape{8, 28672, 4096}, Activation::kSwiGLU},
                       std::tuple{Shape{64, 1000, 4104}, Activation::kGELU},
-                      std::tuple{Shape{3, 100, 72}, Activation::kReLU}),
+                      std::tuple{Shape{3, 100, 72}, Activation::kReLU},
+                      std::tuple{Shape{128, 4096, 4096}, Activation::kNone},
+                      std::tuple{Shape{97, 2000, 4104}, Activation::kSwiGLU}),
     [](const auto& info) { return ShapeName(std::get<0>(info.param)); });
 
 // The two bit-identity tests below: C = act(A Bᵀ + bias) + residual, fp32 out,

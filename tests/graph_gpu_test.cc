@@ -33,6 +33,7 @@
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
 #include "loom/runtime.h"
+#include "narrow_config.h"
 
 namespace loom::testbed {
 namespace {
@@ -812,7 +813,8 @@ void RunNarrowAndCheck(GpuHarness& h) {
 }
 
 // The MLP block: a SwiGLU producer of 16-column output tiles, whose down
-// projection reads four of them per k-block.
+// projection reads four of them per k-block; at 65, 100 and 128 tokens in
+// two row blocks (each down job waits on its own rows' producer tiles).
 class NarrowMlpTest : public ::testing::TestWithParam<int64_t> {};
 TEST_P(NarrowMlpTest, SwiGLUBlockMatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -822,7 +824,8 @@ TEST_P(NarrowMlpTest, SwiGLUBlockMatchesReference) {
   RunNarrowAndCheck(h);
 }
 INSTANTIATE_TEST_SUITE_P(Tokens, NarrowMlpTest,
-                         ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}, int64_t{24}, int64_t{32}, int64_t{64}),
+                         ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}, int64_t{24}, int64_t{32}, int64_t{64},
+                                           int64_t{65}, int64_t{100}, int64_t{128}),
                          [](const auto& info) { return "tokens" + std::to_string(info.param); });
 
 // The ragged chain of section 1 (K and widths off the 64 / 32 grid, a bias in
@@ -849,26 +852,27 @@ TEST(NarrowGraphTest, EightLayerChainAtOneAndEightTokens) {
   }
 }
 
-// Random graphs (batches, chains, both diamonds) of at most 64 rows.
+// Random graphs (batches, chains, both diamonds) of at most 64 rows, and of
+// at most 128 (two row blocks once some node has more than 64).
 TEST(NarrowGraphTest, RandomDecodeGraphs) {
   LOOM_SKIP_WITHOUT_GPU();
   constexpr int kGraphs = 40;
   Rng rng;
   for (int i = 0; i < kGraphs && !HasFailure(); ++i) {
     GpuHarness h;
-    RandomGraph graph(h, rng, /*max_rows=*/64);
+    RandomGraph graph(h, rng, /*max_rows=*/i % 2 == 0 ? 64 : kernel::NarrowConfig::kMaxRows);
     BuildRandomGraph(graph, rng);
     SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description()));
     RunNarrowAndCheck(h);
   }
 }
 
-// A graph with a node of more than 64 rows stays on the tiled kernel.
+// A graph with a node of more than 128 rows stays on the tiled kernel.
 TEST(NarrowGraphTest, TallGraphsStayTiled) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
   GpuHarness h;
-  AddMlpBlock(h, rng, 65);
+  AddMlpBlock(h, rng, kernel::NarrowConfig::kMaxRows + 1);
   LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
   EXPECT_EQ(h.plan().Explain().find("narrow"), std::string::npos) << h.plan().Explain();
   ExpectNodesRightAndReplayIdentical(h);
@@ -937,8 +941,9 @@ TEST_P(NarrowPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
-                         ::testing::Values("mlp1", "mlp16", "mlp24", "mlp64", "ragged_chain7", "ragged_chain25",
-                                           "eight_layers1", "random"),
+                         ::testing::Values("mlp1", "mlp16", "mlp24", "mlp64", "mlp100", "ragged_chain7",
+                                           "ragged_chain25", "ragged_chain65", "eight_layers1", "eight_layers128",
+                                           "random"),
                          [](const auto& info) { return info.param; });
 
 // One consumer warpgroup or two taking the jobs in turn
@@ -980,7 +985,8 @@ TEST_P(NarrowConsumersTest, OneAndTwoWarpgroupsWriteTheSameBits) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
-                         ::testing::Values("mlp8", "mlp24", "mlp64", "ragged_chain25", "random"),
+                         ::testing::Values("mlp8", "mlp24", "mlp64", "mlp100", "ragged_chain25", "ragged_chain65",
+                                           "random"),
                          [](const auto& info) { return info.param; });
 
 // A packed plan reads its copy, not B: new values in B change nothing until
@@ -1200,7 +1206,7 @@ TEST_P(NarrowOverlapTest, BackToBackLaunchesMatchSerializedOnes) {
 }
 INSTANTIATE_TEST_SUITE_P(Cases, NarrowOverlapTest,
                          ::testing::Values(PingPong{1, false}, PingPong{1, true}, PingPong{40, false},
-                                           PingPong{40, true}, PingPong{24, true},
+                                           PingPong{40, true}, PingPong{24, true}, PingPong{100, true},
                                            PingPong{1, true, KernelChoice::kTiled},
                                            PingPong{40, false, KernelChoice::kTiled}),
                          [](const auto& info) { return info.param.name(); });

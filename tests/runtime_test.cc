@@ -182,9 +182,11 @@ GemmGraph WideDecodeGraph(int64_t rows, int64_t n) {
 }
 
 // KernelChoice::kAuto (the default) takes the narrow kernel up to 16 rows,
-// and up to 64 where every node's narrow tiles fit in three waves (3 x 132
-// on the H200: N <= 12672), unless split_k asks for splits or ring_mode for
-// lockstep rings; kTiled never does; kNarrow up to 64 rows.
+// up to 64 where every node's narrow tiles fit in three waves (3 x 132 on
+// the H200: N <= 12672), and up to 128 (two row blocks) where they fit in
+// one (N <= 4224: two waves of jobs) and hold at most 32 MiB, unless split_k
+// asks for splits or ring_mode for lockstep rings; kTiled never does;
+// kNarrow up to 128 rows.
 TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   ASSERT_EQ(runtime.device().sm_count, 132);
@@ -199,9 +201,12 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
        {Case{1, 12680, KernelChoice::kAuto, 0, true}, Case{16, 28672, KernelChoice::kAuto, 1, true},
         Case{17, 12672, KernelChoice::kAuto, 0, true}, Case{64, 12672, KernelChoice::kAuto, 0, true},
         Case{17, 12680, KernelChoice::kAuto, 0, false}, Case{64, 28672, KernelChoice::kAuto, 0, false},
-        Case{65, 256, KernelChoice::kAuto, 0, false}, Case{1, 256, KernelChoice::kAuto, 2, false},
-        Case{1, 256, KernelChoice::kTiled, 0, false}, Case{64, 28672, KernelChoice::kNarrow, 0, true},
-        Case{65, 256, KernelChoice::kNarrow, 0, false}}) {
+        Case{65, 256, KernelChoice::kAuto, 0, true}, Case{128, 4224, KernelChoice::kAuto, 0, true},
+        Case{65, 4256, KernelChoice::kAuto, 0, false}, Case{128, 4256, KernelChoice::kAuto, 0, false},
+        Case{129, 256, KernelChoice::kAuto, 0, false}, Case{100, 256, KernelChoice::kAuto, 2, false},
+        Case{1, 256, KernelChoice::kAuto, 2, false}, Case{1, 256, KernelChoice::kTiled, 0, false},
+        Case{64, 28672, KernelChoice::kNarrow, 0, true}, Case{128, 28672, KernelChoice::kNarrow, 0, true},
+        Case{129, 256, KernelChoice::kNarrow, 0, false}}) {
     SCOPED_TRACE(::testing::Message() << c.rows << " rows, N " << c.n << ", " << AbslUnparseFlag(c.kernel)
                                       << ", split_k " << c.split_k);
     CompileOptions options;
@@ -211,6 +216,16 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->schedule().tile.n, c.narrow ? 32 : 256);
     EXPECT_EQ(plan->kernel(), c.narrow ? KernelChoice::kNarrow : KernelChoice::kTiled);
+  }
+  // Past 64 rows a node of more than 32 MiB of weights keeps the tiled kernel.
+  for (const auto& [k, narrow] : {std::pair{4096, true}, std::pair{4160, false}}) {
+    SCOPED_TRACE(k);
+    GemmGraph graph;
+    graph.AddGemm("long_k", Fake("x", 0x100000, 100, k), Fake("w", 0x10000000, 4096, k),
+                  Fake("y", 0x20000000, 100, 4096));
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, CompileOptions{});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->kernel(), narrow ? KernelChoice::kNarrow : KernelChoice::kTiled);
   }
   CompileOptions lockstep;
   lockstep.ring_mode = RingMode::kLockstep;
@@ -363,7 +378,23 @@ TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
               std::string::npos)
         << plan->Explain();
   }
-  absl::StatusOr<Plan> tall = runtime.Compile(DecodePair(65), options);
+  // 65-128 rows: two row blocks of half the rows (rounded up to 8), each
+  // with A tiles of that many rows; past 128 the tiled kernel.
+  for (const auto& [rows, block_rows] : {std::pair{65, 40}, std::pair{100, 56}, std::pair{128, 64}}) {
+    SCOPED_TRACE(rows);
+    absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(rows), options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const sched::Schedule& schedule = plan->schedule();
+    EXPECT_EQ(schedule.tile.m, block_rows);
+    EXPECT_EQ(schedule.tile.n, 32);
+    for (const sched::NodeSchedule& node : schedule.nodes) EXPECT_EQ(node.m_blocks, 2);
+    EXPECT_EQ(schedule.queue.size(), 2 * (24u + 8u));
+    const std::string explain = plan->Explain();
+    EXPECT_NE(explain.find(absl::StrFormat("narrow decode kernel (%d x 32 tiles", block_rows)), std::string::npos)
+        << explain;
+    EXPECT_NE(explain.find(absl::StrFormat("A tiles of %d rows", block_rows)), std::string::npos) << explain;
+  }
+  absl::StatusOr<Plan> tall = runtime.Compile(DecodePair(129), options);
   ASSERT_TRUE(tall.ok()) << tall.status();
   EXPECT_EQ(tall->schedule().tile.n, 256);
   EXPECT_EQ(tall->Explain().find("narrow"), std::string::npos) << tall->Explain();

@@ -112,6 +112,7 @@ struct KernelParams {
   uint32_t a_stage_bytes;  // KernelConfig::kAStageBytes, or kHalfAStageBytes for a plan of <= 64-row nodes
   int32_t num_nodes;       // nodes[0, num_nodes)
   int32_t b_in_flight;     // narrow kernel: B stages in flight at most (< b_stages)
+  int32_t block_m;         // the scheduler's tile.m (narrow kernel: NarrowConfig::BlockRows)
 };
 
 }  // namespace loom::kernel

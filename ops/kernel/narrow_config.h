@@ -3,8 +3,8 @@
 // include it, as with kernel_config.h for the tiled kernel.
 //
 // Why a second kernel: at decode sizes (every node of the plan has at most 64
-// rows) the tiled kernel's 256-column tiles leave too few tiles to occupy the
-// SMs, so it splits K, and a split-K layer is a chain of round trips through
+// rows; up to 128 in two row blocks, kMaxRows) the tiled kernel's 256-column
+// tiles leave too few tiles to occupy the SMs, so it splits K, and a split-K layer is a chain of round trips through
 // L2 (partials, their flags, the reduce job, its flag). The narrow kernel
 // gives each CTA a 32-column tile over the whole of K instead: 128 tiles for a
 // 4096-wide layer, no partials and no reduce, the tile published once, and a
@@ -21,10 +21,24 @@
 namespace loom::kernel {
 
 struct NarrowConfig {
-  // CTA tile: 64 rows (every row of a narrow plan's nodes) x 32 accumulator
-  // columns (16 FP32 registers a thread in the wgmma layout, wgmma.cuh),
-  // whole K, multiplied by one consumer warpgroup.
+  // CTA tile: 64 rows (every row of a plan of at most 64; BlockRows past
+  // that) x 32 accumulator columns (16 FP32 registers a thread in the wgmma
+  // layout, wgmma.cuh), whole K, multiplied by one consumer warpgroup.
   static constexpr int kBlockM = 64;
+  // A plan of 65 to kMaxRows rows runs in two row blocks of BlockRows rows
+  // each (its A tiles: the wgmma path, RunWgmmaJob), so that each job's A
+  // tiles hold its rows and few more: in two 64-row blocks, a 65-row plan's
+  // second block loaded one row and 63 of TMA zero fill, and the 8-layer
+  // 4096 chain at 65 rows took 274 us against 174 at 128; in 40-row blocks,
+  // 170 (bench/NOTES.md v1.33). Each 32-column tile of B is read by two
+  // jobs, next to each other in the queue.
+  static constexpr int kMaxRows = 2 * kBlockM;
+  static constexpr int32_t BlockRows(int64_t rows) {
+    return rows <= kBlockM ? kBlockM : static_cast<int32_t>(((rows + 1) / 2 + 7) / 8 * 8);
+  }
+  // The rows of a plan's A tiles (before ATileBytes rounds them to 8): its
+  // rows up to 64, one row block's past that.
+  static constexpr int64_t TileRows(int64_t rows) { return rows <= kBlockM ? rows : BlockRows(rows); }
   static constexpr int kBlockN = 32;
   static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig
   // One consumer warpgroup, or two taking the CTA's jobs in turn
@@ -149,6 +163,19 @@ struct NarrowConfig {
   // against 100.6-101.3; bench/NOTES.md v1.32).
   static constexpr uint32_t kPartialsBytes = 4 * 4 * 32 * 4 * 4;
   static constexpr bool UsesPartials(uint32_t tile_rows) { return MultiplyFor(tile_rows) != Multiply::kWgmma; }
+  // The kernel instantiation a plan launches (narrow_gemm.cu): the mma.sync
+  // and m64n32k16 paths in row blocks of kBlockM; the paired wgmma path
+  // (17-32 rows); the m64n32k16 path in row blocks shorter than kBlockM
+  // (65-127 rows, BlockRows), read from KernelParams::block_m. The row block
+  // is a constant in the first two: read from the parameters, the unpaired
+  // two-consumer kernels spilled 8 bytes and the 64-token MLP block took
+  // ~2 us longer (bench/NOTES.md v1.33).
+  enum class Instantiation : uint8_t { kDefault, kPaired, kShortRowBlocks };
+  static constexpr Instantiation InstantiationFor(uint32_t tile_rows, int32_t block_m) {
+    return block_m != kBlockM ? Instantiation::kShortRowBlocks
+                              : (MultiplyFor(tile_rows) == Multiply::kPairedWgmma ? Instantiation::kPaired
+                                                                                  : Instantiation::kDefault);
+  }
 
   // Packed weights (CompileOptions::pack_weights): B [N, K] rearranged so that
   // each B stage is one contiguous kBStageBytes block holding exactly what the
@@ -167,7 +194,8 @@ struct NarrowConfig {
     return (n_block * stages_per_tile + kb0 / kKBlocksPerStage) * kBStageBytes;
   }
 
-  static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
+  // The scheduler's tile for a plan of at most `rows` rows.
+  static constexpr sched::TileShape tile(int64_t rows) { return {BlockRows(rows), kBlockN, kBlockK}; }
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
 };

@@ -1,9 +1,10 @@
 // narrow_gemm.cu: loom's narrow decode kernel, for plans whose every node has
-// at most 64 rows (why: narrow_config.h). Persistent like the tiled kernel
-// (persistent_gemm.cu), with the same job queue, job slots, scheduler,
-// dependency waits and watchdog (cta_context.cuh, dependencies.cuh,
-// scheduler_role.cuh), and the same deadlock-freedom argument: jobs in queue
-// order, every CTA co-resident, no finishing role waits on a later job.
+// at most 64 rows, or up to 128 in two row blocks (why: narrow_config.h).
+// Persistent like the tiled kernel (persistent_gemm.cu), with the same job
+// queue, job slots, scheduler, dependency waits and watchdog
+// (cta_context.cuh, dependencies.cuh, scheduler_role.cuh), and the same
+// deadlock-freedom argument: jobs in queue order, every CTA co-resident, no
+// finishing role waits on a later job.
 //
 // One CTA per SM, no clusters, 256 or 384 threads (one consumer warpgroup
 // or two, CompileOptions::narrow_consumers):
@@ -72,6 +73,7 @@ struct NarrowContext {
   uint32_t rank;   // 0: no clusters
   uint32_t epoch;  // this launch's epoch, once AwaitPreviousLaunch has read it
   Watchdog watchdog;
+  int32_t rows_per_block;  // the scheduler's tile.m: a constant but in the kShortRowBlocks kernels
 
   // Waits until the launch before this one on the stream has ended and its
   // writes are visible, then reads this launch's epoch. Every role calls it
@@ -94,6 +96,9 @@ struct NarrowContext {
 
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
   __device__ uint8_t* b_stage(int s) const { return b_ring + s * NarrowConfig::kBStageBytes; }
+  // The scheduler's tile: rows of the plan's row blocks (NarrowConfig::BlockRows).
+  __device__ sched::TileShape tile() const { return {rows_per_block, NarrowConfig::kBlockN, NarrowConfig::kBlockK}; }
+  __device__ int32_t block_m() const { return rows_per_block; }
   __device__ DeviceJobTrace* trace_of(int job, bool recorder) const {
     if (params.trace == nullptr || !recorder) return nullptr;
     return params.trace + job;
@@ -126,10 +131,12 @@ __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams&
 // with EncodeKBlockMap) loads them all at once; otherwise each k-block is a
 // load of its own. Either way TMA zero-fills what lies past K, whole k-blocks
 // too, so the consumer can run every k-block of every stage.
-// kWeights: B, read once a launch: the loads carry `policy`
+// kWeights: B, read once a launch (twice with two row blocks, by jobs next
+// to each other in the queue): the loads carry `policy`
 // (ptx::l2_evict_first_policy), so the weights streaming through L2 do not
-// evict the activations, flags and outputs the next layer reads (the one-token
-// chain -1 to -2 us, bench/NOTES.md v1.23).
+// evict the activations, flags and outputs the next layer reads (the
+// one-token chain -1 to -2 us, bench/NOTES.md v1.23). With two row blocks
+// an evict-normal policy measured no better (v1.33).
 template <bool kWeights>
 __device__ __forceinline__ void LoadStage(const CUtensorMap* map, bool kblock_map, uint8_t* stage, uint64_t* full,
                                           uint32_t tile_bytes, int kb0, int32_t row0, uint64_t policy = 0) {
@@ -191,7 +198,7 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
     const sched::TileJob job = *work.job;  // in registers: the asm below clobbers memory
     const KernelNode& node = *work.node;
     const sched::NodeSchedule& schedule = node.schedule;
-    const int32_t row0 = work.m_block * NarrowConfig::kBlockM;
+    const int32_t row0 = work.m_block * ctx.block_m();
     memo.Reset();
     known.Reset();
     if (schedule.dependency_count > 0 &&
@@ -362,8 +369,8 @@ __device__ __forceinline__ void StoreOutput(const EpilogueFields& node, ElementT
 // silu(gate + bias) * (up + bias) + residual (gate and up in adjacent
 // accumulator columns), in that order, as in epilogue_role.cuh. Register
 // 4c + 2h + e holds row 16 * warp + lane / 4 + 8h, column 8c + 2 * (lane % 4)
-// + e (wgmma.cuh). Only rows inside M and columns inside the output are
-// stored.
+// + e (wgmma.cuh). Only rows inside M and the job's row block and columns
+// inside the output are stored.
 // It is built when the job starts and reads its bias and residual values as
 // soon as they may be read (Prefetch: after the job's first A stage is full,
 // so after the A loader waited for their producers), all while the main loop
@@ -371,11 +378,18 @@ __device__ __forceinline__ void StoreOutput(const EpilogueFields& node, ElementT
 // round trips to L2 (~2 us traced) between a tile's last wgmma and its flag.
 class NarrowEpilogue {
  public:
-  __device__ NarrowEpilogue(const CtaWork& work, int warp, int lane)
+  // block_m: the plan's row block (NarrowContext::block_m).
+  __device__ NarrowEpilogue(const CtaWork& work, int32_t block_m, int warp, int lane)
       : node_(*work.node),
         out_type_(work.node->out_type),
-        row0_(int64_t{work.m_block} * NarrowConfig::kBlockM + warp * 16 + lane / 4),
-        col0_(int64_t{work.n_block} * NarrowConfig::kBlockN + 2 * (lane % 4)) {}
+        row0_(int64_t{work.m_block} * block_m + warp * 16 + lane / 4),
+        col0_(int64_t{work.n_block} * NarrowConfig::kBlockN + 2 * (lane % 4)) {
+    // A row block shorter than the wgmma's 64 rows stores only its own: the
+    // rows past it are the next tile's rows of A, not the next block's
+    // (node_.m clamped, rather than a register of its own across the main
+    // loop). A constant kBlockM folds this away.
+    if (block_m < NarrowConfig::kBlockM) node_.m = min(node_.m, (int64_t{work.m_block} + 1) * block_m);
+  }
 
   __device__ void Prefetch() {
     const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
@@ -426,7 +440,7 @@ class NarrowEpilogue {
   }
 
  private:
-  EpilogueFields node_;
+  EpilogueFields node_;  // m: the end of the job's rows (M, or its row block's end)
   ElementType out_type_;
   int64_t row0_;  // this thread's first row (16 * warp + lane / 4 of the tile)
   int64_t col0_;  // this thread's first accumulator column (2 * (lane % 4) of the tile)
@@ -442,12 +456,13 @@ class NarrowEpilogue {
 // them and the gate's lane computes the output.
 class SwappedEpilogue {
  public:
-  __device__ SwappedEpilogue(const CtaWork& work, int weight_block, int token_block, bool active, int lane)
+  __device__ SwappedEpilogue(const CtaWork& work, int32_t block_m, int weight_block, int token_block, bool active,
+                            int lane)
       : node_(*work.node),
         out_type_(work.node->out_type),
         active_(active),
         gate_lane_((lane / 4) % 2 == 0),
-        row0_(int64_t{work.m_block} * NarrowConfig::kBlockM + 8 * token_block + 2 * (lane % 4)),
+        row0_(int64_t{work.m_block} * block_m + 8 * token_block + 2 * (lane % 4)),
         col0_(int64_t{work.n_block} * NarrowConfig::kBlockN + 16 * weight_block + lane / 4) {}
 
   __device__ void Prefetch() {
@@ -585,7 +600,7 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-  NarrowEpilogue epilogue(work, warp, lane);
+  NarrowEpilogue epilogue(work, ctx.block_m(), warp, lane);
   float chains[kChains][16];
 #pragma unroll
   for (int c = 0; c < kChains; ++c) {
@@ -677,7 +692,7 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const uint32_t a_tile_bytes = NarrowConfig::ATileBytes(kRows);
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-  NarrowEpilogue epilogue(work, warp, lane);
+  NarrowEpilogue epilogue(work, ctx.block_m(), warp, lane);
   float chains[kPairChains][32] = {};
   bool ok = true;
   RingCursor a_release = rings.a, b_release = rings.b;
@@ -771,7 +786,7 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
   static_assert(NarrowConfig::kKBlocksPerStage == 4, "one k-block of each stage per consumer warp");
   const int weight_block = warp % 2, token_block = warp / 2;  // this warp's pair, for the epilogue
   const bool active = token_block < kTokenBlocks;
-  SwappedEpilogue epilogue(work, weight_block, token_block, active, lane);
+  SwappedEpilogue epilogue(work, ctx.block_m(), weight_block, token_block, active, lane);
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   float chains[kTokenBlocks][2][4][4] = {};  // [token block][weight block][k16 step][register]
   bool ok = true;
@@ -925,13 +940,14 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   }
 }
 
-// kPaired: the plan's A tiles are 17 to 32 rows (RunPairedWgmmaJob); its own
-// instantiation, as kPackedB: with the paired path beside the others in one
-// kernel, the one-token chain took 96.6-97.0 us against 95.2-95.4 and the
-// 64-token one 116.3-117.6 against 114.3-114.8, with their own paths
-// unchanged (bench/NOTES.md v1.24).
+// kKind (NarrowConfig::InstantiationFor): kPaired, the plan's A tiles are
+// 17 to 32 rows (RunPairedWgmmaJob), its own instantiation, as kPackedB:
+// with the paired path beside the others in one kernel, the one-token chain
+// took 96.6-97.0 us against 95.2-95.4 and the 64-token one 116.3-117.6
+// against 114.3-114.8, with their own paths unchanged (bench/NOTES.md
+// v1.24); kShortRowBlocks, row blocks of KernelParams::block_m rows.
 // kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
-template <bool kPackedB, bool kPaired, int kConsumers>
+template <bool kPackedB, NarrowConfig::Instantiation kKind, int kConsumers>
 __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
     NarrowGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
@@ -964,7 +980,8 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
                     reinterpret_cast<int32_t*>(smem + layout.job_slots),
                     0,
                     0,
-                    Watchdog(params)};
+                    Watchdog(params),
+                    kKind == NarrowConfig::Instantiation::kShortRowBlocks ? params.block_m : NarrowConfig::kBlockM};
   if (threadIdx.x < 128) {
     if constexpr (kConsumers > 1) ptx::setmaxnreg_dec<NarrowConfig::kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -993,7 +1010,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   } else {
     if constexpr (kConsumers > 1) ptx::setmaxnreg_inc<NarrowConfig::kConsumerRegisters>();
     ctx.AwaitPreviousLaunch();
-    RunNarrowConsumer<kPaired, kConsumers>(ctx);
+    RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kConsumers>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
   // before anyone leaves.
@@ -1006,15 +1023,18 @@ namespace {
 
 using NarrowKernel = void (*)(KernelParams);
 
-// The instantiation for packed weights or not, the paired path or not, and
-// one or two consumer warpgroups.
-NarrowKernel NarrowKernelFor(bool packed_b, bool paired, int consumers) {
-  constexpr NarrowKernel kKernels[2][2][2] = {
-      {{NarrowGemmKernel<false, false, 1>, NarrowGemmKernel<false, false, 2>},
-       {NarrowGemmKernel<false, true, 1>, NarrowGemmKernel<false, true, 2>}},
-      {{NarrowGemmKernel<true, false, 1>, NarrowGemmKernel<true, false, 2>},
-       {NarrowGemmKernel<true, true, 1>, NarrowGemmKernel<true, true, 2>}}};
-  return kKernels[packed_b][paired][consumers - 1];
+// The instantiation for packed weights or not, the kind
+// (NarrowConfig::InstantiationFor), and one or two consumer warpgroups.
+NarrowKernel NarrowKernelFor(bool packed_b, NarrowConfig::Instantiation kind, int consumers) {
+  using K = NarrowConfig::Instantiation;
+  constexpr NarrowKernel kKernels[2][3][2] = {
+      {{NarrowGemmKernel<false, K::kDefault, 1>, NarrowGemmKernel<false, K::kDefault, 2>},
+       {NarrowGemmKernel<false, K::kPaired, 1>, NarrowGemmKernel<false, K::kPaired, 2>},
+       {NarrowGemmKernel<false, K::kShortRowBlocks, 1>, NarrowGemmKernel<false, K::kShortRowBlocks, 2>}},
+      {{NarrowGemmKernel<true, K::kDefault, 1>, NarrowGemmKernel<true, K::kDefault, 2>},
+       {NarrowGemmKernel<true, K::kPaired, 1>, NarrowGemmKernel<true, K::kPaired, 2>},
+       {NarrowGemmKernel<true, K::kShortRowBlocks, 1>, NarrowGemmKernel<true, K::kShortRowBlocks, 2>}}};
+  return kKernels[packed_b][static_cast<int>(kind)][consumers - 1];
 }
 
 }  // namespace
@@ -1035,8 +1055,10 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
     return error;
   }
   for (bool packed_b : {false, true}) {
-    for (bool paired : {false, true}) {
-      if (cudaError_t error = cudaFuncSetAttribute(NarrowKernelFor(packed_b, paired, consumers),
+    for (NarrowConfig::Instantiation kind :
+         {NarrowConfig::Instantiation::kDefault, NarrowConfig::Instantiation::kPaired,
+          NarrowConfig::Instantiation::kShortRowBlocks}) {
+      if (cudaError_t error = cudaFuncSetAttribute(NarrowKernelFor(packed_b, kind, consumers),
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
           error != cudaSuccess) {
         return error;
@@ -1047,7 +1069,8 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
   // loader's branch and the consumer's path: one answer.
   int per_sm = 0;
   if (cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, NarrowKernelFor(false, false, consumers), NarrowConfig::Threads(consumers), smem_bytes);
+          &per_sm, NarrowKernelFor(false, NarrowConfig::Instantiation::kDefault, consumers),
+          NarrowConfig::Threads(consumers), smem_bytes);
       error != cudaSuccess) {
     return error;
   }
@@ -1070,9 +1093,9 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
     config.attrs = &overlap;
     config.numAttrs = 1;
   }
-  const bool paired = NarrowConfig::MultiplyFor(NarrowConfig::ATileRows(params.a_stage_bytes)) ==
-                      NarrowConfig::Multiply::kPairedWgmma;
-  return cudaLaunchKernelEx(&config, NarrowKernelFor(packed_b, paired, consumers), params);
+  const NarrowConfig::Instantiation kind =
+      NarrowConfig::InstantiationFor(NarrowConfig::ATileRows(params.a_stage_bytes), params.block_m);
+  return cudaLaunchKernelEx(&config, NarrowKernelFor(packed_b, kind, consumers), params);
 }
 
 }  // namespace loom::kernel

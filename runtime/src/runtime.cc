@@ -212,18 +212,39 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms) {
 bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
                       const std::vector<DataDependency>& dependencies, int64_t rows, int sms) {
   constexpr int64_t kMaxWaves = 3;  // of narrow tiles in one node, from 17 rows
+  constexpr int64_t kTwoBlockMaxWeightBytes = int64_t{32} << 20;  // a node's, past 64 rows
   switch (options.kernel) {
     case KernelChoice::kNarrow:
-      return rows <= NarrowConfig::kBlockM;
+      return rows <= NarrowConfig::kMaxRows;
     case KernelChoice::kTiled:
       return false;
     case KernelChoice::kAuto:
       break;
   }
   // Options only the tiled kernel has keep it: splits, lockstep rings.
-  if (rows > NarrowConfig::kBlockM || options.split_k > 1 || options.ring_mode != RingMode::kSplit) return false;
-  if (rows <= NarrowConfig::kMmaSyncRows) return true;
+  if (rows > NarrowConfig::kMaxRows || options.split_k > 1 || options.ring_mode != RingMode::kSplit) return false;
   const std::vector<GemmNode>& nodes = graph.nodes();
+  if (rows > NarrowConfig::kBlockM) {
+    // Two row blocks: each weight tile is read by two jobs, and each job
+    // reads twice its weights' bytes of A, so the narrow kernel's L2 traffic
+    // is about six times the weights against the tiled kernel's ~1.5 plus
+    // its split-K partials. It pays where the tiled kernel's split-K round
+    // trips (partials, their flags, the reduce) outweigh that: nodes of at
+    // most two waves of jobs and at most kTwoBlockMaxWeightBytes of weights
+    // (bench/NOTES.md v1.33, on the H200: the 8-layer 4096 chain at 65, 100
+    // and 128 rows 170 / 178 / 175 us against 215 / 229 / 246 tiled;
+    // 128 x 4096 x 4096 in 0.030-0.031 ms against 0.037-0.038, 128 x 2048 x
+    // 8192 0.027-0.028 against 0.039-0.041. Past 32 MiB no gain or a loss:
+    // 128 x 4096 x 8192 0.044-0.047 against 0.045-0.046, 100 x 4096 x 14336
+    // 0.069 against 0.059).
+    for (const GemmNode& node : nodes) {
+      // A job per row block and column tile: two waves is a tile per SM.
+      const int64_t weight_bytes = node.n() * node.k() * static_cast<int64_t>(node.b.element_size());
+      if (NarrowTiles(node) > sms || weight_bytes > kTwoBlockMaxWeightBytes) return false;
+    }
+    return true;
+  }
+  if (rows <= NarrowConfig::kMmaSyncRows) return true;
   std::vector<bool> dependent(nodes.size(), false);
   for (const DataDependency& dependency : dependencies) dependent[dependency.consumer] = true;
   int64_t wide_bytes = 0;             // weights of the nodes past three waves of narrow tiles
@@ -299,19 +320,19 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.split_k: %d, but the narrow decode kernel (kernel = kNarrow, chosen for a graph of at most "
         "%d rows) never splits K",
-        options.split_k, NarrowConfig::kBlockM));
+        options.split_k, NarrowConfig::kMaxRows));
   }
   if (options.ring_mode != RingMode::kSplit) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.ring_mode: lockstep, but the narrow decode kernel (kernel = kNarrow, chosen for a graph of "
         "at most %d rows) has split rings only",
-        NarrowConfig::kBlockM));
+        NarrowConfig::kMaxRows));
   }
   NarrowRings rings;
   rings.consumers = options.narrow_consumers > 0
                         ? options.narrow_consumers
                         : (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain ? 2 : 1);
-  rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(rows, 1));
+  rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(NarrowConfig::TileRows(rows), 1));
   const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
   // 96 KiB for the 16-row mma.sync tiles and the paired wgmma's tiles.
   const bool smaller_a = tile_rows > 8 && NarrowConfig::MultiplyFor(tile_rows) != NarrowConfig::Multiply::kWgmma;
@@ -547,6 +568,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.b_stages = impl.b_stages;
   params.b_in_flight = impl.b_in_flight;
   params.a_stage_bytes = impl.a_stage_bytes;
+  params.block_m = impl.schedule.tile.m;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
   impl.has_split_k = false;
   for (const sched::NodeSchedule& node : impl.schedule.nodes) impl.has_split_k |= node.split_k > 1;
@@ -710,7 +732,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   impl->grid_clusters = options.max_clusters > 0 ? options.max_clusters : coresident;
 
   sched::SchedulerOptions scheduler_options;
-  scheduler_options.tile = impl->narrow ? NarrowConfig::tile() : KernelConfig::tile();
+  scheduler_options.tile = impl->narrow ? NarrowConfig::tile(rows) : KernelConfig::tile();
   scheduler_options.cluster_size = cluster_size;
   scheduler_options.num_sms = device_.sm_count;
   scheduler_options.max_clusters = impl->grid_clusters;
@@ -858,7 +880,7 @@ std::string Plan::Explain() const {
     return absl::StrFormat(
                "device: %s, narrow decode kernel (%d x %d tiles over the whole of K), %d CTAs of %d consumer "
                "warpgroup%s, rings: A %d stages of %d bytes, B %d stages of %d bytes (%d in flight)\n",
-               impl_->device.name, NarrowConfig::kBlockM, NarrowConfig::kBlockN, impl_->grid_clusters,
+               impl_->device.name, impl_->schedule.tile.m, NarrowConfig::kBlockN, impl_->grid_clusters,
                impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s", impl_->a_stages,
                impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes, impl_->b_in_flight) +
            ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes)) + ExplainPackedWeights(*impl_) +

@@ -68,10 +68,14 @@ enum class KernelChoice {
   // 8-layer chain take 95-100 us on it against 118-176 us tiled; at 32 and
   // 64 tokens the chain 118-119 against 184-210 and the MLP block 117-124
   // against 121-125; single nodes wider than three waves (28672 x 4096 at
-  // 64 rows: 0.78 of cuBLAS against 0.94) stay tiled.
+  // 64 rows: 0.78 of cuBLAS against 0.94) stay tiled. From 65 to 128 rows
+  // (two row blocks) where every node is at most one wave of 32-column tiles
+  // and 32 MiB of weights: the 8-layer 4096 chain at 65-128 rows 170-178 us
+  // against 215-246 tiled (bench/NOTES.md v1.33); the MLP block at 128
+  // tokens stays tiled.
   kAuto,
   kTiled,   // the persistent tiled kernel (256-column tiles, split-K, clusters)
-  kNarrow,  // the narrow decode kernel wherever every node has at most 64 rows, else tiled
+  kNarrow,  // the narrow decode kernel wherever every node has at most 128 rows, else tiled
 };
 
 // KernelChoice on a command line (Abseil flags find these by argument-
@@ -95,7 +99,8 @@ struct CompileOptions {
   int reduce_part_rows = 0;  // rows of each part; 0: chosen by the scheduler (8 or 16); at most 16
   // Which kernel runs the plan (KernelChoice). The narrow decode kernel
   // (ops/kernel/narrow_config.h): 64 x 32 tiles over the whole of K, no
-  // split-K, rings of stages of four k-blocks, for graphs of at most 64 rows.
+  // split-K, rings of stages of four k-blocks, for graphs of at most 64 rows
+  // (up to 128 in two row blocks of half the rows, rounded up to 8).
   // On it a_stages, b_stages, ring_mode and the reduce options do not apply,
   // split_k must be 0 or 1, and max_clusters counts CTAs (it has no
   // clusters).
@@ -114,7 +119,7 @@ struct CompileOptions {
   // in turn, so that one's epilogue runs beside the other's next multiply
   // (the MLP block 4096/14336 at 32 / 64 tokens 89.3-90.0 / 104.7-105.4 us
   // instead of 95.1-95.8 / 110.3-110.6, bench/NOTES.md v1.29); 0: 2 for
-  // graphs of 17-64 rows unless every node is one wave of tiles and some
+  // graphs of 17-128 rows unless every node is one wave of tiles and some
   // node reads another's output (a chain of decode layers: one job a CTA a
   // layer, nothing to overlap), else 1.
   int narrow_consumers = 0;
