@@ -169,6 +169,9 @@ constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 // The narrow kernel's tiles of `node`: its 32-column blocks.
 int64_t NarrowTiles(const GemmNode& node) { return (node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN; }
 
+// The bytes of a node's B (its weights).
+int64_t WeightBytes(const GemmNode& node) { return node.n() * node.k() * static_cast<int64_t>(node.b.element_size()); }
+
 // The rows of the graph's tallest node (A's rows).
 int64_t MaxRows(const GemmGraph& graph) {
   int64_t rows = 0;
@@ -239,8 +242,7 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
     // 0.069 against 0.059).
     for (const GemmNode& node : nodes) {
       // A job per row block and column tile: two waves is a tile per SM.
-      const int64_t weight_bytes = node.n() * node.k() * static_cast<int64_t>(node.b.element_size());
-      if (NarrowTiles(node) > sms || weight_bytes > kTwoBlockMaxWeightBytes) return false;
+      if (NarrowTiles(node) > sms || WeightBytes(node) > kTwoBlockMaxWeightBytes) return false;
     }
     return true;
   }
@@ -250,7 +252,7 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
   int64_t wide_bytes = 0;             // weights of the nodes past three waves of narrow tiles
   int64_t split_dependent_bytes = 0;  // weights of the dependent nodes the tiled kernel would split
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const int64_t weight_bytes = nodes[i].n() * nodes[i].k() * static_cast<int64_t>(nodes[i].b.element_size());
+    const int64_t weight_bytes = WeightBytes(nodes[i]);
     if (NarrowTiles(nodes[i]) > kMaxWaves * sms) wide_bytes += weight_bytes;
     if (dependent[i] && TiledKernelSplitsK(nodes[i], sms)) split_dependent_bytes += weight_bytes;
   }
