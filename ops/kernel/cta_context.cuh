@@ -100,7 +100,6 @@ struct CtaContext {
   // The scheduler's tile (the shared protocol code asks the context: the
   // narrow kernel's rows vary by plan).
   __device__ static constexpr sched::TileShape tile() { return KernelConfig::tile(); }
-  __device__ static constexpr int32_t block_m() { return KernelConfig::kBlockM; }
   __device__ uint8_t* staging_panel(int warpgroup, int buffer) const {
     return staging +
            (warpgroup * KernelConfig::kStagingBuffers + buffer) * KernelConfig::kStagingPanelBytes;

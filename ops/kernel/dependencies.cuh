@@ -94,7 +94,7 @@ __device__ inline bool WaitForEpilogueInputs(const Ctx& ctx, const KernelNode& n
   const int64_t out_col0 = int64_t{n_block} * node.schedule.out_tile_n;
   const int64_t acc_col0 = int64_t{n_block} * Ctx::Config::kBlockN;
   return WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kResidual, row0,
-                          row0 + ctx.block_m(), out_col0, out_col0 + node.schedule.out_tile_n, memo) &&
+                          row0 + ctx.tile().m, out_col0, out_col0 + node.schedule.out_tile_n, memo) &&
          WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kBias, 0, 1, acc_col0,
                           acc_col0 + Ctx::Config::kBlockN, memo);
 }
@@ -144,7 +144,7 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
   int tiles = 0;
   int columns_left = 0;  // producer tile columns from granule 0's to the last
   bool whole_columns = false;
-  ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.block_m(),
+  ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m,
                      int64_t{kb} * Ctx::Config::kBlockK, int64_t{kb + 1} * Ctx::Config::kBlockK,
                      [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
                        ++edges;
@@ -275,7 +275,7 @@ __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& n
     // Not a run (AProducerRun found none at kb): kb's own granule alone, as
     // WaitForProducers finds it.
     DependencyMemo memo;
-    if (!WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kA, row0, row0 + ctx.block_m(),
+    if (!WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m,
                           kb * Ctx::Config::kBlockK, (kb + 1) * Ctx::Config::kBlockK, memo)) {
       return -1;
     }
@@ -348,9 +348,9 @@ __device__ inline bool FirstGranuleProducersDone(const Ctx& ctx, int index) {
   const sched::TileJob& job = ctx.params.queue[index];
   const KernelNode& node = ctx.params.nodes[job.node];
   const sched::CtaTile tile = sched::CtaTileOf(job, node.schedule.share, 0);
-  const int64_t row0 = int64_t{tile.m_block} * ctx.block_m();
+  const int64_t row0 = int64_t{tile.m_block} * ctx.tile().m;
   const int64_t k_end = min(AGranuleEnd(node.schedule, job.k_block_begin), int{job.k_block_end});
-  return ProducersDone(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.block_m(),
+  return ProducersDone(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m,
                        int64_t{job.k_block_begin} * Ctx::Config::kBlockK, k_end * Ctx::Config::kBlockK);
 }
 
@@ -383,7 +383,7 @@ __device__ inline InputFlags FindInputFlags(const Ctx& ctx, int index) {
     return flags;
   }
   if (schedule.dependency_count == 0) return flags;
-  const FlagRun run = AProducerRun(ctx, node, int64_t{tile.m_block} * ctx.block_m(), job.k_block_begin,
+  const FlagRun run = AProducerRun(ctx, node, int64_t{tile.m_block} * ctx.tile().m, job.k_block_begin,
                                    job.k_block_end);
   flags.general = run.granules == 0;
   flags.first = run.first_flag;

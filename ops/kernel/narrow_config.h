@@ -4,12 +4,13 @@
 //
 // Why a second kernel: at decode sizes (every node of the plan has at most 64
 // rows; up to 128 in two row blocks, kMaxRows) the tiled kernel's 256-column
-// tiles leave too few tiles to occupy the SMs, so it splits K, and a split-K layer is a chain of round trips through
-// L2 (partials, their flags, the reduce job, its flag). The narrow kernel
-// gives each CTA a 32-column tile over the whole of K instead: 128 tiles for a
-// 4096-wide layer, no partials and no reduce, the tile published once, and a
-// deep ring of small B stages that holds most of a job's weights before its
-// A (the previous layer's output) exists.
+// tiles leave too few tiles to occupy the SMs, so it splits K, and a split-K
+// layer is a chain of round trips through L2 (partials, their flags, the
+// reduce job, its flag). The narrow kernel gives each CTA a 32-column tile
+// over the whole of K instead: 128 tiles for a 4096-wide layer, no partials
+// and no reduce, the tile published once, and a deep ring of small B stages
+// that holds most of a job's weights before its A (the previous layer's
+// output) exists.
 #ifndef LOOM_OPS_KERNEL_NARROW_CONFIG_H_
 #define LOOM_OPS_KERNEL_NARROW_CONFIG_H_
 

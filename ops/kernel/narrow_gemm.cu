@@ -96,9 +96,8 @@ struct NarrowContext {
 
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
   __device__ uint8_t* b_stage(int s) const { return b_ring + s * NarrowConfig::kBStageBytes; }
-  // The scheduler's tile: rows of the plan's row blocks (NarrowConfig::BlockRows).
+  // The scheduler's tile: m, the rows of the plan's row blocks (NarrowConfig::BlockRows).
   __device__ sched::TileShape tile() const { return {rows_per_block, NarrowConfig::kBlockN, NarrowConfig::kBlockK}; }
-  __device__ int32_t block_m() const { return rows_per_block; }
   __device__ DeviceJobTrace* trace_of(int job, bool recorder) const {
     if (params.trace == nullptr || !recorder) return nullptr;
     return params.trace + job;
@@ -198,7 +197,7 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
     const sched::TileJob job = *work.job;  // in registers: the asm below clobbers memory
     const KernelNode& node = *work.node;
     const sched::NodeSchedule& schedule = node.schedule;
-    const int32_t row0 = work.m_block * ctx.block_m();
+    const int32_t row0 = work.m_block * ctx.tile().m;
     memo.Reset();
     known.Reset();
     if (schedule.dependency_count > 0 &&
@@ -378,7 +377,7 @@ __device__ __forceinline__ void StoreOutput(const EpilogueFields& node, ElementT
 // round trips to L2 (~2 us traced) between a tile's last wgmma and its flag.
 class NarrowEpilogue {
  public:
-  // block_m: the plan's row block (NarrowContext::block_m).
+  // block_m: the rows of the plan's row blocks (NarrowContext::tile).
   __device__ NarrowEpilogue(const CtaWork& work, int32_t block_m, int warp, int lane)
       : node_(*work.node),
         out_type_(work.node->out_type),
@@ -600,7 +599,7 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-  NarrowEpilogue epilogue(work, ctx.block_m(), warp, lane);
+  NarrowEpilogue epilogue(work, ctx.tile().m, warp, lane);
   float chains[kChains][16];
 #pragma unroll
   for (int c = 0; c < kChains; ++c) {
@@ -692,7 +691,7 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const uint32_t a_tile_bytes = NarrowConfig::ATileBytes(kRows);
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-  NarrowEpilogue epilogue(work, ctx.block_m(), warp, lane);
+  NarrowEpilogue epilogue(work, ctx.tile().m, warp, lane);
   float chains[kPairChains][32] = {};
   bool ok = true;
   RingCursor a_release = rings.a, b_release = rings.b;
@@ -786,7 +785,7 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
   static_assert(NarrowConfig::kKBlocksPerStage == 4, "one k-block of each stage per consumer warp");
   const int weight_block = warp % 2, token_block = warp / 2;  // this warp's pair, for the epilogue
   const bool active = token_block < kTokenBlocks;
-  SwappedEpilogue epilogue(work, ctx.block_m(), weight_block, token_block, active, lane);
+  SwappedEpilogue epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   float chains[kTokenBlocks][2][4][4] = {};  // [token block][weight block][k16 step][register]
   bool ok = true;
