@@ -21,6 +21,9 @@ ABSL_FLAG(int, narrow_consumers, 0,
           "CompileOptions::narrow_consumers)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the narrow kernel's stage order at Compile (CompileOptions::pack_weights)");
+ABSL_FLAG(bool, tagged_handoff, true,
+          "loom: nodes of 1-2 rows on the narrow kernel poll their A as tagged words beside the producer's "
+          "output (CompileOptions::tagged_handoff)");
 ABSL_FLAG(bool, overlap_launches, true,
           "loom: launches overlap the end of the kernel before them (CompileOptions::overlap_launches)");
 ABSL_FLAG(bool, reduce_in_parts, true,
@@ -40,6 +43,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.narrow_b_in_flight = absl::GetFlag(FLAGS_narrow_b_in_flight);
   options.narrow_consumers = absl::GetFlag(FLAGS_narrow_consumers);
   options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
+  options.tagged_handoff = absl::GetFlag(FLAGS_tagged_handoff);
   options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);
   options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
   options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);

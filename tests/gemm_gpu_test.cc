@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "internal/testing_hooks.h"  // runtime/internal
 #include "loom/runtime.h"
+#include "narrow_config.h"
 
 namespace loom::testbed {
 namespace {
@@ -239,7 +240,9 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   const bool two_consumers = GetParam() == "narrow_two_consumers";
   Rng rng;
   GpuHarness h;
-  AddTwoGemmChain(h, rng, /*m=*/two_consumers ? 40 : (narrow ? 4 : 128), /*width=*/256);
+  // At 2 rows the narrow plan's consumer polls a tagged copy
+  // (CompileOptions::tagged_handoff), which the producer stops writing too.
+  AddTwoGemmChain(h, rng, /*m=*/two_consumers ? 40 : (narrow ? 2 : 128), /*width=*/256);
   CompileOptions options;
   options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
   options.narrow_consumers = two_consumers ? 2 : 0;
@@ -298,7 +301,9 @@ TEST(GemmTest, ConsumerWaitsForEachProducerTileItReadsAhead) {
 // 16-column ones). All but one of the producer's tiles count as published;
 // the consumer must wait for that one (flag 17 of 32: not 16-byte aligned),
 // and time out naming its k-block. The first launch, normal, must be right.
-// At 5 rows (the mma.sync path) and 40 (the wgmma path).
+// At 5 rows (the mma.sync path) and 40 (the wgmma path); at 2 the consumer
+// polls the producer's tagged copy instead (CompileOptions::tagged_handoff,
+// all of it published but the missing tile's columns), and names that tile.
 class NarrowReadAheadTest : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {};
 TEST_P(NarrowReadAheadTest, ConsumerWaitsForEachProducerTile) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -331,6 +336,12 @@ TEST_P(NarrowReadAheadTest, ConsumerWaitsForEachProducerTile) {
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("node \"second\""), std::string::npos) << status;
   ASSERT_TRUE(h.plan().last_timeout().has_value());
+  const bool tagged = m <= kernel::NarrowConfig::kTaggedMaxRows;
+  EXPECT_EQ(h.plan().Explain().find("tagged handoffs") != std::string::npos, tagged) << h.plan().Explain();
+  if (tagged) {
+    EXPECT_EQ(h.plan().last_timeout()->flag, first.flag_base + missing) << status;
+    return;
+  }
   // The wait names the first flag of the k-block it waits for: tiles 16-17
   // (16-19 of a SwiGLU producer).
   const int tiles_per_k_block = 64 / first.out_tile_n;
@@ -338,7 +349,7 @@ TEST_P(NarrowReadAheadTest, ConsumerWaitsForEachProducerTile) {
       << status;
 }
 INSTANTIATE_TEST_SUITE_P(Producers, NarrowReadAheadTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values(int64_t{5}, int64_t{40})),
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(int64_t{2}, int64_t{5}, int64_t{40})),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "swiglu" : "plain") + "_M" +
                                   std::to_string(std::get<1>(info.param));

@@ -905,11 +905,30 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     BuildRandomGraph(graph, rng);
     return graph.description();
   }
-  // The rows are the name's last number: mlpT, ragged_chainT, eight_layersT.
+  // The rows are the name's last number: mlpT, ragged_chainT, odd_chainT,
+  // eight_layersT, randomT (random graphs of at most T rows).
   int64_t rows = 0;
   const size_t digits = which.find_first_of("0123456789");
   const bool numbered = digits != std::string::npos && absl::SimpleAtoi(which.substr(digits), &rows);
   const std::string kind = which.substr(0, digits);
+  if (numbered && kind == "random") {
+    RandomGraph graph(h, rng, /*max_rows=*/rows);
+    BuildRandomGraph(graph, rng);
+    return graph.description();
+  }
+  if (numbered && kind == "odd_chain") {
+    // Odd widths: the second layer's K (333) ends in half a column pair.
+    h.Input("x", kBF16, rows, 200, rng);
+    h.Input("W1", kBF16, 333, 200, rng);
+    h.Input("W2", kBF16, 77, 333, rng);
+    h.Output("h1", kBF16, rows, 333);
+    h.Output("y", kBF16, rows, 77);
+    h.Build([](const auto& t, GemmGraph& g) {
+      g.AddGemm("layer1", t("x"), t("W1"), t("h1"), {.activation = Activation::kGELU});
+      g.AddGemm("layer2", t("h1"), t("W2"), t("y"));
+    });
+    return which;
+  }
   if (numbered && kind == "mlp") {
     AddMlpBlock(h, rng, rows);
   } else if (numbered && kind == "ragged_chain") {
@@ -987,6 +1006,51 @@ TEST_P(NarrowConsumersTest, OneAndTwoWarpgroupsWriteTheSameBits) {
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
                          ::testing::Values("mlp8", "mlp24", "mlp64", "mlp100", "ragged_chain25", "ragged_chain65",
                                            "random"),
+                         [](const auto& info) { return info.param; });
+
+// CompileOptions::tagged_handoff: a node of 1 or 2 rows whose A is
+// another node's output reads it from the producer's tagged copy (polled
+// words of two values and the launch's epoch) instead of through the tile
+// flags and a TMA load. The same values reach the same slots of shared
+// memory either way (zeros past K too), so every output must equal the
+// flag-waiting plan's bit for bit, packed or not, and match the reference.
+// Cases: a SwiGLU producer (the MLP block, its down projection reading the
+// 16-column tiles' pairs) at 1 and 2 rows, the ragged chain (K of 520 and
+// 264, a bias and a residual) at 1 and 2, widths of 333 and 77 (K ending in
+// half a pair) at 2, the 8-layer chain at 1 and 2, and random decode graphs
+// of at most 2 rows (batches, chains, two consumers of one copy; a consumer
+// of two producers stays on flags).
+class NarrowTaggedHandoffTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowTaggedHandoffTest, MatchesTheFlagWaitingPlanBitForBit) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const bool random = GetParam().rfind("random", 0) == 0;
+  const int graphs = random ? 12 : 1;
+  Rng rng;
+  for (int i = 0; i < graphs && !HasFailure(); ++i) {
+    SCOPED_TRACE(absl::StrCat("graph ", i));
+    GpuHarness h;
+    SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
+    for (const bool packed : {false, true}) {
+      SCOPED_TRACE(packed ? "packed" : "unpacked");
+      CompileOptions options = NarrowOptions();
+      options.pack_weights = packed;
+      options.tagged_handoff = false;
+      LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+      EXPECT_EQ(h.plan().Explain().find("tagged handoffs"), std::string::npos) << h.plan().Explain();
+      const Snapshot flags = TakeSnapshot(h);
+      options.tagged_handoff = true;
+      LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+      const std::string explain = h.plan().Explain();
+      if (!random) EXPECT_NE(explain.find("tagged handoffs"), std::string::npos) << explain;
+      EXPECT_TRUE(SameBits(h, flags));
+      ExpectNodesRightAndReplayIdentical(h);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTaggedHandoffTest,
+                         ::testing::Values("mlp1", "mlp2", "ragged_chain1", "ragged_chain2", "odd_chain2",
+                                           "eight_layers1", "eight_layers2", "random2"),
                          [](const auto& info) { return info.param; });
 
 // A packed plan reads its copy, not B: new values in B change nothing until

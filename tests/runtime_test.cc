@@ -326,6 +326,63 @@ TEST(RuntimeTest, NarrowPlansExplainHowTheyMultiply) {
   }
 }
 
+// CompileOptions::tagged_handoff: which dependencies Explain lists as tagged
+// handoffs. A node of 1 or 2 rows whose A is the whole of one producer's
+// output on the narrow kernel with one consumer warpgroup; not at 3 rows,
+// nor with two consumer warpgroups, nor on the
+// tiled kernel, nor with the option off, nor for a consumer of two
+// producers (the column halves of one buffer), but for a consumer of one of
+// those halves (its A is that producer's whole C); two consumers of one
+// producer share one copy (8-byte words for every two columns of each row).
+TEST(RuntimeTest, TaggedHandoffsFollowTheirRule) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  const auto explain = [&](const GemmGraph& graph, const CompileOptions& options) {
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->Explain() : std::string();
+  };
+  CompileOptions narrow;
+  narrow.kernel = KernelChoice::kNarrow;
+  for (const int64_t rows : {1, 2}) {
+    const std::string text = explain(DecodePair(rows), narrow);
+    EXPECT_NE(text.find(absl::StrFormat("tagged handoffs (A polled as tagged words, %.1f KiB of copies): up -> down",
+                                        rows * 384 * 8 / 1024.0)),
+              std::string::npos)
+        << text;
+  }
+  EXPECT_EQ(explain(DecodePair(3), narrow).find("tagged"), std::string::npos);
+  CompileOptions two_consumers = narrow;
+  two_consumers.narrow_consumers = 2;
+  EXPECT_EQ(explain(DecodePair(1), two_consumers).find("tagged"), std::string::npos);
+  CompileOptions off = narrow;
+  off.tagged_handoff = false;
+  EXPECT_EQ(explain(DecodePair(1), off).find("tagged"), std::string::npos);
+  CompileOptions tiled;
+  tiled.kernel = KernelChoice::kTiled;
+  EXPECT_EQ(explain(DecodePair(1), tiled).find("tagged"), std::string::npos);
+
+  // Two producers of the column halves of h and a consumer of all of h;
+  // a consumer of h's left half.
+  GemmGraph halves;
+  const TensorView h = Fake("h", 0x30000000, 2, 768);
+  halves.AddGemm("left", Fake("x", 0x100000, 2, 1024), Fake("w", 0x10000000, 384, 1024), h.Columns(0, 384));
+  halves.AddGemm("right", Fake("x", 0x100000, 2, 1024), Fake("w2", 0x14000000, 384, 1024), h.Columns(384, 384));
+  halves.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, 2, 256));
+  halves.AddGemm("slice", h.Columns(0, 384), Fake("u", 0x1c000000, 256, 384), Fake("z", 0x24000000, 2, 256));
+  const std::string halves_text = explain(halves, narrow);
+  EXPECT_NE(halves_text.find(absl::StrFormat("%.1f KiB of copies): left -> slice\n", 2 * 192 * 8 / 1024.0)),
+            std::string::npos)
+      << halves_text;
+
+  GemmGraph shared = DecodePair(2);
+  shared.AddGemm("down2", Fake("h", 0x30000000, 2, 768), Fake("v2", 0x1a000000, 256, 768),
+                 Fake("y2", 0x22000000, 2, 256));
+  const std::string text = explain(shared, narrow);
+  EXPECT_NE(text.find(absl::StrFormat("%.1f KiB of copies): up -> down, up -> down2", 2 * 384 * 8 / 1024.0)),
+            std::string::npos)
+      << text;
+}
+
 TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;

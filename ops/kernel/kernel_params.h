@@ -51,6 +51,15 @@ struct KernelNode {
   // bulk copy instead of through b_map; null: B through b_map. (Last: the
   // fields before it keep the sectors they had before it existed.)
   const uint8_t* packed_b = nullptr;
+  // The narrow kernel's tagged handoff (NarrowConfig::kTaggedMaxRows):
+  // tagged_c, where the epilogue also writes C as tagged words, [m][(out_cols
+  // + 1) / 2], each two bf16 of a row in its low half (the lower column
+  // first, 0 past out_cols) and the launch's epoch in its high half;
+  // tagged_a, the tagged copy of the producer whose C is this node's whole
+  // A, which the A loader then reads instead of a_map and A's flags. Null:
+  // none.
+  uint64_t* tagged_c = nullptr;
+  const uint64_t* tagged_a = nullptr;
 };
 
 // Per-Plan device state that survives launches. Zeroed when the Plan is built.

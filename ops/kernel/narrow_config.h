@@ -108,6 +108,27 @@ struct NarrowConfig {
   LOOM_HOST_DEVICE static constexpr Int StagesOf(Int k_blocks) {
     return (k_blocks + kKBlocksPerStage - 1) / kKBlocksPerStage;
   }
+  // The tagged handoff (runtime.cc, TaggedHandoffsOf): in a plan on the
+  // mma.sync path, a node of at most kTaggedMaxRows rows whose A is exactly
+  // another node's C (the same view) reads A from a tagged copy that the
+  // producer's epilogue writes beside C (KernelNode::tagged_c): each 8-byte
+  // word two bf16 of a row and the launch's epoch, one single-copy-atomic
+  // store, so a word showing the epoch holds its data. The A loader polls
+  // the data itself instead of a flag the producer may release only once its
+  // stores to C have completed (a round trip under a full memory pipe), and
+  // then loads it: one trip where there were three. A poll reads a window of
+  // kTaggedStagesPerPoll stages (every lane a word of each k-block and row),
+  // and hands over its leading stages found complete. Measured (bench/
+  // NOTES.md v1.34): windows of 4 stages beat 8 at one row (the 8-layer
+  // chain 76 us against 79.5; flags 86.5) and 2 at two rows (82.6 against
+  // 85.5); at three and four rows, each poll window too short or too
+  // large, it lost to the flags (90-105 us against 86.5-87): two rows at
+  // most. Only the default instantiation with one consumer warpgroup (the
+  // default at 1-16 rows, 255 registers a thread) has it: with two, the
+  // producer warpgroup's 120 registers spilled 76-148 bytes with 16 words a
+  // poll.
+  static constexpr int kTaggedMaxRows = 2;
+  static constexpr int kTaggedStagesPerPoll = 4;
   static constexpr int kMaxAStages = 16;
   static constexpr int kMaxBStages = 16;
   // By default the B loader keeps at most this many stages in flight
@@ -176,6 +197,10 @@ struct NarrowConfig {
     return block_m != kBlockM ? Instantiation::kShortRowBlocks
                               : (MultiplyFor(tile_rows) == Multiply::kPairedWgmma ? Instantiation::kPaired
                                                                                   : Instantiation::kDefault);
+  }
+  // Whether an instantiation has the tagged handoff (kTaggedMaxRows).
+  static constexpr bool HasTaggedHandoff(Instantiation kind, int consumers) {
+    return kind == Instantiation::kDefault && consumers == 1;
   }
 
   // Packed weights (CompileOptions::pack_weights): B [N, K] rearranged so that

@@ -36,6 +36,14 @@
 //     acquired), then arrives on publish_empty.
 // A consumer node's A loader acquires the flag and fences the async proxy
 // before its TMA loads read C (dependencies.cuh).
+// The tagged handoff (NarrowConfig::kTaggedMaxRows; 1-2 rows, one consumer
+// warpgroup): the consumer warps also write C as tagged words, two bf16 and
+// the launch's epoch in one relaxed 64-bit store each (SwappedEpilogue), and
+// the A loader of a node whose A is that C polls those words and writes the
+// data into its A slots itself (LoadTaggedStages): a word that shows the
+// epoch carries its data, so nothing waits for the stores to complete. The
+// flag is still released as above (the scheduler's look-ahead, residual and
+// bias readers, other consumers use it).
 // NOTE: the release waits for the stores before it to complete (~2 us while
 // HBM is busy, traced); made by a consumer thread, that wait stalled the
 // consumer's next job.
@@ -178,10 +186,175 @@ __device__ __forceinline__ bool HasKBlockMaps(const sched::NodeSchedule& schedul
   return schedule.k % NarrowConfig::kBlockK == 0;
 }
 
+// The tagged handoff's words of one poll (LoadTaggedStages) for a node of
+// kRows rows: a window of the next kStages stages (their first `stages`),
+// in each row chunk t of 32 pairs (one a lane; chunk t is k-block t % 4 of
+// stage t / 4): kRows x 16 words a lane.
+template <int kRows>
+struct TaggedPoll {
+  static constexpr int kKBlocks = NarrowConfig::kKBlocksPerStage;
+  static constexpr int kStages = NarrowConfig::kTaggedStagesPerPoll;
+  static constexpr int kChunks = kStages * kKBlocks;
+  static constexpr int kPairsPerChunk = NarrowConfig::kBlockK / 2;
+  static_assert(kPairsPerChunk == 32 && kStages >= 1);
+  const uint64_t* first;  // this lane's word of row 0, chunk 0
+  int32_t pitch;          // words a row of the tagged copy
+  int32_t pairs_left;     // this lane's pairs of a row from `first` to K's end
+  int stages;
+  uint64_t words[kRows][kChunks];
+
+  __device__ bool Valid(int t) const { return t / kKBlocks < stages && kPairsPerChunk * t < pairs_left; }
+
+  // Reads every valid word, all loads in flight together (a word past K or
+  // past the window's stages reads as a zero pair tagged `epoch`); returns
+  // how many of the window's stages, from its first, have every word (of
+  // every lane) showing `epoch`.
+  __device__ int Read(uint32_t epoch) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint64_t* row = first + r * pitch;
+#pragma unroll
+      for (int t = 0; t < kChunks; ++t) {
+        words[r][t] = Valid(t) ? ptx::ld_relaxed_gpu_b64(row + kPairsPerChunk * t) : uint64_t{epoch} << 32;
+      }
+    }
+    int ready = kStages;
+#pragma unroll
+    for (int t = kChunks - 1; t >= 0; --t) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (!FlagDone(static_cast<uint32_t>(words[r][t] >> 32), epoch)) ready = t / kKBlocks;
+      }
+    }
+    return static_cast<int>(__reduce_min_sync(0xffffffffu, static_cast<uint32_t>(min(ready, stages))));
+  }
+
+  // The first pair (of a row, from the window's first chunk; lane + 32 t)
+  // whose word this lane last read without `epoch`, and its tag; UINT32_MAX:
+  // none.
+  __device__ uint32_t Missing(uint32_t epoch, int lane, uint32_t* tag) const {
+#pragma unroll
+    for (int t = 0; t < kChunks; ++t) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        *tag = static_cast<uint32_t>(words[r][t] >> 32);
+        if (!FlagDone(*tag, epoch)) return static_cast<uint32_t>(kPairsPerChunk * t + lane);
+      }
+    }
+    return UINT32_MAX;
+  }
+};
+
+// Reports a tagged-handoff wait that timed out (lane 0 decided; every lane
+// calls): names the producer tile of the first column pair some lane last
+// read without this launch's epoch, as a dependency-flag wait on that
+// tile's flag, with the tag it saw. `pair0`: the window's first pair of a row.
+template <int kRows>
+__device__ void ReportTaggedTimeout(const NarrowContext& ctx, const KernelNode& node, int index, int lane,
+                                    const TaggedPoll<kRows>& poll, int64_t pair0) {
+  uint32_t tag = 0;
+  const uint32_t missing = poll.Missing(ctx.epoch, lane, &tag);
+  const uint32_t first = __reduce_min_sync(0xffffffffu, missing);
+  tag = __shfl_sync(0xffffffffu, tag, static_cast<int>(first % 32));
+  if (lane != 0) return;
+  int flag = -1;
+  for (int d = 0; d < node.schedule.dependency_count && first != UINT32_MAX; ++d) {
+    const sched::DependencyEdge& edge = ctx.params.dependencies[node.schedule.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
+    const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
+    flag = sched::OutputFlagIndex(producer, 0, static_cast<int>(2 * (pair0 + first) / producer.out_tile_n));
+  }
+  ctx.watchdog.Report(WaitKind::kDependencyFlag, index, flag, ctx.epoch, tag);
+}
+
+// The A loader's stages of a job whose A is a tagged copy (KernelNode::
+// tagged_a, NarrowConfig::kTaggedMaxRows) of kRows rows (one row block):
+// TaggedPoll's window of stages a poll, polled until its first stage's
+// words all show this launch's epoch; then each of the window's leading
+// stages found so, in turn, once its slot is free: the lanes' bf16 pairs
+// written where a TMA load of A would put them (128B swizzle; zeros past K,
+// as TMA fills them), and the slot's full barrier; the next window starts
+// at the first stage not handed over. Rows past M keep what the slot held:
+// on the mma.sync path a token row of A meets only its own accumulator
+// column, which the epilogue never stores. Returns false when the launch is
+// aborting.
+template <int kRows>
+__device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& node, const sched::TileJob& job,
+                                 int index, int lane, RingCursor& ring, bool traced, uint64_t& waited_ns) {
+  using Poll = TaggedPoll<kRows>;
+  constexpr int kKBlocks = NarrowConfig::kKBlocksPerStage;
+  Poll poll;
+  poll.pitch = static_cast<int32_t>((node.schedule.k + 1) / 2);  // K < 2^22 (a TileJob's k-blocks)
+  const uint32_t tile_bytes = ctx.params.a_stage_bytes / kKBlocks;
+  for (int kb0 = job.k_block_begin; kb0 < job.k_block_end;) {
+    const int32_t pair0 = kb0 * Poll::kPairsPerChunk;
+    poll.first = node.tagged_a + pair0 + lane;
+    poll.pairs_left = poll.pitch - pair0 - lane;
+    poll.stages = min(Poll::kStages, NarrowConfig::StagesOf(int{job.k_block_end} - kb0));
+    const uint64_t wait_start = traced ? ptx::globaltimer() : 0;
+    int ready = poll.Read(ctx.epoch);
+    if (ready == 0) {
+      // As Watchdog::SpinUntil, but lane 0 decides for the warp when to give
+      // up, so that the lanes, which vote in every poll, leave together.
+      const uint64_t start = ptx::globaltimer();
+      for (uint32_t spin = 1;; ++spin) {
+        __nanosleep(64);
+        ready = poll.Read(ctx.epoch);
+        if (ready > 0) break;
+        if ((spin & 63) != 0) continue;
+        int verdict = 0;  // 1: aborted elsewhere; 2: timed out here
+        if (lane == 0) {
+          verdict = ctx.watchdog.aborted() ? 1 : (ptx::globaltimer() - start > ctx.params.spin_timeout_ns ? 2 : 0);
+        }
+        verdict = __shfl_sync(0xffffffffu, verdict, 0);
+        if (verdict == 2) ReportTaggedTimeout(ctx, node, index, lane, poll, pair0);
+        if (verdict != 0) return false;
+      }
+    }
+    if (traced) waited_ns += ptx::globaltimer() - wait_start;
+#pragma unroll
+    for (int s = 0; s < Poll::kStages; ++s) {
+      if (s == ready) break;
+      const bool empty = ctx.watchdog.WaitBarrier(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1,
+                                                  WaitKind::kRingEmpty, index);
+      if (!__all_sync(0xffffffffu, empty)) return false;
+      const uint32_t slot = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_stage(ring.stage)));
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int c = 0; c < kKBlocks; ++c) {
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(slot + c * tile_bytes + SwizzledPanelOffset(r, 4 * lane)),
+                       "r"(static_cast<uint32_t>(poll.words[r][kKBlocks * s + c]))
+                       : "memory");
+        }
+      }
+      // The slot is TMA's again for another job's stage: these generic
+      // writes come before that async-proxy one.
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+      __syncwarp();
+      if (lane == 0) cuda::ptx::mbarrier_arrive(&ctx.barriers->a_full[ring.stage]);
+      ring.Advance(ctx.params.a_stages);
+    }
+    kb0 += ready * kKBlocks;
+  }
+  return true;
+}
+
+__device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& node, const sched::TileJob& job,
+                                 int index, int lane, RingCursor& ring, bool traced, uint64_t& waited_ns) {
+  static_assert(NarrowConfig::kTaggedMaxRows == 2, "a case per row count");
+  // 1 to kTaggedMaxRows rows (runtime.cc, TaggedHandoffsOf)
+  return node.schedule.m == 1 ? LoadTaggedStages<1>(ctx, node, job, index, lane, ring, traced, waited_ns)
+                              : LoadTaggedStages<2>(ctx, node, job, index, lane, ring, traced, waited_ns);
+}
+
 // The A loader, a whole warp: the epilogue's inputs once per job, then per
 // stage A's producers (polled by every lane, CompleteGranules<32>) and the
 // load (lane 0). Every decision to go on or give up is the warp's: lanes that
 // waited on their own agree first (__all_sync, or lane 0's answer).
+// kTaggedA: the tagged handoff's path is compiled in (the one-consumer
+// default kernels, NarrowConfig::kTaggedMaxRows).
+template <bool kTaggedA>
 __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
   const bool issuer = lane == 0;
   const bool traced = ctx.params.trace != nullptr;
@@ -204,10 +377,17 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
         !__all_sync(0xffffffffu, WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo))) {
       return;
     }
+    uint64_t a_dependency_ns = 0;  // for the trace
+    if (kTaggedA && node.tagged_a != nullptr) {
+      if (!LoadTaggedStages(ctx, node, job, index, lane, ring, traced, a_dependency_ns)) return;
+      if (DeviceJobTrace* trace = ctx.trace_of(index, traced && issuer)) {
+        trace->a_dependency_ns = static_cast<uint32_t>(a_dependency_ns);
+      }
+      continue;
+    }
     int a_ready_end = HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin : job.k_block_end;
     const bool kblock_map = HasKBlockMaps(schedule);
     const uint32_t tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
-    uint64_t a_dependency_ns = 0;  // for the trace
     for (int kb0 = job.k_block_begin; kb0 < job.k_block_end; kb0 += NarrowConfig::kKBlocksPerStage) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
       while (a_ready_end < kb_end) {
@@ -453,6 +633,10 @@ class NarrowEpilogue {
 // tile (an accumulator column). The fused ops as in NarrowEpilogue; for
 // SwiGLU, gate and up are adjacent weight rows, so the lanes t and t + 4 hold
 // them and the gate's lane computes the output.
+// kTagged: the instantiation has the tagged handoff (NarrowConfig::
+// HasTaggedHandoff); reading tagged_c without it cost the two-consumer
+// kernel 8 bytes of spill.
+template <bool kTagged>
 class SwappedEpilogue {
  public:
   __device__ SwappedEpilogue(const CtaWork& work, int32_t block_m, int weight_block, int token_block, bool active,
@@ -461,6 +645,7 @@ class SwappedEpilogue {
         out_type_(work.node->out_type),
         active_(active),
         gate_lane_((lane / 4) % 2 == 0),
+        tagged_(kTagged ? work.node->tagged_c : nullptr),
         row0_(int64_t{work.m_block} * block_m + 8 * token_block + 2 * (lane % 4)),
         col0_(int64_t{work.n_block} * NarrowConfig::kBlockN + 16 * weight_block + lane / 4) {}
 
@@ -483,28 +668,32 @@ class SwappedEpilogue {
     }
   }
 
-  __device__ void Store(const float (&acc)[4]) const {
+  // `epoch`: the launch's, for the tagged copy (KernelNode::tagged_c; bf16
+  // C): a word of two adjacent output columns, written by the lane that
+  // holds the even one, which takes the odd one from the lane 4 over (8
+  // under SwiGLU, where every other lane's weight rows are gates and hold an
+  // output).
+  __device__ void Store(const float (&acc)[4], uint32_t epoch) const {
     const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
+    const bool tagged = kTagged && tagged_ != nullptr;
+    const bool tag_lane = (threadIdx.x & (swiglu ? 12 : 4)) == 0;  // its output column is even
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int h = i / 2, e = i % 2;
       const float v = acc[i] + bias_[h];
-      // Every lane takes part in the exchange, stored or not.
+      // Every lane takes part in the exchanges, stored or not.
       const float up = __shfl_xor_sync(0xffffffffu, v, 4);
       const int64_t row = row0_ + e, col = col0_ + 8 * h;
-      if (!active_ || row >= node_.m) continue;
-      float value;
-      int64_t out_col;
-      if (swiglu) {
-        if (!gate_lane_) continue;
-        value = Silu(v) * up;
-        out_col = col / 2;
-      } else {
-        value = Activate(node_.activation, v);
-        out_col = col;
-      }
-      if (out_col >= node_.out_cols) continue;
-      StoreOutput(node_, out_type_, row, out_col, value + residual_[h][e]);
+      const int64_t out_col = swiglu ? col / 2 : col;
+      const bool stored = active_ && row < node_.m && (!swiglu || gate_lane_) && out_col < node_.out_cols;
+      if (!stored && !tagged) continue;
+      const float out = (swiglu ? Silu(v) * up : Activate(node_.activation, v)) + residual_[h][e];
+      if (stored) StoreOutput(node_, out_type_, row, out_col, out);
+      if (!tagged) continue;
+      const float odd = __shfl_xor_sync(0xffffffffu, out, swiglu ? 8 : 4);
+      if (!stored || !tag_lane) continue;
+      const uint32_t pair = PackBF16x2(out, out_col + 1 < node_.out_cols ? odd : 0.0f);
+      ptx::st_relaxed_gpu_b64(tagged_ + row * ((node_.out_cols + 1) / 2) + out_col / 2, uint64_t{epoch} << 32 | pair);
     }
   }
 
@@ -513,6 +702,7 @@ class SwappedEpilogue {
   ElementType out_type_;
   bool active_;     // this warp has a token block
   bool gate_lane_;  // this lane's weight rows are even: gates, under SwiGLU
+  uint64_t* tagged_;  // KernelNode::tagged_c
   int64_t row0_;    // this lane's first token (row of C)
   int64_t col0_;    // this lane's first accumulator column
   float bias_[2] = {0.0f, 0.0f};          // [h]
@@ -785,7 +975,7 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
   static_assert(NarrowConfig::kKBlocksPerStage == 4, "one k-block of each stage per consumer warp");
   const int weight_block = warp % 2, token_block = warp / 2;  // this warp's pair, for the epilogue
   const bool active = token_block < kTokenBlocks;
-  SwappedEpilogue epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
+  SwappedEpilogue<NarrowConfig::HasTaggedHandoff(NarrowConfig::Instantiation::kDefault, kConsumers)> epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   float chains[kTokenBlocks][2][4][4] = {};  // [token block][weight block][k16 step][register]
   bool ok = true;
@@ -815,7 +1005,11 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
         }
       }
     }
-    // The stage's reads are done (ldmatrix is synchronous): free its slots.
+    // The stage's reads are done (ldmatrix is synchronous): free its slots,
+    // every lane's reads ordered before lane 0's release (the tagged
+    // handoff's A loader refills the A slot with generic stores; without
+    // the __syncwarp, compute-sanitizer's racecheck reported the pair).
+    __syncwarp();
     ReleaseSlots(ctx, lane == 0, rings.a, rings.b);
   }
   if (ok) PassTurn<kConsumers>(ctx, rings, lane);
@@ -848,7 +1042,7 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
     }
   }
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
-  if (ok) epilogue.Store(acc);
+  if (ok) epilogue.Store(acc, ctx.epoch);
   return ok;
 }
 
@@ -986,7 +1180,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
       ctx.AwaitPreviousLaunch();
-      RunNarrowALoader(ctx, lane);
+      RunNarrowALoader<NarrowConfig::HasTaggedHandoff(kKind, kConsumers)>(ctx, lane);
     } else if (lane == 0) {
       switch (warp) {
         case 1:

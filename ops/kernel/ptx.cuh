@@ -112,6 +112,19 @@ __device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* address) {
   return value;
 }
 
+// The same for a 64-bit word, and its store: a relaxed access of an aligned
+// 64-bit word is single-copy atomic, so a reader sees both halves of one
+// store or of another, never a mix (the narrow kernel's tagged handoff puts
+// data and its epoch in one word for that).
+__device__ __forceinline__ uint64_t ld_relaxed_gpu_b64(const uint64_t* address) {
+  uint64_t value;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];\n" : "=l"(value) : "l"(address) : "memory");
+  return value;
+}
+__device__ __forceinline__ void st_relaxed_gpu_b64(uint64_t* address, uint64_t value) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;\n" ::"l"(address), "l"(value) : "memory");
+}
+
 // The SFU's approximations, denormals flushed: 2^x, and 1 / x (2^-126 and
 // less flush to zero, so 1 / inf and 1 / (>= 2^126) are 0).
 __device__ __forceinline__ float ex2_approx_ftz(float x) {

@@ -41,6 +41,19 @@ struct Plan::Impl {
     bool copies = true;  // false: an earlier node's copy of the same B
   };
   std::vector<PackedNode> packed_nodes;
+  // The narrow kernel's tagged handoffs (CompileOptions::tagged_handoff):
+  // `consumer` reads its A, the whole of `producer`'s C, from the producer's
+  // tagged copy, `words` 8-byte words at word `offset` of tagged_copies
+  // (consumers of one producer share its copy). Known without a GPU too
+  // (Explain).
+  struct TaggedHandoff {
+    int producer = 0;
+    int consumer = 0;
+    int64_t offset = 0;
+    int64_t words = 0;
+  };
+  std::vector<TaggedHandoff> tagged_handoffs;
+  int64_t tagged_words = 0;  // of every copy
   // RepackWeights enqueued a copy into packed_weights since the last launch:
   // the next launch must not overlap it (LaunchNarrowGemm, overlap_previous).
   bool repacked_since_launch = false;
@@ -56,6 +69,7 @@ struct Plan::Impl {
   kernel::DeviceTimeoutRecord* timeout_host = nullptr;  // pinned, mapped
   kernel::DeviceJobTrace* trace = nullptr;              // options.trace only
   uint8_t* packed_weights = nullptr;                    // packed_nodes' copies of B
+  uint64_t* tagged_copies = nullptr;                    // tagged_handoffs' copies of C
 
   ~Impl();
 };

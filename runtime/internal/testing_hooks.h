@@ -8,14 +8,17 @@
 
 namespace loom::internal {
 
-// Makes `node` stop publishing its tile flags, so any node that depends on it
-// waits forever (until the watchdog's time-out).
+// Makes `node` stop publishing its tile flags (and writing its tagged copy,
+// CompileOptions::tagged_handoff), so any node that depends on it waits
+// forever (until the watchdog's time-out).
 absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node);
 
 // Marks every output tile of `node` but tile `except_tile` (m_block *
 // n_blocks + n_block) complete for the plan's next launch, as if the node
-// had published them. With SuppressFlagPublishingForTesting on the same
-// node, a consumer then finds exactly one of its producer tiles missing.
+// had published them (its tagged copy too, zeros tagged with that launch's
+// epoch but for that tile's columns). With SuppressFlagPublishingForTesting
+// on the same node, a consumer then finds exactly one of its producer tiles
+// missing.
 absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile);
 
 }  // namespace loom::internal

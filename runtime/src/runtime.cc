@@ -501,6 +501,51 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
   return packed;
 }
 
+// The narrow kernel's tagged handoffs (CompileOptions::tagged_handoff): in
+// a plan on the kernels that have them (NarrowConfig::HasTaggedHandoff: one
+// consumer warpgroup; the mma.sync path, whose A slots are read by generic
+// loads, which the A loader's own stores feed), each node of at most
+// kTaggedMaxRows rows with one A producer whose C is exactly its A (the same
+// view, no offsets), both with jobs. A producer's copy is made once for all
+// such consumers.
+std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
+                                                         const std::vector<DataDependency>& dependencies,
+                                                         const NarrowRings& rings, int64_t* words) {
+  *words = 0;
+  std::vector<Plan::Impl::TaggedHandoff> handoffs;
+  const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
+  if (NarrowConfig::MultiplyFor(tile_rows) != NarrowConfig::Multiply::kMmaSync ||
+      !NarrowConfig::HasTaggedHandoff(NarrowConfig::InstantiationFor(tile_rows, NarrowConfig::kBlockM),
+                                      rings.consumers)) {
+    return handoffs;
+  }
+  const auto has_jobs = [](const GemmNode& node) { return node.m() > 0 && node.n() > 0 && node.k() > 0; };
+  std::vector<int> a_edges(graph.nodes().size(), 0);
+  for (const DataDependency& dependency : dependencies) a_edges[dependency.consumer] += dependency.operand == Operand::kA;
+  std::vector<int64_t> copy_offset(graph.nodes().size(), -1);
+  for (const DataDependency& dependency : dependencies) {
+    if (dependency.operand != Operand::kA || a_edges[dependency.consumer] != 1) continue;
+    const GemmNode& consumer = graph.nodes()[dependency.consumer];
+    const GemmNode& producer = graph.nodes()[dependency.producer];
+    const TensorView& a = consumer.a;
+    const TensorView& c = producer.c;
+    if (dependency.whole_tensor || dependency.row_offset != 0 || dependency.col_offset != 0 ||
+        consumer.m() > NarrowConfig::kTaggedMaxRows || !has_jobs(consumer) || !has_jobs(producer) ||
+        c.dtype != DType::kBF16 || a.dtype != DType::kBF16 || a.data != c.data || a.rows != c.rows ||
+        a.cols != c.cols || a.row_stride != c.row_stride) {
+      continue;
+    }
+    const int64_t copy_words = c.rows * ((c.cols + 1) / 2);
+    int64_t& offset = copy_offset[dependency.producer];
+    if (offset < 0) {
+      offset = *words;
+      *words += copy_words;
+    }
+    handoffs.push_back({dependency.producer, dependency.consumer, offset, copy_words});
+  }
+  return handoffs;
+}
+
 // Bytes of the packed copies (each B once).
 int64_t PackedCopyBytes(const std::vector<Plan::Impl::PackedNode>& packed_nodes) {
   int64_t bytes = 0;
@@ -542,6 +587,16 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
     LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
     for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {
       nodes[packed.node].packed_b = impl.packed_weights + packed.offset;
+    }
+  }
+  if (impl.tagged_words > 0) {
+    // Zero tags: no launch's epoch (epochs start at 1).
+    const size_t bytes = static_cast<size_t>(impl.tagged_words) * sizeof(uint64_t);
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.tagged_copies), bytes));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.tagged_copies, 0, bytes));
+    for (const Plan::Impl::TaggedHandoff& handoff : impl.tagged_handoffs) {
+      nodes[handoff.producer].tagged_c = impl.tagged_copies + handoff.offset;
+      nodes[handoff.consumer].tagged_a = impl.tagged_copies + handoff.offset;
     }
   }
   LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes));
@@ -692,6 +747,9 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     impl->b_in_flight = rings.b_in_flight;
     impl->narrow_consumers = rings.consumers;
     impl->a_stage_bytes = rings.a_stage_bytes;
+    if (options.tagged_handoff) {
+      impl->tagged_handoffs = TaggedHandoffsOf(graph, dependencies, rings, &impl->tagged_words);
+    }
     cluster_size = 1;
     coresident = device_.sm_count;
     if (has_gpu()) {
@@ -757,6 +815,7 @@ Plan::Impl::~Impl() {
   cudaFree(state);
   cudaFree(trace);
   cudaFree(packed_weights);
+  cudaFree(tagged_copies);
   if (timeout_host != nullptr) cudaFreeHost(timeout_host);
 }
 
@@ -873,6 +932,20 @@ std::string ExplainPackedWeights(const Plan::Impl& impl) {
                          absl::StrJoin(names, ", "));
 }
 
+// Explain's account of the tagged handoffs (CompileOptions::tagged_handoff;
+// empty when there are none).
+std::string ExplainTaggedHandoffs(const Plan::Impl& impl) {
+  if (impl.tagged_handoffs.empty()) return "";
+  std::vector<std::string> pairs;
+  for (const Plan::Impl::TaggedHandoff& handoff : impl.tagged_handoffs) {
+    pairs.push_back(absl::StrCat(impl.graph.nodes()[handoff.producer].name, " -> ",
+                                 impl.graph.nodes()[handoff.consumer].name));
+  }
+  return absl::StrFormat("tagged handoffs (A polled as tagged words, %.1f KiB of copies): %s\n",
+                         static_cast<double>(impl.tagged_words * sizeof(uint64_t)) / 1024,
+                         absl::StrJoin(pairs, ", "));
+}
+
 }  // namespace
 
 std::string Plan::Explain() const {
@@ -886,7 +959,7 @@ std::string Plan::Explain() const {
                impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s", impl_->a_stages,
                impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes, impl_->b_in_flight) +
            ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes)) + ExplainPackedWeights(*impl_) +
-           sched::ExplainSchedule(impl_->schedule, names);
+           ExplainTaggedHandoffs(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
   }
   return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages of %d bytes, B %d stages)\n",
                          impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
@@ -911,10 +984,15 @@ absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node) {
     return absl::InvalidArgumentError("SuppressFlagPublishingForTesting: no such device node");
   }
   const uint8_t zero = 0;
-  return CudaStatus(cudaMemcpy(reinterpret_cast<uint8_t*>(&impl.nodes[node]) +
-                                   offsetof(kernel::KernelNode, has_dependents),
-                               &zero, 1, cudaMemcpyHostToDevice),
-                    "clearing has_dependents");
+  LOOM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(reinterpret_cast<uint8_t*>(&impl.nodes[node]) +
+                                                 offsetof(kernel::KernelNode, has_dependents),
+                                             &zero, 1, cudaMemcpyHostToDevice),
+                                  "clearing has_dependents"));
+  // Nor its tagged copy (the tagged handoff's consumers poll that).
+  uint64_t* const no_copy = nullptr;
+  return CudaStatus(cudaMemcpy(reinterpret_cast<uint8_t*>(&impl.nodes[node]) + offsetof(kernel::KernelNode, tagged_c),
+                               &no_copy, sizeof(no_copy), cudaMemcpyHostToDevice),
+                    "clearing tagged_c");
 }
 
 absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
@@ -937,9 +1015,27 @@ absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(&state, impl.state, sizeof(state), cudaMemcpyDeviceToHost));
   std::vector<uint32_t> flags(static_cast<size_t>(tiles), state.epoch + 1);  // the next launch's epoch
   flags[static_cast<size_t>(except_tile)] = state.epoch;
-  return CudaStatus(cudaMemcpy(impl.flags + schedule.flag_base, flags.data(), flags.size() * sizeof(uint32_t),
+  LOOM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(impl.flags + schedule.flag_base, flags.data(),
+                                             flags.size() * sizeof(uint32_t), cudaMemcpyHostToDevice),
+                                  "writing tile flags"));
+  // Its tagged copy the same way (the values zero): every word the next
+  // launch's epoch but those of the missing tile's columns.
+  const auto handoff = std::find_if(impl.tagged_handoffs.begin(), impl.tagged_handoffs.end(),
+                                    [&](const Plan::Impl::TaggedHandoff& h) { return h.producer == node; });
+  if (handoff == impl.tagged_handoffs.end()) return absl::OkStatus();
+  const int64_t pitch = (schedule.out_cols + 1) / 2;
+  std::vector<uint64_t> words(static_cast<size_t>(handoff->words), uint64_t{state.epoch + 1} << 32);
+  const int64_t missing_m = except_tile / schedule.n_blocks, missing_n = except_tile % schedule.n_blocks;
+  for (int64_t row = 0; row < schedule.m; ++row) {
+    if (row / impl.schedule.tile.m != missing_m) continue;
+    for (int64_t col = missing_n * schedule.out_tile_n;
+         col < std::min((missing_n + 1) * schedule.out_tile_n, schedule.out_cols); col += 2) {
+      words[static_cast<size_t>(row * pitch + col / 2)] = 0;
+    }
+  }
+  return CudaStatus(cudaMemcpy(impl.tagged_copies + handoff->offset, words.data(), words.size() * sizeof(uint64_t),
                                cudaMemcpyHostToDevice),
-                    "writing tile flags");
+                    "writing the tagged copy");
 }
 
 }  // namespace loom::internal

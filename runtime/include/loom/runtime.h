@@ -135,6 +135,18 @@ struct CompileOptions {
   // first) and waits for the copy; after changing B's values, call
   // Plan::RepackWeights.
   bool pack_weights = false;
+  // On the narrow kernel with one consumer warpgroup (the default at 1-16
+  // rows), a node of 1 or 2 rows whose A is exactly another node's output
+  // (the same view, bf16)
+  // reads it from a tagged copy the producer writes beside its output:
+  // 8-byte words of two values and the launch's epoch, which the consumer
+  // polls directly instead of waiting for the producer's tile flag and then
+  // loading A (ops/kernel/narrow_config.h, kTaggedMaxRows): the 8-layer
+  // 4096 chain at one token 76 us instead of 86.5 (bench/NOTES.md v1.34).
+  // Costs device memory of twice that output (M x N bf16 values in 4 x M x N
+  // bytes). Explain lists the handoffs. false: every dependency through
+  // tile flags.
+  bool tagged_handoff = true;
   // Launches overlap the end of the kernel before them on the stream
   // (programmatic dependent launch): the plan's CTAs start on the SMs that
   // kernel's CTAs leave, and read nothing it writes until it has ended; on
