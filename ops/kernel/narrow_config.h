@@ -119,14 +119,14 @@ struct NarrowConfig {
   // then loads it: one trip where there were three. A poll reads a window of
   // kTaggedStagesPerPoll stages (every lane a word of each k-block and row),
   // and hands over its leading stages found complete. Measured (bench/
-  // NOTES.md v1.34): windows of 4 stages beat 8 at one row (the 8-layer
-  // chain 76 us against 79.5; flags 86.5) and 2 at two rows (82.6 against
-  // 85.5); at three and four rows, each poll window too short or too
-  // large, it lost to the flags (90-105 us against 86.5-87): two rows at
-  // most. Only the default instantiation with one consumer warpgroup (the
-  // default at 1-16 rows, 255 registers a thread) has it: with two, the
-  // producer warpgroup's 120 registers spilled 76-148 bytes with 16 words a
-  // poll.
+  // NOTES.md v1.34, the one-token 8-layer 4096 chain): 75.5-76.9 us against
+  // 84.8-85.2 with flags; windows of 8 stages 79.2-79.8; at two rows 82.6
+  // against 84.6-85.0 (windows of 2 stages were slower); at three and four
+  // rows slower than the flags (89.7-105 us against 86.4-87.1): two rows
+  // at most. Only with one consumer warpgroup (the default at 1-16 rows, 255
+  // registers a thread; its own instantiation, Instantiation::
+  // kTaggedHandoff): with two, the producer warpgroup's 120 registers
+  // spilled 76-148 bytes with 16 words a poll.
   static constexpr int kTaggedMaxRows = 2;
   static constexpr int kTaggedStagesPerPoll = 4;
   static constexpr int kMaxAStages = 16;
@@ -191,16 +191,17 @@ struct NarrowConfig {
   // (65-127 rows, BlockRows), read from KernelParams::block_m. The row block
   // is a constant in the first two: read from the parameters, the unpaired
   // two-consumer kernels spilled 8 bytes and the 64-token MLP block took
-  // ~2 us longer (bench/NOTES.md v1.33).
-  enum class Instantiation : uint8_t { kDefault, kPaired, kShortRowBlocks };
-  static constexpr Instantiation InstantiationFor(uint32_t tile_rows, int32_t block_m) {
-    return block_m != kBlockM ? Instantiation::kShortRowBlocks
-                              : (MultiplyFor(tile_rows) == Multiply::kPairedWgmma ? Instantiation::kPaired
-                                                                                  : Instantiation::kDefault);
-  }
-  // Whether an instantiation has the tagged handoff (kTaggedMaxRows).
-  static constexpr bool HasTaggedHandoff(Instantiation kind, int consumers) {
-    return kind == Instantiation::kDefault && consumers == 1;
+  // ~2 us longer (bench/NOTES.md v1.33). kTaggedHandoff: the first, with the
+  // tagged handoff (kTaggedMaxRows; LaunchNarrowGemm's tagged_handoffs), for a
+  // plan on the mma.sync path with one consumer warpgroup. Compiled into
+  // the default kernel, that path made the 64-token 8-layer chain (one
+  // consumer, the m64n32k16 path) 109.1-109.9 us against 105.7-105.8
+  // (bench/NOTES.md v1.34).
+  enum class Instantiation : uint8_t { kDefault, kPaired, kShortRowBlocks, kTaggedHandoff };
+  static constexpr Instantiation InstantiationFor(uint32_t tile_rows, int32_t block_m, bool tagged_handoffs) {
+    if (block_m != kBlockM) return Instantiation::kShortRowBlocks;
+    if (MultiplyFor(tile_rows) == Multiply::kPairedWgmma) return Instantiation::kPaired;
+    return tagged_handoffs ? Instantiation::kTaggedHandoff : Instantiation::kDefault;
   }
 
   // Packed weights (CompileOptions::pack_weights): B [N, K] rearranged so that

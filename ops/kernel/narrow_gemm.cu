@@ -377,17 +377,20 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
         !__all_sync(0xffffffffu, WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo))) {
       return;
     }
-    uint64_t a_dependency_ns = 0;  // for the trace
-    if (kTaggedA && node.tagged_a != nullptr) {
-      if (!LoadTaggedStages(ctx, node, job, index, lane, ring, traced, a_dependency_ns)) return;
-      if (DeviceJobTrace* trace = ctx.trace_of(index, traced && issuer)) {
-        trace->a_dependency_ns = static_cast<uint32_t>(a_dependency_ns);
+    if constexpr (kTaggedA) {
+      if (node.tagged_a != nullptr) {
+        uint64_t waited_ns = 0;  // for the trace
+        if (!LoadTaggedStages(ctx, node, job, index, lane, ring, traced, waited_ns)) return;
+        if (DeviceJobTrace* trace = ctx.trace_of(index, traced && issuer)) {
+          trace->a_dependency_ns = static_cast<uint32_t>(waited_ns);
+        }
+        continue;
       }
-      continue;
     }
     int a_ready_end = HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin : job.k_block_end;
     const bool kblock_map = HasKBlockMaps(schedule);
     const uint32_t tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
+    uint64_t a_dependency_ns = 0;  // for the trace
     for (int kb0 = job.k_block_begin; kb0 < job.k_block_end; kb0 += NarrowConfig::kKBlocksPerStage) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
       while (a_ready_end < kb_end) {
@@ -633,19 +636,30 @@ class NarrowEpilogue {
 // tile (an accumulator column). The fused ops as in NarrowEpilogue; for
 // SwiGLU, gate and up are adjacent weight rows, so the lanes t and t + 4 hold
 // them and the gate's lane computes the output.
-// kTagged: the instantiation has the tagged handoff (NarrowConfig::
-// HasTaggedHandoff); reading tagged_c without it cost the two-consumer
-// kernel 8 bytes of spill.
+// Where SwappedEpilogue writes its tagged copy (KernelNode::tagged_c): only
+// in the tagged handoff's instantiation (NarrowConfig::Instantiation::
+// kTaggedHandoff); elsewhere nothing, so that the other kernels' code stays
+// as it was (reading tagged_c cost the two-consumer kernel 8 bytes of spill).
 template <bool kTagged>
-class SwappedEpilogue {
+struct TaggedTarget {
+  __device__ explicit TaggedTarget(const KernelNode&) {}
+};
+template <>
+struct TaggedTarget<true> {
+  __device__ explicit TaggedTarget(const KernelNode& node) : tagged_c(node.tagged_c) {}
+  uint64_t* tagged_c;
+};
+
+template <bool kTagged>
+class SwappedEpilogue : private TaggedTarget<kTagged> {
  public:
   __device__ SwappedEpilogue(const CtaWork& work, int32_t block_m, int weight_block, int token_block, bool active,
                             int lane)
-      : node_(*work.node),
+      : TaggedTarget<kTagged>(*work.node),
+        node_(*work.node),
         out_type_(work.node->out_type),
         active_(active),
         gate_lane_((lane / 4) % 2 == 0),
-        tagged_(kTagged ? work.node->tagged_c : nullptr),
         row0_(int64_t{work.m_block} * block_m + 8 * token_block + 2 * (lane % 4)),
         col0_(int64_t{work.n_block} * NarrowConfig::kBlockN + 16 * weight_block + lane / 4) {}
 
@@ -668,41 +682,65 @@ class SwappedEpilogue {
     }
   }
 
-  // `epoch`: the launch's, for the tagged copy (KernelNode::tagged_c; bf16
-  // C): a word of two adjacent output columns, written by the lane that
-  // holds the even one, which takes the odd one from the lane 4 over (8
-  // under SwiGLU, where every other lane's weight rows are gates and hold an
-  // output).
+  // `epoch`: the launch's, for the tagged copy, which goes out first: the
+  // next layer waits for it.
   __device__ void Store(const float (&acc)[4], uint32_t epoch) const {
+    if constexpr (kTagged) {
+      if (this->tagged_c != nullptr) StoreTagged(acc, epoch);
+    }
     const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
-    const bool tagged = kTagged && tagged_ != nullptr;
-    const bool tag_lane = (threadIdx.x & (swiglu ? 12 : 4)) == 0;  // its output column is even
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int h = i / 2, e = i % 2;
       const float v = acc[i] + bias_[h];
-      // Every lane takes part in the exchanges, stored or not.
+      // Every lane takes part in the exchange, stored or not.
       const float up = __shfl_xor_sync(0xffffffffu, v, 4);
       const int64_t row = row0_ + e, col = col0_ + 8 * h;
-      const int64_t out_col = swiglu ? col / 2 : col;
-      const bool stored = active_ && row < node_.m && (!swiglu || gate_lane_) && out_col < node_.out_cols;
-      if (!stored && !tagged) continue;
-      const float out = (swiglu ? Silu(v) * up : Activate(node_.activation, v)) + residual_[h][e];
-      if (stored) StoreOutput(node_, out_type_, row, out_col, out);
-      if (!tagged) continue;
-      const float odd = __shfl_xor_sync(0xffffffffu, out, swiglu ? 8 : 4);
-      if (!stored || !tag_lane) continue;
-      const uint32_t pair = PackBF16x2(out, out_col + 1 < node_.out_cols ? odd : 0.0f);
-      ptx::st_relaxed_gpu_b64(tagged_ + row * ((node_.out_cols + 1) / 2) + out_col / 2, uint64_t{epoch} << 32 | pair);
+      if (!active_ || row >= node_.m) continue;
+      float value;
+      int64_t out_col;
+      if (swiglu) {
+        if (!gate_lane_) continue;
+        value = Silu(v) * up;
+        out_col = col / 2;
+      } else {
+        value = Activate(node_.activation, v);
+        out_col = col;
+      }
+      if (out_col >= node_.out_cols) continue;
+      StoreOutput(node_, out_type_, row, out_col, value + residual_[h][e]);
     }
   }
 
  private:
+  // The tagged copy of what Store writes (KernelNode::tagged_c; bf16 C),
+  // the values worked out in every lane: a word of two adjacent output
+  // columns, written by the lane that holds the even one, which takes the
+  // odd one from the lane 4 over (8 under SwiGLU, where every other lane's
+  // weight rows are gates and hold an output).
+  __device__ void StoreTagged(const float (&acc)[4], uint32_t epoch) const {
+    const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
+    const bool tag_lane = (threadIdx.x & (swiglu ? 12 : 4)) == 0;  // its output column is even
+    const int64_t pitch = (node_.out_cols + 1) / 2;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = i / 2, e = i % 2;
+      const float v = acc[i] + bias_[h];
+      const float up = __shfl_xor_sync(0xffffffffu, v, 4);
+      const float out = (swiglu ? Silu(v) * up : Activate(node_.activation, v)) + residual_[h][e];
+      const float odd = __shfl_xor_sync(0xffffffffu, out, swiglu ? 8 : 4);
+      const int64_t row = row0_ + e, col = col0_ + 8 * h;
+      const int64_t out_col = swiglu ? col / 2 : col;
+      if (!tag_lane || !active_ || row >= node_.m || out_col >= node_.out_cols) continue;
+      const uint32_t pair = PackBF16x2(out, out_col + 1 < node_.out_cols ? odd : 0.0f);
+      ptx::st_relaxed_gpu_b64(this->tagged_c + row * pitch + out_col / 2, uint64_t{epoch} << 32 | pair);
+    }
+  }
+
   EpilogueFields node_;
   ElementType out_type_;
   bool active_;     // this warp has a token block
   bool gate_lane_;  // this lane's weight rows are even: gates, under SwiGLU
-  uint64_t* tagged_;  // KernelNode::tagged_c
   int64_t row0_;    // this lane's first token (row of C)
   int64_t col0_;    // this lane's first accumulator column
   float bias_[2] = {0.0f, 0.0f};          // [h]
@@ -966,7 +1004,8 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
 // stage's k-blocks, four mma.sync in a row into each chain, a one-token
 // chain layer's main loop (64 k-blocks) took ~6.2 us; split by k-block,
 // ~5 us.
-template <int kTokenBlocks, int kConsumers>
+// kTagged: the tagged handoff's instantiation (SwappedEpilogue).
+template <int kTokenBlocks, int kConsumers, bool kTagged>
 __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                               int lane, ConsumerRings& rings) {
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
@@ -975,7 +1014,7 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
   static_assert(NarrowConfig::kKBlocksPerStage == 4, "one k-block of each stage per consumer warp");
   const int weight_block = warp % 2, token_block = warp / 2;  // this warp's pair, for the epilogue
   const bool active = token_block < kTokenBlocks;
-  SwappedEpilogue<NarrowConfig::HasTaggedHandoff(NarrowConfig::Instantiation::kDefault, kConsumers)> epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
+  SwappedEpilogue<kTagged> epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   float chains[kTokenBlocks][2][4][4] = {};  // [token block][weight block][k16 step][register]
   bool ok = true;
@@ -1005,11 +1044,11 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
         }
       }
     }
-    // The stage's reads are done (ldmatrix is synchronous): free its slots,
-    // every lane's reads ordered before lane 0's release (the tagged
-    // handoff's A loader refills the A slot with generic stores; without
-    // the __syncwarp, compute-sanitizer's racecheck reported the pair).
-    __syncwarp();
+    // The stage's reads are done (ldmatrix is synchronous): free its slots.
+    // With the tagged handoff, whose A loader refills the A slot with
+    // generic stores, every lane's reads first (__syncwarp), before lane 0's
+    // release.
+    if constexpr (kTagged) __syncwarp();
     ReleaseSlots(ctx, lane == 0, rings.a, rings.b);
   }
   if (ok) PassTurn<kConsumers>(ctx, rings, lane);
@@ -1061,7 +1100,7 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
 // spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
 // 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
 // loop of their own (bench/NOTES.md v1.24).
-template <int kPath, int kConsumers>
+template <int kPath, int kConsumers, bool kTagged>
 __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
   static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
@@ -1093,9 +1132,9 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     bool ok;
     if constexpr (kPath == 0) {
       if (tile_rows <= 8) {
-        ok = RunMmaSyncJob<1, kConsumers>(ctx, work, index, leader, warp, lane, rings);
+        ok = RunMmaSyncJob<1, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
       } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
-        ok = RunMmaSyncJob<2, kConsumers>(ctx, work, index, leader, warp, lane, rings);
+        ok = RunMmaSyncJob<2, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
       } else {
         ok = RunWgmmaJob<kConsumers>(ctx, work, index, leader, warp, lane, rings);
       }
@@ -1116,7 +1155,7 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
   }
 }
 
-template <bool kPaired, int kConsumers>
+template <bool kPaired, int kConsumers, bool kTagged>
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
@@ -1124,12 +1163,12 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const bool leader = threadIdx.x % 128 == 0;  // writes its jobs' traces (the publisher releases the flag)
   if constexpr (kPaired) {
     if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {
-      ConsumeJobs<24, kConsumers>(ctx, warpgroup, warp, lane, leader);
+      ConsumeJobs<24, kConsumers, false>(ctx, warpgroup, warp, lane, leader);
     } else {
-      ConsumeJobs<32, kConsumers>(ctx, warpgroup, warp, lane, leader);
+      ConsumeJobs<32, kConsumers, false>(ctx, warpgroup, warp, lane, leader);
     }
   } else {
-    ConsumeJobs<0, kConsumers>(ctx, warpgroup, warp, lane, leader);
+    ConsumeJobs<0, kConsumers, kTagged>(ctx, warpgroup, warp, lane, leader);
   }
 }
 
@@ -1138,7 +1177,8 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
 // with the paired path beside the others in one kernel, the one-token chain
 // took 96.6-97.0 us against 95.2-95.4 and the 64-token one 116.3-117.6
 // against 114.3-114.8, with their own paths unchanged (bench/NOTES.md
-// v1.24); kShortRowBlocks, row blocks of KernelParams::block_m rows.
+// v1.24); kShortRowBlocks, row blocks of KernelParams::block_m rows;
+// kTaggedHandoff, the tagged handoff (one consumer warpgroup only).
 // kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
 template <bool kPackedB, NarrowConfig::Instantiation kKind, int kConsumers>
 __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
@@ -1180,7 +1220,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
     if (warp == 0) {
       ctx.AwaitPreviousLaunch();
-      RunNarrowALoader<NarrowConfig::HasTaggedHandoff(kKind, kConsumers)>(ctx, lane);
+      RunNarrowALoader<kKind == NarrowConfig::Instantiation::kTaggedHandoff>(ctx, lane);
     } else if (lane == 0) {
       switch (warp) {
         case 1:
@@ -1203,7 +1243,8 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   } else {
     if constexpr (kConsumers > 1) ptx::setmaxnreg_inc<NarrowConfig::kConsumerRegisters>();
     ctx.AwaitPreviousLaunch();
-    RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kConsumers>(ctx);
+    RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kConsumers,
+                      kKind == NarrowConfig::Instantiation::kTaggedHandoff>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
   // before anyone leaves.
@@ -1220,13 +1261,17 @@ using NarrowKernel = void (*)(KernelParams);
 // (NarrowConfig::InstantiationFor), and one or two consumer warpgroups.
 NarrowKernel NarrowKernelFor(bool packed_b, NarrowConfig::Instantiation kind, int consumers) {
   using K = NarrowConfig::Instantiation;
-  constexpr NarrowKernel kKernels[2][3][2] = {
+  // (No tagged handoff with two consumer warpgroups: that slot is the
+  // default kernel's.)
+  constexpr NarrowKernel kKernels[2][4][2] = {
       {{NarrowGemmKernel<false, K::kDefault, 1>, NarrowGemmKernel<false, K::kDefault, 2>},
        {NarrowGemmKernel<false, K::kPaired, 1>, NarrowGemmKernel<false, K::kPaired, 2>},
-       {NarrowGemmKernel<false, K::kShortRowBlocks, 1>, NarrowGemmKernel<false, K::kShortRowBlocks, 2>}},
+       {NarrowGemmKernel<false, K::kShortRowBlocks, 1>, NarrowGemmKernel<false, K::kShortRowBlocks, 2>},
+       {NarrowGemmKernel<false, K::kTaggedHandoff, 1>, NarrowGemmKernel<false, K::kDefault, 2>}},
       {{NarrowGemmKernel<true, K::kDefault, 1>, NarrowGemmKernel<true, K::kDefault, 2>},
        {NarrowGemmKernel<true, K::kPaired, 1>, NarrowGemmKernel<true, K::kPaired, 2>},
-       {NarrowGemmKernel<true, K::kShortRowBlocks, 1>, NarrowGemmKernel<true, K::kShortRowBlocks, 2>}}};
+       {NarrowGemmKernel<true, K::kShortRowBlocks, 1>, NarrowGemmKernel<true, K::kShortRowBlocks, 2>},
+       {NarrowGemmKernel<true, K::kTaggedHandoff, 1>, NarrowGemmKernel<true, K::kDefault, 2>}}};
   return kKernels[packed_b][static_cast<int>(kind)][consumers - 1];
 }
 
@@ -1250,7 +1295,7 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
   for (bool packed_b : {false, true}) {
     for (NarrowConfig::Instantiation kind :
          {NarrowConfig::Instantiation::kDefault, NarrowConfig::Instantiation::kPaired,
-          NarrowConfig::Instantiation::kShortRowBlocks}) {
+          NarrowConfig::Instantiation::kShortRowBlocks, NarrowConfig::Instantiation::kTaggedHandoff}) {
       if (cudaError_t error = cudaFuncSetAttribute(NarrowKernelFor(packed_b, kind, consumers),
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
           error != cudaSuccess) {
@@ -1271,7 +1316,7 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
   return cudaSuccess;
 }
 
-cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers,
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
                              bool overlap_previous, cudaStream_t stream) {
   if (consumers < 1 || consumers > NarrowConfig::kMaxConsumerWarpgroups) return cudaErrorInvalidValue;
   cudaLaunchConfig_t config = {};
@@ -1287,7 +1332,7 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
     config.numAttrs = 1;
   }
   const NarrowConfig::Instantiation kind =
-      NarrowConfig::InstantiationFor(NarrowConfig::ATileRows(params.a_stage_bytes), params.block_m);
+      NarrowConfig::InstantiationFor(NarrowConfig::ATileRows(params.a_stage_bytes), params.block_m, tagged_handoffs);
   return cudaLaunchKernelEx(&config, NarrowKernelFor(packed_b, kind, consumers), params);
 }
 

@@ -29,7 +29,9 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // packed_b: some node has packed weights (KernelNode::packed_b); launches
 // the instantiation whose B loader looks for them. consumers: consumer
 // warpgroups, 1 or 2 (NarrowConfig::kMaxConsumerWarpgroups; else
-// cudaErrorInvalidValue). overlap_previous: launched
+// cudaErrorInvalidValue). tagged_handoffs: some node reads a tagged copy
+// (KernelNode::tagged_a; one consumer warpgroup): launches the
+// instantiation that has them. overlap_previous: launched
 // with programmatic stream serialization, so that its CTAs start on the SMs
 // the previous kernel on the stream leaves while that kernel's last CTAs
 // still run (each role waits for it before touching what a launch writes:
@@ -37,7 +39,7 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // stream in before that wait, so nothing may write them in the kernel just
 // before (Plan::RepackWeights' kernel: the runtime's next launch does not
 // overlap it).
-cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers,
+cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
                              bool overlap_previous, cudaStream_t stream);
 
 }  // namespace loom::kernel

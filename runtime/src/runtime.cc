@@ -502,21 +502,19 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
 }
 
 // The narrow kernel's tagged handoffs (CompileOptions::tagged_handoff): in
-// a plan on the kernels that have them (NarrowConfig::HasTaggedHandoff: one
-// consumer warpgroup; the mma.sync path, whose A slots are read by generic
-// loads, which the A loader's own stores feed), each node of at most
-// kTaggedMaxRows rows with one A producer whose C is exactly its A (the same
-// view, no offsets), both with jobs. A producer's copy is made once for all
-// such consumers.
+// a plan on the mma.sync path (whose A slots are read by generic loads,
+// which the A loader's own stores feed) with one consumer warpgroup (the
+// plan then launches NarrowConfig::Instantiation::kTaggedHandoff), each
+// node of at most kTaggedMaxRows rows with one A producer whose C is
+// exactly its A (the same view, no offsets), both with jobs. A producer's
+// copy is made once for all such consumers.
 std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
                                                          const std::vector<DataDependency>& dependencies,
                                                          const NarrowRings& rings, int64_t* words) {
   *words = 0;
   std::vector<Plan::Impl::TaggedHandoff> handoffs;
-  const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
-  if (NarrowConfig::MultiplyFor(tile_rows) != NarrowConfig::Multiply::kMmaSync ||
-      !NarrowConfig::HasTaggedHandoff(NarrowConfig::InstantiationFor(tile_rows, NarrowConfig::kBlockM),
-                                      rings.consumers)) {
+  if (NarrowConfig::MultiplyFor(NarrowConfig::ATileRows(rings.a_stage_bytes)) != NarrowConfig::Multiply::kMmaSync ||
+      rings.consumers != 1) {
     return handoffs;
   }
   const auto has_jobs = [](const GemmNode& node) { return node.m() > 0 && node.n() > 0 && node.k() > 0; };
@@ -839,6 +837,7 @@ absl::Status Plan::Launch(cudaStream_t stream) {
   if (impl_->narrow) {
     return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters,
                                                          impl_->packed_weights != nullptr, impl_->narrow_consumers,
+                                                         !impl_->tagged_handoffs.empty(),
                                                          overlap, stream),
                                 "launching the narrow decode kernel");
   }

@@ -142,7 +142,8 @@ struct CompileOptions {
   // 8-byte words of two values and the launch's epoch, which the consumer
   // polls directly instead of waiting for the producer's tile flag and then
   // loading A (ops/kernel/narrow_config.h, kTaggedMaxRows): the 8-layer
-  // 4096 chain at one token 76 us instead of 86.5 (bench/NOTES.md v1.34).
+  // 4096 chain at one token 75.5-76.9 us instead of 84.8-85.2, at two 82.6
+  // instead of 84.6-85.0 (bench/NOTES.md v1.34).
   // Costs device memory of twice that output (M x N bf16 values in 4 x M x N
   // bytes). Explain lists the handoffs. false: every dependency through
   // tile flags.
