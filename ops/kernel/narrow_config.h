@@ -114,9 +114,9 @@ struct NarrowConfig {
   // producer's epilogue writes beside C (KernelNode::tagged_c): each 8-byte
   // word two bf16 of a row and the launch's epoch, one single-copy-atomic
   // store, so a word showing the epoch holds its data. The A loader polls
-  // the data itself instead of a flag the producer may release only once its
+  // the data itself: no flag, which the producer may release only once its
   // stores to C have completed (a round trip under a full memory pipe), and
-  // then loads it: one trip where there were three. A poll reads a window of
+  // no TMA load after the flag. A poll reads a window of
   // kTaggedStagesPerPoll stages (every lane a word of each k-block and row),
   // and hands over its leading stages found complete. Measured (bench/
   // NOTES.md v1.34, the one-token 8-layer 4096 chain): 75.5-76.9 us against
