@@ -323,9 +323,8 @@ __device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& nod
       for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int c = 0; c < kKBlocks; ++c) {
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(slot + c * tile_bytes + SwizzledPanelOffset(r, 4 * lane)),
-                       "r"(static_cast<uint32_t>(poll.words[r][kKBlocks * s + c]))
-                       : "memory");
+          ptx::st_shared(slot + c * tile_bytes + SwizzledPanelOffset(r, 4 * lane),
+                         static_cast<uint32_t>(poll.words[r][kKBlocks * s + c]));
         }
       }
       // The slot is TMA's again for another job's stage: these generic

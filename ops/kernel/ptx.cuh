@@ -69,6 +69,12 @@ __device__ __forceinline__ void st_shared_cluster(uint32_t cluster_address, int3
   asm volatile("st.shared::cluster.s32 [%0], %1;\n" ::"r"(cluster_address), "r"(value) : "memory");
 }
 
+// st.shared: a 32-bit store into this CTA's shared memory at a 32-bit
+// shared-window address (what __cvta_generic_to_shared returns).
+__device__ __forceinline__ void st_shared(uint32_t smem_address, uint32_t value) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(smem_address), "r"(value) : "memory");
+}
+
 // stmatrix .x4: the warp stores four 8 x 8 matrices of 16-bit elements.
 // Register j of lane t holds row t / 4, columns 2 * (t % 4) and + 1, of matrix
 // j (the mma/wgmma accumulator fragment layout); lanes 8j..8j+7 give the
