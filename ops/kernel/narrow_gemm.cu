@@ -292,24 +292,10 @@ __device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& nod
     poll.pairs_left = poll.pitch - pair0 - lane;
     poll.stages = min(Poll::kStages, NarrowConfig::StagesOf(int{job.k_block_end} - kb0));
     const uint64_t wait_start = traced ? ptx::globaltimer() : 0;
-    int ready = poll.Read(ctx.epoch);
-    if (ready == 0) {
-      // As Watchdog::SpinUntil, but lane 0 decides for the warp when to give
-      // up, so that the lanes, which vote in every poll, leave together.
-      const uint64_t start = ptx::globaltimer();
-      for (uint32_t spin = 1;; ++spin) {
-        __nanosleep(64);
-        ready = poll.Read(ctx.epoch);
-        if (ready > 0) break;
-        if ((spin & 63) != 0) continue;
-        int verdict = 0;  // 1: aborted elsewhere; 2: timed out here
-        if (lane == 0) {
-          verdict = ctx.watchdog.aborted() ? 1 : (ptx::globaltimer() - start > ctx.params.spin_timeout_ns ? 2 : 0);
-        }
-        verdict = __shfl_sync(0xffffffffu, verdict, 0);
-        if (verdict == 2) ReportTaggedTimeout(ctx, node, index, lane, poll, pair0);
-        if (verdict != 0) return false;
-      }
+    int ready = 0;
+    if (!ctx.watchdog.SpinUntilAsWarp([&] { return (ready = poll.Read(ctx.epoch)) > 0; },
+                                      [&] { ReportTaggedTimeout(ctx, node, index, lane, poll, pair0); })) {
+      return false;
     }
     if (traced) waited_ns += ptx::globaltimer() - wait_start;
 #pragma unroll
@@ -711,9 +697,12 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
     }
   }
 
+
  private:
   // The tagged copy of what Store writes (KernelNode::tagged_c; bf16 C),
-  // the values worked out in every lane: a word of two adjacent output
+  // the values worked out again in every lane (NOTE: not shared with Store
+  // through a helper: that changed the code of the kernels without the
+  // tagged copy, which must stay as measured): a word of two adjacent output
   // columns, written by the lane that holds the even one, which takes the
   // odd one from the lane 4 over (8 under SwiGLU, where every other lane's
   // weight rows are gates and hold an output).

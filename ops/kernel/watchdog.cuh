@@ -51,6 +51,29 @@ class Watchdog {
     }
   }
 
+  // SpinUntil for a whole warp that polls together: ready() is a warp vote
+  // (the same answer in every lane), and lane 0 decides for the warp when
+  // to give up, so that the lanes leave together. On a time-out every lane
+  // calls report() (which records the wait: Report, from one lane), then
+  // returns false; after another wait's abort, false at once.
+  template <typename Ready, typename OnTimeout>
+  __device__ bool SpinUntilAsWarp(Ready&& ready, OnTimeout&& report) const {
+    if (ready()) return true;
+    const uint64_t start = ptx::globaltimer();
+    for (uint32_t spin = 1;; ++spin) {
+      __nanosleep(64);
+      if (ready()) return true;
+      if ((spin & 63) != 0) continue;
+      int verdict = 0;  // 1: aborted elsewhere; 2: timed out here
+      if (threadIdx.x % 32 == 0) {
+        verdict = aborted() ? 1 : (ptx::globaltimer() - start > params_.spin_timeout_ns ? 2 : 0);
+      }
+      verdict = __shfl_sync(0xffffffffu, verdict, 0);
+      if (verdict == 2) report();
+      if (verdict != 0) return false;
+    }
+  }
+
   // Waits for the phase with parity `parity` of an mbarrier in this CTA to
   // complete. Acquire at CTA scope by default (ring and staging barriers order
   // async-proxy traffic, which the barrier's complete_tx already covers);
