@@ -334,6 +334,8 @@ TEST(RuntimeTest, NarrowPlansExplainHowTheyMultiply) {
 // producers (the column halves of one buffer), but for a consumer of one of
 // those halves (its A is that producer's whole C); two consumers of one
 // producer share one copy (8-byte words for every two columns of each row).
+// A producer of more 32-column tiles than the grid has CTAs (several waves)
+// stays on flags; one of exactly a wave (132 on the H200) hands off.
 TEST(RuntimeTest, TaggedHandoffsFollowTheirRule) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   const auto explain = [&](const GemmGraph& graph, const CompileOptions& options) {
@@ -373,6 +375,15 @@ TEST(RuntimeTest, TaggedHandoffsFollowTheirRule) {
   EXPECT_NE(halves_text.find(absl::StrFormat("%.1f KiB of copies): left -> slice\n", 2 * 192 * 8 / 1024.0)),
             std::string::npos)
       << halves_text;
+
+  for (const auto& [width, handoff] : {std::pair{132 * 32, true}, std::pair{132 * 32 + 8, false}}) {
+    SCOPED_TRACE(width);
+    GemmGraph wave;
+    const TensorView g = Fake("g", 0x30000000, 1, width);
+    wave.AddGemm("wide", Fake("x", 0x100000, 1, 1024), Fake("w", 0x10000000, width, 1024), g);
+    wave.AddGemm("narrow", g, Fake("v", 0x18000000, 256, width), Fake("y", 0x20000000, 1, 256));
+    EXPECT_EQ(explain(wave, narrow).find("tagged handoffs") != std::string::npos, handoff) << explain(wave, narrow);
+  }
 
   GemmGraph shared = DecodePair(2);
   shared.AddGemm("down2", Fake("h", 0x30000000, 2, 768), Fake("v2", 0x1a000000, 256, 768),

@@ -506,15 +506,22 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
 // which the A loader's own stores feed) with one consumer warpgroup (the
 // plan then launches NarrowConfig::Instantiation::kTaggedHandoff), each
 // node of at most kTaggedMaxRows rows with one A producer whose C is
-// exactly its A (the same view, no offsets), both with jobs. A producer's
-// copy is made once for all such consumers.
+// exactly its A (the same view, no offsets), both with jobs, the producer's
+// all in one wave (at most `grid_ctas` 32-column tiles). A producer's copy
+// is made once for all such consumers.
+// NOTE: a producer of several waves has finished most of its tiles long
+// before its consumer waits for the last: the handoff's shorter hop saves
+// nothing there and its polled words cost more than a TMA load of C. With
+// the MLP block's gate/up (896 tiles) on tagged words, the block at 1 token
+// took 80.8-80.9 us against 80.5-80.6 on flags (bench/NOTES.md v1.34-v1.35).
 std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
                                                          const std::vector<DataDependency>& dependencies,
-                                                         const NarrowRings& rings, int64_t* words) {
+                                                         uint32_t a_stage_bytes, int consumers, int grid_ctas,
+                                                         int64_t* words) {
   *words = 0;
   std::vector<Plan::Impl::TaggedHandoff> handoffs;
-  if (NarrowConfig::MultiplyFor(NarrowConfig::ATileRows(rings.a_stage_bytes)) != NarrowConfig::Multiply::kMmaSync ||
-      rings.consumers != 1) {
+  if (NarrowConfig::MultiplyFor(NarrowConfig::ATileRows(a_stage_bytes)) != NarrowConfig::Multiply::kMmaSync ||
+      consumers != 1) {
     return handoffs;
   }
   const auto has_jobs = [](const GemmNode& node) { return node.m() > 0 && node.n() > 0 && node.k() > 0; };
@@ -529,6 +536,7 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
     const TensorView& c = producer.c;
     if (dependency.whole_tensor || dependency.row_offset != 0 || dependency.col_offset != 0 ||
         consumer.m() > NarrowConfig::kTaggedMaxRows || !has_jobs(consumer) || !has_jobs(producer) ||
+        (producer.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > grid_ctas ||
         c.dtype != DType::kBF16 || a.dtype != DType::kBF16 || a.data != c.data || a.rows != c.rows ||
         a.cols != c.cols || a.row_stride != c.row_stride) {
       continue;
@@ -745,9 +753,6 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     impl->b_in_flight = rings.b_in_flight;
     impl->narrow_consumers = rings.consumers;
     impl->a_stage_bytes = rings.a_stage_bytes;
-    if (options.tagged_handoff) {
-      impl->tagged_handoffs = TaggedHandoffsOf(graph, dependencies, rings, &impl->tagged_words);
-    }
     cluster_size = 1;
     coresident = device_.sm_count;
     if (has_gpu()) {
@@ -788,6 +793,10 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   impl->device = device_;
   impl->device_ordinal = device_ordinal_;
   impl->grid_clusters = options.max_clusters > 0 ? options.max_clusters : coresident;
+  if (impl->narrow && options.tagged_handoff) {
+    impl->tagged_handoffs = TaggedHandoffsOf(graph, dependencies, impl->a_stage_bytes, impl->narrow_consumers,
+                                             impl->grid_clusters, &impl->tagged_words);
+  }
 
   sched::SchedulerOptions scheduler_options;
   scheduler_options.tile = impl->narrow ? NarrowConfig::tile(rows) : KernelConfig::tile();
