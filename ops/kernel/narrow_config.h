@@ -110,7 +110,8 @@ struct NarrowConfig {
   }
   // The tagged handoff (runtime.cc, TaggedHandoffsOf): in a plan on the
   // mma.sync path, a node of at most kTaggedMaxRows rows whose A is exactly
-  // another node's C (the same view) reads A from a tagged copy that the
+  // another node's C (the same view; that node of one wave of tiles at
+  // most) reads A from a tagged copy that the
   // producer's epilogue writes beside C (KernelNode::tagged_c): each 8-byte
   // word two bf16 of a row and the launch's epoch, one single-copy-atomic
   // store, so a word showing the epoch holds its data. The A loader polls

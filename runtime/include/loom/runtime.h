@@ -137,8 +137,10 @@ struct CompileOptions {
   bool pack_weights = false;
   // On the narrow kernel with one consumer warpgroup (the default at 1-16
   // rows), a node of 1 or 2 rows whose A is exactly another node's output
-  // (the same view, bf16)
-  // reads it from a tagged copy the producer writes beside its output:
+  // (the same view, bf16), when that node's 32-column tiles are one wave at
+  // most (a producer of several waves finished most of its tiles long
+  // before: there the handoff measured slower), reads it from a tagged
+  // copy the producer writes beside its output:
   // 8-byte words of two values and the launch's epoch, which the consumer
   // polls directly instead of waiting for the producer's tile flag and then
   // loading A (ops/kernel/narrow_config.h, kTaggedMaxRows): the 8-layer
