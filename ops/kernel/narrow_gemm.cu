@@ -112,11 +112,19 @@ struct NarrowContext {
   }
 };
 
-template <int kConsumers>
+// kEveryLaneOnA (the tagged handoff's instantiation, whose A loader writes
+// A slots with generic stores): every lane of the A loader and of the
+// consumer warps arrives on the A ring's barriers itself, so that each
+// lane's reads of a slot are released by its own arrival before the
+// loader's stores into it (with one lane's arrival after a __syncwarp,
+// compute-sanitizer racecheck reported each pair as a hazard: bench/NOTES.md
+// v1.34-v1.35).
+template <int kConsumers, bool kEveryLaneOnA>
 __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams& params) {
+  constexpr uint32_t kLanes = kEveryLaneOnA ? 32 : 1;
   for (int s = 0; s < params.a_stages; ++s) {
-    cuda::ptx::mbarrier_init(&barriers->a_full[s], 1);
-    cuda::ptx::mbarrier_init(&barriers->a_empty[s], NarrowConfig::kReleasingWarpsPerCta);
+    cuda::ptx::mbarrier_init(&barriers->a_full[s], kLanes);
+    cuda::ptx::mbarrier_init(&barriers->a_empty[s], NarrowConfig::kReleasingWarpsPerCta * kLanes);
   }
   for (int s = 0; s < params.b_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->b_full[s], 1);
@@ -314,10 +322,11 @@ __device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& nod
         }
       }
       // The slot is TMA's again for another job's stage: these generic
-      // writes come before that async-proxy one.
+      // writes come before that async-proxy one. Then each lane releases
+      // its own stores (the full barrier counts 32 arrivals in this
+      // kernel: kEveryLaneOnA).
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-      __syncwarp();
-      if (lane == 0) cuda::ptx::mbarrier_arrive(&ctx.barriers->a_full[ring.stage]);
+      cuda::ptx::mbarrier_arrive(&ctx.barriers->a_full[ring.stage]);
       ring.Advance(ctx.params.a_stages);
     }
     kb0 += ready * kKBlocks;
@@ -338,7 +347,8 @@ __device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& nod
 // load (lane 0). Every decision to go on or give up is the warp's: lanes that
 // waited on their own agree first (__all_sync, or lane 0's answer).
 // kTaggedA: the tagged handoff's path is compiled in (the one-consumer
-// default kernels, NarrowConfig::kTaggedMaxRows).
+// default kernels, NarrowConfig::kTaggedMaxRows), and every lane arrives on
+// the A full barrier (kEveryLaneOnA).
 template <bool kTaggedA>
 __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
   const bool issuer = lane == 0;
@@ -391,6 +401,10 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
       if (issuer) {
         LoadStage<false>(&node.a_map, kblock_map, ctx.a_stage(ring.stage), &ctx.barriers->a_full[ring.stage],
                          tile_bytes, kb0, row0);
+      } else if constexpr (kTaggedA) {
+        // The full barrier counts every lane here (kEveryLaneOnA); the
+        // issuer's arrival carries the bytes the load completes.
+        cuda::ptx::mbarrier_arrive(&ctx.barriers->a_full[ring.stage]);
       }
       ring.Advance(ctx.params.a_stages);
     }
@@ -753,10 +767,15 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
 constexpr int kChains = NarrowConfig::kBlockK / 16;
 
 // Frees the oldest stage's A and B slots once this warp's reads of them are
-// done (one arrival per consumer warp) and moves the cursors on.
+// done (one arrival per consumer warp, or on A one per lane:
+// kEveryLaneOnA) and moves the cursors on.
+template <bool kEveryLaneOnA>
 __device__ __forceinline__ void ReleaseSlots(const NarrowContext& ctx, bool release_lane, RingCursor& a_release,
                                              RingCursor& b_release) {
-  if (release_lane) {
+  if constexpr (kEveryLaneOnA) {
+    cuda::ptx::mbarrier_arrive(&ctx.barriers->a_empty[a_release.stage]);
+    if (release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->b_empty[b_release.stage]);
+  } else if (release_lane) {
     cuda::ptx::mbarrier_arrive(&ctx.barriers->a_empty[a_release.stage]);
     cuda::ptx::mbarrier_arrive(&ctx.barriers->b_empty[b_release.stage]);
   }
@@ -808,7 +827,8 @@ __device__ __forceinline__ bool WaitForStage(const NarrowContext& ctx, const Con
 
 // A job of 33 to 64 rows: wgmma m64n32k16 over the whole K, then the
 // epilogue. Returns false when a wait gave up (the launch is aborting).
-template <int kConsumers>
+// kEveryLaneOnA: as ReleaseSlots (the tagged handoff's instantiation).
+template <int kConsumers, bool kEveryLaneOnA>
 __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                             int lane, ConsumerRings& rings) {
   const bool release_lane = lane == 0;
@@ -848,14 +868,14 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<1>();
     // The previous stage's group has retired: its slots are free.
-    if (pending) ReleaseSlots(ctx, release_lane, a_release, b_release);
+    if (pending) ReleaseSlots<kEveryLaneOnA>(ctx, release_lane, a_release, b_release);
     pending = true;
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
   if (ok) PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
-  if (ok && pending) ReleaseSlots(ctx, release_lane, a_release, b_release);
+  if (ok && pending) ReleaseSlots<kEveryLaneOnA>(ctx, release_lane, a_release, b_release);
   float acc[16];
 #pragma unroll
   for (int r = 0; r < 16; ++r) {
@@ -930,14 +950,14 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
     }
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<1>();
-    if (pending) ReleaseSlots(ctx, lane == 0, a_release, b_release);
+    if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
     pending = true;
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
   if (ok) PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
-  if (ok && pending) ReleaseSlots(ctx, lane == 0, a_release, b_release);
+  if (ok && pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
   // Register 4c + 2h + e holds row 16 * warp + lane / 4 + 8h, column 8c + 2 *
   // (lane % 4) + e (wgmma.cuh); every index below is a constant (a run-time
   // one would put the accumulators in local memory), only the stores and
@@ -1034,10 +1054,8 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
     }
     // The stage's reads are done (ldmatrix is synchronous): free its slots.
     // With the tagged handoff, whose A loader refills the A slot with
-    // generic stores, every lane's reads first (__syncwarp), before lane 0's
-    // release.
-    if constexpr (kTagged) __syncwarp();
-    ReleaseSlots(ctx, lane == 0, rings.a, rings.b);
+    // generic stores, each lane releases its own reads of A.
+    ReleaseSlots<kTagged>(ctx, lane == 0, rings.a, rings.b);
   }
   if (ok) PassTurn<kConsumers>(ctx, rings, lane);
   // Every warp reaches both barriers, whether its waits gave up or not.
@@ -1124,7 +1142,7 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
       } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
         ok = RunMmaSyncJob<2, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
       } else {
-        ok = RunWgmmaJob<kConsumers>(ctx, work, index, leader, warp, lane, rings);
+        ok = RunWgmmaJob<kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
       }
     } else {
       ok = RunPairedWgmmaJob<kPath, kConsumers>(ctx, work, index, leader, warp, lane, rings);
@@ -1186,7 +1204,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   // barriers, and the prefetches of what every job's first steps read
   // (PrefetchPlanRecords).
   if (threadIdx.x == 0) {
-    InitNarrowBarriers<kConsumers>(barriers, params);
+    InitNarrowBarriers<kConsumers, kKind == NarrowConfig::Instantiation::kTaggedHandoff>(barriers, params);
   } else if (threadIdx.x / 32 == 3) {
     constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::b_map};
     PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
