@@ -513,7 +513,9 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
 // before its consumer waits for the last: the handoff's shorter hop saves
 // nothing there and its polled words cost more than a TMA load of C. With
 // the MLP block's gate/up (896 tiles) on tagged words, the block at 1 token
-// took 80.8-80.9 us against 80.5-80.6 on flags (bench/NOTES.md v1.34-v1.35).
+// took 80.8-80.9 us against 80.5-80.6 on flags (bench/NOTES.md v1.34); with
+// this rule, at 1 / 2 tokens 79.3-79.5 / 79.7-79.8 against 79.5-79.8 /
+// 80.6-80.9 before it (v1.35).
 std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
                                                          const std::vector<DataDependency>& dependencies,
                                                          uint32_t a_stage_bytes, int consumers, int grid_ctas,
