@@ -538,7 +538,7 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
     const TensorView& c = producer.c;
     if (dependency.whole_tensor || dependency.row_offset != 0 || dependency.col_offset != 0 ||
         consumer.m() > NarrowConfig::kTaggedMaxRows || !has_jobs(consumer) || !has_jobs(producer) ||
-        (producer.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN > grid_ctas ||
+        NarrowTiles(producer) > grid_ctas ||
         c.dtype != DType::kBF16 || a.dtype != DType::kBF16 || a.data != c.data || a.rows != c.rows ||
         a.cols != c.cols || a.row_stride != c.row_stride) {
       continue;
