@@ -711,7 +711,6 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
     }
   }
 
-
  private:
   // The tagged copy of what Store writes (KernelNode::tagged_c; bf16 C),
   // the values worked out again in every lane (NOTE: not shared with Store
@@ -772,13 +771,8 @@ constexpr int kChains = NarrowConfig::kBlockK / 16;
 template <bool kEveryLaneOnA>
 __device__ __forceinline__ void ReleaseSlots(const NarrowContext& ctx, bool release_lane, RingCursor& a_release,
                                              RingCursor& b_release) {
-  if constexpr (kEveryLaneOnA) {
-    cuda::ptx::mbarrier_arrive(&ctx.barriers->a_empty[a_release.stage]);
-    if (release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->b_empty[b_release.stage]);
-  } else if (release_lane) {
-    cuda::ptx::mbarrier_arrive(&ctx.barriers->a_empty[a_release.stage]);
-    cuda::ptx::mbarrier_arrive(&ctx.barriers->b_empty[b_release.stage]);
-  }
+  if (kEveryLaneOnA || release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->a_empty[a_release.stage]);
+  if (release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->b_empty[b_release.stage]);
   a_release.Advance(ctx.params.a_stages);
   b_release.Advance(ctx.params.b_stages);
 }
