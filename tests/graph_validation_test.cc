@@ -207,6 +207,13 @@ std::vector<RefusalCase> RefusalCases() {
                    {"node \"proj\": K 4194241 exceeds the limit of 4194240"}});
 
   // Shapes.
+  cases.push_back({"ZeroKWithAnOutput",
+                   [] {
+                     return Single(Bf16("x", kX, 64, 0), Bf16("w", kW, 256, 0), Y(),
+                                   WithBias(Typed("b", kBias, DType::kFP32, 1, 256)));
+                   },
+                   {"node \"proj\": K is 0 (A \"x\" has no columns) but C \"y\" is 64 x 256",
+                    "would never be written"}});
   cases.push_back({"KMismatch",
                    [] { return Single(X(), Bf16("w", kW, 256, 96), Y()); },
                    {"node \"proj\": shapes do not chain: A \"x\" has K = 128 columns but B \"w\" "
@@ -490,9 +497,13 @@ TEST(ValidateTest, ZeroSizeNodesAreNoOps) {
   // N = 0.
   graph.AddGemm("n0", X(), TensorView::Dense("w0", nullptr, DType::kBF16, 0, 128),
                 TensorView::Dense("c0", nullptr, DType::kBF16, 64, 0));
-  // K = 0 (C is written, with the epilogue of a zero accumulator).
-  graph.AddGemm("k0", TensorView::Dense("a0", nullptr, DType::kBF16, 64, 0),
-                TensorView::Dense("b0", nullptr, DType::kBF16, 256, 0), Y());
+  // K = 0 with M = 0 or N = 0 (K = 0 with an output is refused: ZeroKWithAnOutput).
+  graph.AddGemm("k0_m0", TensorView::Dense("a0", nullptr, DType::kBF16, 0, 0),
+                TensorView::Dense("b0", nullptr, DType::kBF16, 256, 0),
+                TensorView::Dense("c2", nullptr, DType::kBF16, 0, 256));
+  graph.AddGemm("k0_n0", TensorView::Dense("a1", nullptr, DType::kBF16, 64, 0),
+                TensorView::Dense("b1", nullptr, DType::kBF16, 0, 0),
+                TensorView::Dense("c3", nullptr, DType::kBF16, 64, 0));
   // An empty view at a misaligned address is never touched.
   graph.AddGemm("m0_misaligned", Bf16("x1", kX + 2, 0, 128), W(), Bf16("y1", kZ + 2, 0, 256));
   EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();

@@ -14,7 +14,8 @@
 //        residual bf16 or fp32;
 //     3. the shapes chain: A [M, K], B [N, K], C [M, N_out] with N_out = N, or
 //        N / 2 for SwiGLU (which needs an even N), bias [1, N], residual
-//        [M, N_out]; zero-size dimensions are legal (the node is a no-op);
+//        [M, N_out]; M = 0 or N = 0 is legal (the node is a no-op; K = 0
+//        only then, rule 5);
 //     4. hardware limits. A, B, C and residual move through TMA: each
 //        dimension <= 2^31 - 1, base address 16-byte aligned and, when
 //        rows > 1 (the only case in which the stride is used), a row stride in
@@ -23,7 +24,9 @@
 //        base needs only 4-byte alignment. Empty views are never loaded or
 //        stored and are exempt from these limits;
 //     5. K fits the tile-job encoding: at most 65535 k-blocks of 64 (TileJob
-//        keeps k-blocks in 16 bits), i.e. K <= 4194240;
+//        keeps k-blocks in 16 bits), i.e. K <= 4194240; and K > 0 unless C
+//        is empty: a node's output is written by its tile jobs, and a node
+//        with K = 0 has none (its C would be left as it was, not epilogue(0));
 //     6. no input of the node overlaps its own output (no in-place GEMMs);
 //   across nodes:
 //     7. every element is written by at most one node;
@@ -329,6 +332,13 @@ absl::Status CheckShapes(const GemmNode& node) {
 
 // Rule 5.
 absl::Status CheckK(const GemmNode& node) {
+  if (node.k() == 0 && !node.c.empty()) {
+    return NodeError(node, absl::StrFormat("K is 0 (%s has no columns) but %s is %d x %d: a node with K = 0 has "
+                                           "no tile jobs, so its output (epilogue(0)) would never be written; "
+                                           "give it K > 0 or leave it out",
+                                           Describe("A", node.a), Describe("C", node.c), node.c.rows,
+                                           node.c.cols));
+  }
   if (node.k() > kMaxK) {
     return NodeError(node, absl::StrFormat("K %d exceeds the limit of %d (%d k-blocks of %d: the "
                                            "tile job keeps k-blocks in 16 bits)",

@@ -60,14 +60,6 @@ absl::Status CheckHostViews(const GemmNode& node) {
   return absl::OkStatus();
 }
 
-// C = epilogue(0): the output of a node with K == 0.
-void WriteEpilogueOfZero(const GemmNode& node) {
-  const std::vector<double> zeros(static_cast<size_t>(node.n()), 0.0);
-  for (int64_t row = 0; row < node.m(); ++row) {
-    ops::StoreEpilogueRow(node, row, 0, zeros.data(), node.n());
-  }
-}
-
 class ReferenceExecutor {
  public:
   ReferenceExecutor(const GemmGraph& graph, const sched::Schedule& schedule)
@@ -140,10 +132,7 @@ absl::Status ReferenceExecutor::Prepare() {
           ns.out_cols));
     }
     const int64_t expected_out_tile_n = node.epilogue.activation == Activation::kSwiGLU ? t.n / 2 : t.n;
-    // A node with K == 0 may have no tiles at all (the scheduler's choice: its
-    // output is epilogue(0), which the runtime writes outside the kernel).
-    const bool tileless = ns.k == 0 && ns.m_blocks == 0 && ns.n_blocks == 0;
-    if ((!tileless && (ns.m_blocks != CeilDiv(ns.m, t.m) || ns.n_blocks != CeilDiv(ns.n, t.n))) ||
+    if (ns.m_blocks != CeilDiv(ns.m, t.m) || ns.n_blocks != CeilDiv(ns.n, t.n) ||
         ns.k_blocks != CeilDiv(ns.k, t.k) || ns.out_tile_n != expected_out_tile_n ||
         ns.split_k < 1) {
       return absl::InternalError(absl::StrFormat(
@@ -169,7 +158,6 @@ absl::Status ReferenceExecutor::Prepare() {
             node.name, edge.producer));
       }
     }
-    if (tileless) WriteEpilogueOfZero(node);
     NodeState& s = state_[i];
     const size_t tiles = static_cast<size_t>(ns.m_blocks) * ns.n_blocks;
     s.tile_done.assign(tiles, 0);
@@ -557,6 +545,7 @@ absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedul
     return absl::InvalidArgumentError(
         absl::StrCat("simulated_sms must be >= 0, got ", options.simulated_sms));
   }
+  LOOM_RETURN_IF_ERROR(graph.Validate());  // what Compile would refuse, the kernels never run
   ReferenceExecutor executor(graph, schedule);
   LOOM_RETURN_IF_ERROR(executor.Prepare());
   if (options.simulated_sms == 0) {

@@ -7,9 +7,8 @@
 // workspace and are reduced in split order 0..split_k-1. While it runs it
 // checks the schedule: every output tile is computed exactly once, each job's
 // k-blocks cover the node's K, and no job reads a producer tile (or a split-K
-// partial) that is not done yet. A broken schedule is an Internal error.
-// A node with K == 0 that the schedule leaves without tiles gets
-// C = epilogue(0) written up front, as the runtime does before a launch.
+// partial) that is not done yet. A broken schedule is an Internal error; a
+// graph that fails GemmGraph::Validate is refused with its InvalidArgument.
 //
 // With options.simulated_sms > 0, that many virtual SMs pull jobs from a
 // cursor in a seeded random interleaving; a job runs only once the producer
@@ -43,8 +42,8 @@ struct ReferenceOptions {
 };
 
 // Runs `schedule` (lowered from `graph`) on the graph's host tensors.
-// InvalidArgument if the schedule does not describe this graph (node count or
-// shapes differ); Internal if the schedule is inconsistent (a tile computed
+// InvalidArgument if the graph is not valid (GemmGraph::Validate) or the
+// schedule does not describe it (node count or shapes differ); Internal if the schedule is inconsistent (a tile computed
 // twice or never, k-blocks that do not cover K, a job that reads unfinished
 // data in queue order, a deadlock of the virtual SMs).
 absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
