@@ -156,6 +156,56 @@ GemmGraph DecodePair(int64_t rows) {
   return graph;
 }
 
+// A described device no plan can be lowered for is refused by name, before
+// the scheduler sees it (found by compile_fuzz_test).
+TEST(RuntimeTest, ImpossibleDeviceDescriptionsAreRefused) {
+  const auto compile = [](void (*change)(DeviceDescription&)) {
+    DeviceDescription device = DeviceDescription::H200();
+    device.name = "my gpu";
+    change(device);
+    return Runtime::ForDescription(device).Compile(OneGemm()).status();
+  };
+  EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.sm_count = 0; }), absl::StatusCode::kInvalidArgument,
+                        {"DeviceDescription \"my gpu\"", "sm_count 0 is not positive"}));
+  EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.sm_count = -4; }), absl::StatusCode::kInvalidArgument,
+                        {"sm_count -4 is not positive"}));
+  EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.shared_memory_per_block = 0; }),
+                        absl::StatusCode::kInvalidArgument, {"shared_memory_per_block 0 is not positive"}));
+  EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.l2_bytes = -1; }), absl::StatusCode::kInvalidArgument,
+                        {"l2_bytes -1 is negative"}));
+  EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.max_coresident_clusters = -2; }),
+                        absl::StatusCode::kInvalidArgument, {"max_coresident_clusters -2 is negative"}));
+  // One SM holds no cluster of two CTAs (the tiled kernel's); nor does a
+  // device without cluster launch.
+  EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) {
+                          d.sm_count = 1;
+                          d.max_coresident_clusters = 0;
+                        }),
+                        absl::StatusCode::kFailedPrecondition, {"my gpu", "not even one cluster of 2 CTAs"}));
+  EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.cluster_launch = false; }),
+                        absl::StatusCode::kFailedPrecondition, {"my gpu cannot launch clusters"}));
+  // The narrow kernel needs neither.
+  EXPECT_TRUE(Runtime::ForDescription([] {
+                DeviceDescription d = DeviceDescription::H200();
+                d.sm_count = 1;
+                d.cluster_launch = false;
+                return d;
+              }())
+                  .Compile(DecodePair(4))
+                  .ok());
+}
+
+// Too little shared memory for two B stages beside the narrow kernel's A
+// ring: the message says what is left, not a negative stage count.
+TEST(RuntimeTest, NarrowRingsThatDoNotFitSayWhatIsLeft) {
+  DeviceDescription device = DeviceDescription::H200();
+  device.shared_memory_per_block = 49152;
+  const absl::Status status = Runtime::ForDescription(device).Compile(DecodePair(4)).status();
+  EXPECT_TRUE(HasStatus(status, absl::StatusCode::kFailedPrecondition,
+                        {"shared memory", "leave", "of the 49152 bytes per block", "less than two B stages of 16384"}));
+  EXPECT_EQ(std::string(status.message()).find("narrow_b_stages=-"), std::string::npos) << status;
+}
+
 // A plan whose nodes all have at most 64 rows (decode) gets half-size A
 // stages, so a fifth B stage fits in shared memory; with one node of 65 rows
 // it does not.

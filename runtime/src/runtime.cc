@@ -151,6 +151,26 @@ absl::Status CheckOptions(const CompileOptions& options) {
   return absl::OkStatus();
 }
 
+// A described device (Runtime::ForDescription) must be one a plan can be
+// lowered for; Runtime::Create's descriptions come from the GPU itself.
+absl::Status CheckDevice(const DeviceDescription& device) {
+  for (auto [name, value] : {std::pair{"sm_count", int64_t{device.sm_count}},
+                             std::pair{"shared_memory_per_block", device.shared_memory_per_block}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("DeviceDescription \"%s\": %s %d is not positive", device.name, name, value));
+    }
+  }
+  for (auto [name, value] : {std::pair{"l2_bytes", device.l2_bytes},
+                             std::pair{"max_coresident_clusters", int64_t{device.max_coresident_clusters}}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("DeviceDescription \"%s\": %s %d is negative", device.name, name, value));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The tiled kernel's shared memory for the options' ring depths.
 absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceDescription& device,
                                     uint32_t a_stage_bytes) {
@@ -362,9 +382,16 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   rings.b_stages = options.narrow_b_stages > 0
                        ? options.narrow_b_stages
                        : static_cast<int>(std::min<int64_t>(max_b_stages, left / NarrowConfig::kBStageBytes));
+  if (rings.b_stages < 2) {  // chosen from what is left, and not enough is
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shared memory: the narrow decode kernel's narrow_a_stages=%d (of %d bytes) leave %d of the %d bytes per "
+        "block %s allows, less than two B stages of %d bytes",
+        rings.a_stages, rings.a_stage_bytes, std::max<int64_t>(left, 0), device.shared_memory_per_block,
+        device.name, NarrowConfig::kBStageBytes));
+  }
   rings.smem_bytes =
       kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, rings.b_stages, rings.consumers);
-  if (rings.b_stages < 2 || rings.smem_bytes > device.shared_memory_per_block) {
+  if (rings.smem_bytes > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shared memory: the narrow decode kernel's narrow_a_stages=%d (of %d bytes), narrow_b_stages=%d (of %d "
         "bytes) need %d bytes per block, but %s allows %d",
@@ -737,12 +764,14 @@ Runtime Runtime::ForDescription(DeviceDescription device) { return Runtime(std::
 absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptions& options) const {
   LOOM_RETURN_IF_ERROR(graph.Validate());
   LOOM_RETURN_IF_ERROR(CheckOptions(options));
+  LOOM_RETURN_IF_ERROR(CheckDevice(device_));
   auto impl = std::make_unique<Plan::Impl>();
   const int64_t rows = MaxRows(graph);
   const std::vector<DataDependency> dependencies = graph.Dependencies();
   impl->narrow = UsesNarrowKernel(options, graph, dependencies, rows, device_.sm_count);
   int cluster_size = kClusterSize;
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
+  int64_t smem_bytes = 0;  // a CTA's
   if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   if (impl->narrow) {
     if (options.pack_weights) impl->packed_nodes = PackedNodesOf(graph, dependencies);
@@ -756,31 +785,36 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     impl->narrow_consumers = rings.consumers;
     impl->a_stage_bytes = rings.a_stage_bytes;
     cluster_size = 1;
+    smem_bytes = rings.smem_bytes;
     coresident = device_.sm_count;
     if (has_gpu()) {
       LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentNarrowCtas(rings.smem_bytes, rings.consumers, &coresident));
-      if (coresident < 1) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "%s: not even one CTA of the narrow decode kernel with %d bytes of shared memory fits", device_.name,
-            rings.smem_bytes));
-      }
     }
   } else {
+    if (!device_.cluster_launch) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s cannot launch clusters, and the tiled kernel runs in clusters of %d CTAs (the narrow decode kernel, "
+          "for graphs of at most %d rows, needs none)",
+          device_.name, kClusterSize, NarrowConfig::kMaxRows));
+    }
     impl->a_stages = options.a_stages;
     impl->b_stages = options.b_stages;
     impl->a_stage_bytes = AStageBytesFor(graph);
     LOOM_RETURN_IF_ERROR(CheckTiledSharedMemory(options, device_, impl->a_stage_bytes));
+    smem_bytes = kernel::SharedMemoryBytes(options.a_stages, options.b_stages, impl->a_stage_bytes);
     coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
                                                      : device_.sm_count / kClusterSize;
     if (has_gpu()) {
       LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentClusters(options.a_stages, options.b_stages,
                                                               impl->a_stage_bytes, kClusterSize, &coresident));
-      if (coresident < 1) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "%s: not even one cluster of %d CTAs with %d bytes of shared memory fits", device_.name, kClusterSize,
-            kernel::SharedMemoryBytes(options.a_stages, options.b_stages, impl->a_stage_bytes)));
-      }
     }
+  }
+  if (coresident < 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: not even one %s with %d bytes of shared memory fits", device_.name,
+        impl->narrow ? std::string("CTA of the narrow decode kernel")
+                     : absl::StrFormat("cluster of %d CTAs", kClusterSize),
+        smem_bytes));
   }
   if (options.max_clusters > coresident) {
     return absl::FailedPreconditionError(absl::StrFormat(
