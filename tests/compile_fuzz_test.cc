@@ -1,0 +1,408 @@
+// Runtime::Compile end to end on random graphs, random options and random
+// devices, on the CPU (Runtime::ForDescription):
+//  * a well-formed graph compiles, or the options or the device are refused
+//    with InvalidArgument / FailedPrecondition and a message; on the H200 with
+//    default options it always compiles;
+//  * a compiled plan explains itself the same way twice, and its schedule,
+//    run by the CPU reference on virtual SMs in a random interleaving,
+//    writes every output element, node by node within TESTING.md's bound of a
+//    naive loop over the same inputs, and nothing outside the outputs;
+//  * a graph with one broken rule is refused with InvalidArgument naming a
+//    node, whatever the options.
+// The scheduler's and the validator's own tests pin each rule and tiling
+// case; this one looks for the combinations nobody wrote down. Every failure
+// prints the seed (LOOM_TEST_SEED=<seed> replays it) and the case.
+#include <algorithm>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "loom/graph.h"
+#include "loom/reference.h"
+#include "loom/runtime.h"
+#include "testbed/testbed.h"
+
+namespace loom {
+namespace {
+
+using testbed::HostMatrix;
+using testbed::HostTensors;
+using testbed::Rng;
+
+template <typename T>
+T Pick(Rng& rng, std::initializer_list<T> values) {
+  return *(values.begin() + rng.UniformInt(0, static_cast<int64_t>(values.size()) - 1));
+}
+
+bool OneIn(Rng& rng, int n) { return rng.UniformInt(1, n) == 1; }
+
+// A random well-formed graph over host buffers: chains (a node reads an
+// earlier bf16 output, whole or a column slice, as A), fresh inputs, joins
+// (two nodes write the halves of one buffer that a later node reads whole),
+// residuals that are inputs or earlier outputs, biases, every activation,
+// bf16 and fp32 outputs, padded row strides.
+class FuzzGraph {
+ public:
+  explicit FuzzGraph(Rng& rng) : rng_(rng) {}
+
+  void Build() {
+    rows_ = Pick<int64_t>(rng_, {1, 2, 3, 8, 15, 16, 17, 31, 33, 64, 65, 100, 128, 129, 200});
+    const int count = static_cast<int>(rng_.UniformInt(1, 5));
+    for (int i = 0; i < count; ++i) {
+      if (i + 2 <= count && OneIn(rng_, 5)) {
+        AddJoin();
+        ++i;
+      } else {
+        AddNode(NewA(), NewOutput(), /*joined=*/false);
+      }
+    }
+  }
+
+  GemmGraph& graph() { return graph_; }
+  HostTensors& tensors() { return tensors_; }
+  // The views nodes write (C of every node).
+  std::vector<TensorView> outputs() const {
+    std::vector<TensorView> views;
+    for (const GemmNode& node : graph_.nodes()) views.push_back(node.c);
+    return views;
+  }
+  int64_t multiply_adds() const {
+    int64_t total = 0;
+    for (const GemmNode& node : graph_.nodes()) total += node.m() * node.n() * node.k();
+    return total;
+  }
+
+ private:
+  // Widths are multiples of 8 (16 where SwiGLU halves them): every bf16 or
+  // fp32 row then starts 16-byte aligned, as TMA needs.
+  int64_t Width() { return Pick<int64_t>(rng_, {8, 16, 24, 40, 64, 72, 96, 128, 136, 200, 264}); }
+
+  TensorView NewInput(const std::string& prefix, DType dtype, int64_t rows, int64_t cols) {
+    const std::string name = absl::StrCat(prefix, next_tensor_++);
+    const int64_t stride = (rows > 1 && OneIn(rng_, 4)) ? cols + 8 : 0;
+    TensorView view = tensors_.Add(name, dtype, rows, cols, stride);
+    testbed::FillRandom(tensors_[name], rng_);
+    return view;
+  }
+
+  // A: an earlier bf16 output of the same rows (whole, or a column slice of
+  // it), else a fresh input.
+  TensorView NewA() {
+    std::vector<TensorView> candidates;
+    for (const TensorView& c : readable_) {
+      if (c.dtype == DType::kBF16 && c.rows == rows_) candidates.push_back(c);
+    }
+    if (!candidates.empty() && !OneIn(rng_, 4)) {
+      const TensorView& c = candidates[rng_.UniformInt(0, static_cast<int64_t>(candidates.size()) - 1)];
+      if (c.cols >= 16 && OneIn(rng_, 3)) {
+        const int64_t first = 8 * rng_.UniformInt(0, c.cols / 8 - 1);
+        const int64_t count = 8 * rng_.UniformInt(1, (c.cols - first) / 8);
+        return c.Columns(first, count).Named(absl::StrCat(c.name, ".cols"));
+      }
+      return c;
+    }
+    return NewInput("in", DType::kBF16, rows_, Width());
+  }
+
+  TensorView NewOutput() {
+    const int64_t n_out = Width();
+    const DType dtype = OneIn(rng_, 3) ? DType::kFP32 : DType::kBF16;
+    const std::string name = absl::StrCat("out", next_tensor_++);
+    const int64_t stride = (rows_ > 1 && OneIn(rng_, 4)) ? n_out + 8 : 0;
+    return tensors_.Add(name, dtype, rows_, n_out, stride);
+  }
+
+  // Two nodes write the left and right columns of one buffer; the next node
+  // built may read it whole (a consumer of two producers).
+  void AddJoin() {
+    const int64_t left = Width();
+    const int64_t right = Width();
+    const std::string name = absl::StrCat("cat", next_tensor_++);
+    const TensorView cat = tensors_.Add(name, DType::kBF16, rows_, left + right);
+    AddNode(NewA(), cat.Columns(0, left).Named(name + ".left"), /*joined=*/true);
+    AddNode(NewA(), cat.Columns(left, right).Named(name + ".right"), /*joined=*/true);
+    readable_.push_back(cat);
+  }
+
+  void AddNode(const TensorView& a, const TensorView& c, bool joined) {
+    Epilogue epilogue;
+    epilogue.activation =
+        Pick(rng_, {Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU, Activation::kSwiGLU});
+    const int64_t n = epilogue.activation == Activation::kSwiGLU ? 2 * c.cols : c.cols;
+    if (OneIn(rng_, 3)) {
+      epilogue.bias = NewInput("bias", OneIn(rng_, 2) ? DType::kFP32 : DType::kBF16, 1, n);
+    }
+    if (OneIn(rng_, 3)) {
+      std::vector<TensorView> same_shape;
+      for (const TensorView& r : readable_) {
+        if (r.rows == c.rows && r.cols == c.cols) same_shape.push_back(r);
+      }
+      if (!same_shape.empty() && OneIn(rng_, 2)) {
+        epilogue.residual = same_shape[rng_.UniformInt(0, static_cast<int64_t>(same_shape.size()) - 1)];
+      } else {
+        epilogue.residual = NewInput("res", OneIn(rng_, 2) ? DType::kFP32 : DType::kBF16, c.rows, c.cols);
+      }
+    }
+    const TensorView b = NewInput("w", DType::kBF16, n, a.cols);
+    graph_.AddGemm(absl::StrCat("node", graph_.size()), a, b, c, std::move(epilogue));
+    if (!joined) readable_.push_back(c);
+  }
+
+  Rng& rng_;
+  int64_t rows_ = 0;
+  int next_tensor_ = 0;
+  HostTensors tensors_;
+  GemmGraph graph_;
+  std::vector<TensorView> readable_;  // outputs later nodes may read
+};
+
+// Options anywhere from the defaults to values no option accepts.
+CompileOptions RandomOptions(Rng& rng) {
+  CompileOptions options;
+  if (OneIn(rng, 4)) return options;
+  options.kernel = Pick(rng, {KernelChoice::kAuto, KernelChoice::kTiled, KernelChoice::kNarrow});
+  options.ring_mode = OneIn(rng, 4) ? RingMode::kLockstep : RingMode::kSplit;
+  const bool wild = OneIn(rng, 4);
+  if (wild) {
+    options.a_stages = Pick(rng, {-1, 0, 1, 2, 3, 4, 5, 8, 16, 40});
+    options.b_stages = Pick(rng, {-1, 0, 1, 2, 3, 4, 5, 8, 16, 40});
+    options.max_clusters = Pick(rng, {-1, 0, 1, 2, 33, 66, 67, 132, 133, 1000});
+    options.split_k = Pick(rng, {-1, 0, 1, 2, 3, 8, 64, 100000});
+    options.group_size = Pick(rng, {-1, 0, 1, 3, 16, 1000});
+    options.reduce_part_rows = Pick(rng, {-1, 0, 1, 8, 16, 17});
+    options.narrow_a_stages = Pick(rng, {-1, 0, 1, 2, 5, 16, 17});
+    options.narrow_b_stages = Pick(rng, {-1, 0, 1, 2, 5, 16, 17});
+    options.narrow_b_in_flight = Pick(rng, {-1, 0, 1, 2, 3, 15, 20});
+    options.narrow_consumers = Pick(rng, {-1, 0, 1, 2, 3});
+    options.spin_timeout_ns = Pick<int64_t>(rng, {-5, 0, 1, 2'000'000'000});
+  } else {
+    options.a_stages = Pick(rng, {2, 3, 4, 5});
+    options.b_stages = options.ring_mode == RingMode::kLockstep ? options.a_stages : Pick(rng, {2, 3, 4, 5});
+    options.max_clusters = Pick(rng, {0, 1, 2, 7, 33});
+    options.split_k = Pick(rng, {0, 0, 1, 2, 3});
+    options.group_size = Pick(rng, {0, 1, 3});
+    options.reduce_part_rows = Pick(rng, {0, 8, 16});
+    options.narrow_a_stages = Pick(rng, {0, 0, 2, 4, 6});
+    options.narrow_b_stages = Pick(rng, {0, 0, 4, 8});
+    options.narrow_b_in_flight = Pick(rng, {0, 0, 1, 3});
+    options.narrow_consumers = Pick(rng, {0, 0, 1, 2});
+  }
+  options.reduce_in_parts = !OneIn(rng, 3);
+  options.pack_weights = OneIn(rng, 2);
+  options.tagged_handoff = !OneIn(rng, 3);
+  options.overlap_launches = !OneIn(rng, 3);
+  options.trace = OneIn(rng, 4);
+  return options;
+}
+
+// Mostly the H200; else fewer SMs, less shared memory, no cluster launch, or
+// a description no GPU has.
+DeviceDescription RandomDevice(Rng& rng) {
+  DeviceDescription device = DeviceDescription::H200();
+  if (OneIn(rng, 2)) return device;
+  device.name = "fuzzed device";
+  device.sm_count = Pick(rng, {-1, 0, 1, 2, 3, 16, 78, 114, 132, 144});
+  device.shared_memory_per_block = Pick<int64_t>(rng, {0, 49152, 101376, 166912, 232448});
+  device.cluster_launch = !OneIn(rng, 4);
+  device.max_coresident_clusters = Pick(rng, {-1, 0, 1, 8, 57, 66});
+  return device;
+}
+
+std::string Describe(const DeviceDescription& device, const CompileOptions& options) {
+  return absl::StrFormat(
+      "device: %d SMs, %d B shared, clusters %d, %d co-resident; options: kernel %s, ring %s, stages %d/%d, "
+      "max_clusters %d, split_k %d, group %d, reduce parts %d rows %d, narrow stages %d/%d in flight %d "
+      "consumers %d, pack %d, tagged %d, overlap %d, timeout %d, trace %d",
+      device.sm_count, device.shared_memory_per_block, device.cluster_launch, device.max_coresident_clusters,
+      AbslUnparseFlag(options.kernel), options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
+      options.a_stages, options.b_stages, options.max_clusters, options.split_k, options.group_size,
+      options.reduce_in_parts, options.reduce_part_rows, options.narrow_a_stages, options.narrow_b_stages,
+      options.narrow_b_in_flight, options.narrow_consumers, options.pack_weights, options.tagged_handoff,
+      options.overlap_launches, options.spin_timeout_ns, options.trace);
+}
+
+std::string DescribeGraph(const GemmGraph& graph) {
+  std::string text;
+  for (const GemmNode& node : graph.nodes()) {
+    absl::StrAppendFormat(&text, "\n  %s: %s [%d x %d] . %s [%d x %d]^T -> %s [%d x %d] %s, %s%s%s", node.name,
+                          node.a.name, node.a.rows, node.a.cols, node.b.name, node.b.rows, node.b.cols, node.c.name,
+                          node.c.rows, node.c.cols, DTypeName(node.c.dtype), ActivationName(node.epilogue.activation),
+                          node.epilogue.bias ? ", bias " + node.epilogue.bias->name : "",
+                          node.epilogue.residual ? ", residual " + node.epilogue.residual->name : "");
+  }
+  return text;
+}
+
+// Row-by-row copies of a view's elements (padding untouched).
+void CopyElements(const TensorView& from, const TensorView& to) {
+  for (int64_t row = 0; row < from.rows; ++row) {
+    std::memcpy(to.element(row, 0), from.element(row, 0), from.cols * from.element_size());
+  }
+}
+
+// Runs the plan's schedule on `sms` virtual SMs, then checks each node's
+// output against a naive loop over the inputs the run itself gave that node
+// (so a later node is not blamed for an earlier node's last-bit rounding).
+void ExpectPlanMatchesNaive(const Plan& plan, FuzzGraph& g, int sms, uint64_t seed) {
+  const std::vector<TensorView> outputs = g.outputs();
+  for (const TensorView& c : outputs) testbed::Poison(c);
+  const absl::Status run = RunReference(plan, {.simulated_sms = sms, .seed = seed});
+  ASSERT_TRUE(run.ok()) << run;
+
+  std::vector<HostMatrix> computed;  // what the schedule wrote, node by node
+  for (const TensorView& c : outputs) {
+    computed.emplace_back(c.dtype, c.rows, c.cols);
+    CopyElements(c, computed.back().view());
+  }
+  for (int i = 0; i < g.graph().size(); ++i) {
+    const GemmNode& node = g.graph().nodes()[i];
+    GemmGraph single;
+    single.AddGemm(node.name, node.a, node.b, node.c, node.epilogue);
+    const absl::Status naive = RunNaiveGraph(single);
+    ASSERT_TRUE(naive.ok()) << node.name << ": " << naive;
+    HostMatrix expected(node.c.dtype, node.c.rows, node.c.cols);
+    CopyElements(node.c, expected.view());
+    CopyElements(computed[i].view(), node.c);  // later nodes read the schedule's output
+    EXPECT_TRUE(testbed::CompareNodeToReference(node, computed[i].view(node.c.name), expected.view("naive")))
+        << node.name;
+  }
+  for (const auto& [name, matrix] : g.tensors().all()) EXPECT_TRUE(testbed::CheckGuards(*matrix, name));
+}
+
+bool IsRefusal(const absl::Status& status) {
+  return (absl::IsInvalidArgument(status) || absl::IsFailedPrecondition(status)) && !status.message().empty();
+}
+
+TEST(CompileFuzzTest, WellFormedGraphsCompileOrAreRefusedAndRunLikeTheNaiveLoop) {
+  Rng rng;
+  int compiled = 0, refused = 0, narrow = 0;
+  for (int iteration = 0; iteration < 400; ++iteration) {
+    FuzzGraph g(rng);
+    g.Build();
+    if (g.multiply_adds() > 12'000'000) continue;  // keep the FP64 loops to seconds
+    ASSERT_TRUE(g.graph().Validate().ok()) << g.graph().Validate() << DescribeGraph(g.graph());
+    const DeviceDescription device = RandomDevice(rng);
+    const CompileOptions options = RandomOptions(rng);
+    SCOPED_TRACE(absl::StrCat("iteration ", iteration, "; ", Describe(device, options), DescribeGraph(g.graph())));
+
+    const Runtime runtime = Runtime::ForDescription(device);
+    absl::StatusOr<Plan> plan = runtime.Compile(g.graph(), options);
+    if (!plan.ok()) {
+      EXPECT_TRUE(IsRefusal(plan.status())) << plan.status();
+      const absl::StatusOr<Plan> h200_default =
+          Runtime::ForDescription(DeviceDescription::H200()).Compile(g.graph());
+      ASSERT_TRUE(h200_default.ok()) << h200_default.status();
+      ++refused;
+      continue;
+    }
+    ++compiled;
+    narrow += plan->kernel() == KernelChoice::kNarrow;
+    const std::string explained = plan->Explain();
+    EXPECT_FALSE(explained.empty());
+    const absl::StatusOr<Plan> again = runtime.Compile(g.graph(), options);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->Explain(), explained) << "the same graph and options explained differently";
+    ExpectPlanMatchesNaive(*plan, g, static_cast<int>(rng.UniformInt(1, 140)), rng.seed() + iteration);
+    if (HasFatalFailure() || HasNonfatalFailure()) return;  // one case is enough to read
+  }
+  std::printf("compiled %d plans (%d narrow), %d refused\n", compiled, narrow, refused);
+  EXPECT_GT(compiled, 20);
+  EXPECT_GT(narrow, 5);
+}
+
+// One broken rule each, applied to one node of a well-formed graph.
+struct Breakage {
+  std::string what;
+  std::function<void(GemmNode&, const GemmGraph&)> apply;
+};
+
+std::vector<Breakage> Breakages() {
+  std::vector<Breakage> all;
+  all.push_back({"negative rows", [](GemmNode& n, const GemmGraph&) { n.a.rows = -1; }});
+  all.push_back({"K mismatch", [](GemmNode& n, const GemmGraph&) { n.b.cols = n.a.cols + 8; }});
+  all.push_back({"C too wide", [](GemmNode& n, const GemmGraph&) { n.c.cols += 8; }});
+  all.push_back({"null A", [](GemmNode& n, const GemmGraph&) {
+                   n.a.data = nullptr;
+                   n.a.cols = std::max<int64_t>(n.a.cols, 8);
+                   n.b.cols = n.a.cols;
+                 }});
+  all.push_back({"misaligned B", [](GemmNode& n, const GemmGraph&) { n.b.data = n.b.element(0, 0) + 2; }});
+  all.push_back({"K = 0 with an output", [](GemmNode& n, const GemmGraph&) { n.a.cols = n.b.cols = 0; }});
+  all.push_back({"fp16 A", [](GemmNode& n, const GemmGraph&) { n.a.dtype = DType::kFP16; }});
+  all.push_back({"fp8 C", [](GemmNode& n, const GemmGraph&) { n.c.dtype = DType::kFP8E4M3; }});
+  all.push_back({"stride below cols", [](GemmNode& n, const GemmGraph&) {
+                   n.b.row_stride = n.b.cols - 1;
+                   n.b.rows = std::max<int64_t>(n.b.rows, 2);
+                 }});
+  all.push_back({"SwiGLU on an odd N", [](GemmNode& n, const GemmGraph&) {
+                   n.epilogue.activation = Activation::kSwiGLU;
+                   n.b.rows = 2 * n.c.cols + 1;
+                 }});
+  all.push_back({"bias of the wrong width", [](GemmNode& n, const GemmGraph&) {
+                   TensorView bias = n.b.Rows(0, 1).Named("bias_wrong");
+                   bias.cols = n.n() + 8;
+                   bias.row_stride = bias.cols;
+                   n.epilogue.bias = bias;
+                 }});
+  all.push_back({"output over its own B", [](GemmNode& n, const GemmGraph&) {
+                   n.c = n.b.Named("c_over_b");
+                   n.c.rows = n.a.rows;
+                   n.c.cols = n.out_cols();
+                   n.c.row_stride = std::max(n.c.cols, n.b.row_stride);
+                 }});
+  all.push_back({"K past the job encoding", [](GemmNode& n, const GemmGraph&) {
+                   n.a.cols = n.b.cols = 5'000'000;
+                   n.a.row_stride = n.b.row_stride = 5'000'000;
+                 }});
+  all.push_back({"a second writer of node 0's output", [](GemmNode& n, const GemmGraph& graph) {
+                   const TensorView& first = graph.nodes()[0].c;
+                   n.epilogue = {};
+                   n.c = first.Named("c_again");
+                   n.b.rows = first.cols;
+                   n.a.rows = first.rows;
+                 }});
+  return all;
+}
+
+TEST(CompileFuzzTest, BrokenGraphsAreInvalidArgumentNamingANode) {
+  Rng rng;
+  const std::vector<Breakage> breakages = Breakages();
+  for (int iteration = 0; iteration < 400; ++iteration) {
+    FuzzGraph g(rng);
+    g.Build();
+    const Breakage& breakage = breakages[iteration % breakages.size()];
+    std::vector<GemmNode> nodes = g.graph().nodes();
+    // The second writer needs a node besides node 0 to be it.
+    const int64_t first = breakage.what.starts_with("a second writer") ? 1 : 0;
+    if (first >= static_cast<int64_t>(nodes.size())) continue;
+    const int victim = static_cast<int>(rng.UniformInt(first, static_cast<int64_t>(nodes.size()) - 1));
+    GemmGraph broken;
+    for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+      if (i == victim) breakage.apply(nodes[i], g.graph());
+      broken.AddGemm(nodes[i].name, nodes[i].a, nodes[i].b, nodes[i].c, nodes[i].epilogue);
+    }
+    const DeviceDescription device = RandomDevice(rng);
+    const CompileOptions options = RandomOptions(rng);
+    SCOPED_TRACE(absl::StrCat("iteration ", iteration, ": ", breakage.what, " in node", victim, "; ",
+                              Describe(device, options), DescribeGraph(broken)));
+    const absl::StatusOr<Plan> plan = Runtime::ForDescription(device).Compile(broken, options);
+    ASSERT_FALSE(plan.ok()) << "a broken graph compiled";
+    EXPECT_TRUE(absl::IsInvalidArgument(plan.status())) << plan.status();
+    EXPECT_TRUE(absl::StrContains(plan.status().message(), "node \"")) << plan.status();
+  }
+}
+
+}  // namespace
+}  // namespace loom
