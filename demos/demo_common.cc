@@ -28,7 +28,7 @@ ABSL_FLAG(bool, cpu, false,
           "unless the size flags are given).");
 ABSL_FLAG(int64_t, check_rows, 16,
           "Rows of every node's output to verify against a CPU computation (0: none).");
-ABSL_FLAG(int32_t, iters, 50, "Timed launches on the GPU; the median is reported.");
+ABSL_FLAG(int32_t, iters, 50, "Timed launches on the GPU; the median is reported (0: none).");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the random inputs; 0 picks a fresh one (printed).");
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "The kernel: auto (the runtime chooses), tiled or narrow (CompileOptions::kernel).");
@@ -541,6 +541,12 @@ absl::Status CheckPositive(std::string_view flag_name, int64_t value) {
 }
 
 absl::Status RunDemo(const Target& target, const DemoGraph& demo) {
+  for (auto [name, value] : {std::pair{"check_rows", absl::GetFlag(FLAGS_check_rows)},
+                             std::pair{"iters", int64_t{absl::GetFlag(FLAGS_iters)}}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("--%s=%d: must not be negative", name, value));
+    }
+  }
   const uint64_t seed = ResolveSeed();
   if (target.use_gpu()) return RunOnGpu(*target.gpu, demo, seed);
   return RunOnCpu(demo, seed);
