@@ -49,23 +49,33 @@ T Pick(Rng& rng, std::initializer_list<T> values) {
 bool OneIn(Rng& rng, int n) { return rng.UniformInt(1, n) == 1; }
 
 // A random well-formed graph over host buffers: chains (a node reads an
-// earlier bf16 output, whole or a column slice, as A), fresh inputs, joins
-// (two nodes write the halves of one buffer that a later node reads whole),
-// residuals that are inputs or earlier outputs, biases, every activation,
-// bf16 and fp32 outputs, padded row strides.
+// earlier bf16 output as A: whole, a column slice, a row slice, or the same
+// bytes as half the rows of twice the width, which maps to no translation
+// and waits for the whole producer), fresh inputs, column joins and row joins
+// (two nodes write the halves of one buffer that a later node may read
+// whole), biases that are inputs or a one-row node's output, residuals that
+// are inputs or earlier outputs, every activation, bf16 and fp32 outputs,
+// padded row strides.
 class FuzzGraph {
  public:
   explicit FuzzGraph(Rng& rng) : rng_(rng) {}
 
   void Build() {
     rows_ = Pick<int64_t>(rng_, {1, 2, 3, 8, 15, 16, 17, 31, 33, 64, 65, 100, 128, 129, 200});
-    const int count = static_cast<int>(rng_.UniformInt(1, 5));
+    const int count = static_cast<int>(rng_.UniformInt(1, 6));
     for (int i = 0; i < count; ++i) {
-      if (i + 2 <= count && OneIn(rng_, 5)) {
-        AddJoin();
+      const int64_t kind = rng_.UniformInt(0, 9);
+      if (kind == 0 && i + 2 <= count) {
+        AddColumnJoin();
         ++i;
+      } else if (kind == 1 && i + 2 <= count && rows_ >= 2) {
+        AddRowJoin();
+        ++i;
+      } else if (kind == 2) {
+        AddBiasProducer();
       } else {
-        AddNode(NewA(), NewOutput(), /*joined=*/false);
+        const TensorView a = NewA();
+        AddNode(a, NewOutput(a.rows), /*readable=*/true);
       }
     }
   }
@@ -89,6 +99,11 @@ class FuzzGraph {
   // fp32 row then starts 16-byte aligned, as TMA needs.
   int64_t Width() { return Pick<int64_t>(rng_, {8, 16, 24, 40, 64, 72, 96, 128, 136, 200, 264}); }
 
+  template <typename T>
+  const T& Any(const std::vector<T>& values) {
+    return values[rng_.UniformInt(0, static_cast<int64_t>(values.size()) - 1)];
+  }
+
   TensorView NewInput(const std::string& prefix, DType dtype, int64_t rows, int64_t cols) {
     const std::string name = absl::StrCat(prefix, next_tensor_++);
     const int64_t stride = (rows > 1 && OneIn(rng_, 4)) ? cols + 8 : 0;
@@ -97,51 +112,89 @@ class FuzzGraph {
     return view;
   }
 
-  // A: an earlier bf16 output of the same rows (whole, or a column slice of
-  // it), else a fresh input.
-  TensorView NewA() {
+  // Earlier bf16 outputs of `rows` rows.
+  std::vector<TensorView> ReadableA(int64_t rows) const {
     std::vector<TensorView> candidates;
     for (const TensorView& c : readable_) {
-      if (c.dtype == DType::kBF16 && c.rows == rows_) candidates.push_back(c);
+      if (c.dtype == DType::kBF16 && c.rows == rows) candidates.push_back(c);
     }
-    if (!candidates.empty() && !OneIn(rng_, 4)) {
-      const TensorView& c = candidates[rng_.UniformInt(0, static_cast<int64_t>(candidates.size()) - 1)];
-      if (c.cols >= 16 && OneIn(rng_, 3)) {
-        const int64_t first = 8 * rng_.UniformInt(0, c.cols / 8 - 1);
-        const int64_t count = 8 * rng_.UniformInt(1, (c.cols - first) / 8);
-        return c.Columns(first, count).Named(absl::StrCat(c.name, ".cols"));
-      }
-      return c;
-    }
-    return NewInput("in", DType::kBF16, rows_, Width());
+    return candidates;
   }
 
-  TensorView NewOutput() {
-    const int64_t n_out = Width();
+  // A of rows [first, first + rows) of the graph's rows: mostly an earlier
+  // output (whole or a column slice), else a fresh input. Without `rows` (any
+  // shape will do: C is made to fit) all rows, now and then reshaped.
+  TensorView NewA(int64_t first = 0, int64_t rows = -1) {
+    const bool any_shape = rows < 0;
+    if (any_shape) rows = rows_;
+    const std::vector<TensorView> candidates = ReadableA(rows_);
+    if (candidates.empty() || OneIn(rng_, 4)) return NewInput("in", DType::kBF16, rows, Width());
+    TensorView c = Any(candidates);
+    if (rows != rows_) c = c.Rows(first, rows).Named(absl::StrCat(c.name, ".rows"));
+    if (c.cols >= 16 && OneIn(rng_, 3)) {
+      const int64_t col = 8 * rng_.UniformInt(0, c.cols / 8 - 1);
+      const int64_t count = 8 * rng_.UniformInt(1, (c.cols - col) / 8);
+      return c.Columns(col, count).Named(absl::StrCat(c.name, ".cols"));
+    }
+    if (any_shape && rows % 2 == 0 && c.row_stride == c.cols && OneIn(rng_, 4)) {
+      return TensorView{c.name + ".reshaped", c.data, c.dtype, rows / 2, 2 * c.cols, 2 * c.cols};
+    }
+    return c;
+  }
+
+  TensorView NewOutput(int64_t rows) {
+    // Often as wide as a produced bias, so that the node may add it.
+    const int64_t n_out = !produced_biases_.empty() && OneIn(rng_, 2) ? Any(produced_biases_).cols : Width();
     const DType dtype = OneIn(rng_, 3) ? DType::kFP32 : DType::kBF16;
     const std::string name = absl::StrCat("out", next_tensor_++);
-    const int64_t stride = (rows_ > 1 && OneIn(rng_, 4)) ? n_out + 8 : 0;
-    return tensors_.Add(name, dtype, rows_, n_out, stride);
+    const int64_t stride = (rows > 1 && OneIn(rng_, 4)) ? n_out + 8 : 0;
+    return tensors_.Add(name, dtype, rows, n_out, stride);
   }
 
-  // Two nodes write the left and right columns of one buffer; the next node
-  // built may read it whole (a consumer of two producers).
-  void AddJoin() {
+  // Two nodes write the left and right columns of one buffer, which later
+  // nodes may read whole (a consumer of two producers).
+  void AddColumnJoin() {
     const int64_t left = Width();
     const int64_t right = Width();
     const std::string name = absl::StrCat("cat", next_tensor_++);
     const TensorView cat = tensors_.Add(name, DType::kBF16, rows_, left + right);
-    AddNode(NewA(), cat.Columns(0, left).Named(name + ".left"), /*joined=*/true);
-    AddNode(NewA(), cat.Columns(left, right).Named(name + ".right"), /*joined=*/true);
+    AddNode(NewA(0, rows_), cat.Columns(0, left).Named(name + ".left"), /*readable=*/false);
+    AddNode(NewA(0, rows_), cat.Columns(left, right).Named(name + ".right"), /*readable=*/false);
     readable_.push_back(cat);
   }
 
-  void AddNode(const TensorView& a, const TensorView& c, bool joined) {
+  // Two nodes write the top and bottom rows of one buffer.
+  void AddRowJoin() {
+    const int64_t top = rng_.UniformInt(1, rows_ - 1);
+    const std::string name = absl::StrCat("stack", next_tensor_++);
+    const TensorView stack = tensors_.Add(name, DType::kBF16, rows_, Width());
+    AddNode(NewA(0, top), stack.Rows(0, top).Named(name + ".top"), /*readable=*/false);
+    AddNode(NewA(top, rows_ - top), stack.Rows(top, rows_ - top).Named(name + ".bottom"), /*readable=*/false);
+    readable_.push_back(stack);
+  }
+
+  // A one-row node whose output later nodes of its width may take as bias.
+  void AddBiasProducer() {
+    const TensorView a = NewInput("in", DType::kBF16, 1, Width());
+    const int64_t n = Width();
+    const std::string name = absl::StrCat("biasout", next_tensor_++);
+    const TensorView c = tensors_.Add(name, OneIn(rng_, 2) ? DType::kFP32 : DType::kBF16, 1, n);
+    AddNode(a, c, /*readable=*/false);
+    produced_biases_.push_back(c);
+  }
+
+  void AddNode(const TensorView& a, const TensorView& c, bool readable) {
     Epilogue epilogue;
     epilogue.activation =
         Pick(rng_, {Activation::kNone, Activation::kReLU, Activation::kGELU, Activation::kSiLU, Activation::kSwiGLU});
     const int64_t n = epilogue.activation == Activation::kSwiGLU ? 2 * c.cols : c.cols;
-    if (OneIn(rng_, 3)) {
+    std::vector<TensorView> produced;
+    for (const TensorView& bias : produced_biases_) {
+      if (bias.cols == n) produced.push_back(bias);
+    }
+    if (!produced.empty() && OneIn(rng_, 2)) {
+      epilogue.bias = Any(produced);
+    } else if (OneIn(rng_, 3)) {
       epilogue.bias = NewInput("bias", OneIn(rng_, 2) ? DType::kFP32 : DType::kBF16, 1, n);
     }
     if (OneIn(rng_, 3)) {
@@ -149,15 +202,13 @@ class FuzzGraph {
       for (const TensorView& r : readable_) {
         if (r.rows == c.rows && r.cols == c.cols) same_shape.push_back(r);
       }
-      if (!same_shape.empty() && OneIn(rng_, 2)) {
-        epilogue.residual = same_shape[rng_.UniformInt(0, static_cast<int64_t>(same_shape.size()) - 1)];
-      } else {
-        epilogue.residual = NewInput("res", OneIn(rng_, 2) ? DType::kFP32 : DType::kBF16, c.rows, c.cols);
-      }
+      epilogue.residual = !same_shape.empty() && OneIn(rng_, 2)
+                              ? Any(same_shape)
+                              : NewInput("res", OneIn(rng_, 2) ? DType::kFP32 : DType::kBF16, c.rows, c.cols);
     }
     const TensorView b = NewInput("w", DType::kBF16, n, a.cols);
     graph_.AddGemm(absl::StrCat("node", graph_.size()), a, b, c, std::move(epilogue));
-    if (!joined) readable_.push_back(c);
+    if (readable) readable_.push_back(c);
   }
 
   Rng& rng_;
@@ -165,7 +216,8 @@ class FuzzGraph {
   int next_tensor_ = 0;
   HostTensors tensors_;
   GemmGraph graph_;
-  std::vector<TensorView> readable_;  // outputs later nodes may read
+  std::vector<TensorView> readable_;         // outputs later nodes may read as A or residual
+  std::vector<TensorView> produced_biases_;  // one-row outputs later nodes may add as bias
 };
 
 // Options anywhere from the defaults to values no option accepts.
