@@ -54,6 +54,23 @@ TEST(RuntimeTest, CompilesWithoutGpuAndExplains) {
   EXPECT_NE(explain.find("66 clusters"), std::string::npos) << explain;
 }
 
+TEST(RuntimeTest, MovedFromPlanRefusesCalls) {
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Plan taken = std::move(*plan);
+  EXPECT_NE(taken.Explain().find("proj"), std::string::npos);
+  Plan& moved = *plan;  // NOLINT(bugprone-use-after-move): the point of the test
+  EXPECT_TRUE(HasStatus(moved.Launch(), absl::StatusCode::kFailedPrecondition, {"Plan::Launch", "moved from"}));
+  EXPECT_TRUE(HasStatus(moved.Synchronize(), absl::StatusCode::kFailedPrecondition, {"Plan::Synchronize"}));
+  EXPECT_TRUE(HasStatus(moved.RepackWeights(), absl::StatusCode::kFailedPrecondition, {"Plan::RepackWeights"}));
+  EXPECT_TRUE(HasStatus(moved.Timeline().status(), absl::StatusCode::kFailedPrecondition, {"Plan::Timeline"}));
+  EXPECT_TRUE(HasStatus(moved.ExplainTimeline().status(), absl::StatusCode::kFailedPrecondition, {"Plan::Timeline"}));
+  EXPECT_EQ(moved.Explain(), "a moved-from loom::Plan\n");
+  EXPECT_FALSE(moved.last_timeout().has_value());
+  moved = std::move(taken);  // assigned to, it is a plan again
+  EXPECT_NE(moved.Explain().find("proj"), std::string::npos);
+}
+
 TEST(RuntimeTest, LaunchOfHostOnlyPlanIsFailedPrecondition) {
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm());
   ASSERT_TRUE(plan.ok()) << plan.status();

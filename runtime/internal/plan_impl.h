@@ -5,6 +5,8 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "kernel_params.h"
 #include "loom/runtime.h"
 
@@ -73,6 +75,11 @@ struct Plan::Impl {
 
   ~Impl();
 };
+
+namespace internal {
+// FailedPrecondition for `method` called on a moved-from Plan.
+absl::Status MovedFromPlan(absl::string_view method);
+}  // namespace internal
 
 }  // namespace loom
 

@@ -862,12 +862,20 @@ Plan::Impl::~Impl() {
   if (timeout_host != nullptr) cudaFreeHost(timeout_host);
 }
 
+namespace internal {
+absl::Status MovedFromPlan(absl::string_view method) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("Plan::", method, ": this Plan was moved from (a moved-from Plan can only be assigned to)"));
+}
+}  // namespace internal
+
 Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Plan::Plan(Plan&&) noexcept = default;
 Plan& Plan::operator=(Plan&&) noexcept = default;
 Plan::~Plan() = default;
 
 absl::Status Plan::Launch(cudaStream_t stream) {
+  if (impl_ == nullptr) return internal::MovedFromPlan("Launch");
   if (impl_->device_ordinal < 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "Plan::Launch: this plan was compiled for %s without a GPU (Runtime::ForDescription); it can be "
@@ -892,6 +900,7 @@ absl::Status Plan::Launch(cudaStream_t stream) {
 }
 
 absl::Status Plan::Synchronize(cudaStream_t stream) {
+  if (impl_ == nullptr) return internal::MovedFromPlan("Synchronize");
   if (impl_->device_ordinal < 0) {
     return absl::FailedPreconditionError("Plan::Synchronize: host-only plan");
   }
@@ -928,6 +937,7 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
 }
 
 absl::Status Plan::RepackWeights(cudaStream_t stream) {
+  if (impl_ == nullptr) return internal::MovedFromPlan("RepackWeights");
   if (impl_->device_ordinal < 0) {
     return absl::FailedPreconditionError("Plan::RepackWeights: host-only plan");
   }
@@ -937,7 +947,9 @@ absl::Status Plan::RepackWeights(cudaStream_t stream) {
   return PackWeights(*impl_, stream);
 }
 
-std::optional<TimeoutRecord> Plan::last_timeout() const { return impl_->last_timeout; }
+std::optional<TimeoutRecord> Plan::last_timeout() const {
+  return impl_ == nullptr ? std::nullopt : impl_->last_timeout;
+}
 
 namespace {
 
@@ -993,6 +1005,7 @@ std::string ExplainTaggedHandoffs(const Plan::Impl& impl) {
 }  // namespace
 
 std::string Plan::Explain() const {
+  if (impl_ == nullptr) return "a moved-from loom::Plan\n";
   std::vector<std::string> names;
   for (const GemmNode& node : impl_->graph.nodes()) names.push_back(node.name);
   if (impl_->narrow) {

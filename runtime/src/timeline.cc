@@ -53,6 +53,7 @@ std::string FormatMicros(std::optional<double> us) {
 }  // namespace
 
 absl::StatusOr<std::vector<JobTrace>> Plan::Timeline() const {
+  if (impl_ == nullptr) return internal::MovedFromPlan("Timeline");
   if (!impl_->options.trace) {
     return absl::FailedPreconditionError("Plan::Timeline: compile the plan with CompileOptions::trace = true");
   }

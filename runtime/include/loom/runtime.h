@@ -201,6 +201,10 @@ struct TimeoutRecord {
   std::string what;      // the wait that timed out
 };
 
+// Move-only. A moved-from Plan can be assigned to or destroyed; its
+// Status-returning methods return FailedPrecondition, Explain says what it
+// is, and graph(), schedule(), options(), grid_clusters() and kernel() must
+// not be called.
 class Plan {
  public:
   Plan(Plan&&) noexcept;
