@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
 #include "internal/testing_hooks.h"  // runtime/internal
@@ -20,7 +21,7 @@ struct Shape {
 };
 
 std::string ShapeName(const Shape& s) {
-  return "M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" + std::to_string(s.k);
+  return absl::StrCat("M", s.m, "_N", s.n, "_K", s.k);
 }
 
 class SingleGemmTest : public ::testing::TestWithParam<std::tuple<Shape, DType, KernelChoice>> {};
@@ -443,9 +444,9 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Activation::kNone, Activation::kGELU, Activation::kSwiGLU),
                        ::testing::Values(DType::kBF16, DType::kFP32)),
     [](const auto& info) {
-      return "M" + std::to_string(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param)) +
-             "_" + std::string(ActivationName(std::get<2>(info.param))) +
-             (std::get<3>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
+      return absl::StrCat("M", std::get<0>(info.param), "_split", std::get<1>(info.param), "_",
+                          std::string(ActivationName(std::get<2>(info.param))), "_",
+                          std::string(DTypeName(std::get<3>(info.param))));
     });
 
 // The narrow decode kernel (64 x 32 tiles over the whole K, straight from
@@ -474,8 +475,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Activation::kSwiGLU),
                        ::testing::Values(DType::kBF16, DType::kFP32)),
     [](const auto& info) {
-      return "M" + std::to_string(std::get<0>(info.param)) + "_" + std::string(ActivationName(std::get<1>(info.param))) +
-             (std::get<2>(info.param) == DType::kBF16 ? "_bf16" : "_fp32");
+      return absl::StrCat("M", std::get<0>(info.param), "_", std::string(ActivationName(std::get<1>(info.param))),
+                          "_", std::string(DTypeName(std::get<2>(info.param))));
     });
 
 // Decode shapes of the benchmarks on the narrow kernel: long K (the jobs'

@@ -1041,7 +1041,9 @@ TEST_P(NarrowTaggedHandoffTest, MatchesTheFlagWaitingPlanBitForBit) {
       options.tagged_handoff = true;
       LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
       const std::string explain = h.plan().Explain();
-      if (!random) EXPECT_NE(explain.find("tagged handoffs"), std::string::npos) << explain;
+      if (!random) {
+        EXPECT_NE(explain.find("tagged handoffs"), std::string::npos) << explain;
+      }
       EXPECT_TRUE(SameBits(h, flags));
       ExpectNodesRightAndReplayIdentical(h);
       if (HasFatalFailure()) return;
