@@ -392,6 +392,10 @@ std::vector<Breakage> Breakages() {
                  }});
   all.push_back({"misaligned B", [](GemmNode& n, const GemmGraph&) { n.b.data = n.b.element(0, 0) + 2; }});
   all.push_back({"K = 0 with an output", [](GemmNode& n, const GemmGraph&) { n.a.cols = n.b.cols = 0; }});
+  all.push_back({"a row slice past its view", [](GemmNode& n, const GemmGraph&) {
+                   n.c = n.c.Rows(1, n.c.rows);
+                   n.a = n.a.Rows(1, n.a.rows);
+                 }});
   all.push_back({"fp16 A", [](GemmNode& n, const GemmGraph&) { n.a.dtype = DType::kFP16; }});
   all.push_back({"fp8 C", [](GemmNode& n, const GemmGraph&) { n.c.dtype = DType::kFP8E4M3; }});
   all.push_back({"stride below cols", [](GemmNode& n, const GemmGraph&) {

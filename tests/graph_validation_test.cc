@@ -131,6 +131,12 @@ std::vector<RefusalCase> RefusalCases() {
                    {"node \"proj\": residual \"r\": dtype fp8_e4m3 is not supported"}});
 
   // Well-formed views.
+  cases.push_back({"ColumnsPastTheView",
+                   [] { return Single(X().Columns(100, 64).Named("x.cols"), Bf16("w", kW, 256, 64), Y()); },
+                   {"node \"proj\": A \"x.cols\": Columns(100, 64) of a view of 128 columns leaves it"}});
+  cases.push_back({"RowsPastTheView",
+                   [] { return Single(X(), W(), Bf16("y", kY, 128, 256).Rows(96, 64).Named("y.rows")); },
+                   {"node \"proj\": C \"y.rows\": Rows(96, 64) of a view of 128 rows leaves it"}});
   cases.push_back({"NegativeM",
                    [] { return Single(Strided("x", kX, -1, 128, 128), W(), Y()); },
                    {"node \"proj\": A \"x\": rows -1 is negative"}});

@@ -72,13 +72,24 @@ TEST(TensorViewTest, SubViewsCompose) {
   EXPECT_EQ(x.Columns(32, 16).Rows(16, 8).data, tile.data);
 }
 
-TEST(TensorViewTest, SubViewsDoNotValidate) {
+// A range outside the view is still computed (nothing is refused here), and
+// marked for GemmGraph::Validate to refuse; the first such range is kept
+// through later sub-views and names.
+TEST(TensorViewTest, SubViewsOutsideTheViewAreMarked) {
   const TensorView x = TensorView::Dense("x", At(0x10000), DType::kBF16, 4, 4);
-  const TensorView past = x.Columns(10, 20);  // outside x: still computed
+  EXPECT_EQ(x.Columns(1, 3).slice_error, "");
+  EXPECT_EQ(x.Columns(4, 0).slice_error, "");
+  EXPECT_EQ(x.Rows(0, 4).Rows(3, 1).slice_error, "");
+  const TensorView past = x.Columns(10, 20);
   EXPECT_EQ(AddressOf(past), 0x10000u + 10 * 2);
   EXPECT_EQ(past.cols, 20);
+  EXPECT_EQ(past.slice_error, "Columns(10, 20) of a view of 4 columns leaves it");
   const TensorView before = x.Rows(-1, 1);
   EXPECT_EQ(AddressOf(before), 0x10000u - 4 * 2);
+  EXPECT_EQ(before.slice_error, "Rows(-1, 1) of a view of 4 rows leaves it");
+  EXPECT_EQ(x.Columns(2, 3).slice_error, "Columns(2, 3) of a view of 4 columns leaves it");
+  EXPECT_EQ(x.Rows(1, -1).slice_error, "Rows(1, -1) of a view of 4 rows leaves it");
+  EXPECT_EQ(x.Columns(2, 3).Rows(0, 1).Named("y").slice_error, "Columns(2, 3) of a view of 4 columns leaves it");
 }
 
 TEST(TensorViewTest, SubViewOfNullEmptyView) {

@@ -6,7 +6,9 @@
 // The checks run in this order:
 //
 //   per node, in insertion order:
-//     1. every view (A, B, C, bias, residual) is well formed: rows, cols and
+//     1. every view (A, B, C, bias, residual) is well formed: not a sub-view
+//        whose range left the view it was taken from (TensorView::
+//        slice_error, set by Columns / Rows), rows, cols and
 //        row stride are not negative, row stride >= cols when rows > 1, data
 //        is not null for a non-empty view, the view does not wrap the address
 //        space;
@@ -240,6 +242,7 @@ std::vector<RoleView> AllViews(const GemmNode& node) {
 absl::Status CheckWellFormed(const GemmNode& node, const RoleView& rv) {
   const TensorView& v = *rv.view;
   const std::string who = Describe(rv.role, v);
+  if (!v.slice_error.empty()) return NodeError(node, absl::StrFormat("%s: %s", who, v.slice_error));
   if (v.rows < 0) return NodeError(node, absl::StrFormat("%s: rows %d is negative", who, v.rows));
   if (v.cols < 0) return NodeError(node, absl::StrFormat("%s: cols %d is negative", who, v.cols));
   if (v.row_stride < 0) {

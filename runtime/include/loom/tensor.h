@@ -44,6 +44,10 @@ struct TensorView {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_stride = 0;  // in elements, >= cols
+  // Set by Columns / Rows when the range asked for leaves the view it was
+  // taken from (a sub-view that would read the next row, or past the end);
+  // GemmGraph::Validate refuses a view that carries it, naming the view.
+  std::string slice_error = {};
 
   // A matrix whose rows are packed back to back (row_stride == cols).
   static TensorView Dense(std::string name, void* data, DType dtype, int64_t rows,
@@ -52,8 +56,10 @@ struct TensorView {
   }
 
   // The sub-view of columns [first, first + count), same rows and stride.
+  // A range outside [0, cols) gives a view that Validate refuses.
   TensorView Columns(int64_t first, int64_t count) const;
   // The sub-view of rows [first, first + count), same columns and stride.
+  // A range outside [0, rows) gives a view that Validate refuses.
   TensorView Rows(int64_t first, int64_t count) const;
   // The same view under another name.
   TensorView Named(std::string new_name) const;
