@@ -43,9 +43,10 @@ struct ReferenceOptions {
 
 // Runs `schedule` (lowered from `graph`) on the graph's host tensors.
 // InvalidArgument if the graph is not valid (GemmGraph::Validate) or the
-// schedule does not describe it (node count or shapes differ); Internal if the schedule is inconsistent (a tile computed
-// twice or never, k-blocks that do not cover K, a job that reads unfinished
-// data in queue order, a deadlock of the virtual SMs).
+// schedule does not describe it (node count or shapes differ); Internal if
+// the schedule is inconsistent (a tile computed twice or never, k-blocks that
+// do not cover K, a job that reads unfinished data in queue order, a deadlock
+// of the virtual SMs).
 absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
                           const ReferenceOptions& options = {});
 
