@@ -32,6 +32,7 @@
 #include "loom/graph.h"
 #include "loom/reference.h"
 #include "loom/runtime.h"
+#include "testbed/random_options.h"
 #include "testbed/testbed.h"
 
 namespace loom {
@@ -39,14 +40,9 @@ namespace {
 
 using testbed::HostMatrix;
 using testbed::HostTensors;
+using testbed::OneIn;
+using testbed::Pick;
 using testbed::Rng;
-
-template <typename T>
-T Pick(Rng& rng, std::initializer_list<T> values) {
-  return *(values.begin() + rng.UniformInt(0, static_cast<int64_t>(values.size()) - 1));
-}
-
-bool OneIn(Rng& rng, int n) { return rng.UniformInt(1, n) == 1; }
 
 // A random well-formed graph over host buffers: chains (a node reads an
 // earlier bf16 output as A: whole, a column slice, a row slice, or the same
@@ -220,45 +216,6 @@ class FuzzGraph {
   std::vector<TensorView> produced_biases_;  // one-row outputs later nodes may add as bias
 };
 
-// Options anywhere from the defaults to values no option accepts.
-CompileOptions RandomOptions(Rng& rng) {
-  CompileOptions options;
-  if (OneIn(rng, 4)) return options;
-  options.kernel = Pick(rng, {KernelChoice::kAuto, KernelChoice::kTiled, KernelChoice::kNarrow});
-  options.ring_mode = OneIn(rng, 4) ? RingMode::kLockstep : RingMode::kSplit;
-  const bool wild = OneIn(rng, 4);
-  if (wild) {
-    options.a_stages = Pick(rng, {-1, 0, 1, 2, 3, 4, 5, 8, 16, 40});
-    options.b_stages = Pick(rng, {-1, 0, 1, 2, 3, 4, 5, 8, 16, 40});
-    options.max_clusters = Pick(rng, {-1, 0, 1, 2, 33, 66, 67, 132, 133, 1000});
-    options.split_k = Pick(rng, {-1, 0, 1, 2, 3, 8, 64, 100000});
-    options.group_size = Pick(rng, {-1, 0, 1, 3, 16, 1000});
-    options.reduce_part_rows = Pick(rng, {-1, 0, 1, 8, 16, 17});
-    options.narrow_a_stages = Pick(rng, {-1, 0, 1, 2, 5, 16, 17});
-    options.narrow_b_stages = Pick(rng, {-1, 0, 1, 2, 5, 16, 17});
-    options.narrow_b_in_flight = Pick(rng, {-1, 0, 1, 2, 3, 15, 20});
-    options.narrow_consumers = Pick(rng, {-1, 0, 1, 2, 3});
-    options.spin_timeout_ns = Pick<int64_t>(rng, {-5, 0, 1, 2'000'000'000});
-  } else {
-    options.a_stages = Pick(rng, {2, 3, 4, 5});
-    options.b_stages = options.ring_mode == RingMode::kLockstep ? options.a_stages : Pick(rng, {2, 3, 4, 5});
-    options.max_clusters = Pick(rng, {0, 1, 2, 7, 33});
-    options.split_k = Pick(rng, {0, 0, 1, 2, 3});
-    options.group_size = Pick(rng, {0, 1, 3});
-    options.reduce_part_rows = Pick(rng, {0, 8, 16});
-    options.narrow_a_stages = Pick(rng, {0, 0, 2, 4, 6});
-    options.narrow_b_stages = Pick(rng, {0, 0, 4, 8});
-    options.narrow_b_in_flight = Pick(rng, {0, 0, 1, 3});
-    options.narrow_consumers = Pick(rng, {0, 0, 1, 2});
-  }
-  options.reduce_in_parts = !OneIn(rng, 3);
-  options.pack_weights = OneIn(rng, 2);
-  options.tagged_handoff = !OneIn(rng, 3);
-  options.overlap_launches = !OneIn(rng, 3);
-  options.trace = OneIn(rng, 4);
-  return options;
-}
-
 // Mostly the H200; else fewer SMs, less shared memory, no cluster launch, or
 // a description no GPU has.
 DeviceDescription RandomDevice(Rng& rng) {
@@ -273,16 +230,9 @@ DeviceDescription RandomDevice(Rng& rng) {
 }
 
 std::string Describe(const DeviceDescription& device, const CompileOptions& options) {
-  return absl::StrFormat(
-      "device: %d SMs, %d B shared, clusters %d, %d co-resident; options: kernel %s, ring %s, stages %d/%d, "
-      "max_clusters %d, split_k %d, group %d, reduce parts %d rows %d, narrow stages %d/%d in flight %d "
-      "consumers %d, pack %d, tagged %d, overlap %d, timeout %d, trace %d",
-      device.sm_count, device.shared_memory_per_block, device.cluster_launch, device.max_coresident_clusters,
-      AbslUnparseFlag(options.kernel), options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
-      options.a_stages, options.b_stages, options.max_clusters, options.split_k, options.group_size,
-      options.reduce_in_parts, options.reduce_part_rows, options.narrow_a_stages, options.narrow_b_stages,
-      options.narrow_b_in_flight, options.narrow_consumers, options.pack_weights, options.tagged_handoff,
-      options.overlap_launches, options.spin_timeout_ns, options.trace);
+  return absl::StrFormat("device: %d SMs, %d B shared, clusters %d, %d co-resident; options: %s", device.sm_count,
+                         device.shared_memory_per_block, device.cluster_launch, device.max_coresident_clusters,
+                         testbed::DescribeOptions(options));
 }
 
 std::string DescribeGraph(const GemmGraph& graph) {
@@ -346,7 +296,7 @@ TEST(CompileFuzzTest, WellFormedGraphsCompileOrAreRefusedAndRunLikeTheNaiveLoop)
     if (g.multiply_adds() > 12'000'000) continue;  // keep the FP64 loops to seconds
     ASSERT_TRUE(g.graph().Validate().ok()) << g.graph().Validate() << DescribeGraph(g.graph());
     const DeviceDescription device = RandomDevice(rng);
-    const CompileOptions options = RandomOptions(rng);
+    const CompileOptions options = testbed::RandomCompileOptions(rng, testbed::OptionRanges::kAny);
     SCOPED_TRACE(absl::StrCat("iteration ", iteration, "; ", Describe(device, options), DescribeGraph(g.graph())));
 
     const Runtime runtime = Runtime::ForDescription(device);
@@ -450,7 +400,7 @@ TEST(CompileFuzzTest, BrokenGraphsAreInvalidArgumentNamingANode) {
       broken.AddGemm(nodes[i].name, nodes[i].a, nodes[i].b, nodes[i].c, nodes[i].epilogue);
     }
     const DeviceDescription device = RandomDevice(rng);
-    const CompileOptions options = RandomOptions(rng);
+    const CompileOptions options = testbed::RandomCompileOptions(rng, testbed::OptionRanges::kAny);
     SCOPED_TRACE(absl::StrCat("iteration ", iteration, ": ", breakage.what, " in node", victim, "; ",
                               Describe(device, options), DescribeGraph(broken)));
     const absl::StatusOr<Plan> plan = Runtime::ForDescription(device).Compile(broken, options);
