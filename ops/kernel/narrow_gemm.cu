@@ -271,6 +271,7 @@ __device__ void ReportTaggedTimeout(const NarrowContext& ctx, const KernelNode& 
     if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
     const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
     flag = sched::OutputFlagIndex(producer, 0, static_cast<int>(2 * (pair0 + first) / producer.out_tile_n));
+    break;  // its one A edge (TaggedHandoffsOf)
   }
   ctx.watchdog.Report(WaitKind::kDependencyFlag, index, flag, ctx.epoch, tag);
 }
@@ -821,8 +822,7 @@ __device__ __forceinline__ bool WaitForStage(const NarrowContext& ctx, const Con
 
 // A job of 33 to 64 rows: wgmma m64n32k16 over the whole K, then the
 // epilogue. Returns false when a wait gave up (the launch is aborting).
-// kEveryLaneOnA: as ReleaseSlots (the tagged handoff's instantiation).
-template <int kConsumers, bool kEveryLaneOnA>
+template <int kConsumers>
 __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                             int lane, ConsumerRings& rings) {
   const bool release_lane = lane == 0;
@@ -862,14 +862,14 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<1>();
     // The previous stage's group has retired: its slots are free.
-    if (pending) ReleaseSlots<kEveryLaneOnA>(ctx, release_lane, a_release, b_release);
+    if (pending) ReleaseSlots<false>(ctx, release_lane, a_release, b_release);
     pending = true;
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
   if (ok) PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
-  if (ok && pending) ReleaseSlots<kEveryLaneOnA>(ctx, release_lane, a_release, b_release);
+  if (ok && pending) ReleaseSlots<false>(ctx, release_lane, a_release, b_release);
   float acc[16];
 #pragma unroll
   for (int r = 0; r < 16; ++r) {
@@ -1135,8 +1135,13 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
         ok = RunMmaSyncJob<1, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
       } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
         ok = RunMmaSyncJob<2, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
+      } else if constexpr (kTagged) {
+        // Not reached: a plan with tagged handoffs multiplies on mma.sync
+        // (runtime.cc, TaggedHandoffsOf); giving up ends the launch through
+        // the watchdog rather than compiling in a path it never runs.
+        ok = false;
       } else {
-        ok = RunWgmmaJob<kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
+        ok = RunWgmmaJob<kConsumers>(ctx, work, index, leader, warp, lane, rings);
       }
     } else {
       ok = RunPairedWgmmaJob<kPath, kConsumers>(ctx, work, index, leader, warp, lane, rings);
