@@ -536,6 +536,46 @@ TEST(GraphSoakTest, RandomGraphsUnderRandomOptions) {
   EXPECT_GE(ran, kGraphs / 2);
 }
 
+// A consumer whose A and residual are both its producer's output, its K
+// split, on grids of 1 and 7 clusters and the whole GPU. Each split job's
+// loader waits for the producer tiles under its residual before its first
+// load, so the queue must place every split job after them: before the
+// scheduler knew it, the option soak deadlocked here (bench/NOTES.md v1.36).
+// Param: max_clusters, reduce_in_parts, rows, the consumer's activation.
+class ResidualOfProducerTest : public ::testing::TestWithParam<std::tuple<int, bool, int64_t, Activation>> {};
+TEST_P(ResidualOfProducerTest, SplitConsumerFinishesAndMatches) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [clusters, parts, rows, activation] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t width = 520;
+  h.Input("x", kBF16, rows, 136, rng);
+  h.Input("W0", kBF16, width, 136, rng);
+  h.Input("W1", kBF16, activation == Activation::kSwiGLU ? 2 * width : width, width, rng);
+  h.Output("h", kBF16, rows, width);
+  h.Output("y", kBF16, rows, width);
+  h.Build([activation](const auto& t, GemmGraph& g) {
+    g.AddGemm("producer", t("x"), t("W0"), t("h"));
+    g.AddGemm("consumer", t("h"), t("W1"), t("y"), {.activation = activation, .residual = t("h")});
+  });
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.max_clusters = clusters;
+  options.split_k = 3;
+  options.reduce_in_parts = parts;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  ExpectNodesRightAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(Grids, ResidualOfProducerTest,
+                         ::testing::Combine(::testing::Values(1, 7, 0), ::testing::Bool(),
+                                            ::testing::Values(int64_t{14}, int64_t{263}),
+                                            ::testing::Values(Activation::kSiLU, Activation::kSwiGLU)),
+                         [](const auto& info) {
+                           return absl::StrCat("clusters", std::get<0>(info.param), std::get<1>(info.param) ? "_parts" : "",
+                                               "_M", std::get<2>(info.param), "_",
+                                               std::string(ActivationName(std::get<3>(info.param))));
+                         });
+
 // The same Plan (an MLP block in 4 forced splits: a split-K workspace,
 // dependency flags, a queue) compiled, launched and destroyed 2000 times must
 // give back every byte: after one warm-up round the allocation pattern repeats

@@ -228,6 +228,58 @@ TEST(RandomGraphTest, LowerCheckAndSimulate) {
   }
 }
 
+// The kernel's loader waits for a job's bias and residual producers before
+// its first load in every kGemm job, split-K ones too (WaitForEpilogueInputs).
+// So a split job of a consumer whose residual is its own producer's output
+// must come after the producer tiles under its residual, or on a small grid
+// the CTAs holding such jobs wait for tiles no free CTA will reach (the GPU
+// option soak's deadlock: split_k 3 on 1 and 7 clusters). Checked here on
+// the queue positions directly, not through job_access.
+TEST(SplitKQueueTest, SplitJobsComeAfterTheirResidualProducers) {
+  for (int clusters : {1, 2, 7, 66}) {
+    for (int64_t rows : {14, 263}) {
+      SCOPED_TRACE(testing::Message() << clusters << " clusters, " << rows << " rows");
+      SchedulerOptions o = Options({128, 256, 64}, 2, clusters);
+      o.split_k = 3;
+      absl::StatusOr<Schedule> s =
+          Lower({Gemm(rows, 520, 136), Gemm(rows, 520, 520, {Edge(0, Op::kA), Edge(0, Op::kResidual)})}, o);
+      ASSERT_TRUE(s.ok()) << s.status();
+      const NodeSchedule& producer = s->nodes[0];
+      const NodeSchedule& consumer = s->nodes[1];
+      ASSERT_GT(consumer.split_k, 1);
+      // Where each producer output tile is complete: after its last writer.
+      std::vector<size_t> done_at(static_cast<size_t>(producer.m_blocks) * producer.n_blocks, s->queue.size());
+      std::vector<int> writers(done_at.size(), 0);
+      for (size_t p = 0; p < s->queue.size(); ++p) {
+        const TileJob& job = s->queue[p];
+        if (job.node != 0 || (producer.split_k > 1 && job.kind != static_cast<uint8_t>(JobKind::kReduce))) continue;
+        for (int rank = 0; rank < s->cluster_size; ++rank) {
+          const CtaTile cta = CtaTileOf(job, producer.share, rank);
+          if (cta.m_block >= producer.m_blocks || cta.n_block >= producer.n_blocks) continue;
+          const size_t t = static_cast<size_t>(cta.m_block) * producer.n_blocks + cta.n_block;
+          if (++writers[t] == std::max(producer.reduce_parts, 1)) done_at[t] = p;
+        }
+      }
+      for (size_t p = 0; p < s->queue.size(); ++p) {
+        const TileJob& job = s->queue[p];
+        if (job.node != 1 || job.kind != static_cast<uint8_t>(JobKind::kGemm)) continue;
+        for (int rank = 0; rank < s->cluster_size; ++rank) {
+          const CtaTile cta = CtaTileOf(job, consumer.share, rank);
+          if (cta.m_block >= consumer.m_blocks || cta.n_block >= consumer.n_blocks) continue;
+          // Same tile width and output columns: residual tile (mb, nb) is producer tile (mb, nb).
+          const size_t t = static_cast<size_t>(cta.m_block) * producer.n_blocks + cta.n_block;
+          EXPECT_LT(done_at[t], p) << "consumer split " << int{job.split} << " of tile (" << cta.m_block << ", "
+                                   << cta.n_block << ") at queue position " << p;
+        }
+      }
+      EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
+      const Simulator simulator(*s);
+      const SimulationResult r = simulator.Run(1, 5);
+      EXPECT_TRUE(r.ok()) << r.Summary();
+    }
+  }
+}
+
 // --- The simulator's own checks must be able to fail. ---
 
 Schedule ChainSchedule() {

@@ -219,7 +219,8 @@ bool ReferenceExecutor::TileReadsReady(const sched::TileJob& job, const sched::C
                                        const TileExtent& e, std::string* blocker) const {
   const sched::NodeSchedule& ns = node_schedule(job.node);
   const bool reads_operands = job.kind == static_cast<uint8_t>(JobKind::kGemm);
-  const bool runs_epilogue = job.kind == static_cast<uint8_t>(JobKind::kReduce) || ns.split_k == 1;
+  // Bias and residual: read by the job that runs the epilogue, and waited for
+  // by every kGemm job, split ones too (sched::ReadPhase::kEpilogue).
   if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
     const NodeState& s = state_[job.node];
     const size_t tile_index = static_cast<size_t>(tile.m_block) * ns.n_blocks + tile.n_block;
@@ -246,13 +247,10 @@ bool ReferenceExecutor::TileReadsReady(const sched::TileJob& job, const sched::C
           done = ProducerTilesDone(edge, e.acc_col_begin, e.acc_col_end, e.k_begin, e.k_end, blocker);
         break;
       case sched::DependencyOperand::kBias:
-        if (runs_epilogue)
-          done = ProducerTilesDone(edge, 0, 1, e.acc_col_begin, e.acc_col_end, blocker);
+        done = ProducerTilesDone(edge, 0, 1, e.acc_col_begin, e.acc_col_end, blocker);
         break;
       case sched::DependencyOperand::kResidual:
-        if (runs_epilogue)
-          done = ProducerTilesDone(edge, e.row_begin, e.row_end, e.out_col_begin, e.out_col_end,
-                                   blocker);
+        done = ProducerTilesDone(edge, e.row_begin, e.row_end, e.out_col_begin, e.out_col_end, blocker);
         break;
     }
     if (!done) return false;

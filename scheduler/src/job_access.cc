@@ -73,7 +73,7 @@ bool PhaseApplies(const NodeSchedule& node, const TileJob& job, ReadPhase phase)
   switch (phase) {
     case ReadPhase::kMainLoop: return !is_reduce;
     case ReadPhase::kPartials: return is_reduce;
-    case ReadPhase::kEpilogue: return JobRunsEpilogue(node, job);
+    case ReadPhase::kEpilogue: return true;  // kGemm jobs wait for them (a split one too), kReduce jobs read them
   }
   return false;
 }

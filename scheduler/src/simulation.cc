@@ -119,14 +119,17 @@ Simulator::Simulator(const Schedule& schedule) {
       plan->write_begin.push_back(static_cast<int64_t>(plan->writes.size()));
       continue;
     }
+    // As the kernel: a kGemm job waits for its epilogue inputs' producers
+    // before its first load, a kReduce job reads them after its partials.
     if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
       add_step(job, 0, 0, ReadPhase::kPartials);
+      add_step(job, 0, 0, ReadPhase::kEpilogue);
     } else {
+      add_step(job, 0, 0, ReadPhase::kEpilogue);
       for (int32_t kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
         add_step(job, kb, kb + 1, ReadPhase::kMainLoop);
       }
     }
-    if (JobRunsEpilogue(schedule.nodes[job.node], job)) add_step(job, 0, 0, ReadPhase::kEpilogue);
     plan->step_begin.push_back(static_cast<int64_t>(plan->read_begin.size()) - 1);
 
     job_writes.clear();

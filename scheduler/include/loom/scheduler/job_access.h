@@ -9,9 +9,13 @@
 //   bias     [1, N]         rows [0, 1)                 cols [nb*tile.n, +tile.n)   (accumulator columns)
 //   residual [M, out_cols]  rows [mb*tile.m, +tile.m)   cols [nb*out_tile_n, +out_tile_n)
 // each clipped to the operand's extent. A and B are read per k-block by the
-// kGemm jobs; bias and residual are read by the job that runs the epilogue
-// (the kGemm job when split_k == 1, else the kReduce job). A kReduce job first
-// reads the split-K partials of its tiles (partial flags, all splits).
+// kGemm jobs; bias and residual by the job that runs the epilogue (the kGemm
+// job when split_k == 1, else the kReduce job), but every kGemm job, split
+// or not, waits for their producers before its first load (the kernel's
+// loader, WaitForEpilogueInputs: a reduce job then finds them complete
+// through its partials' flags, splitk_reduce.cuh), so the epilogue phase's
+// reads are every job's. A kReduce job first reads the split-K partials of
+// its tiles (partial flags, all splits).
 //
 //   std::vector<loom::sched::FlagRead> reads;
 //   loom::sched::AppendOperandReads(schedule, job, k_block, k_block + 1,
@@ -45,8 +49,8 @@ TileBox ClippedProducerTiles(const NodeSchedule& producer, const TileShape& tile
 // second tile may not: the kernel skips it).
 bool CtaTileInRange(const NodeSchedule& node, CtaTile cta);
 
-// Whether `job` runs the epilogue (and so reads bias / residual and publishes
-// output flags): kGemm jobs of unsplit nodes, and kReduce jobs.
+// Whether `job` runs the epilogue (and so publishes output flags): kGemm jobs
+// of unsplit nodes, and kReduce jobs.
 bool JobRunsEpilogue(const NodeSchedule& node, const TileJob& job);
 
 // One producer tile a job needs: the flag the kernel waits on, and the
@@ -63,7 +67,7 @@ struct FlagRead {
 enum class ReadPhase : uint8_t {
   kMainLoop,   // A and B dependencies over the given k-blocks (kGemm jobs)
   kPartials,   // the split-K partials of a kReduce job's tiles
-  kEpilogue,   // bias and residual dependencies (epilogue jobs)
+  kEpilogue,   // bias and residual dependencies (every job: see the top of the file)
 };
 
 // The producer tiles one edge makes a job read, as a box (one entry per edge
