@@ -298,6 +298,8 @@ constexpr int64_t kSoakWidths[] = {8, 64, 136, 256, 520};
 struct RandomNode {
   std::string name, a, b, c;
   int64_t c_first_col = 0, c_cols = 0;  // C is c.Columns(c_first_col, c_cols)
+  int64_t c_first_row = 0, c_rows = -1;  // ... .Rows(c_first_row, c_rows) when c_rows >= 0
+  int64_t a_first_row = 0, a_rows = -1;  // A is a.Rows(a_first_row, a_rows) when a_rows >= 0
   Activation activation = Activation::kNone;
   std::string bias, residual;  // empty: none
 };
@@ -328,8 +330,10 @@ class RandomGraph {
   // bias (bf16 or fp32), maybe a residual: a fresh input or, when given,
   // `residual_candidate` (a tensor of shape [m, width]; an upstream output
   // makes the residual a dependency too).
+  // `bias_candidate`: a [1, width] tensor (a one-row node's output makes the
+  // bias a dependency); taken as the bias when the activation keeps width.
   void AddNode(const std::string& a, int64_t m, int64_t k, const std::string& c, int64_t first_col, int64_t width,
-               const std::string& residual_candidate = "") {
+               const std::string& residual_candidate = "", const std::string& bias_candidate = "") {
     RandomNode node;
     node.name = absl::StrCat("n", nodes_.size());
     node.a = a;
@@ -339,7 +343,11 @@ class RandomGraph {
     node.activation = static_cast<Activation>(rng_.UniformInt(0, 4));  // kNone .. kSwiGLU
     const int64_t n = node.activation == Activation::kSwiGLU ? 2 * width : width;
     node.b = Input(kBF16, n, k);
-    if (rng_.UniformInt(0, 1) == 1) node.bias = Input(BF16OrFP32(), 1, n);
+    if (!bias_candidate.empty() && n == width) {
+      node.bias = bias_candidate;
+    } else if (rng_.UniformInt(0, 1) == 1) {
+      node.bias = Input(BF16OrFP32(), 1, n);
+    }
     const int64_t residual_choice = rng_.UniformInt(0, 2);
     if (residual_choice == 1) {
       node.residual = Input(BF16OrFP32(), m, width);
@@ -353,6 +361,15 @@ class RandomGraph {
     nodes_.push_back(std::move(node));
   }
 
+  // The last node added reads rows [first, first + rows) of its A and writes
+  // them of its C (a row join's half).
+  void SliceLastNodeRows(int64_t first, int64_t rows) {
+    RandomNode& node = nodes_.back();
+    node.a_first_row = node.c_first_row = first;
+    node.a_rows = node.c_rows = rows;
+    absl::StrAppend(&description_, " (rows ", first, ":", first + rows, ")");
+  }
+
   // Hands the graph to the harness.
   void Build() {
     h_.Build([nodes = nodes_](const auto& t, GemmGraph& g) {
@@ -361,7 +378,11 @@ class RandomGraph {
         epilogue.activation = node.activation;
         if (!node.bias.empty()) epilogue.bias = t(node.bias);
         if (!node.residual.empty()) epilogue.residual = t(node.residual);
-        g.AddGemm(node.name, t(node.a), t(node.b), t(node.c).Columns(node.c_first_col, node.c_cols), epilogue);
+        TensorView a = t(node.a);
+        TensorView c = t(node.c).Columns(node.c_first_col, node.c_cols);
+        if (node.a_rows >= 0) a = a.Rows(node.a_first_row, node.a_rows);
+        if (node.c_rows >= 0) c = c.Rows(node.c_first_row, node.c_rows);
+        g.AddGemm(node.name, a, t(node.b), c, epilogue);
       }
     });
   }
@@ -377,12 +398,42 @@ class RandomGraph {
   std::string description_;
 };
 
-// One random graph: an independent batch of 1-4 GEMMs, a chain of 2-4, or a
+// One random graph: an independent batch of 1-4 GEMMs, a chain of 2-4, a
 // diamond (two consumers of one producer, or two producers of the column
-// halves of one buffer and their consumer). Intermediates are bf16 (they are
-// the next node's A); final outputs bf16 or fp32.
+// halves of one buffer and their consumer), two producers of the row halves
+// of one buffer and their consumer, or a one-row producer whose output a
+// consumer adds as its bias. Intermediates are bf16 (they are the next node's
+// A); final outputs bf16 or fp32.
 void BuildRandomGraph(RandomGraph& graph, Rng& rng) {
-  const int64_t kind = rng.UniformInt(0, 2);
+  const int64_t kind = rng.UniformInt(0, 4);
+  if (kind == 3) {
+    const int64_t m = std::max<int64_t>(graph.Rows(), 2), k = graph.Width(), width = graph.Width();
+    const int64_t top = rng.UniformInt(1, m - 1);
+    absl::StrAppend(&graph.description(), "one consumer of two row producers:");
+    const std::string x = graph.Input(kBF16, m, k);
+    const std::string h = graph.Output(kBF16, m, width);
+    graph.AddNode(x, top, k, h, 0, width);
+    graph.SliceLastNodeRows(0, top);
+    graph.AddNode(x, m - top, k, h, 0, width);
+    graph.SliceLastNodeRows(top, m - top);
+    const int64_t out = graph.Width();
+    const std::string y = graph.Output(graph.BF16OrFP32(), m, out);
+    graph.AddNode(h, m, width, y, 0, out, out == width ? h : "");
+    graph.Build();
+    return;
+  }
+  if (kind == 4) {
+    const int64_t m = graph.Rows(), k = graph.Width(), width = graph.Width(), k_bias = graph.Width();
+    absl::StrAppend(&graph.description(), "a one-row producer of a bias:");
+    const std::string v = graph.Input(kBF16, 1, k_bias);
+    const std::string bias = graph.Output(graph.BF16OrFP32(), 1, width);
+    graph.AddNode(v, 1, k_bias, bias, 0, width);
+    const std::string x = graph.Input(kBF16, m, k);
+    const std::string y = graph.Output(graph.BF16OrFP32(), m, width);
+    graph.AddNode(x, m, k, y, 0, width, k == width ? x : "", bias);
+    graph.Build();
+    return;
+  }
   if (kind == 0) {
     const int64_t count = rng.UniformInt(1, 4);
     absl::StrAppend(&graph.description(), "batch of ", count, ":");
