@@ -17,8 +17,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <initializer_list>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
