@@ -130,6 +130,9 @@ struct NarrowConfig {
   // spilled 76-148 bytes with 16 words a poll.
   static constexpr int kTaggedMaxRows = 2;
   static constexpr int kTaggedStagesPerPoll = 4;
+  // 64-bit words a row of a tagged copy of `cols` bf16 columns takes
+  // (KernelNode::tagged_c: two columns a word, the last one padded).
+  LOOM_HOST_DEVICE static constexpr int64_t TaggedWordsPerRow(int64_t cols) { return (cols + 1) / 2; }
   static constexpr int kMaxAStages = 16;
   static constexpr int kMaxBStages = 16;
   // By default the B loader keeps at most this many stages in flight

@@ -293,7 +293,7 @@ __device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& nod
   using Poll = TaggedPoll<kRows>;
   constexpr int kKBlocks = NarrowConfig::kKBlocksPerStage;
   Poll poll;
-  poll.pitch = static_cast<int32_t>((node.schedule.k + 1) / 2);  // K < 2^22 (a TileJob's k-blocks)
+  poll.pitch = static_cast<int32_t>(NarrowConfig::TaggedWordsPerRow(node.schedule.k));  // K < 2^22 (a TileJob's)
   const uint32_t tile_bytes = ctx.params.a_stage_bytes / kKBlocks;
   for (int kb0 = job.k_block_begin; kb0 < job.k_block_end;) {
     const int32_t pair0 = kb0 * Poll::kPairsPerChunk;
@@ -723,7 +723,7 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
   __device__ void StoreTagged(const float (&acc)[4], uint32_t epoch) const {
     const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
     const bool tag_lane = (threadIdx.x & (swiglu ? 12 : 4)) == 0;  // its output column is even
-    const int64_t pitch = (node_.out_cols + 1) / 2;
+    const int64_t pitch = NarrowConfig::TaggedWordsPerRow(node_.out_cols);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int h = i / 2, e = i % 2;

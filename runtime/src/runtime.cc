@@ -570,7 +570,7 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
         a.cols != c.cols || a.row_stride != c.row_stride) {
       continue;
     }
-    const int64_t copy_words = c.rows * ((c.cols + 1) / 2);
+    const int64_t copy_words = c.rows * NarrowConfig::TaggedWordsPerRow(c.cols);
     int64_t& offset = copy_offset[dependency.producer];
     if (offset < 0) {
       offset = *words;
@@ -1080,7 +1080,7 @@ absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
   const auto handoff = std::find_if(impl.tagged_handoffs.begin(), impl.tagged_handoffs.end(),
                                     [&](const Plan::Impl::TaggedHandoff& h) { return h.producer == node; });
   if (handoff == impl.tagged_handoffs.end()) return absl::OkStatus();
-  const int64_t pitch = (schedule.out_cols + 1) / 2;
+  const int64_t pitch = NarrowConfig::TaggedWordsPerRow(schedule.out_cols);
   std::vector<uint64_t> words(static_cast<size_t>(handoff->words), uint64_t{state.epoch + 1} << 32);
   const int64_t missing_m = except_tile / schedule.n_blocks, missing_n = except_tile % schedule.n_blocks;
   for (int64_t row = 0; row < schedule.m; ++row) {
