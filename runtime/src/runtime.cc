@@ -186,6 +186,9 @@ absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceD
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
 constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
+// Whether the scheduler gives `node` tile jobs (an empty product has none).
+bool HasJobs(const GemmNode& node) { return node.m() > 0 && node.n() > 0 && node.k() > 0; }
+
 // The narrow kernel's tiles of `node`: its 32-column blocks.
 int64_t NarrowTiles(const GemmNode& node) { return (node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN; }
 
@@ -450,7 +453,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
       out.residual_type = ElementTypeOf(node.epilogue.residual->dtype);
       out.residual_stride = node.epilogue.residual->row_stride;
     }
-    if (node.m() == 0 || node.n() == 0 || node.k() == 0) continue;  // no jobs, no tensor maps
+    if (!HasJobs(node)) continue;  // no tensor maps
     if (narrow) {
       // K a multiple of 64: maps that load a whole stage of k-blocks at once;
       // else one k-block a load (the kernel tells them apart the same way).
@@ -513,7 +516,7 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
   int64_t offset = 0;
   for (int i = 0; i < graph.size(); ++i) {
     const GemmNode& node = graph.nodes()[i];
-    if (b_written[i] || node.m() == 0 || node.n() == 0 || node.k() == 0) continue;
+    if (b_written[i] || !HasJobs(node)) continue;
     const int64_t bytes = NarrowConfig::PackedWeightBytes(node.n(), node.k());
     const auto earlier = std::find_if(packed.begin(), packed.end(), [&](const Plan::Impl::PackedNode& other) {
       return same_view(graph.nodes()[other.node].b, node.b);
@@ -553,7 +556,6 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
       consumers != 1) {
     return handoffs;
   }
-  const auto has_jobs = [](const GemmNode& node) { return node.m() > 0 && node.n() > 0 && node.k() > 0; };
   std::vector<int> a_edges(graph.nodes().size(), 0);
   for (const DataDependency& dependency : dependencies) a_edges[dependency.consumer] += dependency.operand == Operand::kA;
   std::vector<int64_t> copy_offset(graph.nodes().size(), -1);
@@ -564,7 +566,7 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
     const TensorView& a = consumer.a;
     const TensorView& c = producer.c;
     if (dependency.whole_tensor || dependency.row_offset != 0 || dependency.col_offset != 0 ||
-        consumer.m() > NarrowConfig::kTaggedMaxRows || !has_jobs(consumer) || !has_jobs(producer) ||
+        consumer.m() > NarrowConfig::kTaggedMaxRows || !HasJobs(consumer) || !HasJobs(producer) ||
         NarrowTiles(producer) > grid_ctas ||
         c.dtype != DType::kBF16 || a.dtype != DType::kBF16 || a.data != c.data || a.rows != c.rows ||
         a.cols != c.cols || a.row_stride != c.row_stride) {
