@@ -537,13 +537,15 @@ absl::Status RunOnVirtualSms(ReferenceExecutor& executor, const sched::Schedule&
 
 }  // namespace
 
-absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
-                          const ReferenceOptions& options) {
+namespace {
+
+// RunReference for a graph already validated.
+absl::Status RunValidReference(const GemmGraph& graph, const sched::Schedule& schedule,
+                               const ReferenceOptions& options) {
   if (options.simulated_sms < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("simulated_sms must be >= 0, got ", options.simulated_sms));
   }
-  LOOM_RETURN_IF_ERROR(graph.Validate());  // what Compile would refuse, the kernels never run
   ReferenceExecutor executor(graph, schedule);
   LOOM_RETURN_IF_ERROR(executor.Prepare());
   if (options.simulated_sms == 0) {
@@ -554,8 +556,16 @@ absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedul
   return executor.CheckComplete();
 }
 
+}  // namespace
+
+absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
+                          const ReferenceOptions& options) {
+  LOOM_RETURN_IF_ERROR(graph.Validate());  // what Compile would refuse, the kernels never run
+  return RunValidReference(graph, schedule, options);
+}
+
 absl::Status RunReference(const Plan& plan, const ReferenceOptions& options) {
-  return RunReference(plan.graph(), plan.schedule(), options);
+  return RunValidReference(plan.graph(), plan.schedule(), options);  // Compile validated the graph
 }
 
 absl::Status RunNaiveGraph(const GemmGraph& graph) {

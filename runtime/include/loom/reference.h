@@ -50,7 +50,8 @@ struct ReferenceOptions {
 absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
                           const ReferenceOptions& options = {});
 
-// RunReference(plan.graph(), plan.schedule(), options).
+// RunReference(plan.graph(), plan.schedule(), options), without validating
+// the graph again (Compile did).
 absl::Status RunReference(const Plan& plan, const ReferenceOptions& options = {});
 
 // Computes every node in node order with one FP64 triple loop each; needs no
