@@ -2,16 +2,26 @@
 //
 // A ReferenceExecutor holds, per node, a done bit for every output tile and
 // for every split-K partial (the host mirror of the kernel's flags) and an
-// FP64 partial workspace. A job is "ready" when every producer tile it reads
-// is done; executing a job computes its CTA tiles and sets their bits. The
-// queue-order run requires each job to be ready when its turn comes (the queue
-// must be topological); the simulated run lets virtual SMs hold jobs that are
-// not ready yet and spin, like the GPU's CTAs do.
+// FP64 partial workspace. A job is "ready" when every flag it waits for is
+// done; which flags those are is sched::AppendJobReads (job_access.h), the
+// model the queue order, the queue checker and the simulator share, so the
+// reference runs a schedule under the same waits they assume. Executing a job
+// computes its CTA tiles and sets their bits. The queue-order run requires
+// each job to be ready when its turn comes (the queue must be topological);
+// the simulated run lets virtual SMs hold jobs that are not ready yet and
+// spin, like the GPU's CTAs do.
+//
+// Beside the flags, OutputBytes follows the data itself: which host bytes
+// are some node's output and which of those have been written. A job that
+// reads an output byte before it is written fails the run, whatever the
+// flags said, so a read model that waits for too little (a missing edge, a
+// wrong producer box, a phase without its reads) cannot pass unseen.
 #include "loom/reference.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -23,6 +33,7 @@
 #include "loom/graph.h"
 #include "loom/ops/reference.h"
 #include "loom/runtime.h"
+#include "loom/scheduler/job_access.h"
 #include "loom/scheduler/schedule.h"
 #include "loom/scheduler/tiling.h"
 #include "loom/status.h"
@@ -60,6 +71,115 @@ absl::Status CheckHostViews(const GemmNode& node) {
   return absl::OkStatus();
 }
 
+// Which host bytes are the output of some node (its C), and which of those
+// have been written so far. The graph's rules (GemmGraph::Validate: no two
+// writers, no in-place node, no write after read) make every such byte
+// written exactly once, before anyone may read it.
+class OutputBytes {
+ public:
+  explicit OutputBytes(const GemmGraph& graph);
+
+  // Marks elements [row_begin, row_end) x [col_begin, col_end) of `view` written.
+  void MarkWritten(const TensorView& view, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                   int64_t col_end);
+  // The first element of that block of `view` that is an output not yet
+  // written, as (row, column) of the view; nullopt when there is none.
+  std::optional<std::pair<int64_t, int64_t>> FirstUnwritten(const TensorView& view, int64_t row_begin,
+                                                            int64_t row_end, int64_t col_begin,
+                                                            int64_t col_end) const;
+
+ private:
+  enum State : uint8_t { kNotOutput = 0, kUnwritten = 1, kWritten = 2 };
+  // A run of addresses covering one or more outputs (merged where they
+  // interleave, as two column halves of one buffer do), a state per byte.
+  struct Range {
+    uintptr_t begin = 0, end = 0;
+    std::vector<uint8_t> state;
+  };
+  // Calls visit(range, first, last) for each part [first, last) of
+  // [begin, end) that lies in one of `ranges` (ranges_, const or not).
+  template <typename Ranges, typename Visit>
+  static void ForEachCovered(Ranges& ranges, uintptr_t begin, uintptr_t end, Visit visit);
+  static uintptr_t Address(const TensorView& view, int64_t row, int64_t col) {
+    return reinterpret_cast<uintptr_t>(view.element(row, col));
+  }
+
+  std::vector<Range> ranges_;  // sorted by address, disjoint
+};
+
+OutputBytes::OutputBytes(const GemmGraph& graph) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans;
+  for (const GemmNode& node : graph.nodes()) {
+    if (node.c.empty()) continue;
+    spans.emplace_back(Address(node.c, 0, 0),
+                       Address(node.c, node.c.rows - 1, node.c.cols - 1) + node.c.element_size());
+  }
+  std::sort(spans.begin(), spans.end());
+  for (const auto& [begin, end] : spans) {
+    if (!ranges_.empty() && begin < ranges_.back().end) {
+      ranges_.back().end = std::max(ranges_.back().end, end);
+    } else {
+      ranges_.push_back(Range{begin, end, {}});
+    }
+  }
+  for (Range& range : ranges_) range.state.assign(range.end - range.begin, kNotOutput);
+  for (const GemmNode& node : graph.nodes()) {
+    for (int64_t row = 0; row < node.c.rows && !node.c.empty(); ++row) {
+      ForEachCovered(ranges_, Address(node.c, row, 0), Address(node.c, row, node.c.cols),
+                     [](Range& range, uintptr_t first, uintptr_t last) {
+                       std::fill(range.state.begin() + (first - range.begin),
+                                 range.state.begin() + (last - range.begin), kUnwritten);
+                     });
+    }
+  }
+}
+
+template <typename Ranges, typename Visit>
+void OutputBytes::ForEachCovered(Ranges& ranges, uintptr_t begin, uintptr_t end, Visit visit) {
+  auto it = std::partition_point(ranges.begin(), ranges.end(),
+                                 [begin](const Range& range) { return range.end <= begin; });
+  for (; it != ranges.end() && it->begin < end; ++it) {
+    visit(*it, std::max(begin, it->begin), std::min(end, it->end));
+  }
+}
+
+void OutputBytes::MarkWritten(const TensorView& view, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                              int64_t col_end) {
+  if (col_begin >= col_end) return;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    ForEachCovered(ranges_, Address(view, row, col_begin), Address(view, row, col_end),
+                   [](Range& range, uintptr_t first, uintptr_t last) {
+                     std::fill(range.state.begin() + (first - range.begin),
+                               range.state.begin() + (last - range.begin), kWritten);
+                   });
+  }
+}
+
+std::optional<std::pair<int64_t, int64_t>> OutputBytes::FirstUnwritten(const TensorView& view,
+                                                                       int64_t row_begin, int64_t row_end,
+                                                                       int64_t col_begin,
+                                                                       int64_t col_end) const {
+  if (col_begin >= col_end) return std::nullopt;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const uintptr_t row_start = Address(view, row, 0);
+    std::optional<uintptr_t> unwritten;
+    ForEachCovered(
+        ranges_, Address(view, row, col_begin), Address(view, row, col_end),
+        [&unwritten](const Range& range, uintptr_t first, uintptr_t last) {
+          if (unwritten) return;
+          const auto begin = range.state.begin() + (first - range.begin);
+          const auto found = std::find(begin, range.state.begin() + (last - range.begin), kUnwritten);
+          if (found != range.state.begin() + (last - range.begin)) {
+            unwritten = range.begin + static_cast<uintptr_t>(found - range.state.begin());
+          }
+        });
+    if (unwritten) {
+      return std::make_pair(row, static_cast<int64_t>((*unwritten - row_start) / view.element_size()));
+    }
+  }
+  return std::nullopt;
+}
+
 class ReferenceExecutor {
  public:
   ReferenceExecutor(const GemmGraph& graph, const sched::Schedule& schedule)
@@ -67,8 +187,8 @@ class ReferenceExecutor {
 
   // Checks that the schedule describes the graph and allocates the state.
   absl::Status Prepare();
-  // Whether every producer tile and partial `job` reads is done. If not,
-  // `blocker` (when non-null) says which one is missing.
+  // Whether every flag `job` waits for (sched::AppendJobReads) is set. If
+  // not, `blocker` (when non-null) says which one is missing.
   bool Ready(const sched::TileJob& job, std::string* blocker) const;
   // Computes the CTA tiles of queue entry `index`.
   absl::Status Execute(size_t index);
@@ -90,10 +210,13 @@ class ReferenceExecutor {
   const sched::NodeSchedule& node_schedule(int node) const { return schedule_.nodes[node]; }
   // The CTA tile of `job` at cluster rank `rank`; false when it lies outside the node.
   bool TileOf(const sched::TileJob& job, int rank, sched::CtaTile* tile, TileExtent* extent) const;
-  bool ProducerTilesDone(const sched::DependencyEdge& edge, int64_t row_begin, int64_t row_end,
-                         int64_t col_begin, int64_t col_end, std::string* blocker) const;
-  bool TileReadsReady(const sched::TileJob& job, const sched::CtaTile& tile,
-                      const TileExtent& extent, std::string* blocker) const;
+  // Whether the flag `read` names is set (the host mirror of it).
+  bool FlagSet(const sched::FlagRead& read) const;
+  // The rows of C whose epilogue `job` runs in the CTA tile of `extent`: all of
+  // the tile's, or a reduce part's.
+  std::pair<int64_t, int64_t> EpilogueRows(const sched::TileJob& job, const TileExtent& extent) const;
+  // Internal error when the CTA tile reads an output byte no job has written.
+  absl::Status CheckReadsWritten(const sched::TileJob& job, const TileExtent& extent, size_t index) const;
 
   absl::Status ComputeTile(const sched::TileJob& job, const sched::CtaTile& tile,
                            const TileExtent& extent, size_t index);
@@ -105,6 +228,8 @@ class ReferenceExecutor {
   const GemmGraph& graph_;
   const sched::Schedule& schedule_;
   std::vector<NodeState> state_;
+  std::optional<OutputBytes> output_bytes_;  // made by Prepare, once the host views are checked
+  mutable std::vector<sched::FlagRead> reads_;  // Ready's scratch
 };
 
 absl::Status ReferenceExecutor::Prepare() {
@@ -170,6 +295,7 @@ absl::Status ReferenceExecutor::Prepare() {
                          std::numeric_limits<double>::quiet_NaN());
     }
   }
+  output_bytes_.emplace(graph_);
   return absl::OkStatus();
 }
 
@@ -193,69 +319,11 @@ bool ReferenceExecutor::TileOf(const sched::TileJob& job, int rank, sched::CtaTi
   return true;
 }
 
-bool ReferenceExecutor::ProducerTilesDone(const sched::DependencyEdge& edge, int64_t row_begin,
-                                          int64_t row_end, int64_t col_begin, int64_t col_end,
-                                          std::string* blocker) const {
-  if (row_begin >= row_end || col_begin >= col_end) return true;
-  const sched::NodeSchedule& producer = node_schedule(edge.producer);
-  const sched::TileBox box =
-      sched::ProducerTiles(producer, schedule_.tile, edge, row_begin, row_end, col_begin, col_end);
-  const NodeState& s = state_[edge.producer];
-  for (int32_t mb = box.m_begin; mb < box.m_end; ++mb) {
-    for (int32_t nb = box.n_begin; nb < box.n_end; ++nb) {
-      if (!s.tile_done[static_cast<size_t>(mb) * producer.n_blocks + nb]) {
-        if (blocker != nullptr) {
-          *blocker = absl::StrFormat("tile (m_block %d, n_block %d) of node %d \"%s\"", mb, nb,
-                                     edge.producer, graph_.nodes()[edge.producer].name);
-        }
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-bool ReferenceExecutor::TileReadsReady(const sched::TileJob& job, const sched::CtaTile& tile,
-                                       const TileExtent& e, std::string* blocker) const {
-  const sched::NodeSchedule& ns = node_schedule(job.node);
-  const bool reads_operands = job.kind == static_cast<uint8_t>(JobKind::kGemm);
-  // Bias and residual: read by the job that runs the epilogue, and waited for
-  // by every kGemm job, split ones too (sched::ReadPhase::kEpilogue).
-  if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
-    const NodeState& s = state_[job.node];
-    const size_t tile_index = static_cast<size_t>(tile.m_block) * ns.n_blocks + tile.n_block;
-    for (int split = 0; split < ns.split_k; ++split) {
-      if (!s.partial_done[tile_index * ns.split_k + split]) {
-        if (blocker != nullptr) {
-          *blocker = absl::StrFormat("split-K partial %d of its own tile (m_block %d, n_block %d)",
-                                     split, tile.m_block, tile.n_block);
-        }
-        return false;
-      }
-    }
-  }
-  for (int d = 0; d < ns.dependency_count; ++d) {
-    const sched::DependencyEdge& edge = schedule_.dependencies[ns.dependency_begin + d];
-    bool done = true;
-    switch (static_cast<sched::DependencyOperand>(edge.operand)) {
-      case sched::DependencyOperand::kA:
-        if (reads_operands)
-          done = ProducerTilesDone(edge, e.row_begin, e.row_end, e.k_begin, e.k_end, blocker);
-        break;
-      case sched::DependencyOperand::kB:
-        if (reads_operands)
-          done = ProducerTilesDone(edge, e.acc_col_begin, e.acc_col_end, e.k_begin, e.k_end, blocker);
-        break;
-      case sched::DependencyOperand::kBias:
-        done = ProducerTilesDone(edge, 0, 1, e.acc_col_begin, e.acc_col_end, blocker);
-        break;
-      case sched::DependencyOperand::kResidual:
-        done = ProducerTilesDone(edge, e.row_begin, e.row_end, e.out_col_begin, e.out_col_end, blocker);
-        break;
-    }
-    if (!done) return false;
-  }
-  return true;
+bool ReferenceExecutor::FlagSet(const sched::FlagRead& read) const {
+  const sched::NodeSchedule& producer = node_schedule(read.producer);
+  const NodeState& s = state_[read.producer];
+  const size_t tile = static_cast<size_t>(read.m_block) * producer.n_blocks + read.n_block;
+  return read.split >= 0 ? s.partial_done[tile * producer.split_k + read.split] != 0 : s.tile_done[tile] != 0;
 }
 
 bool ReferenceExecutor::Ready(const sched::TileJob& job, std::string* blocker) const {
@@ -266,13 +334,63 @@ bool ReferenceExecutor::Ready(const sched::TileJob& job, std::string* blocker) c
   if ((job.kind != static_cast<uint8_t>(JobKind::kGemm) && !reduce) || (reduce && ns.split_k == 1)) {
     return true;
   }
-  for (int rank = 0; rank < schedule_.cluster_size; ++rank) {
-    sched::CtaTile tile;
-    TileExtent extent;
-    if (!TileOf(job, rank, &tile, &extent)) continue;
-    if (!TileReadsReady(job, tile, extent, blocker)) return false;
+  reads_.clear();
+  sched::AppendJobReads(schedule_, job, 0, 0, sched::ReadPhase::kPartials, &reads_);
+  sched::AppendJobReads(schedule_, job, 0, 0, sched::ReadPhase::kEpilogue, &reads_);
+  sched::AppendJobReads(schedule_, job, job.k_block_begin, job.k_block_end, sched::ReadPhase::kMainLoop,
+                        &reads_);
+  for (const sched::FlagRead& read : reads_) {
+    if (FlagSet(read)) continue;
+    if (blocker != nullptr) {
+      *blocker = read.split >= 0
+                     ? absl::StrFormat("split-K partial %d of its own tile (m_block %d, n_block %d)",
+                                       read.split, read.m_block, read.n_block)
+                     : absl::StrFormat("tile (m_block %d, n_block %d) of node %d \"%s\"", read.m_block,
+                                       read.n_block, read.producer, graph_.nodes()[read.producer].name);
+    }
+    return false;
   }
   return true;
+}
+
+std::pair<int64_t, int64_t> ReferenceExecutor::EpilogueRows(const sched::TileJob& job,
+                                                            const TileExtent& e) const {
+  if (job.kind != static_cast<uint8_t>(JobKind::kReduce)) return {e.row_begin, e.row_end};
+  const sched::RowRange part = sched::ReduceRowsOf(node_schedule(job.node), schedule_.tile, job.split);
+  return {e.row_begin + part.begin, std::min(e.row_end, e.row_begin + part.end)};
+}
+
+absl::Status ReferenceExecutor::CheckReadsWritten(const sched::TileJob& job, const TileExtent& e,
+                                                  size_t index) const {
+  const sched::NodeSchedule& ns = node_schedule(job.node);
+  const GemmNode& node = graph_.nodes()[job.node];
+  struct Read {
+    const char* role;
+    const TensorView* view;
+    int64_t row_begin, row_end, col_begin, col_end;
+  };
+  std::vector<Read> reads;
+  if (job.kind == static_cast<uint8_t>(JobKind::kGemm)) {
+    reads.push_back({"A", &node.a, e.row_begin, e.row_end, e.k_begin, e.k_end});
+    reads.push_back({"B", &node.b, e.acc_col_begin, e.acc_col_end, e.k_begin, e.k_end});
+  }
+  if (sched::JobRunsEpilogue(ns, job)) {
+    const auto [row_begin, row_end] = EpilogueRows(job, e);
+    if (node.epilogue.bias) reads.push_back({"bias", &*node.epilogue.bias, 0, 1, e.acc_col_begin, e.acc_col_end});
+    if (node.epilogue.residual) {
+      reads.push_back({"residual", &*node.epilogue.residual, row_begin, row_end, e.out_col_begin, e.out_col_end});
+    }
+  }
+  for (const Read& read : reads) {
+    const auto unwritten =
+        output_bytes_->FirstUnwritten(*read.view, read.row_begin, read.row_end, read.col_begin, read.col_end);
+    if (!unwritten) continue;
+    return absl::InternalError(absl::StrFormat(
+        "schedule: %s reads %s \"%s\" element (%d, %d), another node's output, before any job wrote it "
+        "(the flags it waited for did not cover it)",
+        DescribeJob(index), read.role, read.view->name, unwritten->first, unwritten->second));
+  }
+  return absl::OkStatus();
 }
 
 std::string ReferenceExecutor::DescribeJob(size_t index) const {
@@ -321,12 +439,18 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
     sched::CtaTile tile;
     TileExtent extent;
     if (!TileOf(job, rank, &tile, &extent)) continue;
+    LOOM_RETURN_IF_ERROR(CheckReadsWritten(job, extent, index));
     if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
       LOOM_RETURN_IF_ERROR(ReduceTile(job, tile, extent, index));
     } else if (ns.split_k > 1) {
       LOOM_RETURN_IF_ERROR(ComputePartial(job, tile, extent, index));
     } else {
       LOOM_RETURN_IF_ERROR(ComputeTile(job, tile, extent, index));
+    }
+    if (sched::JobRunsEpilogue(ns, job)) {
+      const auto [row_begin, row_end] = EpilogueRows(job, extent);
+      output_bytes_->MarkWritten(graph_.nodes()[job.node].c, row_begin, row_end, extent.out_col_begin,
+                                 extent.out_col_end);
     }
   }
   return absl::OkStatus();
@@ -407,9 +531,7 @@ absl::Status ReferenceExecutor::ReduceTile(const sched::TileJob& job, const sche
     return absl::InternalError(absl::StrFormat("schedule: %s reduces tile (%d, %d) a second time",
                                                DescribeJob(index), tile.m_block, tile.n_block));
   }
-  const sched::RowRange part = sched::ReduceRowsOf(ns, schedule_.tile, job.split);
-  const int64_t row_begin = e.row_begin + part.begin;
-  const int64_t row_end = std::min(e.row_end, e.row_begin + part.end);
+  const auto [row_begin, row_end] = EpilogueRows(job, e);
   // The partials must exist and cover the k-blocks [0, k_blocks) in split order.
   int32_t next_k_block = 0;
   for (int split = 0; split < ns.split_k; ++split) {

@@ -6,9 +6,13 @@
 // outputs rounded once to C's dtype. Split-K partials live in a host FP64
 // workspace and are reduced in split order 0..split_k-1. While it runs it
 // checks the schedule: every output tile is computed exactly once, each job's
-// k-blocks cover the node's K, and no job reads a producer tile (or a split-K
-// partial) that is not done yet. A broken schedule is an Internal error; a
-// graph that fails GemmGraph::Validate is refused with its InvalidArgument.
+// k-blocks cover the node's K, no job runs before the flags it waits for are
+// set (the waits of loom/scheduler/job_access.h, which the queue order and
+// the kernels follow), and, on the data itself, no job reads a byte of any
+// node's output before a job has written it (so waits that cover too little
+// are caught even where they agree with the queue). A broken schedule is an
+// Internal error; a graph that fails GemmGraph::Validate is refused with its
+// InvalidArgument.
 //
 // With options.simulated_sms > 0, that many virtual SMs pull jobs from a
 // cursor in a seeded random interleaving; a job runs only once the producer
@@ -45,8 +49,8 @@ struct ReferenceOptions {
 // InvalidArgument if the graph is not valid (GemmGraph::Validate) or the
 // schedule does not describe it (node count or shapes differ); Internal if
 // the schedule is inconsistent (a tile computed twice or never, k-blocks that
-// do not cover K, a job that reads unfinished data in queue order, a deadlock
-// of the virtual SMs).
+// do not cover K, a job whose flags are not set in queue order, a job that
+// reads an output not yet written, a deadlock of the virtual SMs).
 absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
                           const ReferenceOptions& options = {});
 
