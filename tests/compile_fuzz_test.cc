@@ -49,10 +49,14 @@ using testbed::Rng;
 // (two nodes write the halves of one buffer that a later node may read
 // whole), biases that are inputs or a one-row node's output, residuals that
 // are inputs or earlier outputs, every activation, bf16 and fp32 outputs,
-// padded row strides.
+// padded row strides, and now and then K = 0 (the epilogue alone; its bias
+// and residual then inputs, as the graph rules want).
 class FuzzGraph {
  public:
-  explicit FuzzGraph(Rng& rng) : rng_(rng) {}
+  // `zero_k`: whether some nodes may have K = 0 (the broken graphs have none:
+  // their A and B are then empty, and empty views are exempt from the rules
+  // a breakage of A or B would break).
+  explicit FuzzGraph(Rng& rng, bool zero_k = true) : rng_(rng), zero_k_(zero_k) {}
 
   void Build() {
     rows_ = Pick<int64_t>(rng_, {1, 2, 3, 8, 15, 16, 17, 31, 33, 64, 65, 100, 128, 129, 200});
@@ -186,8 +190,10 @@ class FuzzGraph {
     for (const TensorView& bias : produced_biases_) {
       if (bias.cols == n) produced.push_back(bias);
     }
+    bool reads_produced = false;  // a bias or residual some node writes
     if (!produced.empty() && OneIn(rng_, 2)) {
       epilogue.bias = Any(produced);
+      reads_produced = true;
     } else if (OneIn(rng_, 3)) {
       epilogue.bias = NewInput("bias", OneIn(rng_, 2) ? DType::kFP32 : DType::kBF16, 1, n);
     }
@@ -196,16 +202,24 @@ class FuzzGraph {
       for (const TensorView& r : readable_) {
         if (r.rows == c.rows && r.cols == c.cols) same_shape.push_back(r);
       }
-      epilogue.residual = !same_shape.empty() && OneIn(rng_, 2)
+      const bool produced_residual = !same_shape.empty() && OneIn(rng_, 2);
+      epilogue.residual = produced_residual
                               ? Any(same_shape)
                               : NewInput("res", OneIn(rng_, 2) ? DType::kFP32 : DType::kBF16, c.rows, c.cols);
+      reads_produced |= produced_residual;
     }
-    const TensorView b = NewInput("w", DType::kBF16, n, a.cols);
-    graph_.AddGemm(absl::StrCat("node", graph_.size()), a, b, c, std::move(epilogue));
+    TensorView b = NewInput("w", DType::kBF16, n, a.cols);
+    TensorView a_read = a;
+    if (zero_k_ && !reads_produced && OneIn(rng_, 10)) {  // K = 0: no columns of A or B
+      a_read = a.Columns(0, 0).Named(a.name + ".k0");
+      b = b.Columns(0, 0).Named(b.name + ".k0");
+    }
+    graph_.AddGemm(absl::StrCat("node", graph_.size()), a_read, b, c, std::move(epilogue));
     if (readable) readable_.push_back(c);
   }
 
   Rng& rng_;
+  const bool zero_k_;
   int64_t rows_ = 0;
   int next_tensor_ = 0;
   HostTensors tensors_;
@@ -287,7 +301,7 @@ bool IsRefusal(const absl::Status& status) {
 
 TEST(CompileFuzzTest, WellFormedGraphsCompileOrAreRefusedAndRunLikeTheNaiveLoop) {
   Rng rng;
-  int compiled = 0, refused = 0, narrow = 0;
+  int compiled = 0, refused = 0, narrow = 0, zero_k = 0;
   for (int iteration = 0; iteration < 400; ++iteration) {
     FuzzGraph g(rng);
     g.Build();
@@ -309,6 +323,7 @@ TEST(CompileFuzzTest, WellFormedGraphsCompileOrAreRefusedAndRunLikeTheNaiveLoop)
     }
     ++compiled;
     narrow += plan->kernel() == KernelChoice::kNarrow;
+    for (const GemmNode& node : g.graph().nodes()) zero_k += node.k() == 0;
     const std::string explained = plan->Explain();
     EXPECT_FALSE(explained.empty());
     const absl::StatusOr<Plan> again = runtime.Compile(g.graph(), options);
@@ -317,8 +332,10 @@ TEST(CompileFuzzTest, WellFormedGraphsCompileOrAreRefusedAndRunLikeTheNaiveLoop)
     ExpectPlanMatchesNaive(*plan, g, static_cast<int>(rng.UniformInt(1, 140)), rng.seed() + iteration);
     if (HasFatalFailure() || HasNonfatalFailure()) return;  // one case is enough to read
   }
-  std::printf("compiled %d plans (%d narrow), %d refused\n", compiled, narrow, refused);
+  std::printf("compiled %d plans (%d narrow, %d nodes with K = 0), %d refused\n", compiled, narrow, zero_k,
+              refused);
   EXPECT_GT(compiled, 20);
+  EXPECT_GT(zero_k, 5);
   EXPECT_GT(narrow, 5);
 }
 
@@ -339,7 +356,16 @@ std::vector<Breakage> Breakages() {
                    n.b.cols = n.a.cols;
                  }});
   all.push_back({"misaligned B", [](GemmNode& n, const GemmGraph&) { n.b.data = n.b.element(0, 0) + 2; }});
-  all.push_back({"K = 0 with an output", [](GemmNode& n, const GemmGraph&) { n.a.cols = n.b.cols = 0; }});
+  all.push_back({"K = 0 and a residual another node writes", [](GemmNode& n, const GemmGraph& g) {
+                   n.a.cols = n.b.cols = 0;
+                   // Another node's output of C's shape (rule 10), else C itself (in place: rule 6).
+                   n.epilogue.residual = n.c;
+                   for (const GemmNode& other : g.nodes()) {
+                     if (other.name != n.name && other.c.rows == n.c.rows && other.c.cols == n.c.cols) {
+                       n.epilogue.residual = other.c;
+                     }
+                   }
+                 }});
   all.push_back({"a row slice past its view", [](GemmNode& n, const GemmGraph&) {
                    n.c = n.c.Rows(1, n.c.rows);
                    n.a = n.a.Rows(1, n.a.rows);
@@ -384,7 +410,7 @@ TEST(CompileFuzzTest, BrokenGraphsAreInvalidArgumentNamingANode) {
   Rng rng;
   const std::vector<Breakage> breakages = Breakages();
   for (int iteration = 0; iteration < 400; ++iteration) {
-    FuzzGraph g(rng);
+    FuzzGraph g(rng, /*zero_k=*/false);
     g.Build();
     const Breakage& breakage = breakages[iteration % breakages.size()];
     std::vector<GemmNode> nodes = g.graph().nodes();

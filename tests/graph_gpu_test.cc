@@ -627,6 +627,51 @@ INSTANTIATE_TEST_SUITE_P(Grids, ResidualOfProducerTest,
                                                std::string(ActivationName(std::get<3>(info.param))));
                          });
 
+// K = 0: C = activation(bias) + residual, jobs over no k-blocks that run the
+// epilogue alone. Only the tiled kernel runs them (kAuto keeps it for such a
+// graph at any row count; runtime_test checks that kNarrow is refused), so
+// its paths: one row (half A stages), 16 and 64 rows, 100 (one row block of
+// two warpgroups), 200 (two row blocks); with the consumer split or not. A
+// K = 0 SwiGLU node with a bias and a residual feeds a consumer's A; a K = 0
+// GELU node with a ragged fp32 output sits beside them.
+class ZeroKTest : public ::testing::TestWithParam<std::tuple<int64_t, int>> {};
+TEST_P(ZeroKTest, EpilogueAloneOnTheTiledKernel) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [rows, split_k] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", kBF16, rows, 136, rng);    // only its zero columns are read
+  h.Input("Wg", kBF16, 2 * 264, 8, rng);  // likewise
+  h.Input("Wp", kBF16, 200, 8, rng);      // likewise
+  h.Input("bias_g", kFP32, 1, 2 * 264, rng);
+  h.Input("r", kBF16, rows, 264, rng);
+  h.Input("bias_p", kBF16, 1, 200, rng);
+  h.Input("W1", kBF16, 96, 264, rng);
+  h.Output("h", kBF16, rows, 264);
+  h.Output("y", kFP32, rows, 96);
+  h.Output("p", kFP32, rows, 200);
+  h.Build([](const auto& t, GemmGraph& g) {
+    const TensorView x0 = t("x").Columns(0, 0).Named("x.k0");
+    g.AddGemm("swiglu_k0", x0, t("Wg").Columns(0, 0).Named("Wg.k0"), t("h"),
+              {.activation = Activation::kSwiGLU, .bias = t("bias_g"), .residual = t("r")});
+    g.AddGemm("consumer", t("h"), t("W1"), t("y"));
+    g.AddGemm("gelu_k0", x0, t("Wp").Columns(0, 0).Named("Wp.k0"), t("p"),
+              {.activation = Activation::kGELU, .bias = t("bias_p")});
+  });
+  CompileOptions options;
+  options.split_k = split_k;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+  ExpectNodesRightAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(Rows, ZeroKTest,
+                         ::testing::Combine(::testing::Values(int64_t{1}, int64_t{16}, int64_t{64}, int64_t{100},
+                                                              int64_t{200}),
+                                            ::testing::Values(0, 3)),
+                         [](const auto& info) {
+                           return absl::StrCat("M", std::get<0>(info.param), "_split", std::get<1>(info.param));
+                         });
+
 // The same Plan (an MLP block in 4 forced splits: a split-K workspace,
 // dependency flags, a queue) compiled, launched and destroyed 2000 times must
 // give back every byte: after one warm-up round the allocation pattern repeats

@@ -213,13 +213,6 @@ std::vector<RefusalCase> RefusalCases() {
                    {"node \"proj\": K 4194241 exceeds the limit of 4194240"}});
 
   // Shapes.
-  cases.push_back({"ZeroKWithAnOutput",
-                   [] {
-                     return Single(Bf16("x", kX, 64, 0), Bf16("w", kW, 256, 0), Y(),
-                                   WithBias(Typed("b", kBias, DType::kFP32, 1, 256)));
-                   },
-                   {"node \"proj\": K is 0 (A \"x\" has no columns) but C \"y\" is 64 x 256",
-                    "would never be written"}});
   cases.push_back({"KMismatch",
                    [] { return Single(X(), Bf16("w", kW, 256, 96), Y()); },
                    {"node \"proj\": shapes do not chain: A \"x\" has K = 128 columns but B \"w\" "
@@ -286,6 +279,27 @@ std::vector<RefusalCase> RefusalCases() {
                    },
                    {"node \"second\": tensor written by two nodes: C \"buf.b\"",
                     "overlaps C \"buf.a\"", "of node \"first\""}});
+  cases.push_back({"ZeroKWithAProducedResidual",
+                   [] {
+                     GemmGraph graph;
+                     graph.AddGemm("first", X(), W(), Y());
+                     graph.AddGemm("zero_k", Bf16("a", kH, 64, 0), Bf16("b", kW2, 256, 0),
+                                   Bf16("z", kZ, 64, 256), WithResidual(Y()));
+                     return graph;
+                   },
+                   {"node \"zero_k\": K is 0 (C = activation(bias) + residual) and its residual \"y\"",
+                    "is written by node \"first\"", "make the residual a graph input"}});
+  cases.push_back({"ZeroKWithAProducedBias",
+                   [] {
+                     GemmGraph graph;
+                     const TensorView bias = Bf16("bias", kBias, 1, 256);
+                     graph.AddGemm("bias_node", Bf16("x1", kX, 1, 128), W(), bias);
+                     graph.AddGemm("zero_k", Bf16("a", kH, 64, 0), Bf16("b", kW2, 256, 0), Y(),
+                                   WithBias(bias));
+                     return graph;
+                   },
+                   {"node \"zero_k\": K is 0", "its bias \"bias\" is written by node \"bias_node\"",
+                    "make the bias a graph input"}});
   cases.push_back({"TwoNodeCycle",
                    [] {
                      GemmGraph graph;
@@ -503,7 +517,7 @@ TEST(ValidateTest, ZeroSizeNodesAreNoOps) {
   // N = 0.
   graph.AddGemm("n0", X(), TensorView::Dense("w0", nullptr, DType::kBF16, 0, 128),
                 TensorView::Dense("c0", nullptr, DType::kBF16, 64, 0));
-  // K = 0 with M = 0 or N = 0 (K = 0 with an output is refused: ZeroKWithAnOutput).
+  // K = 0 with M = 0 or N = 0.
   graph.AddGemm("k0_m0", TensorView::Dense("a0", nullptr, DType::kBF16, 0, 0),
                 TensorView::Dense("b0", nullptr, DType::kBF16, 256, 0),
                 TensorView::Dense("c2", nullptr, DType::kBF16, 0, 256));
@@ -512,6 +526,19 @@ TEST(ValidateTest, ZeroSizeNodesAreNoOps) {
                 TensorView::Dense("c3", nullptr, DType::kBF16, 64, 0));
   // An empty view at a misaligned address is never touched.
   graph.AddGemm("m0_misaligned", Bf16("x1", kX + 2, 0, 128), W(), Bf16("y1", kZ + 2, 0, 256));
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+}
+
+// K = 0 with an output: C = activation(bias) + residual, the bias and
+// residual graph inputs (ZeroKWithAProduced* for the refusals), and a K = 0
+// node's output may feed another node.
+TEST(ValidateTest, ZeroKNodesWithAnOutputAreValid) {
+  GemmGraph graph;
+  graph.AddGemm("zero_k", Bf16("a", kX, 64, 0), Bf16("b", kW, 256, 0), Y(),
+                {.activation = Activation::kSiLU,
+                 .bias = Typed("bias", kBias, DType::kFP32, 1, 256),
+                 .residual = Bf16("r", kH, 64, 256)});
+  graph.AddGemm("consumer", Y(), Bf16("w2", kW2, 128, 256), Bf16("z", kZ, 64, 128));
   EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
 }
 

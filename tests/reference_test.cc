@@ -583,20 +583,43 @@ TEST(GraphTest, IndependentBatch) {
   }
 }
 
-// A node with K = 0 and an output has no tile jobs, so no kernel would write
-// its C: the graph is invalid, and the reference refuses to run it.
-TEST(GraphTest, ZeroKWithAnOutputIsRefused) {
+// A node with K = 0 and an output: C = activation(bias) + residual, one job
+// a tile over no k-blocks, and a consumer of that output, in queue order and
+// on virtual SMs, against the naive loop (which sums nothing to 0).
+TEST(GraphTest, ZeroKRunsItsEpilogueAlone) {
   Rng rng;
   HostGraph g(rng);
   HostMatrix empty(DType::kBF16, 1, 1);  // a valid address for the K = 0 views
   const TensorView a = TensorView{"a", empty.data(), DType::kBF16, 65, 0, 8};
-  const TensorView b = TensorView{"b", empty.data(), DType::kBF16, 63, 0, 8};
-  g.graph().AddGemm("zero_k", a, b, g.Output("c", DType::kFP32, 65, 63));
-  absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(1));
-  ASSERT_TRUE(schedule.ok()) << schedule.status();
-  const absl::Status status = RunReference(g.graph(), *schedule);
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_NE(std::string(status.message()).find("node \"zero_k\": K is 0"), std::string::npos) << status;
+  const TensorView b = TensorView{"b", empty.data(), DType::kBF16, 126, 0, 8};
+  const TensorView h = g.Output("h", DType::kBF16, 65, 63);
+  g.graph().AddGemm("zero_k", a, b, h,
+                    {.activation = Activation::kSwiGLU,
+                     .bias = g.Input("bias", DType::kFP32, 1, 126),
+                     .residual = g.Input("r", DType::kBF16, 65, 63)});
+  g.graph().AddGemm("plain_zero_k", a, TensorView{"b2", empty.data(), DType::kBF16, 70, 0, 8},
+                    g.Output("p", DType::kFP32, 65, 70), {.activation = Activation::kGELU,
+                                                          .bias = g.Input("bias2", DType::kBF16, 1, 70)});
+  g.graph().AddGemm("consumer", h, g.Input("w", DType::kBF16, 40, 63), g.Output("y", DType::kFP32, 65, 40));
+  ASSERT_TRUE(g.graph().Validate().ok()) << g.graph().Validate();
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  for (const int32_t split_k : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("split_k ", split_k));
+    absl::StatusOr<sched::Schedule> schedule = LowerGraph(g.graph(), SmallTiles(split_k));
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    EXPECT_EQ(schedule->nodes[0].split_k, 1);  // nothing to split
+    EXPECT_EQ(schedule->nodes[2].dependency_count, 1);
+    g.ExpectExecutorMatches(*schedule, {}, expected);
+    g.ExpectExecutorMatches(*schedule, {.simulated_sms = 3, .seed = rng.seed()}, expected);
+  }
+  // The naive loop's K = 0 output is the epilogue of 0, element by element.
+  const GemmNode& node = g.graph().nodes()[1];
+  for (int64_t r = 0; r < 65; r += 16) {
+    for (int64_t c = 0; c < 70; c += 9) {
+      const double want = ops::Gelu(ops::LoadElement(*node.epilogue.bias, 0, c));
+      EXPECT_NEAR(ops::LoadElement(expected[1].view("naive"), r, c), want, 1e-6 * (1 + std::fabs(want)));
+    }
+  }
 }
 
 // --- A Plan compiled for a described H200 (no GPU needed) ----------------------

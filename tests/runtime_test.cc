@@ -254,6 +254,34 @@ GemmGraph WideDecodeGraph(int64_t rows, int64_t n) {
 // one (N <= 4224: two waves of jobs) and hold at most 32 MiB, unless split_k
 // asks for splits or ring_mode for lockstep rings; kTiled never does;
 // kNarrow up to 128 rows.
+// A graph with a node of K = 0 (and an output) runs on the tiled kernel:
+// kAuto keeps it at any row count, kNarrow is refused naming the node; the
+// node has one job a tile, over no k-blocks.
+TEST(RuntimeTest, ZeroKNodesKeepTheTiledKernel) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  for (const int64_t rows : {int64_t{1}, int64_t{64}, int64_t{128}}) {
+    SCOPED_TRACE(rows);
+    GemmGraph graph = WideDecodeGraph(rows, 4096);
+    graph.AddGemm("zero_k", Fake("x", 0x100000, rows, 1024).Columns(0, 0),
+                  Fake("z", 0x50000000, 512, 8).Columns(0, 0), Fake("c", 0x60000000, rows, 512),
+                  {.bias = Fake("bias", 0x70000000, 1, 512)});
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, CompileOptions{});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->kernel(), KernelChoice::kTiled);
+    int zero_k_jobs = 0;
+    for (const sched::TileJob& job : plan->schedule().queue) {
+      if (job.node != 2) continue;
+      EXPECT_EQ(job.k_block_end, job.k_block_begin);
+      ++zero_k_jobs;
+    }
+    EXPECT_EQ(zero_k_jobs, 1);  // one cluster: two 256-column tiles
+    CompileOptions narrow;
+    narrow.kernel = KernelChoice::kNarrow;
+    EXPECT_TRUE(HasStatus(runtime.Compile(graph, narrow).status(), absl::StatusCode::kInvalidArgument,
+                          {"CompileOptions.kernel: kNarrow", "node \"zero_k\" has K = 0"}));
+  }
+}
+
 TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   ASSERT_EQ(runtime.device().sm_count, 132);

@@ -137,14 +137,28 @@ TEST(LowerTest, DependenciesAreGroupedByConsumer) {
 }
 
 TEST(LowerTest, ZeroSizeProducersProduceNoJobsAndNoWaits) {
-  // k == 0 with m, n > 0 is degenerate: no jobs; its consumer does not wait on it.
-  std::vector<NodeProblem> g = {Gemm(256, 512, 0), Gemm(256, 256, 512, {Edge(0, DependencyOperand::kA)})};
+  // m == 0: no output, no jobs; its consumer does not wait on it.
+  std::vector<NodeProblem> g = {Gemm(0, 512, 256), Gemm(256, 256, 512, {Edge(0, DependencyOperand::kA)})};
   absl::StatusOr<Schedule> s = Lower(g, Options());
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(NodeJobCount(*s, 0), 0);
   EXPECT_EQ(s->nodes[1].dependency_count, 0);
   for (const TileJob& job : s->queue) EXPECT_EQ(job.node, 1);
   EXPECT_TRUE(CheckQueue(*s).ok());
+}
+
+TEST(LowerTest, ZeroKProducersHaveEpilogueJobsThatConsumersWaitFor) {
+  // k == 0 with m, n > 0: C = epilogue(0), one job a tile over no k-blocks,
+  // published like any other; its consumer waits for it.
+  std::vector<NodeProblem> g = {Gemm(256, 512, 0), Gemm(256, 256, 512, {Edge(0, DependencyOperand::kA)})};
+  absl::StatusOr<Schedule> s = Lower(g, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(NodeJobCount(*s, 0), 2);  // 2 x 2 tiles, clusters of 2
+  for (const TileJob& job : s->queue) {
+    if (job.node == 0) EXPECT_EQ(job.k_block_end, job.k_block_begin);
+  }
+  EXPECT_EQ(s->nodes[1].dependency_count, 1);
+  EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
 }
 
 // Every tile of every node exactly once; with split-K each split of each tile

@@ -66,12 +66,24 @@ TEST(TileNodeTest, SwiGLUHalvesOutputColumns) {
 }
 
 TEST(TileNodeTest, ZeroSizeNodesHaveNoTiles) {
-  for (NodeProblem p : {Gemm(0, 64, 64), Gemm(64, 0, 64),
-                        Gemm(64, 64, 0)}) {
+  for (NodeProblem p : {Gemm(0, 64, 64), Gemm(64, 0, 64), Gemm(0, 0, 0)}) {
     absl::StatusOr<NodeSchedule> node = TileNode(p, 0, Options());
     ASSERT_TRUE(node.ok());
     EXPECT_EQ(int64_t{node->m_blocks} * node->n_blocks, 0) << p.m << "x" << p.n << "x" << p.k;
   }
+}
+
+// K = 0 still has an output (epilogue(0)): its tiles as usual, no k-blocks,
+// never split.
+TEST(TileNodeTest, ZeroKNodesKeepTheirTiles) {
+  SchedulerOptions o = Options();
+  o.split_k = 4;
+  absl::StatusOr<NodeSchedule> node = TileNode(Gemm(200, 600, 0), 0, o);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->m_blocks, 2);
+  EXPECT_EQ(node->n_blocks, 3);
+  EXPECT_EQ(node->k_blocks, 0);
+  EXPECT_EQ(node->split_k, 1);
 }
 
 TEST(TileNodeTest, RefusesWhatTheJobCannotEncode) {

@@ -16,8 +16,8 @@
 //        residual bf16 or fp32;
 //     3. the shapes chain: A [M, K], B [N, K], C [M, N_out] with N_out = N, or
 //        N / 2 for SwiGLU (which needs an even N), bias [1, N], residual
-//        [M, N_out]; M = 0 or N = 0 is legal (the node is a no-op; K = 0
-//        only then, rule 5);
+//        [M, N_out]; M = 0 or N = 0 is legal (the node is a no-op), and so
+//        is K = 0 (C = epilogue(0): activation(bias) + residual);
 //     4. hardware limits. A, B, C and residual move through TMA: each
 //        dimension <= 2^31 - 1, base address 16-byte aligned and, when
 //        rows > 1 (the only case in which the stride is used), a row stride in
@@ -26,9 +26,7 @@
 //        base needs only 4-byte alignment. Empty views are never loaded or
 //        stored and are exempt from these limits;
 //     5. K fits the tile-job encoding: at most 65535 k-blocks of 64 (TileJob
-//        keeps k-blocks in 16 bits), i.e. K <= 4194240; and K > 0 unless C
-//        is empty: a node's output is written by its tile jobs, and a node
-//        with K = 0 has none (its C would be left as it was, not epilogue(0));
+//        keeps k-blocks in 16 bits), i.e. K <= 4194240;
 //     6. no input of the node overlaps its own output (no in-place GEMMs);
 //   across nodes:
 //     7. every element is written by at most one node;
@@ -37,7 +35,12 @@
 //     9. no write-after-read hazard: a node never writes memory that a node
 //        added before it reads (that node would wait for, and read, the new
 //        value). Every cycle contains such an edge, so cycles are reported
-//        first, with their own message.
+//        first, with their own message;
+//    10. a node with K = 0 and an output reads no bias or residual that
+//        another node writes: its jobs are its epilogue alone, and the
+//        kernels order a job's epilogue after the producers of its bias and
+//        residual through its first load of A, which such a job does not
+//        have.
 //
 // Overlap of two views is decided on bytes: their byte ranges
 // [base, base + (rows - 1) * stride + cols * element_size) must intersect and,
@@ -335,13 +338,6 @@ absl::Status CheckShapes(const GemmNode& node) {
 
 // Rule 5.
 absl::Status CheckK(const GemmNode& node) {
-  if (node.k() == 0 && !node.c.empty()) {
-    return NodeError(node, absl::StrFormat("K is 0 (%s has no columns) but %s is %d x %d: a node with K = 0 has "
-                                           "no tile jobs, so its output (epilogue(0)) would never be written; "
-                                           "give it K > 0 or leave it out",
-                                           Describe("A", node.a), Describe("C", node.c), node.c.rows,
-                                           node.c.cols));
-  }
   if (node.k() > kMaxK) {
     return NodeError(node, absl::StrFormat("K %d exceeds the limit of %d (%d k-blocks of %d: the "
                                            "tile job keeps k-blocks in 16 bits)",
@@ -542,6 +538,21 @@ absl::Status GemmGraph::Validate() const {
                           nodes_[later].c.name, ByteRange(nodes_[later].c),
                           Describe(input->role, *input->view), ByteRange(*input->view),
                           nodes_[earlier].name, nodes_[earlier].name));
+    }
+  }
+
+  // Rule 10: K = 0 reads no produced bias or residual.
+  for (int j = 0; j < n; ++j) {
+    const GemmNode& node = nodes_[j];
+    if (node.k() != 0 || node.c.empty()) continue;
+    for (int i : producers_of[j]) {
+      const RoleView* input = FirstOverlappingInput(inputs[j], nodes_[i]);
+      return NodeError(node, absl::StrFormat("K is 0 (C = activation(bias) + residual) and its %s is written by "
+                                             "node \"%s\": a job of a node with K = 0 runs its epilogue alone, "
+                                             "and the kernels order an epilogue after its producers only through "
+                                             "the job's loads of A; make the %s a graph input, or give the node "
+                                             "K > 0",
+                                             Describe(input->role, *input->view), nodes_[i].name, input->role));
     }
   }
   return absl::OkStatus();

@@ -186,8 +186,27 @@ absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceD
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
 constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
-// Whether the scheduler gives `node` tile jobs (an empty product has none).
-bool HasJobs(const GemmNode& node) { return node.m() > 0 && node.n() > 0 && node.k() > 0; }
+// Whether the scheduler gives `node` tile jobs: every node with an output,
+// K = 0 too (its jobs run the epilogue alone).
+bool HasJobs(const GemmNode& node) { return node.m() > 0 && node.n() > 0; }
+
+// Whether the jobs of `node` load A and B (so it has their tensor maps, and
+// weights to pack): K > 0.
+bool LoadsOperands(const GemmNode& node) { return HasJobs(node) && node.k() > 0; }
+
+// The first node with jobs over no k-blocks (K = 0 and an output), or null.
+// Only the tiled kernel runs them: its consumers zero their accumulators per
+// job and its loaders loop over the job's k-blocks, so such a job is its
+// epilogue alone, with no change to the kernel. The narrow kernel would need
+// its epilogue prefetched outside the stage loop, and that alone cost the
+// 64-token chain ~1 us (107.2-107.5 us against 106.2-106.6, bench/NOTES.md
+// v1.37), so graphs with such a node keep the tiled kernel.
+const GemmNode* FirstZeroKNode(const GemmGraph& graph) {
+  for (const GemmNode& node : graph.nodes()) {
+    if (HasJobs(node) && node.k() == 0) return &node;
+  }
+  return nullptr;
+}
 
 // The narrow kernel's tiles of `node`: its 32-column blocks.
 int64_t NarrowTiles(const GemmNode& node) { return (node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN; }
@@ -247,8 +266,12 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
     case KernelChoice::kAuto:
       break;
   }
-  // Options only the tiled kernel has keep it: splits, lockstep rings.
-  if (rows > NarrowConfig::kMaxRows || options.split_k > 1 || options.ring_mode != RingMode::kSplit) return false;
+  // Options only the tiled kernel has keep it: splits, lockstep rings; and
+  // nodes with K = 0 (FirstZeroKNode).
+  if (rows > NarrowConfig::kMaxRows || options.split_k > 1 || options.ring_mode != RingMode::kSplit ||
+      FirstZeroKNode(graph) != nullptr) {
+    return false;
+  }
   const std::vector<GemmNode>& nodes = graph.nodes();
   if (rows > NarrowConfig::kBlockM) {
     // Two row blocks: each weight tile is read by two jobs, and each job
@@ -455,6 +478,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     }
     if (!HasJobs(node)) continue;  // no tensor maps
     if (narrow) {
+      if (!LoadsOperands(node)) continue;
       // K a multiple of 64: maps that load a whole stage of k-blocks at once;
       // else one k-block a load (the kernel tells them apart the same way).
       const uint32_t a_rows = NarrowConfig::ATileRows(a_stage_bytes);
@@ -469,12 +493,16 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
       }
       continue;
     }
-    LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
-    LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
-    LOOM_RETURN_IF_ERROR(
-        internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, 2 * KernelConfig::kABoxRows, &out.a_slot_map));
-    LOOM_RETURN_IF_ERROR(
-        internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, 2 * KernelConfig::kBBoxRows, &out.b_slot_map));
+    if (LoadsOperands(node)) {
+      LOOM_RETURN_IF_ERROR(
+          internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
+      LOOM_RETURN_IF_ERROR(
+          internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
+      LOOM_RETURN_IF_ERROR(
+          internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, 2 * KernelConfig::kABoxRows, &out.a_slot_map));
+      LOOM_RETURN_IF_ERROR(
+          internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, 2 * KernelConfig::kBBoxRows, &out.b_slot_map));
+    }
     const sched::NodeSchedule& lowered = schedule.nodes[i];
     if (lowered.split_k > 1) {
       LOOM_RETURN_IF_ERROR(internal::EncodeWorkspaceMap(
@@ -516,7 +544,7 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
   int64_t offset = 0;
   for (int i = 0; i < graph.size(); ++i) {
     const GemmNode& node = graph.nodes()[i];
-    if (b_written[i] || !HasJobs(node)) continue;
+    if (b_written[i] || !LoadsOperands(node)) continue;
     const int64_t bytes = NarrowConfig::PackedWeightBytes(node.n(), node.k());
     const auto earlier = std::find_if(packed.begin(), packed.end(), [&](const Plan::Impl::PackedNode& other) {
       return same_view(graph.nodes()[other.node].b, node.b);
@@ -771,6 +799,12 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   const int64_t rows = MaxRows(graph);
   const std::vector<DataDependency> dependencies = graph.Dependencies();
   impl->narrow = UsesNarrowKernel(options, graph, dependencies, rows, device_.sm_count);
+  if (const GemmNode* zero_k = FirstZeroKNode(graph); impl->narrow && zero_k != nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.kernel: kNarrow, but node \"%s\" has K = 0 (its jobs are its epilogue alone), which only "
+        "the tiled kernel runs; use kAuto or kTiled",
+        zero_k->name));
+  }
   int cluster_size = kClusterSize;
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
   int64_t smem_bytes = 0;  // a CTA's

@@ -149,7 +149,7 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
     return NodeError(node_index, absl::StrCat("k_blocks = ", k_blocks, " (K = ", problem.k, ", tile.k = ", tile.k,
                                               ") exceeds ", kMaxKBlocks, ", the TileJob k-block range"));
   }
-  const bool empty = problem.m == 0 || problem.n == 0 || problem.k == 0;
+  const bool empty = problem.m == 0 || problem.n == 0;  // K = 0 still has an output: epilogue(0)
   const int64_t m_blocks = empty ? 0 : CeilDiv(problem.m, tile.m);
   const int64_t n_blocks = empty ? 0 : CeilDiv(problem.n, tile.n);
   if (m_blocks > kMaxBlocksPerDim) {

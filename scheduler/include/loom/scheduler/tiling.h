@@ -37,11 +37,10 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 // reduce_part_rows. Leaves flag_base,
 // partial_flag_base, workspace_offset and the dependency range to Lower().
 //
-// NOTE: a node with m, n or k == 0 has no tiles: m_blocks = n_blocks = 0 (so it
-// has no jobs and no flags, and any consumer box of it is empty). For k == 0
-// with m, n > 0 this departs from ceil(m / tile.m) on purpose: the output is
-// epilogue(0), which the runtime materialises outside the kernel (or treats as a
-// no-op), so the kernel must never wait on a flag for it.
+// NOTE: a node with m or n == 0 has no tiles: m_blocks = n_blocks = 0 (so it
+// has no jobs and no flags, and any consumer box of it is empty). A node with
+// k == 0 and m, n > 0 has its tiles as usual, each job over zero k-blocks:
+// the kernels run only its epilogue, on accumulators of zero.
 //
 // InvalidArgument naming the node for: negative dimensions; SwiGLU with odd n
 // or odd tile.n; k_blocks past 65535; m_blocks or n_blocks past INT32_MAX.
