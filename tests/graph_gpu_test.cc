@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
@@ -302,6 +303,7 @@ struct RandomNode {
   int64_t a_first_row = 0, a_rows = -1;  // A is a.Rows(a_first_row, a_rows) when a_rows >= 0
   Activation activation = Activation::kNone;
   std::string bias, residual;  // empty: none
+  bool zero_k = false;         // A and B read as their first 0 columns (K = 0)
 };
 
 // Builds one random graph into a GpuHarness: tensors are named in0, in1, ...
@@ -361,6 +363,13 @@ class RandomGraph {
     nodes_.push_back(std::move(node));
   }
 
+  // The last node added reads no column of its A and B: K = 0, C =
+  // activation(bias) + residual. Its bias and residual must be inputs.
+  void ZeroKLastNode() {
+    nodes_.back().zero_k = true;
+    absl::StrAppend(&description_, " (K = 0)");
+  }
+
   // The last node added reads rows [first, first + rows) of its A and writes
   // them of its C (a row join's half).
   void SliceLastNodeRows(int64_t first, int64_t rows) {
@@ -382,7 +391,12 @@ class RandomGraph {
         TensorView c = t(node.c).Columns(node.c_first_col, node.c_cols);
         if (node.a_rows >= 0) a = a.Rows(node.a_first_row, node.a_rows);
         if (node.c_rows >= 0) c = c.Rows(node.c_first_row, node.c_rows);
-        g.AddGemm(node.name, a, t(node.b), c, epilogue);
+        TensorView b = t(node.b);
+        if (node.zero_k) {
+          a = a.Columns(0, 0).Named(a.name + ".k0");
+          b = b.Columns(0, 0).Named(b.name + ".k0");
+        }
+        g.AddGemm(node.name, a, b, c, epilogue);
       }
     });
   }
@@ -402,10 +416,25 @@ class RandomGraph {
 // diamond (two consumers of one producer, or two producers of the column
 // halves of one buffer and their consumer), two producers of the row halves
 // of one buffer and their consumer, or a one-row producer whose output a
-// consumer adds as its bias. Intermediates are bf16 (they are the next node's
-// A); final outputs bf16 or fp32.
-void BuildRandomGraph(RandomGraph& graph, Rng& rng) {
-  const int64_t kind = rng.UniformInt(0, 4);
+// consumer adds as its bias; with `zero_k`, also a producer of K = 0 (its
+// output activation(bias) + residual) and its consumer, which only the tiled
+// kernel runs. Intermediates are bf16 (they are the next node's A); final
+// outputs bf16 or fp32.
+void BuildRandomGraph(RandomGraph& graph, Rng& rng, bool zero_k = false) {
+  const int64_t kind = rng.UniformInt(0, zero_k ? 5 : 4);
+  if (kind == 5) {
+    const int64_t m = graph.Rows(), k = graph.Width(), width = graph.Width();
+    absl::StrAppend(&graph.description(), "a producer of K = 0 and its consumer:");
+    const std::string x = graph.Input(kBF16, m, k);
+    const std::string h = graph.Output(kBF16, m, width);
+    graph.AddNode(x, m, k, h, 0, width);  // its residual, if any, a fresh input
+    graph.ZeroKLastNode();
+    const int64_t out = graph.Width();
+    const std::string y = graph.Output(graph.BF16OrFP32(), m, out);
+    graph.AddNode(h, m, width, y, 0, out, out == width ? h : "");
+    graph.Build();
+    return;
+  }
   if (kind == 3) {
     const int64_t m = std::max<int64_t>(graph.Rows(), 2), k = graph.Width(), width = graph.Width();
     const int64_t top = rng.UniformInt(1, m - 1);
@@ -543,7 +572,7 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
     for (int i = 0; i < kGraphs && !HasFailure(); ++i) {
       GpuHarness h;
       RandomGraph graph(h, rng);
-      BuildRandomGraph(graph, rng);
+      BuildRandomGraph(graph, rng, /*zero_k=*/true);
       SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description()));
       LOOM_ASSERT_OK(h.Run(runtime));
       h.ExpectEachNodeMatchesReference();
@@ -567,11 +596,11 @@ TEST(GraphSoakTest, RandomGraphsUnderRandomOptions) {
   LOOM_SKIP_WITHOUT_GPU();
   constexpr int kGraphs = 48;
   Rng rng;
-  int ran = 0;
+  int ran = 0, ran_zero_k = 0;
   for (int i = 0; i < kGraphs && !HasFailure(); ++i) {
     GpuHarness h;
     RandomGraph graph(h, rng, /*max_rows=*/i % 2 == 0 ? kernel::NarrowConfig::kMaxRows : 300);
-    BuildRandomGraph(graph, rng);
+    BuildRandomGraph(graph, rng, /*zero_k=*/true);
     const CompileOptions options = testbed::RandomCompileOptions(rng, testbed::OptionRanges::kUsable);
     SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description(), "; options: ",
                               testbed::DescribeOptions(options)));
@@ -579,11 +608,13 @@ TEST(GraphSoakTest, RandomGraphsUnderRandomOptions) {
     if (absl::IsInvalidArgument(status) || absl::IsFailedPrecondition(status)) continue;  // refused by Compile
     LOOM_ASSERT_OK(status);
     ++ran;
+    ran_zero_k += absl::StrContains(graph.description(), "K = 0");
     h.ExpectEachNodeMatchesReference();
     EXPECT_TRUE(ReplayIsBitIdentical(h));
   }
-  std::printf("[ loom     ] %d of %d random graphs ran under their options (the rest refused by Compile)\n", ran,
-              kGraphs);
+  std::printf("[ loom     ] %d of %d random graphs ran under their options (%d with a node of K = 0; the rest "
+              "refused by Compile)\n",
+              ran, kGraphs, ran_zero_k);
   EXPECT_GE(ran, kGraphs / 2);
 }
 
