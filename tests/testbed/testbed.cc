@@ -330,7 +330,7 @@ Comparison CompareToReference(const TensorView& out, const TensorView& ref, cons
   const double relative = tolerance.relative + OutputRounding(out.dtype);
   for (int64_t i = 0; i < m; ++i) {
     std::fill(ab.begin(), ab.end(), 0.0);
-    ops::AccumulateTile(&abs_a[static_cast<size_t>(i * k)], k, abs_b.data(), k, 1, n, k, ab.data(), n);
+    ops::AccumulateTile(abs_a.data() + i * k, k, abs_b.data(), k, 1, n, k, ab.data(), n);  // K may be 0
     for (int64_t j = 0; j < n; ++j) {
       const double o = ops::LoadElement(out, i, j), r = ops::LoadElement(ref, i, j);
       const double bound = tolerance.exact ? 0.0 : relative * std::fabs(r) + accumulation * ab[j];
@@ -379,8 +379,9 @@ Comparison CompareNodeToReference(const GemmNode& node, const TensorView& out, c
   for (int64_t i = 0; i < m; ++i) {
     std::fill(acc.begin(), acc.end(), 0.0);
     std::fill(ab.begin(), ab.end(), 0.0);
-    ops::AccumulateTile(&a[static_cast<size_t>(i * k)], k, b.data(), k, 1, n, k, acc.data(), n);
-    ops::AccumulateTile(&abs_a[static_cast<size_t>(i * k)], k, abs_b.data(), k, 1, n, k, ab.data(), n);
+    // data() + offset, not &v[offset]: with K = 0 the vectors are empty.
+    ops::AccumulateTile(a.data() + i * k, k, b.data(), k, 1, n, k, acc.data(), n);
+    ops::AccumulateTile(abs_a.data() + i * k, k, abs_b.data(), k, 1, n, k, ab.data(), n);
     for (int64_t j = 0; j < out.cols; ++j) {
       const double residual = epilogue.residual ? ops::LoadElement(*epilogue.residual, i, j) : 0.0;
       double carried, terms, ab_shown;
