@@ -40,7 +40,8 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 // NOTE: a node with m or n == 0 has no tiles: m_blocks = n_blocks = 0 (so it
 // has no jobs and no flags, and any consumer box of it is empty). A node with
 // k == 0 and m, n > 0 has its tiles as usual, each job over zero k-blocks:
-// the kernels run only its epilogue, on accumulators of zero.
+// the tiled kernel runs only its epilogue, on accumulators of zero (the
+// runtime keeps such graphs off the narrow kernel).
 //
 // InvalidArgument naming the node for: negative dimensions; SwiGLU with odd n
 // or odd tile.n; k_blocks past 65535; m_blocks or n_blocks past INT32_MAX.
