@@ -11,9 +11,9 @@
 // the simulated run lets virtual SMs hold jobs that are not ready yet and
 // spin, like the GPU's CTAs do.
 //
-// Beside the flags, OutputBytes follows the data itself: which host bytes
-// are some node's output and which of those have been written. A job that
-// reads an output byte before it is written fails the run, whatever the
+// Beside the flags, OutputBytes follows the data itself: which elements of
+// the nodes' outputs have been written, and which host bytes they are. A job
+// that reads an output byte before it is written fails the run, whatever the
 // flags said, so a read model that waits for too little (a missing edge, a
 // wrong producer box, a phase without its reads) cannot pass unseen.
 #include "loom/reference.h"
@@ -71,88 +71,79 @@ absl::Status CheckHostViews(const GemmNode& node) {
   return absl::OkStatus();
 }
 
-// Which host bytes are the output of some node (its C), and which of those
-// have been written so far. The graph's rules (GemmGraph::Validate: no two
-// writers, no in-place node, no write after read) make every such byte
-// written exactly once, before anyone may read it.
+// Which elements of the graph's outputs (every node's C) have been written
+// so far, and whether a view's elements are outputs not yet written. The
+// graph's rules (GemmGraph::Validate: no two writers, no in-place node, no
+// write after read) make every output element written exactly once, before
+// anyone may read it. Reads are matched on bytes (a view may reinterpret an
+// output: a column slice, a reshape), with a flag an element of each output,
+// so the memory is the outputs' elements whatever their strides.
 class OutputBytes {
  public:
   explicit OutputBytes(const GemmGraph& graph);
 
-  // Marks elements [row_begin, row_end) x [col_begin, col_end) of `view` written.
-  void MarkWritten(const TensorView& view, int64_t row_begin, int64_t row_end, int64_t col_begin,
-                   int64_t col_end);
-  // The first element of that block of `view` that is an output not yet
-  // written, as (row, column) of the view; nullopt when there is none.
+  // Marks elements [row_begin, row_end) x [col_begin, col_end) of node
+  // `node`'s C written.
+  void MarkWritten(int node, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end);
+  // The first element of that block of `view` some byte of which belongs to
+  // an output element not yet written, as (row, column) of the view; nullopt
+  // when there is none.
   std::optional<std::pair<int64_t, int64_t>> FirstUnwritten(const TensorView& view, int64_t row_begin,
                                                             int64_t row_end, int64_t col_begin,
                                                             int64_t col_end) const;
 
  private:
-  enum State : uint8_t { kNotOutput = 0, kUnwritten = 1, kWritten = 2 };
-  // A run of addresses covering one or more outputs (merged where they
-  // interleave, as two column halves of one buffer do), a state per byte.
-  struct Range {
-    uintptr_t begin = 0, end = 0;
-    std::vector<uint8_t> state;
+  struct Output {
+    const TensorView* c;
+    std::vector<uint8_t> written;  // [rows][cols]
   };
-  // Calls visit(range, first, last) for each part [first, last) of
-  // [begin, end) that lies in one of `ranges` (ranges_, const or not).
-  template <typename Ranges, typename Visit>
-  static void ForEachCovered(Ranges& ranges, uintptr_t begin, uintptr_t end, Visit visit);
-  static uintptr_t Address(const TensorView& view, int64_t row, int64_t col) {
-    return reinterpret_cast<uintptr_t>(view.element(row, col));
+  static intptr_t Address(const TensorView& view, int64_t row, int64_t col) {
+    return reinterpret_cast<intptr_t>(view.element(row, col));
   }
+  // The first unwritten element of `output` with a byte in [begin, end), as
+  // its first byte's address; nullopt when there is none.
+  static std::optional<intptr_t> FirstUnwrittenIn(const Output& output, intptr_t begin, intptr_t end);
 
-  std::vector<Range> ranges_;  // sorted by address, disjoint
+  std::vector<Output> outputs_;  // one a node, in node order (empty for an empty C)
 };
 
 OutputBytes::OutputBytes(const GemmGraph& graph) {
-  std::vector<std::pair<uintptr_t, uintptr_t>> spans;
   for (const GemmNode& node : graph.nodes()) {
-    if (node.c.empty()) continue;
-    spans.emplace_back(Address(node.c, 0, 0),
-                       Address(node.c, node.c.rows - 1, node.c.cols - 1) + node.c.element_size());
-  }
-  std::sort(spans.begin(), spans.end());
-  for (const auto& [begin, end] : spans) {
-    if (!ranges_.empty() && begin < ranges_.back().end) {
-      ranges_.back().end = std::max(ranges_.back().end, end);
-    } else {
-      ranges_.push_back(Range{begin, end, {}});
-    }
-  }
-  for (Range& range : ranges_) range.state.assign(range.end - range.begin, kNotOutput);
-  for (const GemmNode& node : graph.nodes()) {
-    for (int64_t row = 0; row < node.c.rows && !node.c.empty(); ++row) {
-      ForEachCovered(ranges_, Address(node.c, row, 0), Address(node.c, row, node.c.cols),
-                     [](Range& range, uintptr_t first, uintptr_t last) {
-                       std::fill(range.state.begin() + (first - range.begin),
-                                 range.state.begin() + (last - range.begin), kUnwritten);
-                     });
-    }
+    outputs_.push_back(Output{&node.c, std::vector<uint8_t>(static_cast<size_t>(node.c.rows * node.c.cols), 0)});
   }
 }
 
-template <typename Ranges, typename Visit>
-void OutputBytes::ForEachCovered(Ranges& ranges, uintptr_t begin, uintptr_t end, Visit visit) {
-  auto it = std::partition_point(ranges.begin(), ranges.end(),
-                                 [begin](const Range& range) { return range.end <= begin; });
-  for (; it != ranges.end() && it->begin < end; ++it) {
-    visit(*it, std::max(begin, it->begin), std::min(end, it->end));
-  }
-}
-
-void OutputBytes::MarkWritten(const TensorView& view, int64_t row_begin, int64_t row_end, int64_t col_begin,
-                              int64_t col_end) {
-  if (col_begin >= col_end) return;
+void OutputBytes::MarkWritten(int node, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
+  Output& output = outputs_[node];
   for (int64_t row = row_begin; row < row_end; ++row) {
-    ForEachCovered(ranges_, Address(view, row, col_begin), Address(view, row, col_end),
-                   [](Range& range, uintptr_t first, uintptr_t last) {
-                     std::fill(range.state.begin() + (first - range.begin),
-                               range.state.begin() + (last - range.begin), kWritten);
-                   });
+    std::fill(output.written.begin() + row * output.c->cols + col_begin,
+              output.written.begin() + row * output.c->cols + col_end, uint8_t{1});
   }
+}
+
+std::optional<intptr_t> OutputBytes::FirstUnwrittenIn(const Output& output, intptr_t begin, intptr_t end) {
+  const TensorView& c = *output.c;
+  if (c.empty()) return std::nullopt;
+  const intptr_t base = Address(c, 0, 0);
+  const intptr_t element = static_cast<intptr_t>(c.element_size());
+  const intptr_t row_bytes = c.cols * element;
+  // The rows of C whose bytes [base + i * stride, + row_bytes) meet [begin, end).
+  int64_t first_row = 0, last_row = 0;
+  if (c.rows > 1) {
+    const intptr_t stride = c.row_stride_bytes();
+    const intptr_t low = begin - base - row_bytes + 1;  // rows i with i * stride >= low end after begin
+    first_row = std::max<int64_t>(0, low <= 0 ? 0 : (low + stride - 1) / stride);
+    last_row = std::min<int64_t>(c.rows - 1, end - 1 - base < 0 ? -1 : (end - 1 - base) / stride);
+  }
+  for (int64_t row = first_row; row <= last_row; ++row) {
+    const intptr_t row_start = Address(c, row, 0);
+    const intptr_t from = std::max(begin, row_start), to = std::min(end, row_start + row_bytes);
+    if (from >= to) continue;
+    for (int64_t col = (from - row_start) / element; col <= (to - 1 - row_start) / element; ++col) {
+      if (!output.written[static_cast<size_t>(row * c.cols + col)]) return Address(c, row, col);
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<std::pair<int64_t, int64_t>> OutputBytes::FirstUnwritten(const TensorView& view,
@@ -160,22 +151,17 @@ std::optional<std::pair<int64_t, int64_t>> OutputBytes::FirstUnwritten(const Ten
                                                                        int64_t col_begin,
                                                                        int64_t col_end) const {
   if (col_begin >= col_end) return std::nullopt;
+  const intptr_t element = static_cast<intptr_t>(view.element_size());
   for (int64_t row = row_begin; row < row_end; ++row) {
-    const uintptr_t row_start = Address(view, row, 0);
-    std::optional<uintptr_t> unwritten;
-    ForEachCovered(
-        ranges_, Address(view, row, col_begin), Address(view, row, col_end),
-        [&unwritten](const Range& range, uintptr_t first, uintptr_t last) {
-          if (unwritten) return;
-          const auto begin = range.state.begin() + (first - range.begin);
-          const auto found = std::find(begin, range.state.begin() + (last - range.begin), kUnwritten);
-          if (found != range.state.begin() + (last - range.begin)) {
-            unwritten = range.begin + static_cast<uintptr_t>(found - range.state.begin());
-          }
-        });
-    if (unwritten) {
-      return std::make_pair(row, static_cast<int64_t>((*unwritten - row_start) / view.element_size()));
+    const intptr_t begin = Address(view, row, col_begin), end = Address(view, row, col_end);
+    std::optional<intptr_t> first;
+    for (const Output& output : outputs_) {
+      const std::optional<intptr_t> found = FirstUnwrittenIn(output, begin, end);
+      if (found && (!first || *found < *first)) first = found;
     }
+    // The view's element holding that output element's first byte (or, when
+    // the output element starts before the row's read, the first read).
+    if (first) return std::make_pair(row, std::max<int64_t>(col_begin, (*first - Address(view, row, 0)) / element));
   }
   return std::nullopt;
 }
@@ -449,8 +435,7 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
     }
     if (sched::JobRunsEpilogue(ns, job)) {
       const auto [row_begin, row_end] = EpilogueRows(job, extent);
-      output_bytes_->MarkWritten(graph_.nodes()[job.node].c, row_begin, row_end, extent.out_col_begin,
-                                 extent.out_col_end);
+      output_bytes_->MarkWritten(job.node, row_begin, row_end, extent.out_col_begin, extent.out_col_end);
     }
   }
   return absl::OkStatus();
