@@ -446,10 +446,32 @@ absl::Status Upload(const std::vector<T>& host, T** device) {
   return absl::OkStatus();
 }
 
-// The nodes as the kernel reads them. `narrow`: for the narrow decode kernel,
-// whose A boxes are the rows of its A k-block tiles (a_stage_bytes / 128 /
-// kKBlocksPerStage) and whose B boxes are 32 rows, a stage of k-blocks at a
-// time where K allows; it stores C itself and has no partials.
+// The tensor maps through which `node`'s jobs load A and B (K > 0). The
+// narrow kernel's (`narrow`): A boxes of the rows of its A k-block tiles
+// (a_stage_bytes / 128 / kKBlocksPerStage), B boxes of 32 rows, a stage of
+// k-blocks at a time where K is a multiple of 64, else one k-block a load (the
+// kernel tells them apart the same way). The tiled kernel's: half-tile boxes
+// and whole-slot boxes of each.
+absl::Status EncodeOperandMaps(const GemmNode& node, bool narrow, uint32_t a_stage_bytes, kernel::KernelNode& out) {
+  if (narrow) {
+    const uint32_t a_rows = NarrowConfig::ATileRows(a_stage_bytes);
+    if (node.k() % NarrowConfig::kBlockK == 0) {
+      LOOM_RETURN_IF_ERROR(internal::EncodeKBlockMap(node.a, a_rows, NarrowConfig::kKBlocksPerStage, &out.a_map));
+      return internal::EncodeKBlockMap(node.b, NarrowConfig::kBlockN, NarrowConfig::kKBlocksPerStage, &out.b_map);
+    }
+    LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, NarrowConfig::kBlockK, a_rows, &out.a_map));
+    return internal::EncodeTensorMap(node.b, NarrowConfig::kBlockK, NarrowConfig::kBlockN, &out.b_map);
+  }
+  LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
+  LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
+  LOOM_RETURN_IF_ERROR(
+      internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, 2 * KernelConfig::kABoxRows, &out.a_slot_map));
+  return internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, 2 * KernelConfig::kBBoxRows, &out.b_slot_map);
+}
+
+// The nodes as the kernel reads them. `narrow`: for the narrow decode kernel
+// (its A and B maps: EncodeOperandMaps), which stores C itself and has no
+// partials.
 absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& graph,
                                                               const sched::Schedule& schedule, float* workspace,
                                                               bool narrow, uint32_t a_stage_bytes) {
@@ -477,32 +499,8 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
       out.residual_stride = node.epilogue.residual->row_stride;
     }
     if (!HasJobs(node)) continue;  // no tensor maps
-    if (narrow) {
-      if (!LoadsOperands(node)) continue;
-      // K a multiple of 64: maps that load a whole stage of k-blocks at once;
-      // else one k-block a load (the kernel tells them apart the same way).
-      const uint32_t a_rows = NarrowConfig::ATileRows(a_stage_bytes);
-      if (node.k() % NarrowConfig::kBlockK == 0) {
-        LOOM_RETURN_IF_ERROR(internal::EncodeKBlockMap(node.a, a_rows, NarrowConfig::kKBlocksPerStage, &out.a_map));
-        LOOM_RETURN_IF_ERROR(
-            internal::EncodeKBlockMap(node.b, NarrowConfig::kBlockN, NarrowConfig::kKBlocksPerStage, &out.b_map));
-      } else {
-        LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, NarrowConfig::kBlockK, a_rows, &out.a_map));
-        LOOM_RETURN_IF_ERROR(
-            internal::EncodeTensorMap(node.b, NarrowConfig::kBlockK, NarrowConfig::kBlockN, &out.b_map));
-      }
-      continue;
-    }
-    if (LoadsOperands(node)) {
-      LOOM_RETURN_IF_ERROR(
-          internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
-      LOOM_RETURN_IF_ERROR(
-          internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
-      LOOM_RETURN_IF_ERROR(
-          internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, 2 * KernelConfig::kABoxRows, &out.a_slot_map));
-      LOOM_RETURN_IF_ERROR(
-          internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, 2 * KernelConfig::kBBoxRows, &out.b_slot_map));
-    }
+    if (LoadsOperands(node)) LOOM_RETURN_IF_ERROR(EncodeOperandMaps(node, narrow, a_stage_bytes, out));
+    if (narrow) continue;  // it stores C itself and has no partials
     const sched::NodeSchedule& lowered = schedule.nodes[i];
     if (lowered.split_k > 1) {
       LOOM_RETURN_IF_ERROR(internal::EncodeWorkspaceMap(
