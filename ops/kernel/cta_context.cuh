@@ -288,8 +288,8 @@ __device__ inline CtaWork ResolveJob(const Ctx& ctx, int index) {
 // (schedules, epilogue fields), and the TMA unit for each node's `maps`, one
 // warp at the start of a launch: after a launch has streamed its weights
 // through L2 they are gone, and the first job of every role reads them one
-// round trip after another (queue entry, node, descriptor). Nodes without
-// work have no maps (runtime.cc) and are skipped.
+// round trip after another (queue entry, node, descriptor). Nodes that load
+// nothing (M, N or K of 0) have no A or B maps (runtime.cc) and are skipped.
 // NOTE: with this and the scheduler's first fetch beside the epoch read, the
 // one-token MLP block (narrow kernel) took 99.5-99.7 us against 100.7-100.8
 // (bench/NOTES.md v1.19).

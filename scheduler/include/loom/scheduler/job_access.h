@@ -18,8 +18,8 @@
 // its tiles (partial flags, all splits).
 //
 //   std::vector<loom::sched::FlagRead> reads;
-//   loom::sched::AppendOperandReads(schedule, job, k_block, k_block + 1,
-//                                   loom::sched::ReadPhase::kMainLoop, &reads);
+//   loom::sched::AppendJobReads(schedule, job, k_block, k_block + 1,
+//                               loom::sched::ReadPhase::kMainLoop, &reads);
 #ifndef LOOM_SCHEDULER_JOB_ACCESS_H_
 #define LOOM_SCHEDULER_JOB_ACCESS_H_
 
