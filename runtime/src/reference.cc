@@ -11,7 +11,7 @@
 // the simulated run lets virtual SMs hold jobs that are not ready yet and
 // spin, like the GPU's CTAs do.
 //
-// Beside the flags, OutputBytes follows the data itself: which elements of
+// Beside the flags, OutputWrites follows the data itself: which elements of
 // the nodes' outputs have been written, and which host bytes they are. A job
 // that reads an output byte before it is written fails the run, whatever the
 // flags said, so a read model that waits for too little (a missing edge, a
@@ -78,9 +78,9 @@ absl::Status CheckHostViews(const GemmNode& node) {
 // anyone may read it. Reads are matched on bytes (a view may reinterpret an
 // output: a column slice, a reshape), with a flag an element of each output,
 // so the memory is the outputs' elements whatever their strides.
-class OutputBytes {
+class OutputWrites {
  public:
-  explicit OutputBytes(const GemmGraph& graph);
+  explicit OutputWrites(const GemmGraph& graph);
 
   // Marks elements [row_begin, row_end) x [col_begin, col_end) of node
   // `node`'s C written.
@@ -107,13 +107,13 @@ class OutputBytes {
   std::vector<Output> outputs_;  // one a node, in node order (empty for an empty C)
 };
 
-OutputBytes::OutputBytes(const GemmGraph& graph) {
+OutputWrites::OutputWrites(const GemmGraph& graph) {
   for (const GemmNode& node : graph.nodes()) {
     outputs_.push_back(Output{&node.c, std::vector<uint8_t>(static_cast<size_t>(node.c.rows * node.c.cols), 0)});
   }
 }
 
-void OutputBytes::MarkWritten(int node, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
+void OutputWrites::MarkWritten(int node, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
   Output& output = outputs_[node];
   for (int64_t row = row_begin; row < row_end; ++row) {
     std::fill(output.written.begin() + row * output.c->cols + col_begin,
@@ -121,7 +121,7 @@ void OutputBytes::MarkWritten(int node, int64_t row_begin, int64_t row_end, int6
   }
 }
 
-std::optional<intptr_t> OutputBytes::FirstUnwrittenIn(const Output& output, intptr_t begin, intptr_t end) {
+std::optional<intptr_t> OutputWrites::FirstUnwrittenIn(const Output& output, intptr_t begin, intptr_t end) {
   const TensorView& c = *output.c;
   if (c.empty()) return std::nullopt;
   const intptr_t base = Address(c, 0, 0);
@@ -146,7 +146,7 @@ std::optional<intptr_t> OutputBytes::FirstUnwrittenIn(const Output& output, intp
   return std::nullopt;
 }
 
-std::optional<std::pair<int64_t, int64_t>> OutputBytes::FirstUnwritten(const TensorView& view,
+std::optional<std::pair<int64_t, int64_t>> OutputWrites::FirstUnwritten(const TensorView& view,
                                                                        int64_t row_begin, int64_t row_end,
                                                                        int64_t col_begin,
                                                                        int64_t col_end) const {
@@ -214,7 +214,7 @@ class ReferenceExecutor {
   const GemmGraph& graph_;
   const sched::Schedule& schedule_;
   std::vector<NodeState> state_;
-  std::optional<OutputBytes> output_bytes_;  // made by Prepare, once the host views are checked
+  std::optional<OutputWrites> output_writes_;  // made by Prepare, once the host views are checked
   mutable std::vector<sched::FlagRead> reads_;  // Ready's scratch
 };
 
@@ -281,7 +281,7 @@ absl::Status ReferenceExecutor::Prepare() {
                          std::numeric_limits<double>::quiet_NaN());
     }
   }
-  output_bytes_.emplace(graph_);
+  output_writes_.emplace(graph_);
   return absl::OkStatus();
 }
 
@@ -350,31 +350,29 @@ absl::Status ReferenceExecutor::CheckReadsWritten(const sched::TileJob& job, con
                                                   size_t index) const {
   const sched::NodeSchedule& ns = node_schedule(job.node);
   const GemmNode& node = graph_.nodes()[job.node];
-  struct Read {
-    const char* role;
-    const TensorView* view;
-    int64_t row_begin, row_end, col_begin, col_end;
-  };
-  std::vector<Read> reads;
-  if (job.kind == static_cast<uint8_t>(JobKind::kGemm)) {
-    reads.push_back({"A", &node.a, e.row_begin, e.row_end, e.k_begin, e.k_end});
-    reads.push_back({"B", &node.b, e.acc_col_begin, e.acc_col_end, e.k_begin, e.k_end});
-  }
-  if (sched::JobRunsEpilogue(ns, job)) {
-    const auto [row_begin, row_end] = EpilogueRows(job, e);
-    if (node.epilogue.bias) reads.push_back({"bias", &*node.epilogue.bias, 0, 1, e.acc_col_begin, e.acc_col_end});
-    if (node.epilogue.residual) {
-      reads.push_back({"residual", &*node.epilogue.residual, row_begin, row_end, e.out_col_begin, e.out_col_end});
-    }
-  }
-  for (const Read& read : reads) {
-    const auto unwritten =
-        output_bytes_->FirstUnwritten(*read.view, read.row_begin, read.row_end, read.col_begin, read.col_end);
-    if (!unwritten) continue;
+  // Internal error when that block of `view` holds an output element no job
+  // has written.
+  const auto check = [&](const char* role, const TensorView& view, int64_t row_begin, int64_t row_end,
+                         int64_t col_begin, int64_t col_end) -> absl::Status {
+    const auto unwritten = output_writes_->FirstUnwritten(view, row_begin, row_end, col_begin, col_end);
+    if (!unwritten) return absl::OkStatus();
     return absl::InternalError(absl::StrFormat(
         "schedule: %s reads %s \"%s\" element (%d, %d), another node's output, before any job wrote it "
         "(the flags it waited for did not cover it)",
-        DescribeJob(index), read.role, read.view->name, unwritten->first, unwritten->second));
+        DescribeJob(index), role, view.name, unwritten->first, unwritten->second));
+  };
+  if (job.kind == static_cast<uint8_t>(JobKind::kGemm)) {
+    LOOM_RETURN_IF_ERROR(check("A", node.a, e.row_begin, e.row_end, e.k_begin, e.k_end));
+    LOOM_RETURN_IF_ERROR(check("B", node.b, e.acc_col_begin, e.acc_col_end, e.k_begin, e.k_end));
+  }
+  if (!sched::JobRunsEpilogue(ns, job)) return absl::OkStatus();
+  if (node.epilogue.bias) {
+    LOOM_RETURN_IF_ERROR(check("bias", *node.epilogue.bias, 0, 1, e.acc_col_begin, e.acc_col_end));
+  }
+  if (node.epilogue.residual) {
+    const auto [row_begin, row_end] = EpilogueRows(job, e);
+    LOOM_RETURN_IF_ERROR(check("residual", *node.epilogue.residual, row_begin, row_end, e.out_col_begin,
+                               e.out_col_end));
   }
   return absl::OkStatus();
 }
@@ -435,7 +433,7 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
     }
     if (sched::JobRunsEpilogue(ns, job)) {
       const auto [row_begin, row_end] = EpilogueRows(job, extent);
-      output_bytes_->MarkWritten(job.node, row_begin, row_end, extent.out_col_begin, extent.out_col_end);
+      output_writes_->MarkWritten(job.node, row_begin, row_end, extent.out_col_begin, extent.out_col_end);
     }
   }
   return absl::OkStatus();
