@@ -544,16 +544,15 @@ absl::Status GemmGraph::Validate() const {
   // Rule 10: K = 0 reads no produced bias or residual.
   for (int j = 0; j < n; ++j) {
     const GemmNode& node = nodes_[j];
-    if (node.k() != 0 || node.c.empty()) continue;
-    for (int i : producers_of[j]) {
-      const RoleView* input = FirstOverlappingInput(inputs[j], nodes_[i]);
-      return NodeError(node, absl::StrFormat("K is 0 (C = activation(bias) + residual) and its %s is written by "
-                                             "node \"%s\": a job of a node with K = 0 runs its epilogue alone, "
-                                             "and the kernels order an epilogue after its producers only through "
-                                             "the job's loads of A; make the %s a graph input, or give the node "
-                                             "K > 0",
-                                             Describe(input->role, *input->view), nodes_[i].name, input->role));
-    }
+    if (node.k() != 0 || node.c.empty() || producers_of[j].empty()) continue;
+    const int i = producers_of[j].front();
+    const RoleView* input = FirstOverlappingInput(inputs[j], nodes_[i]);  // not null: i is a producer of j
+    return NodeError(node, absl::StrFormat("K is 0 (C = activation(bias) + residual) and its %s is written by "
+                                           "node \"%s\": a job of a node with K = 0 runs its epilogue alone, "
+                                           "and the kernels order an epilogue after its producers only through "
+                                           "the job's loads of A; make the %s a graph input, or give the node "
+                                           "K > 0",
+                                           Describe(input->role, *input->view), nodes_[i].name, input->role));
   }
   return absl::OkStatus();
 }
