@@ -363,6 +363,15 @@ class RandomGraph {
     nodes_.push_back(std::move(node));
   }
 
+  // Appends a consumer of `h` ([m, width], an upstream output): a fresh
+  // output of random width and type, with `h` as its residual candidate
+  // when the widths match.
+  void AddConsumer(const std::string& h, int64_t m, int64_t width) {
+    const int64_t out = Width();
+    const std::string y = Output(BF16OrFP32(), m, out);
+    AddNode(h, m, width, y, 0, out, out == width ? h : "");
+  }
+
   // The last node added reads no column of its A and B: K = 0, C =
   // activation(bias) + residual. Its bias and residual must be inputs.
   void ZeroKLastNode() {
@@ -429,9 +438,7 @@ void BuildRandomGraph(RandomGraph& graph, Rng& rng, bool zero_k = false) {
     const std::string h = graph.Output(kBF16, m, width);
     graph.AddNode(x, m, k, h, 0, width);  // its residual, if any, a fresh input
     graph.ZeroKLastNode();
-    const int64_t out = graph.Width();
-    const std::string y = graph.Output(graph.BF16OrFP32(), m, out);
-    graph.AddNode(h, m, width, y, 0, out, out == width ? h : "");
+    graph.AddConsumer(h, m, width);
     graph.Build();
     return;
   }
@@ -445,9 +452,7 @@ void BuildRandomGraph(RandomGraph& graph, Rng& rng, bool zero_k = false) {
     graph.SliceLastNodeRows(0, top);
     graph.AddNode(x, m - top, k, h, 0, width);
     graph.SliceLastNodeRows(top, m - top);
-    const int64_t out = graph.Width();
-    const std::string y = graph.Output(graph.BF16OrFP32(), m, out);
-    graph.AddNode(h, m, width, y, 0, out, out == width ? h : "");
+    graph.AddConsumer(h, m, width);
     graph.Build();
     return;
   }
@@ -492,11 +497,7 @@ void BuildRandomGraph(RandomGraph& graph, Rng& rng, bool zero_k = false) {
       const int64_t width = graph.Width();
       const std::string h = graph.Output(kBF16, m, width);
       graph.AddNode(x, m, k, h, 0, width, k == width ? x : "");
-      for (int i = 0; i < 2; ++i) {
-        const int64_t out = graph.Width();
-        const std::string y = graph.Output(graph.BF16OrFP32(), m, out);
-        graph.AddNode(h, m, width, y, 0, out, out == width ? h : "");
-      }
+      for (int i = 0; i < 2; ++i) graph.AddConsumer(h, m, width);
     } else {
       absl::StrAppend(&graph.description(), "one consumer of two producers:");
       const int64_t k2 = graph.Width(), left = graph.Width(), right = graph.Width();
