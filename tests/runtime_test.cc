@@ -54,6 +54,33 @@ TEST(RuntimeTest, CompilesWithoutGpuAndExplains) {
   EXPECT_NE(explain.find("66 clusters"), std::string::npos) << explain;
 }
 
+// The tiled kernel spreads its first fetches where its first wave leaves
+// clusters without a job to start (sched::IdleClustersAtLaunch); Explain
+// says so. The narrow kernel never does (its first wave is static).
+TEST(RuntimeTest, FirstFetchesSpreadWhereTheFirstWaveLeavesClustersIdle) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  const auto mlp = [](int64_t tokens) {
+    GemmGraph graph;
+    const TensorView x = Fake("x", 0x100000, tokens, 4096);
+    const TensorView h = Fake("h", 0x30000000, tokens, 14336);
+    graph.AddGemm("gate_up", x, Fake("w_gate_up", 0x40000000, 28672, 4096), h,
+                  Epilogue{.activation = Activation::kSwiGLU});
+    graph.AddGemm("down", h, Fake("w_down", 0x80000000, 4096, 14336), Fake("y", 0xA0000000, tokens, 4096),
+                  Epilogue{.residual = x});
+    return graph;
+  };
+  absl::StatusOr<Plan> plan = runtime.Compile(mlp(128));  // gate/up: 56 cluster jobs of 66
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("first fetches spread over the SMs: 10 of 66 clusters"), std::string::npos)
+      << plan->Explain();
+  plan = runtime.Compile(mlp(8192));  // gate/up fills every wave
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Explain().find("first fetches spread"), std::string::npos) << plan->Explain();
+  plan = runtime.Compile(mlp(16));  // the narrow kernel
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Explain().find("first fetches spread"), std::string::npos) << plan->Explain();
+}
+
 TEST(RuntimeTest, MovedFromPlanRefusesCalls) {
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm());
   ASSERT_TRUE(plan.ok()) << plan.status();

@@ -327,6 +327,32 @@ TEST(LowerTest, SmallMSplitsKToFillAWave) {
   EXPECT_EQ(s->nodes[0].split_k, 1);
 }
 
+TEST(LowerTest, IdleClustersAtLaunchCountsTheFirstWaveThatCannotStart) {
+  // The MLP block at 128 tokens: gate/up's 112 tiles are 56 cluster jobs, and
+  // the 10 positions behind them in the first wave are down-projection jobs
+  // that wait for gate/up.
+  absl::StatusOr<Schedule> s = Lower(
+      {Gemm(128, 28672, 4096, {}, /*swiglu=*/true), Gemm(128, 4096, 14336, {Edge(0, DependencyOperand::kA)})},
+      Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].split_k, 1);
+  EXPECT_EQ(IdleClustersAtLaunch(*s, 66), 10);
+  EXPECT_EQ(IdleClustersAtLaunch(*s, 56), 0);
+  // A GEMM of 256 cluster jobs fills every wave.
+  s = Lower({Gemm(4096, 4096, 4096)}, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(IdleClustersAtLaunch(*s, 66), 0);
+  // One cluster job (1 k-block: no split): 65 clusters find nothing.
+  s = Lower({Gemm(128, 512, 64)}, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 1u);
+  EXPECT_EQ(IdleClustersAtLaunch(*s, 66), 65);
+  // A node waiting on a residual from another node cannot start either.
+  s = Lower({Gemm(128, 512, 64), Gemm(128, 512, 64, {Edge(0, DependencyOperand::kResidual)})}, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(IdleClustersAtLaunch(*s, 2), 1);
+}
+
 TEST(LowerTest, IsDeterministic) {
   std::vector<NodeProblem> g = {Gemm(512, 1024, 512), Gemm(512, 512, 1024, {Edge(0, DependencyOperand::kA)}),
                                 Gemm(32, 2048, 2048)};

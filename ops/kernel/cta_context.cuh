@@ -126,6 +126,11 @@ struct CtaContext {
   }
 };
 
+// The launch's schedulers: one a cluster (the CTA of rank 0's).
+__device__ inline uint32_t SchedulerCount(const KernelParams& params) {
+  return gridDim.x / static_cast<uint32_t>(max(params.cluster_size, 1));
+}
+
 // Made by each scheduler (one a cluster) once its fetches are over (the end
 // of the queue, or an abort): the last of the launch resets the queue cursor
 // and publishes the epoch, so the next launch (a CUDA-graph replay too) needs
@@ -140,8 +145,7 @@ struct CtaContext {
 // Synchronize reports the time-out too.
 __device__ inline void FinishFetching(const KernelParams& params, uint32_t epoch) {
   __threadfence();  // this thread's fetches, before its count
-  const uint32_t schedulers = gridDim.x / static_cast<uint32_t>(max(params.cluster_size, 1));
-  if (atomicAdd(&params.state->finished_fetching, 1u) + 1 == schedulers) {
+  if (atomicAdd(&params.state->finished_fetching, 1u) + 1 == SchedulerCount(params)) {
     params.state->cursor = 0;
     params.state->finished_fetching = 0;
     params.state->epoch = epoch;

@@ -55,6 +55,20 @@ struct KernelConfig {
   // (JobStream::Next, one cluster-scope release each; the waits acquire at
   // cluster scope).
   static constexpr bool kJobSlotsAcrossCluster = true;
+  // A launch whose first wave leaves clusters idle (a one-wave node with
+  // fewer cluster tiles than clusters, its consumers behind it) has each
+  // cluster delay its first fetch by this many cycles times a pseudo-random
+  // rank of its SM (SpreadFirstFetch, scheduler_role.cuh): up to ~1.7 us
+  // for 66 clusters. Why: CTAs are placed GPC by GPC in launch order, so the
+  // first clusters to fetch share a few GPCs, and SMs whose part of the chip
+  // has more SMs streaming stream slower (bench/gpc_probe.cu; 112 CTAs
+  // streaming 2 MiB each: 58.5 us placed by launch order, 53.7 spread evenly
+  // over the GPCs). Measured on the MLP block at 128 tokens (bench/NOTES.md
+  // v1.39): gate/up's main loops 57-69 us by SM without, 60-62 with; the
+  // block 123.2-123.8 us against 125.3-126.3. 100 cycles a rank took 152 us
+  // (before the second fetch waited for the first fetches: early clusters
+  // took a second gate/up job while late ones had none).
+  static constexpr uint32_t kFirstFetchSpreadCycles = 50;
   // Each consumer warp releases ring slots on its own (lane 0 arrives after the
   // warp's own wgmma.wait_group).
   static constexpr int kReleasingWarpsPerCta = 4 * kConsumerWarpgroups;

@@ -122,6 +122,11 @@ struct KernelParams {
   int32_t num_nodes;       // nodes[0, num_nodes)
   int32_t b_in_flight;     // narrow kernel: B stages in flight at most (< b_stages)
   int32_t block_m;         // the scheduler's tile.m (narrow kernel: NarrowConfig::BlockRows)
+  // Tiled kernel: 0, or the clock cycles per rank by which a cluster delays
+  // its first fetch (SpreadFirstFetch, scheduler_role.cuh; the runtime sets
+  // KernelConfig::kFirstFetchSpreadCycles where sched::IdleClustersAtLaunch
+  // is above 0).
+  uint32_t first_fetch_spread_cycles;
 };
 
 }  // namespace loom::kernel

@@ -1235,7 +1235,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
           // The first wave is static, CTA i taking queue index i, so the
           // first job is handed out before the wait (and its packed weights
           // start streaming); fetches after it start past the grid.
-          RunScheduler(ctx, static_cast<int>(blockIdx.x), gridDim.x, [&] { ctx.AwaitPreviousLaunch(); });
+          RunScheduler(ctx, static_cast<int>(blockIdx.x), gridDim.x, 0u, [&] { ctx.AwaitPreviousLaunch(); });
           FinishFetching(params, ctx.epoch);
           break;
         default:

@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   } else if (threadIdx.x == 3 * 32) {  // the scheduler (warp 3, lane 0), on cluster rank 0 only
     if (cuda::ptx::get_sreg_cluster_ctarank() == 0) {
       cudaGridDependencySynchronize();
+      SpreadFirstFetch(params);
       first_fetch = static_cast<int>(atomicAdd(&params.state->cursor, 1u));
     }
   } else if (threadIdx.x / 32 == 2) {
@@ -125,7 +126,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           break;
         case 3:
           if (ctx.rank == 0) {
-            RunScheduler(ctx, first_fetch, 0, [] {});
+            RunScheduler(ctx, first_fetch, 0, params.first_fetch_spread_cycles != 0 ? SchedulerCount(params) : 0u,
+                         [] {});
             FinishFetching(params, ctx.epoch);
           }
           break;

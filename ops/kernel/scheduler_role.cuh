@@ -20,6 +20,24 @@
 
 namespace loom::kernel {
 
+// The tiled kernel's first-wave spread (KernelConfig::kFirstFetchSpreadCycles):
+// with KernelParams::first_fetch_spread_cycles set, each cluster's scheduler
+// waits that many cycles times a rank in [0, clusters) before its first fetch,
+// the rank a hash of its SM, so that the clusters that take the first wave's
+// jobs (first come, first served) are spread over the chip instead of
+// filling the GPCs that the launch placed first. A soft order: ranks may
+// collide and setup times vary; any order of fetches is correct.
+__device__ inline void SpreadFirstFetch(const KernelParams& params) {
+  uint32_t h = ptx::smid() * 0x9E3779B1u;  // a multiplicative hash, then its high bits mixed down
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  const uint32_t start = static_cast<uint32_t>(clock());
+  const uint32_t cycles = h % SchedulerCount(params) * params.first_fetch_spread_cycles;
+  while (static_cast<uint32_t>(clock()) - start < cycles) {
+  }
+}
+
 // `first_fetch`: the first index to hand out, already known (the tiled
 // kernel's first atomicAdd on the cursor, made during its set-up beside the
 // epoch read; the narrow kernel's CTA's own index), or -1. Later indices are
@@ -28,10 +46,16 @@ namespace loom::kernel {
 // dynamic fetches start past the grid. `after_first_post` runs once the first
 // index was handed to the roles and before anything else (the narrow kernel
 // waits there for the previous launch: the first post reads no memory another
-// launch writes).
+// launch writes). `await_first_fetches`: 0, or how many first fetches (one a
+// scheduler, all made at set-up) the cursor must count before this
+// scheduler's second fetch: with SpreadFirstFetch, a cluster that fetched
+// early would otherwise take a second job of the first wave while a later
+// one finds none (the MLP block at 128 tokens took 152 us against 126,
+// bench/NOTES.md v1.39). It never waits long: every scheduler makes its first
+// fetch unconditionally.
 template <typename Ctx, typename AfterFirstPost>
 __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch, uint32_t dynamic_base,
-                                    AfterFirstPost&& after_first_post) {
+                                    uint32_t await_first_fetches, AfterFirstPost&& after_first_post) {
   RingCursor slot;
   const uint32_t slots_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.job_slots));
   const uint32_t full_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.barriers->job_full));
@@ -53,6 +77,13 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch, uint32_t dy
               WaitKind::kJobSlot, last)) {
         return;
       }
+    }
+    if (await_first_fetches != 0 && first_fetch < 0) {
+      if (!ctx.watchdog.SpinUntil([&] { return ptx::ld_volatile(&ctx.params.state->cursor) >= await_first_fetches; },
+                                  WaitKind::kJobSlot, last)) {
+        return;
+      }
+      await_first_fetches = 0;
     }
     int index = first_fetch >= 0 ? first_fetch
                                  : static_cast<int>(dynamic_base + atomicAdd(&ctx.params.state->cursor, 1u));

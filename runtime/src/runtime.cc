@@ -20,6 +20,7 @@
 #include "internal/testing_hooks.h"
 #include "kernel_config.h"
 #include "loom/scheduler/explain.h"
+#include "loom/scheduler/queue.h"
 #include "loom/scheduler/tiling.h"
 #include "loom/status.h"
 #include "narrow_gemm.h"
@@ -628,6 +629,13 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+// Whether the tiled kernel spreads its first fetches over the chip
+// (KernelConfig::kFirstFetchSpreadCycles): where its first wave leaves some
+// clusters without a job that can start.
+bool SpreadsFirstFetches(const Plan::Impl& impl) {
+  return !impl.narrow && sched::IdleClustersAtLaunch(impl.schedule, impl.grid_clusters) > 0;
+}
+
 absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl.device_ordinal));
   if (impl.schedule.workspace_elements > 0) {
@@ -690,6 +698,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.a_stage_bytes = impl.a_stage_bytes;
   params.block_m = impl.schedule.tile.m;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
+  params.first_fetch_spread_cycles = SpreadsFirstFetches(impl) ? kernel::KernelConfig::kFirstFetchSpreadCycles : 0;
   impl.has_split_k = false;
   for (const sched::NodeSchedule& node : impl.schedule.nodes) impl.has_split_k |= node.split_k > 1;
   params.flags = impl.flags;
@@ -1052,10 +1061,16 @@ std::string Plan::Explain() const {
            ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes)) + ExplainPackedWeights(*impl_) +
            ExplainTaggedHandoffs(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
   }
+  const int idle = sched::IdleClustersAtLaunch(impl_->schedule, impl_->grid_clusters);
   return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages of %d bytes, B %d stages)\n",
                          impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
                          impl_->options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
                          impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages) +
+         (SpreadsFirstFetches(*impl_)
+              ? absl::StrFormat("first fetches spread over the SMs: %d of %d clusters have no job to start at "
+                                "launch\n",
+                                idle, impl_->grid_clusters)
+              : "") +
          ExplainPackedWeights(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
 }
 

@@ -296,4 +296,19 @@ absl::Status CheckQueue(const Schedule& schedule) {
   return absl::OkStatus();
 }
 
+int32_t IdleClustersAtLaunch(const Schedule& schedule, int32_t clusters) {
+  int32_t idle = clusters;
+  std::vector<FlagRead> reads;
+  const size_t first_wave = std::min(schedule.queue.size(), static_cast<size_t>(std::max(clusters, 0)));
+  for (size_t position = 0; position < first_wave; ++position) {
+    const TileJob& job = schedule.queue[position];
+    reads.clear();
+    AppendJobReads(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &reads);
+    AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &reads);
+    AppendJobReads(schedule, job, 0, 0, ReadPhase::kEpilogue, &reads);
+    if (reads.empty()) --idle;
+  }
+  return idle;
+}
+
 }  // namespace loom::sched

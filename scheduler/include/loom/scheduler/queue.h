@@ -56,6 +56,14 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag);
 // Internal error naming the job otherwise.
 absl::Status CheckQueue(const Schedule& schedule);
 
+// How many of a launch's `clusters` clusters have no job they can start at
+// launch: each cluster's first fetch takes one of the first `clusters` queue
+// positions, and a job there starts at once only if it reads no tile flag
+// (no producer of A, B, bias or residual, and not a reduce). Past the
+// queue's end counts as idle. The tiled kernel spreads its first fetches
+// over the chip when some are idle (KernelConfig::kFirstFetchSpreadCycles).
+int32_t IdleClustersAtLaunch(const Schedule& schedule, int32_t clusters);
+
 }  // namespace loom::sched
 
 #endif  // LOOM_SCHEDULER_QUEUE_H_
