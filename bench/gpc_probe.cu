@@ -43,6 +43,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "probe_common.h"
+#include "ptx.cuh"
 
 ABSL_FLAG(std::string, cluster_sizes, "16,8", "cluster sizes the map is built from, a list");
 ABSL_FLAG(int, map_rounds, 20, "launches per cluster size for the map");
@@ -54,17 +55,8 @@ ABSL_FLAG(int, iters, 9, "launches per set (the median is printed)");
 
 namespace {
 
-__device__ __forceinline__ uint32_t SmId() {
-  uint32_t id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-
-__device__ __forceinline__ uint64_t GlobalTimer() {
-  uint64_t ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  return ns;
-}
+using loom::kernel::ptx::globaltimer;
+using loom::kernel::ptx::smid;
 
 // Each CTA writes its SM after a wait of 2-40 us that differs by CTA and round.
 __global__ void ClusterWhere(uint32_t* sm_of_block, uint32_t round) {
@@ -72,10 +64,10 @@ __global__ void ClusterWhere(uint32_t* sm_of_block, uint32_t round) {
   uint32_t h = (blockIdx.x + 1) * 2654435761u ^ (round * 40503u);
   h ^= h >> 13;
   const uint64_t wait_ns = 2000 + (h % 38000);
-  const uint64_t start = GlobalTimer();
-  while (GlobalTimer() - start < wait_ns) {
+  const uint64_t start = globaltimer();
+  while (globaltimer() - start < wait_ns) {
   }
-  sm_of_block[blockIdx.x] = SmId();
+  sm_of_block[blockIdx.x] = smid();
 }
 
 struct StreamParams {
@@ -95,7 +87,7 @@ __device__ uint32_t stream_sink;
 __global__ void __launch_bounds__(64, 1) Stream(const __grid_constant__ StreamParams p) {
   extern __shared__ uint8_t smem[];
   __shared__ uint64_t full[16], empty[16];
-  const uint32_t sm = SmId();
+  const uint32_t sm = smid();
   const bool active = p.active_blocks > 0 ? static_cast<int>(blockIdx.x) < p.active_blocks : p.active_sm[sm] != 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
@@ -112,7 +104,7 @@ __global__ void __launch_bounds__(64, 1) Stream(const __grid_constant__ StreamPa
   const int64_t stage_count = p.bytes_per_cta / p.stage_bytes;
   const uint8_t* src = p.data + int64_t{blockIdx.x} * p.bytes_per_cta;
   if (threadIdx.x == 0) {  // the loader
-    p.start_ns[blockIdx.x] = GlobalTimer();
+    p.start_ns[blockIdx.x] = globaltimer();
     p.sm[blockIdx.x] = sm;
     int slot = 0;
     uint32_t phase = 0;
@@ -135,7 +127,7 @@ __global__ void __launch_bounds__(64, 1) Stream(const __grid_constant__ StreamPa
       cuda::ptx::mbarrier_arrive(&empty[slot]);
       if (++slot == p.stages) slot = 0, phase ^= 1;
     }
-    p.end_ns[blockIdx.x] = GlobalTimer();
+    p.end_ns[blockIdx.x] = globaltimer();
     if (sum == 0x12345678u) stream_sink = sum;
   }
 }
