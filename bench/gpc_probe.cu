@@ -15,15 +15,17 @@
 //    KiB (one 1-D bulk copy a stage; a consumer thread frees each stage as
 //    it lands), recording its SM and its start and end. Active sets:
 //      all      every CTA
-//      first<N> the CTAs with blockIdx < N (what the first wave of a node
-//               of N tiles gets: CTA i takes queue index i)
+//      first<N> the CTAs with blockIdx < N (what a first wave of N jobs
+//               gets when CTA i takes queue index i, as in the narrow kernel)
 //      even<N>  N SMs spread evenly over the groups of the map
 //      packed<N> N SMs, whole groups first (the worst spread)
 //    Printed per set: the median over --iters launches of the phase (first
 //    start to last end), and for the median launch each group's active SMs
 //    and their median and slowest per-SM rate (group -1: SMs that no
 //    cluster of the map ran on).
-// The sets are checked before the GPU is touched: a bad one exits 2, naming it.
+// Times are %globaltimer's (about 1 us ticks: a per-SM rate over a ~55-us
+// stream is good to ~2%). The flags are checked before the GPU is touched:
+// a bad one exits 2, naming it.
 //
 //   gpc_probe --sets=all,first112,even112,packed112 --mib=2
 #include <cuda_runtime.h>
@@ -50,7 +52,7 @@ ABSL_FLAG(int, map_rounds, 20, "launches per cluster size for the map");
 ABSL_FLAG(std::string, sets, "all,first112,even112,packed112", "active sets to stream with (see the file's comment)");
 ABSL_FLAG(int, mib, 2, "MiB each active CTA streams");
 ABSL_FLAG(int, stages, 4, "ring stages");
-ABSL_FLAG(int, stage_kib, 32, "KiB a stage (a multiple of 1)");
+ABSL_FLAG(int, stage_kib, 32, "KiB a stage");
 ABSL_FLAG(int, iters, 9, "launches per set (the median is printed)");
 
 namespace {
@@ -88,7 +90,8 @@ __global__ void __launch_bounds__(64, 1) Stream(const __grid_constant__ StreamPa
   extern __shared__ uint8_t smem[];
   __shared__ uint64_t full[16], empty[16];
   const uint32_t sm = smid();
-  const bool active = p.active_blocks > 0 ? static_cast<int>(blockIdx.x) < p.active_blocks : p.active_sm[sm] != 0;
+  const bool active =
+      p.active_blocks > 0 ? static_cast<int>(blockIdx.x) < p.active_blocks : sm < 256 && p.active_sm[sm] != 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
       cuda::ptx::mbarrier_init(&full[s], 1);
@@ -171,6 +174,9 @@ std::vector<std::vector<int>> BuildMap(int sms) {
       PROBE_CHECK(cudaLaunchKernelEx(&config, ClusterWhere, sm_of_block, static_cast<uint32_t>(round)));
       PROBE_CHECK(cudaMemcpy(where.data(), sm_of_block, blocks * sizeof(uint32_t), cudaMemcpyDeviceToHost));
       for (int b = 0; b < blocks; ++b) {
+        if (where[b] >= static_cast<uint32_t>(kMaxSm) || where[b - b % size] >= static_cast<uint32_t>(kMaxSm)) {
+          continue;  // not an SM number this map can hold
+        }
         seen[where[b]] = true;
         sets.Join(static_cast<int>(where[b]), static_cast<int>(where[b - b % size]));
       }
@@ -332,19 +338,22 @@ void RunSet(const ActiveSet& set, const std::vector<std::vector<int>>& groups, i
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::vector<ActiveSet> sets = ParseSets(absl::GetFlag(FLAGS_sets));
+  StreamParams params = {};
+  params.stages = absl::GetFlag(FLAGS_stages);
+  const int stage_kib = absl::GetFlag(FLAGS_stage_kib), mib = absl::GetFlag(FLAGS_mib);
+  if (params.stages < 1 || params.stages > 16 || stage_kib < 1 || stage_kib > 64 || mib < 1 ||
+      (int64_t{mib} * 1024) % stage_kib != 0) {
+    std::fprintf(stderr,
+                 "--stages=%d --stage_kib=%d --mib=%d: need 1 <= stages <= 16, 1 <= stage_kib <= 64, mib >= 1 "
+                 "and a whole number of stages in mib\n",
+                 params.stages, stage_kib, mib);
+    return 2;
+  }
+  params.stage_bytes = static_cast<uint32_t>(stage_kib) * 1024;
+  params.bytes_per_cta = int64_t{mib} << 20;
   int sms = 0;
   PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const std::vector<std::vector<int>> groups = BuildMap(sms);
-
-  StreamParams params = {};
-  params.stages = absl::GetFlag(FLAGS_stages);
-  params.stage_bytes = static_cast<uint32_t>(absl::GetFlag(FLAGS_stage_kib)) * 1024;
-  params.bytes_per_cta = int64_t{absl::GetFlag(FLAGS_mib)} << 20;
-  if (params.stages < 1 || params.stages > 16 || params.stage_bytes == 0 ||
-      params.bytes_per_cta % params.stage_bytes != 0) {
-    std::fprintf(stderr, "--stages must be 1..16 and --mib a whole number of --stage_kib stages\n");
-    return 2;
-  }
   const size_t smem = SharedBytes(params);
   PROBE_CHECK(cudaFuncSetAttribute(Stream, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   uint8_t* data = nullptr;
