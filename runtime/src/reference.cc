@@ -321,10 +321,7 @@ bool ReferenceExecutor::Ready(const sched::TileJob& job, std::string* blocker) c
     return true;
   }
   reads_.clear();
-  sched::AppendJobReads(schedule_, job, 0, 0, sched::ReadPhase::kPartials, &reads_);
-  sched::AppendJobReads(schedule_, job, 0, 0, sched::ReadPhase::kEpilogue, &reads_);
-  sched::AppendJobReads(schedule_, job, job.k_block_begin, job.k_block_end, sched::ReadPhase::kMainLoop,
-                        &reads_);
+  sched::AppendEveryJobRead(schedule_, job, &reads_);
   for (const sched::FlagRead& read : reads_) {
     if (FlagSet(read)) continue;
     if (blocker != nullptr) {

@@ -144,4 +144,10 @@ void AppendJobWrites(const Schedule& schedule, const TileJob& job, std::vector<F
   }
 }
 
+void AppendEveryJobRead(const Schedule& schedule, const TileJob& job, std::vector<FlagRead>* reads) {
+  AppendJobReads(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, reads);
+  AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, reads);
+  AppendJobReads(schedule, job, 0, 0, ReadPhase::kEpilogue, reads);
+}
+
 }  // namespace loom::sched

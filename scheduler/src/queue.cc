@@ -271,9 +271,7 @@ absl::Status CheckQueue(const Schedule& schedule) {
   for (size_t position = 0; position < schedule.queue.size(); ++position) {
     const TileJob& job = schedule.queue[position];
     reads.clear();
-    AppendJobReads(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &reads);
-    AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &reads);
-    AppendJobReads(schedule, job, 0, 0, ReadPhase::kEpilogue, &reads);
+    AppendEveryJobRead(schedule, job, &reads);
     for (const FlagRead& r : reads) {
       if (r.flag < 0 || r.flag >= schedule.num_flags || !written[r.flag]) {
         return absl::InternalError(absl::StrCat(
@@ -303,9 +301,7 @@ int32_t IdleClustersAtLaunch(const Schedule& schedule, int32_t clusters) {
   for (size_t position = 0; position < first_wave; ++position) {
     const TileJob& job = schedule.queue[position];
     reads.clear();
-    AppendJobReads(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &reads);
-    AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &reads);
-    AppendJobReads(schedule, job, 0, 0, ReadPhase::kEpilogue, &reads);
+    AppendEveryJobRead(schedule, job, &reads);
     if (reads.empty()) --idle;
   }
   return idle;

@@ -85,6 +85,10 @@ void AppendJobReadBoxes(const Schedule& schedule, const TileJob& job, int32_t k_
 void AppendJobReads(const Schedule& schedule, const TileJob& job, int32_t k_block_begin,
                     int32_t k_block_end, ReadPhase phase, std::vector<FlagRead>* reads);
 
+// Every flag `job` reads: its main loop over all its k-blocks, its partials,
+// its epilogue inputs (AppendJobReads of each phase, in that order).
+void AppendEveryJobRead(const Schedule& schedule, const TileJob& job, std::vector<FlagRead>* reads);
+
 // One flag a job publishes when it completes. A tile reduced in parts
 // (NodeSchedule::reduce_parts) has `writers` jobs, part 0, 1, ...: its flag
 // is set, and its data whole, once all of them have completed.
