@@ -629,11 +629,11 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-// Whether the tiled kernel spreads its first fetches over the chip
-// (KernelConfig::kFirstFetchSpreadCycles): where its first wave leaves some
-// clusters without a job that can start.
-bool SpreadsFirstFetches(const Plan::Impl& impl) {
-  return !impl.narrow && sched::IdleClustersAtLaunch(impl.schedule, impl.grid_clusters) > 0;
+// The clusters the tiled kernel's first wave leaves without a job that can
+// start (0 on the narrow kernel). Above 0, the kernel spreads its first
+// fetches over the chip (KernelConfig::kFirstFetchSpreadCycles).
+int32_t IdleClustersToSpread(const Plan::Impl& impl) {
+  return impl.narrow ? 0 : sched::IdleClustersAtLaunch(impl.schedule, impl.grid_clusters);
 }
 
 absl::Status AllocateDeviceResources(Plan::Impl& impl) {
@@ -698,7 +698,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.a_stage_bytes = impl.a_stage_bytes;
   params.block_m = impl.schedule.tile.m;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
-  params.first_fetch_spread_cycles = SpreadsFirstFetches(impl) ? kernel::KernelConfig::kFirstFetchSpreadCycles : 0;
+  params.first_fetch_spread_cycles =
+      IdleClustersToSpread(impl) > 0 ? kernel::KernelConfig::kFirstFetchSpreadCycles : 0;
   impl.has_split_k = false;
   for (const sched::NodeSchedule& node : impl.schedule.nodes) impl.has_split_k |= node.split_k > 1;
   params.flags = impl.flags;
@@ -1061,12 +1062,12 @@ std::string Plan::Explain() const {
            ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes)) + ExplainPackedWeights(*impl_) +
            ExplainTaggedHandoffs(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
   }
-  const int idle = sched::IdleClustersAtLaunch(impl_->schedule, impl_->grid_clusters);
+  const int32_t idle = IdleClustersToSpread(*impl_);
   return absl::StrFormat("device: %s, %d clusters of %d CTAs, rings: %s (A %d stages of %d bytes, B %d stages)\n",
                          impl_->device.name, impl_->grid_clusters, impl_->schedule.cluster_size,
                          impl_->options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
                          impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages) +
-         (SpreadsFirstFetches(*impl_)
+         (idle > 0
               ? absl::StrFormat("first fetches spread over the SMs: %d of %d clusters have no job to start at "
                                 "launch\n",
                                 idle, impl_->grid_clusters)
