@@ -20,7 +20,8 @@ ABSL_FLAG(int, narrow_consumers, 0,
           "loom: the narrow kernel's consumer warpgroups, 1 or 2 taking the jobs in turn (0: chosen, "
           "CompileOptions::narrow_consumers)");
 ABSL_FLAG(bool, pack_weights, false,
-          "loom: copy the weights into the narrow kernel's stage order at Compile (CompileOptions::pack_weights)");
+          "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of one row block; "
+          "CompileOptions::pack_weights)");
 ABSL_FLAG(bool, tagged_handoff, true,
           "loom: nodes of 1-2 rows on the narrow kernel poll their A as tagged words beside the producer's "
           "output (CompileOptions::tagged_handoff)");

@@ -33,7 +33,8 @@ ABSL_FLAG(uint64_t, seed, 0, "Seed of the random inputs; 0 picks a fresh one (pr
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "The kernel: auto (the runtime chooses), tiled or narrow (CompileOptions::kernel).");
 ABSL_FLAG(bool, pack_weights, false,
-          "Copy the weights into the narrow kernel's stage order at Compile (CompileOptions::pack_weights).");
+          "Copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of one row block; "
+          "CompileOptions::pack_weights).");
 
 namespace loom::demo {
 namespace {

@@ -1093,12 +1093,13 @@ TEST(NarrowGraphTest, TallGraphsStayTiled) {
 // ragged chain (K of 392, 520 and 264; widths off the 32-column grid) at 7
 // and 25 rows, the 8-layer chain, and random decode graphs.
 
-// Runs `h` on the narrow kernel unpacked, then with packed weights, which
-// must write the same bits; leaves the packed plan in `h`.
-void RunPackedAgainstUnpacked(GpuHarness& h) {
-  LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
+// Runs `h` with `options` (the narrow kernel's by default) unpacked, then
+// with packed weights, which must write the same bits; leaves the packed plan
+// in `h`.
+void RunPackedAgainstUnpacked(GpuHarness& h, CompileOptions options = NarrowOptions()) {
+  options.pack_weights = false;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   const Snapshot unpacked = TakeSnapshot(h);
-  CompileOptions options = NarrowOptions();
   options.pack_weights = true;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   EXPECT_TRUE(SameBits(h, unpacked));
@@ -1169,6 +1170,43 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
                          ::testing::Values("mlp1", "mlp16", "mlp24", "mlp64", "mlp100", "ragged_chain7",
                                            "ragged_chain25", "ragged_chain65", "eight_layers1", "eight_layers128",
                                            "random"),
+                         [](const auto& info) { return info.param; });
+
+// The same on the tiled kernel (KernelConfig::Packed: a stage is one k-block
+// of a 256-row tile), which packs the nodes of one row block: the MLP block
+// at 8, 100 and 128 tokens (SwiGLU tiles; the down projection split in K, so
+// its jobs start inside a tile's stages), the ragged chain at 65 rows (K of
+// 392, 520 and 264, widths off the 256-row grid), odd widths (K = 333 ends
+// inside a 16-byte chunk), the 8-layer chain at 128, and random graphs of up
+// to 128 rows; random graphs of up to 300 rows mix packed nodes with nodes of
+// two or three row blocks, which read B in place.
+CompileOptions TiledOptions() {
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  return options;
+}
+
+class TiledPackedWeightsTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(TiledPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const bool random = GetParam().rfind("random", 0) == 0;
+  const int graphs = random ? 8 : 1;
+  Rng rng;
+  for (int i = 0; i < graphs && !HasFailure(); ++i) {
+    SCOPED_TRACE(absl::StrCat("graph ", i));
+    GpuHarness h;
+    SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
+    RunPackedAgainstUnpacked(h, TiledOptions());
+    if (HasFatalFailure()) return;
+    const std::string explain = h.plan().Explain();
+    EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+    if (!random) EXPECT_NE(explain.find("weights: packed in stage order"), std::string::npos) << explain;
+    ExpectNodesRightAndReplayIdentical(h);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, TiledPackedWeightsTest,
+                         ::testing::Values("mlp8", "mlp100", "mlp128", "ragged_chain65", "odd_chain40",
+                                           "eight_layers128", "random128", "random300"),
                          [](const auto& info) { return info.param; });
 
 // One consumer warpgroup or two taking the jobs in turn
@@ -1261,17 +1299,21 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTaggedHandoffTest,
                                            "eight_layers1", "eight_layers2", "random2"),
                          [](const auto& info) { return info.param; });
 
-// A packed plan reads its copy, not B: new values in B change nothing until
-// Plan::RepackWeights, and then the outputs follow them. (This also shows the
-// kernel reads the packed copy: a plan that read B would follow at once.)
-TEST(NarrowPackedWeightsTest, RepackWeightsPicksUpNewValues) {
+// A packed plan, on either kernel, reads its copy, not B: new values in B
+// change nothing until Plan::RepackWeights, and then the outputs follow them.
+// (This also shows the kernel reads the packed copy: a plan that read B
+// would follow at once.)
+class PackedWeightsTest : public ::testing::TestWithParam<KernelChoice> {};
+TEST_P(PackedWeightsTest, RepackWeightsPicksUpNewValues) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
   GpuHarness h;
   AddMlpBlock(h, rng, 5);
-  CompileOptions options = NarrowOptions();
+  CompileOptions options;
+  options.kernel = GetParam();
   options.pack_weights = true;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_NE(h.plan().Explain().find("weights: packed in stage order"), std::string::npos) << h.plan().Explain();
   h.ExpectEachNodeMatchesReference();
   const Snapshot before = TakeSnapshot(h);
   for (const char* weights : {"W_gate_up", "W_down"}) {
@@ -1289,6 +1331,9 @@ TEST(NarrowPackedWeightsTest, RepackWeightsPicksUpNewValues) {
   h.ExpectEachNodeMatchesReference();  // the reference reads the new B
   EXPECT_FALSE(SameBits(h, before)) << "RepackWeights did not change the outputs";
 }
+INSTANTIATE_TEST_SUITE_P(Kernels, PackedWeightsTest,
+                         ::testing::Values(KernelChoice::kNarrow, KernelChoice::kTiled),
+                         [](const auto& info) { return info.param == KernelChoice::kNarrow ? "narrow" : "tiled"; });
 
 // One weight matrix applied twice (two nodes with the same B): one packed
 // copy serves both.

@@ -732,13 +732,37 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->Explain().find("weights:"), std::string::npos) << plan->Explain();
 
+  // The tiled kernel packs in its own stage order (KernelConfig::Packed):
+  // w1, 16 tiles of 256 rows x 64 stages of 32 KiB = 32 MiB; w2's 128 rows
+  // one tile padded to 256, 2 MiB.
   options.pack_weights = true;
   options.kernel = KernelChoice::kTiled;
   plan = runtime.Compile(graph, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_NE(plan->Explain().find("weights: read in place (pack_weights applies to the narrow decode kernel only)"),
+  EXPECT_NE(plan->Explain().find("weights: packed in stage order, a copy of 34.0 MiB made at Compile, for layer1, "
+                                 "layer2\n"),
             std::string::npos)
       << plan->Explain();
+  // Not with lockstep rings (the A loader carries B there), and not for
+  // nodes of more than one row block (128 rows).
+  options.ring_mode = RingMode::kLockstep;
+  plan = runtime.Compile(graph, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("weights: read in place (the tiled kernel reads packed weights with split rings "
+                                 "only)"),
+            std::string::npos)
+      << plan->Explain();
+  options.ring_mode = RingMode::kSplit;
+  GemmGraph tall;
+  tall.AddGemm("tall", Fake("x", 0x100000, 129, 4096), Fake("w", 0x10000000, 4096, 4096),
+               Fake("y", 0x30000000, 129, 4096));
+  plan = runtime.Compile(tall, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("weights: read in place (the tiled kernel packs the B of nodes of one row block "
+                                 "that no node writes; there are none)"),
+            std::string::npos)
+      << plan->Explain();
+  options.kernel = KernelChoice::kNarrow;
 
   // Two nodes reading the same B (one layer applied twice) share one copy.
   GemmGraph twice;
@@ -752,11 +776,18 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
   EXPECT_NE(plan->Explain().find("a copy of 32.0 MiB made at Compile, for first, second\n"), std::string::npos)
       << plan->Explain();
 
-  // Ragged shapes round up to whole tiles and stages: 33 rows are two tiles,
-  // K = 100 one stage (zeros past K), K = 1025 five.
-  EXPECT_EQ(kernel::NarrowConfig::PackedWeightBytes(33, 100), 2 * 16384);
-  EXPECT_EQ(kernel::NarrowConfig::PackedWeightBytes(32, 1025), 5 * 16384);
-  EXPECT_EQ(kernel::NarrowConfig::PackedStageOffset(3, 8, 5), (3 * 5 + 2) * 16384);
+  // Ragged shapes round up to whole tiles and stages: on the narrow kernel
+  // 33 rows are two tiles, K = 100 one stage (zeros past K), K = 1025 five;
+  // on the tiled kernel a stage is one k-block: 257 rows are two tiles, K =
+  // 100 two stages, K = 1025 seventeen.
+  constexpr kernel::PackedLayout kNarrow = kernel::NarrowConfig::Packed();
+  EXPECT_EQ(kNarrow.Bytes(33, 100), 2 * 16384);
+  EXPECT_EQ(kNarrow.Bytes(32, 1025), 5 * 16384);
+  EXPECT_EQ(kNarrow.StageOffset(3, 8, 5), (3 * 5 + 2) * 16384);
+  constexpr kernel::PackedLayout kTiled = kernel::KernelConfig::Packed();
+  EXPECT_EQ(kTiled.Bytes(257, 100), 2 * 2 * 32768);
+  EXPECT_EQ(kTiled.Bytes(256, 1025), 17 * 32768);
+  EXPECT_EQ(kTiled.StageOffset(3, 8, 17), (3 * 17 + 8) * 32768);
 }
 
 // The narrow kernel's options are checked, each refusal naming the option,

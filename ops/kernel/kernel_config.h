@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "loom/scheduler/schedule.h"
+#include "packed_layout.h"
 
 namespace loom::kernel {
 
@@ -91,6 +92,11 @@ struct KernelConfig {
   static constexpr uint32_t kHalfAStageBytes = kAStageBytes / 2;  // 8 KiB
 
   static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
+  // Packed weights (CompileOptions::pack_weights; the layout:
+  // packed_layout.h): a stage, one k-block of a 256-row tile, is one 32 KiB
+  // block. The B loader reads it with one bulk copy for a node whose B tiles
+  // no cluster peer shares (RunBLoader, loader_role.cuh).
+  LOOM_HOST_DEVICE static constexpr PackedLayout Packed() { return {kBlockN, 1}; }
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
   static_assert(128 * kProducerRegisters + 128 * kConsumerWarpgroups * kConsumerRegisters <=
@@ -99,6 +105,10 @@ struct KernelConfig {
   static_assert(kProducerRegisters % 8 == 0 && kConsumerRegisters % 8 == 0,
                 "setmaxnreg takes multiples of 8");
 };
+
+static_assert(KernelConfig::kBlockK == PackedLayout::kKBlockElements &&
+                  KernelConfig::Packed().StageBytes() == KernelConfig::kBStageBytes,
+              "a packed stage is the bytes a B stage's tensor load writes");
 
 // Named barriers (bar.sync / bar.red ids; 0 is __syncthreads'): one per
 // consumer warpgroup for syncs among its 128 threads, and one over both

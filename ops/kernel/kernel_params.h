@@ -46,10 +46,11 @@ struct KernelNode {
   ElementType bias_type = ElementType::kFP32;
   ElementType residual_type = ElementType::kBF16;
   uint8_t has_dependents = 0;      // some node waits on this node's tile flags
-  // The narrow kernel with packed weights (CompileOptions::pack_weights): B
-  // in its stage order (NarrowConfig::PackedWeightBytes), loaded a stage per
-  // bulk copy instead of through b_map; null: B through b_map. (Last: the
-  // fields before it keep the sectors they had before it existed.)
+  // Packed weights (CompileOptions::pack_weights): B in the kernel's stage
+  // order (NarrowConfig::Packed or KernelConfig::Packed, packed_layout.h),
+  // loaded a stage per bulk copy instead of through b_map; null: B through
+  // b_map. (Last: the fields before it keep the sectors they had before it
+  // existed.)
   const uint8_t* packed_b = nullptr;
   // The narrow kernel's tagged handoff (NarrowConfig::kTaggedMaxRows):
   // tagged_c, where the epilogue also writes C as tagged words, [m][(out_cols

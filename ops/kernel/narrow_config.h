@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernel_config.h"
+#include "packed_layout.h"
 #include "loom/scheduler/schedule.h"
 
 namespace loom::kernel {
@@ -208,28 +209,18 @@ struct NarrowConfig {
     return tagged_handoffs ? Instantiation::kTaggedHandoff : Instantiation::kDefault;
   }
 
-  // Packed weights (CompileOptions::pack_weights): B [N, K] rearranged so that
-  // each B stage is one contiguous kBStageBytes block holding exactly what the
-  // tensor load of that stage writes to shared memory (k-block by k-block, 32
-  // rows of 128 bytes each, 16-byte chunks 128B-swizzled, zeros past N and K).
-  // One 1-D bulk copy then fills a stage: ~7% more stream than a tensor load
-  // (bench/stream_probe.cu, bench/NOTES.md v1.20). Blocks are stored tile by
-  // tile (32 rows of B), stage by stage within a tile.
-  static constexpr int64_t PackedStagesPerTile(int64_t k) { return StagesOf((k + kBlockK - 1) / kBlockK); }
-  static constexpr int64_t PackedWeightBytes(int64_t n, int64_t k) {
-    return (n + kBlockN - 1) / kBlockN * PackedStagesPerTile(k) * kBStageBytes;
-  }
-  // Byte offset of the stage that starts at k-block kb0 (a multiple of
-  // kKBlocksPerStage) of tile n_block.
-  LOOM_HOST_DEVICE static constexpr int64_t PackedStageOffset(int64_t n_block, int kb0, int64_t stages_per_tile) {
-    return (n_block * stages_per_tile + kb0 / kKBlocksPerStage) * kBStageBytes;
-  }
+  // Packed weights (CompileOptions::pack_weights; the layout: packed_layout.h):
+  // a stage of four k-blocks of a 32-row tile is one 16 KiB block.
+  LOOM_HOST_DEVICE static constexpr PackedLayout Packed() { return {kBlockN, kKBlocksPerStage}; }
 
   // The scheduler's tile for a plan of at most `rows` rows.
   static constexpr sched::TileShape tile(int64_t rows) { return {BlockRows(rows), kBlockN, kBlockK}; }
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
 };
+static_assert(NarrowConfig::kBlockK == PackedLayout::kKBlockElements &&
+                  NarrowConfig::Packed().StageBytes() == NarrowConfig::kBStageBytes,
+              "a packed stage is the bytes a B stage's tensor loads write");
 
 // The mbarriers, in this order, from NarrowSmemLayout::barriers.
 struct NarrowBarriers {

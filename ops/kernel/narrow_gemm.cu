@@ -11,7 +11,7 @@
 //   warpgroup 0: warp 0 the A loader (every lane polls flags, lane 0 issues
 //                the loads), warp 1 lane 0 the B loader (a tensor load a
 //                stage, or one bulk copy a stage from packed weights:
-//                NarrowConfig::PackedWeightBytes), warp 2 lane 0 the
+//                packed_layout.h), warp 2 lane 0 the
 //                scheduler, warp 3 lane 0 the publisher;
 //   warpgroup 1 (and 2): the consumer(s); two take the CTA's jobs in turn
 //                (the first, third, ... job the first; ConsumeJobs), so that
@@ -178,14 +178,14 @@ __device__ __forceinline__ void LoadStage(const CUtensorMap* map, bool kblock_ma
 }
 
 // Loads the B stage that starts at k-block kb0 of tile n_block from packed
-// weights (NarrowConfig::PackedStageOffset): one bulk copy of a block already
+// weights (packed_layout.h): one bulk copy of a block already
 // laid out as LoadStage's tensor load would write it, zeros included; with
 // the weights' `policy`, as LoadStage<true>.
 __device__ __forceinline__ void LoadPackedStage(const uint8_t* packed_b, int64_t stages_per_tile, uint8_t* stage,
                                                 uint64_t* full, int64_t n_block, int kb0, uint64_t policy) {
   cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
                                        full, uint32_t{NarrowConfig::kBStageBytes});
-  ptx::cp_async_bulk_l2_hint(stage, packed_b + NarrowConfig::PackedStageOffset(n_block, kb0, stages_per_tile),
+  ptx::cp_async_bulk_l2_hint(stage, packed_b + NarrowConfig::Packed().StageOffset(n_block, kb0, stages_per_tile),
                              NarrowConfig::kBStageBytes, full, policy);
 }
 
@@ -459,7 +459,7 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
       kblock_map = HasKBlockMaps(node.schedule);
       if constexpr (kPackedB) {
         packed_b = node.packed_b;
-        packed_stages_per_tile = NarrowConfig::PackedStagesPerTile(node.schedule.k);
+        packed_stages_per_tile = NarrowConfig::Packed().StagesPerTile(node.schedule.k);
       }
     }
     // Packed weights no node writes may stream in before the previous launch

@@ -1,6 +1,6 @@
-// pack_weights.h: rearranging a weight matrix into the narrow decode kernel's
-// stage order (CompileOptions::pack_weights; the layout:
-// NarrowConfig::PackedWeightBytes). Plain host code may include this.
+// pack_weights.h: rearranging a weight matrix into a kernel's stage order
+// (CompileOptions::pack_weights; the layout: packed_layout.h). Plain host
+// code may include this.
 #ifndef LOOM_OPS_KERNEL_PACK_WEIGHTS_H_
 #define LOOM_OPS_KERNEL_PACK_WEIGHTS_H_
 
@@ -8,14 +8,15 @@
 
 #include <cstdint>
 
+#include "packed_layout.h"
+
 namespace loom::kernel {
 
 // B [n, k] bf16 (row_stride elements between rows; b and row_stride * 2
 // multiples of 16 bytes, as a tensor map needs) into `packed`
-// (NarrowConfig::PackedWeightBytes(n, k) bytes, 16-byte aligned), enqueued on
-// `stream`.
-cudaError_t PackNarrowWeights(const void* b, int64_t n, int64_t k, int64_t row_stride, void* packed,
-                              cudaStream_t stream);
+// (layout.Bytes(n, k) bytes, 16-byte aligned), enqueued on `stream`.
+cudaError_t PackWeights(const void* b, int64_t n, int64_t k, int64_t row_stride, PackedLayout layout, void* packed,
+                        cudaStream_t stream);
 
 }  // namespace loom::kernel
 

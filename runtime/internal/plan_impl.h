@@ -31,7 +31,7 @@ struct Plan::Impl {
   int b_in_flight = 0;  // the narrow kernel's B loads in flight at most
   int narrow_consumers = 0;  // the narrow kernel's consumer warpgroups (CompileOptions::narrow_consumers)
   std::optional<TimeoutRecord> last_timeout;
-  // The nodes whose B the narrow kernel reads from the plan's own packed copy
+  // The nodes whose B the kernel reads from the plan's own packed copy
   // (CompileOptions::pack_weights), each at `offset` bytes into
   // packed_weights. Nodes with the same B (same memory, shape and stride)
   // read one copy, made for the first of them (`copies`). Known without a

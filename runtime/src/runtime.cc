@@ -527,11 +527,16 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
   return nodes;
 }
 
-// The nodes whose B the narrow kernel reads packed (CompileOptions::
-// pack_weights): those with jobs whose B no node writes. A B that an earlier
-// node packed already (the same view of the same memory) is not copied again.
+// The nodes whose B the plan reads packed (CompileOptions::pack_weights), in
+// `layout`: those with jobs whose B no node writes; on the tiled kernel
+// (`tiled` set: its schedule) only those of one row block whose B tiles no
+// cluster peer shares. There each weight tile is read once and the stream
+// bounds the node; with more row blocks the multiply does, the tiles are
+// read again, and a copy would only cost memory. A B that an earlier node
+// packed already (the same view of the same memory) is not copied again.
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
-                                                  const std::vector<DataDependency>& dependencies) {
+                                                  const std::vector<DataDependency>& dependencies,
+                                                  kernel::PackedLayout layout, const sched::Schedule* tiled) {
   std::vector<bool> b_written(graph.nodes().size(), false);
   for (const DataDependency& dependency : dependencies) {
     if (dependency.operand == Operand::kB) b_written[dependency.consumer] = true;
@@ -544,7 +549,11 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
   for (int i = 0; i < graph.size(); ++i) {
     const GemmNode& node = graph.nodes()[i];
     if (b_written[i] || !LoadsOperands(node)) continue;
-    const int64_t bytes = NarrowConfig::PackedWeightBytes(node.n(), node.k());
+    if (tiled != nullptr &&
+        (tiled->nodes[i].m_blocks != 1 || tiled->nodes[i].share == sched::ClusterShare::kShareB)) {
+      continue;
+    }
+    const int64_t bytes = layout.Bytes(node.n(), node.k());
     const auto earlier = std::find_if(packed.begin(), packed.end(), [&](const Plan::Impl::PackedNode& other) {
       return same_view(graph.nodes()[other.node].b, node.b);
     });
@@ -623,7 +632,9 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
     if (!packed.copies) continue;
     const TensorView& b = impl.graph.nodes()[packed.node].b;
     LOOM_RETURN_IF_ERROR(internal::CudaStatus(
-        kernel::PackNarrowWeights(b.data, b.rows, b.cols, b.row_stride, impl.packed_weights + packed.offset, stream),
+        kernel::PackWeights(b.data, b.rows, b.cols, b.row_stride,
+                            impl.narrow ? NarrowConfig::Packed() : KernelConfig::Packed(),
+                            impl.packed_weights + packed.offset, stream),
         absl::StrCat("packing the weights ", b.name)));
   }
   return absl::OkStatus();
@@ -818,7 +829,9 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   int64_t smem_bytes = 0;  // a CTA's
   if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   if (impl->narrow) {
-    if (options.pack_weights) impl->packed_nodes = PackedNodesOf(graph, dependencies);
+    if (options.pack_weights) {
+      impl->packed_nodes = PackedNodesOf(graph, dependencies, NarrowConfig::Packed(), /*tiled=*/nullptr);
+    }
     LOOM_ASSIGN_OR_RETURN(const NarrowRings rings,
                           ChooseNarrowRings(options, device_, rows, MaxK(graph),
                                             IsChainOfOneWaveLayers(graph, dependencies, device_.sm_count),
@@ -888,6 +901,11 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.reduce_in_parts = options.reduce_in_parts;
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph, dependencies), scheduler_options));
+  // The tiled kernel reads packed weights in its B loader, which lockstep
+  // rings do not run (the A loader carries B there).
+  if (!impl->narrow && options.pack_weights && options.ring_mode == RingMode::kSplit) {
+    impl->packed_nodes = PackedNodesOf(graph, dependencies, KernelConfig::Packed(), &impl->schedule);
+  }
 
   if (has_gpu() && !impl->schedule.queue.empty()) LOOM_RETURN_IF_ERROR(AllocateDeviceResources(*impl));
   return Plan(std::move(impl));
@@ -1021,8 +1039,14 @@ std::string ExplainNarrowMultiply(uint32_t tile_rows) {
 // Explain's account of CompileOptions::pack_weights (empty when not asked).
 std::string ExplainPackedWeights(const Plan::Impl& impl) {
   if (!impl.options.pack_weights) return "";
-  if (!impl.narrow) return "weights: read in place (pack_weights applies to the narrow decode kernel only)\n";
-  if (impl.packed_nodes.empty()) return "weights: read in place (every node's B is written by another node)\n";
+  if (!impl.narrow && impl.options.ring_mode != RingMode::kSplit) {
+    return "weights: read in place (the tiled kernel reads packed weights with split rings only)\n";
+  }
+  if (impl.packed_nodes.empty()) {
+    return impl.narrow ? "weights: read in place (every node's B is written by another node)\n"
+                       : "weights: read in place (the tiled kernel packs the B of nodes of one row block that no "
+                         "node writes; there are none)\n";
+  }
   std::vector<std::string> names;
   for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {
     names.push_back(impl.graph.nodes()[packed.node].name);

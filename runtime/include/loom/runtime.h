@@ -123,12 +123,15 @@ struct CompileOptions {
   // node reads another's output (a chain of decode layers: one job a CTA a
   // layer, nothing to overlap), else 1.
   int narrow_consumers = 0;
-  // The narrow kernel reads each node's B (the weights) from a copy the plan
-  // makes at Compile, laid out in the order its B loader streams them: one
-  // bulk copy a ring stage instead of a tensor load. At 1 and 16 tokens the
-  // MLP block 4096/14336 takes 86-88 us instead of 94-96 (bench/NOTES.md
-  // v1.23). Applies to the nodes whose B no node of the graph writes, on the
-  // narrow kernel only (Explain says which); nodes with the same B share one
+  // The kernel reads each node's B (the weights) from a copy the plan makes
+  // at Compile, laid out in the order its B loader streams them: one bulk
+  // copy a ring stage instead of a tensor load. On the narrow kernel, at 1
+  // and 16 tokens the MLP block 4096/14336 takes 86-88 us instead of 94-96
+  // (bench/NOTES.md v1.23); on the tiled kernel, at 128 tokens 117 instead
+  // of 123 (v1.40). Applies to the nodes whose B no node of the graph
+  // writes; on the tiled kernel only to nodes of one row block (at most 128
+  // rows: each weight tile read once, by one CTA) and with split rings
+  // (RingMode::kSplit). Explain says which. Nodes with the same B share one
   // copy. The copy takes device memory the size of those weights, and the
   // plan reads it instead of B: Compile copies B as it is when Compile is
   // called (writes to B still in flight on another stream must be finished
