@@ -1173,13 +1173,15 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
                          [](const auto& info) { return info.param; });
 
 // The same on the tiled kernel (KernelConfig::Packed: a stage is one k-block
-// of a 256-row tile), which packs the nodes of one row block: the MLP block
-// at 8, 100 and 128 tokens (SwiGLU tiles; the down projection split in K, so
-// its jobs start inside a tile's stages), the ragged chain at 65 rows (K of
-// 392, 520 and 264, widths off the 256-row grid), odd widths (K = 333 ends
-// inside a 16-byte chunk), the 8-layer chain at 128, and random graphs of up
-// to 128 rows; random graphs of up to 300 rows mix packed nodes with nodes of
-// two or three row blocks, which read B in place.
+// of a 256-row tile), which packs the nodes of one or two row blocks: the
+// MLP block at 8, 100 and 128 tokens (SwiGLU tiles; the down projection
+// split in K, so its jobs start inside a tile's stages) and at 129 and 256
+// (two row blocks: each CTA of a cluster loads half of every B stage for
+// both), the ragged chain at 65 and 200 rows (K of 392, 520 and 264, widths
+// off the 256-row grid), odd widths (K = 333 ends inside a 16-byte chunk),
+// the 8-layer chain at 128, and random graphs of up to 128 rows; random
+// graphs of up to 400 rows mix packed nodes with nodes of three or four row
+// blocks, which read B in place.
 CompileOptions TiledOptions() {
   CompileOptions options;
   options.kernel = KernelChoice::kTiled;
@@ -1205,8 +1207,9 @@ TEST_P(TiledPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, TiledPackedWeightsTest,
-                         ::testing::Values("mlp8", "mlp100", "mlp128", "ragged_chain65", "odd_chain40",
-                                           "eight_layers128", "random128", "random300"),
+                         ::testing::Values("mlp8", "mlp100", "mlp128", "mlp129", "mlp256", "ragged_chain65",
+                                           "ragged_chain200", "odd_chain40", "eight_layers128", "random128",
+                                           "random400"),
                          [](const auto& info) { return info.param; });
 
 // One consumer warpgroup or two taking the jobs in turn

@@ -744,7 +744,7 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
             std::string::npos)
       << plan->Explain();
   // Not with lockstep rings (the A loader carries B there), and not for
-  // nodes of more than one row block (128 rows).
+  // nodes of more than two row blocks (256 rows).
   options.ring_mode = RingMode::kLockstep;
   plan = runtime.Compile(graph, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -754,12 +754,21 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
       << plan->Explain();
   options.ring_mode = RingMode::kSplit;
   GemmGraph tall;
-  tall.AddGemm("tall", Fake("x", 0x100000, 129, 4096), Fake("w", 0x10000000, 4096, 4096),
-               Fake("y", 0x30000000, 129, 4096));
+  tall.AddGemm("tall", Fake("x", 0x100000, 257, 4096), Fake("w", 0x10000000, 4096, 4096),
+               Fake("y", 0x30000000, 257, 4096));
   plan = runtime.Compile(tall, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_NE(plan->Explain().find("weights: read in place (the tiled kernel packs the B of nodes of one row block "
+  EXPECT_NE(plan->Explain().find("weights: read in place (the tiled kernel packs the B of nodes of at most 256 rows "
                                  "that no node writes; there are none)"),
+            std::string::npos)
+      << plan->Explain();
+  GemmGraph two_blocks;  // 256 rows: B shared by the cluster's two row blocks
+  two_blocks.AddGemm("two_blocks", Fake("x", 0x100000, 256, 4096), Fake("w", 0x10000000, 4096, 4096),
+                     Fake("y", 0x30000000, 256, 4096));
+  plan = runtime.Compile(two_blocks, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("weights: packed in stage order, a copy of 32.0 MiB made at Compile, for "
+                                 "two_blocks\n"),
             std::string::npos)
       << plan->Explain();
   options.kernel = KernelChoice::kNarrow;

@@ -94,9 +94,14 @@ struct KernelConfig {
   static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
   // Packed weights (CompileOptions::pack_weights; the layout:
   // packed_layout.h): a stage, one k-block of a 256-row tile, is one 32 KiB
-  // block. The B loader reads it with one bulk copy for a node whose B tiles
-  // no cluster peer shares (RunBLoader, loader_role.cuh).
+  // block, which the B loader reads with one bulk copy, or, where the
+  // cluster shares B, each CTA half of it for both (RunBLoader,
+  // loader_role.cuh). Packed for nodes of at most kMaxPackedRowBlocks row
+  // blocks (256 rows), where the weights' stream bounds the node: a node
+  // of M rows does M flops a weight byte, and past ~180 (the H200's
+  // ~750 TF/s over ~4.2 TB/s) the multiply bounds it instead.
   LOOM_HOST_DEVICE static constexpr PackedLayout Packed() { return {kBlockN, 1}; }
+  static constexpr int kMaxPackedRowBlocks = 2;
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
   static_assert(128 * kProducerRegisters + 128 * kConsumerWarpgroups * kConsumerRegisters <=

@@ -151,20 +151,26 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
     // bench/NOTES.md v1.23). With more row blocks, other jobs re-read B.
     const bool read_once = node.schedule.m_blocks == 1;
     const int32_t n_row0 = work.n_block * KernelConfig::kBlockN;
-    // Packed weights (KernelConfig::Packed): a stage is one bulk copy of 32
-    // contiguous KiB instead of a tensor load of 256 rows K apart. The runtime
-    // packs only B read once whose tiles no cluster peer shares (runtime.cc,
-    // PackedNodesOf), so the evict-first policy always applies. Measured on
-    // the MLP block at 128 tokens: gate/up's main loops 58.5 us against 60.5,
-    // the down projection's 27.2 against 29.4 (bench/NOTES.md v1.40).
-    // A stage per k-block: the job's stages follow each other. A cluster
-    // peer whose tile lies past N (out of range: it still runs the job's
-    // ring steps) has no packed stages; its tensor loads read zeros.
+    // Packed weights (KernelConfig::Packed): a stage is 32 contiguous KiB
+    // instead of 256 rows K apart, one bulk copy, or, with B shared by the
+    // cluster, one of 16 KiB (the CTA's half of the rows) to both CTAs. The
+    // runtime packs the nodes of at most two row blocks whose B no node
+    // writes (runtime.cc, PackedNodesOf). Measured on the MLP block at 128
+    // tokens: gate/up's main loops 58.5 us against 60.5, the down
+    // projection's 27.2 against 29.4 (bench/NOTES.md v1.40). A stage per
+    // k-block: the job's stages follow each other. A cluster peer whose tile
+    // lies past N (it still runs the job's ring steps) has no packed stages;
+    // its tensor loads read zeros.
+    // With B shared, this CTA's half: the same offset in the copy's stage as
+    // in the ring's.
+    constexpr uint32_t kHalfStage = KernelConfig::kBStageBytes / 2;
+    const uint32_t packed_half = share_b ? ctx.rank * kHalfStage : 0;
     const uint8_t* packed_stage =
-        node.packed_b == nullptr || !work.in_range
+        node.packed_b == nullptr || work.n_block >= node.schedule.n_blocks
             ? nullptr
-            : node.packed_b + KernelConfig::Packed().StageOffset(
-                                  work.n_block, job.k_block_begin, KernelConfig::Packed().StagesPerTile(node.schedule.k));
+            : node.packed_b + packed_half +
+                  KernelConfig::Packed().StageOffset(work.n_block, job.k_block_begin,
+                                                     KernelConfig::Packed().StagesPerTile(node.schedule.k));
     memo.Reset();
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
@@ -182,7 +188,14 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                            cuda::ptx::space_shared, full, slot_bytes);
       if (packed_stage != nullptr) {
-        ptx::cp_async_bulk_l2_hint(ctx.b_stage(ring.stage), packed_stage, slot_bytes, full, policy);
+        if (share_b) {
+          static_assert(KernelConfig::kMaxClusterSize == 2, "a shared B stage is two halves");
+          cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                   ctx.b_stage(ring.stage) + packed_half, packed_stage, kHalfStage, full,
+                                   uint16_t{0b11});
+        } else {
+          ptx::cp_async_bulk_l2_hint(ctx.b_stage(ring.stage), packed_stage, slot_bytes, full, policy);
+        }
         packed_stage += slot_bytes;
       } else {
         LoadOperandSlot(ctx, &node.b_map, &node.b_slot_map, ctx.b_stage(ring.stage), full, k0, n_row0,

@@ -529,11 +529,11 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
 
 // The nodes whose B the plan reads packed (CompileOptions::pack_weights), in
 // `layout`: those with jobs whose B no node writes; on the tiled kernel
-// (`tiled` set: its schedule) only those of one row block whose B tiles no
-// cluster peer shares. There each weight tile is read once and the stream
-// bounds the node; with more row blocks the multiply does, the tiles are
-// read again, and a copy would only cost memory. A B that an earlier node
-// packed already (the same view of the same memory) is not copied again.
+// (`tiled` set: its schedule) only those of at most
+// KernelConfig::kMaxPackedRowBlocks row blocks, whose weights' stream bounds
+// them (with more, the multiply does, and a copy would only cost memory). A
+// B that an earlier node packed already (the same view of the same memory)
+// is not copied again.
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
                                                   const std::vector<DataDependency>& dependencies,
                                                   kernel::PackedLayout layout, const sched::Schedule* tiled) {
@@ -549,10 +549,7 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
   for (int i = 0; i < graph.size(); ++i) {
     const GemmNode& node = graph.nodes()[i];
     if (b_written[i] || !LoadsOperands(node)) continue;
-    if (tiled != nullptr &&
-        (tiled->nodes[i].m_blocks != 1 || tiled->nodes[i].share == sched::ClusterShare::kShareB)) {
-      continue;
-    }
+    if (tiled != nullptr && tiled->nodes[i].m_blocks > KernelConfig::kMaxPackedRowBlocks) continue;
     const int64_t bytes = layout.Bytes(node.n(), node.k());
     const auto earlier = std::find_if(packed.begin(), packed.end(), [&](const Plan::Impl::PackedNode& other) {
       return same_view(graph.nodes()[other.node].b, node.b);
@@ -1044,8 +1041,9 @@ std::string ExplainPackedWeights(const Plan::Impl& impl) {
   }
   if (impl.packed_nodes.empty()) {
     return impl.narrow ? "weights: read in place (every node's B is written by another node)\n"
-                       : "weights: read in place (the tiled kernel packs the B of nodes of one row block that no "
-                         "node writes; there are none)\n";
+                       : absl::StrFormat("weights: read in place (the tiled kernel packs the B of nodes of at "
+                                         "most %d rows that no node writes; there are none)\n",
+                                         KernelConfig::kMaxPackedRowBlocks * KernelConfig::kBlockM);
   }
   std::vector<std::string> names;
   for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {

@@ -129,8 +129,8 @@ struct CompileOptions {
   // and 16 tokens the MLP block 4096/14336 takes 86-88 us instead of 94-96
   // (bench/NOTES.md v1.23); on the tiled kernel, at 128 tokens 117 instead
   // of 123 (v1.40). Applies to the nodes whose B no node of the graph
-  // writes; on the tiled kernel only to nodes of one row block (at most 128
-  // rows: each weight tile read once, by one CTA) and with split rings
+  // writes; on the tiled kernel only to nodes of at most 256 rows (two row
+  // blocks: there the weights' stream bounds a node) and with split rings
   // (RingMode::kSplit). Explain says which. Nodes with the same B share one
   // copy. The copy takes device memory the size of those weights, and the
   // plan reads it instead of B: Compile copies B as it is when Compile is
