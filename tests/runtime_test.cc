@@ -735,42 +735,35 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
   // The tiled kernel packs in its own stage order (KernelConfig::Packed):
   // w1, 16 tiles of 256 rows x 64 stages of 32 KiB = 32 MiB; w2's 128 rows
   // one tile padded to 256, 2 MiB.
+  auto explains = [&](const GemmGraph& g, const std::string& text) -> ::testing::AssertionResult {
+    absl::StatusOr<Plan> compiled = runtime.Compile(g, options);
+    if (!compiled.ok()) return ::testing::AssertionFailure() << compiled.status();
+    const std::string explain = compiled->Explain();
+    if (explain.find(text) == std::string::npos) {
+      return ::testing::AssertionFailure() << "no \"" << text << "\" in\n" << explain;
+    }
+    return ::testing::AssertionSuccess();
+  };
   options.pack_weights = true;
   options.kernel = KernelChoice::kTiled;
-  plan = runtime.Compile(graph, options);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_NE(plan->Explain().find("weights: packed in stage order, a copy of 34.0 MiB made at Compile, for layer1, "
-                                 "layer2\n"),
-            std::string::npos)
-      << plan->Explain();
+  EXPECT_TRUE(explains(graph, "weights: packed in stage order, a copy of 34.0 MiB made at Compile, for layer1, "
+                              "layer2\n"));
   // Not with lockstep rings (the A loader carries B there), and not for
-  // nodes of more than two row blocks (256 rows).
+  // nodes of more than two row blocks (256 rows); at 256 rows B is shared by
+  // the cluster's two row blocks.
   options.ring_mode = RingMode::kLockstep;
-  plan = runtime.Compile(graph, options);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_NE(plan->Explain().find("weights: read in place (the tiled kernel reads packed weights with split rings "
-                                 "only)"),
-            std::string::npos)
-      << plan->Explain();
+  EXPECT_TRUE(explains(graph, "weights: read in place (the tiled kernel reads packed weights with split rings only)"));
   options.ring_mode = RingMode::kSplit;
   GemmGraph tall;
   tall.AddGemm("tall", Fake("x", 0x100000, 257, 4096), Fake("w", 0x10000000, 4096, 4096),
                Fake("y", 0x30000000, 257, 4096));
-  plan = runtime.Compile(tall, options);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_NE(plan->Explain().find("weights: read in place (the tiled kernel packs the B of nodes of at most 256 rows "
-                                 "that no node writes; there are none)"),
-            std::string::npos)
-      << plan->Explain();
-  GemmGraph two_blocks;  // 256 rows: B shared by the cluster's two row blocks
+  EXPECT_TRUE(explains(tall, "weights: read in place (the tiled kernel packs the B of nodes of at most 256 rows "
+                             "that no node writes; there are none)"));
+  GemmGraph two_blocks;
   two_blocks.AddGemm("two_blocks", Fake("x", 0x100000, 256, 4096), Fake("w", 0x10000000, 4096, 4096),
                      Fake("y", 0x30000000, 256, 4096));
-  plan = runtime.Compile(two_blocks, options);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_NE(plan->Explain().find("weights: packed in stage order, a copy of 32.0 MiB made at Compile, for "
-                                 "two_blocks\n"),
-            std::string::npos)
-      << plan->Explain();
+  EXPECT_TRUE(explains(two_blocks, "weights: packed in stage order, a copy of 32.0 MiB made at Compile, for "
+                                   "two_blocks\n"));
   options.kernel = KernelChoice::kNarrow;
 
   // Two nodes reading the same B (one layer applied twice) share one copy.
