@@ -527,16 +527,23 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
   return nodes;
 }
 
+// The stage order a kernel's packed weights take (packed_layout.h).
+kernel::PackedLayout PackedLayoutFor(bool narrow) {
+  return narrow ? NarrowConfig::Packed() : KernelConfig::Packed();
+}
+
 // The nodes whose B the plan reads packed (CompileOptions::pack_weights), in
-// `layout`: those with jobs whose B no node writes; on the tiled kernel
-// (`tiled` set: its schedule) only those of at most
+// the layout of its kernel (the narrow one when `tiled` is null): those with
+// jobs whose B no node writes; on the tiled kernel (`tiled`: its schedule)
+// only those of at most
 // KernelConfig::kMaxPackedRowBlocks row blocks, whose weights' stream bounds
 // them (with more, the multiply does, and a copy would only cost memory). A
 // B that an earlier node packed already (the same view of the same memory)
 // is not copied again.
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
                                                   const std::vector<DataDependency>& dependencies,
-                                                  kernel::PackedLayout layout, const sched::Schedule* tiled) {
+                                                  const sched::Schedule* tiled) {
+  const kernel::PackedLayout layout = PackedLayoutFor(/*narrow=*/tiled == nullptr);
   std::vector<bool> b_written(graph.nodes().size(), false);
   for (const DataDependency& dependency : dependencies) {
     if (dependency.operand == Operand::kB) b_written[dependency.consumer] = true;
@@ -629,8 +636,7 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
     if (!packed.copies) continue;
     const TensorView& b = impl.graph.nodes()[packed.node].b;
     LOOM_RETURN_IF_ERROR(internal::CudaStatus(
-        kernel::PackWeights(b.data, b.rows, b.cols, b.row_stride,
-                            impl.narrow ? NarrowConfig::Packed() : KernelConfig::Packed(),
+        kernel::PackWeights(b.data, b.rows, b.cols, b.row_stride, PackedLayoutFor(impl.narrow),
                             impl.packed_weights + packed.offset, stream),
         absl::StrCat("packing the weights ", b.name)));
   }
@@ -827,7 +833,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   if (impl->narrow) {
     if (options.pack_weights) {
-      impl->packed_nodes = PackedNodesOf(graph, dependencies, NarrowConfig::Packed(), /*tiled=*/nullptr);
+      impl->packed_nodes = PackedNodesOf(graph, dependencies, /*tiled=*/nullptr);
     }
     LOOM_ASSIGN_OR_RETURN(const NarrowRings rings,
                           ChooseNarrowRings(options, device_, rows, MaxK(graph),
@@ -901,7 +907,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   // The tiled kernel reads packed weights in its B loader, which lockstep
   // rings do not run (the A loader carries B there).
   if (!impl->narrow && options.pack_weights && options.ring_mode == RingMode::kSplit) {
-    impl->packed_nodes = PackedNodesOf(graph, dependencies, KernelConfig::Packed(), &impl->schedule);
+    impl->packed_nodes = PackedNodesOf(graph, dependencies, &impl->schedule);
   }
 
   if (has_gpu() && !impl->schedule.queue.empty()) LOOM_RETURN_IF_ERROR(AllocateDeviceResources(*impl));
