@@ -158,11 +158,11 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
     // writes (runtime.cc, PackedNodesOf). Measured on the MLP block at 128
     // tokens: gate/up's main loops 58.5 us against 60.5, the down
     // projection's 27.2 against 29.4 (bench/NOTES.md v1.40). A stage per
-    // k-block: the job's stages follow each other. A cluster peer whose tile
-    // lies past N (it still runs the job's ring steps) has no packed stages;
-    // its tensor loads read zeros.
-    // With B shared, this CTA's half: the same offset in the copy's stage as
-    // in the ring's.
+    // k-block: the job's stages follow each other; with B shared, this CTA's
+    // half sits at the same offset in the copy's stage as in the ring's. B
+    // not shared means one row block (read once: evict-first, as the tensor
+    // path). A cluster peer whose tile lies past N (it still runs the job's
+    // ring steps) has no packed stages; its tensor loads read zeros.
     constexpr uint32_t kHalfStage = KernelConfig::kBStageBytes / 2;
     const uint32_t packed_half = share_b ? ctx.rank * kHalfStage : 0;
     const uint8_t* packed_stage =
