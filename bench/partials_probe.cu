@@ -27,11 +27,23 @@
 // on) once all 8 of that tile's splits are flagged: each thread one column
 // pair, 2 rows a step, the loads of all 8 splits of a step in flight, 4
 // steps a warpgroup of 8 rows; --kib, --batch and --delay_us do not apply.
+// With --stream_mib each CTA, after writing and flagging its part, reads its
+// share of a buffer of that many MiB (streaming loads, 16 bytes a thread, 8 in
+// flight) before it waits for the flags and reads: the weight stream that
+// passes through L2 between a split job's partials and their reduce. With
+// --stream_stride_kib as well, each load of the stream is that many KiB past
+// the one before it: the same pages touched with far fewer lines of L2.
+// --smem_kib sets the shared memory a CTA asks for (the tiled kernel takes
+// ~225 KiB, leaving L1 ~30), --cluster=2 launches clusters of two as the
+// tiled kernel does, and --sequential_steps sums a part one step at a time
+// as the kernel's SumColumnPair does (`#pragma unroll 1`; without it the
+// compiler may issue all four steps' loads at once).
 // The flags are checked before the GPU is touched: a bad one exits 2,
 // naming it.
 //
 //   partials_probe --write=tma --reader=other --kib=128
 //   partials_probe --layout=splits --write=tma --reader=other
+//   partials_probe --layout=splits --stream_mib=256 --smem_kib=227 --cluster=2 --sequential_steps
 #include <cuda_runtime.h>
 
 #include <cuda/ptx>
@@ -52,6 +64,17 @@ ABSL_FLAG(int, kib, 128, "KiB each CTA writes and reads (a multiple of 16)");
 ABSL_FLAG(int, batch, 16, "8-byte loads each thread has in flight (1 to 32)");
 ABSL_FLAG(int, delay_us, 0, "us between acquiring the flag and the first read");
 ABSL_FLAG(bool, separate, false, "read in a second launch instead of after the flags");
+ABSL_FLAG(int, stream_mib, 0, "MiB streamed through L2 by all CTAs between the writes and the reads");
+ABSL_FLAG(int, stream_stride_kib, 0, "KiB between two loads of the stream (0: every 16 bytes)");
+ABSL_FLAG(int, smem_kib, 120,
+          "dynamic shared memory a CTA asks for (at least 8, at most 227): more leaves less of the SM's 256 KiB "
+          "to L1");
+ABSL_FLAG(int, cluster, 1, "CTAs a cluster (1 or 2; the tiled kernel launches clusters of 2)");
+ABSL_FLAG(bool, sequential_steps, false,
+          "--layout=splits: sum a part one step (2 rows of every split) at a time, as the kernel does");
+ABSL_FLAG(bool, stream_bulk, false,
+          "with --stream_mib: stream with bulk copies into shared memory under an L2 evict_first policy (as the "
+          "packed B loader) instead of streaming loads; needs --smem_kib of at least 72");
 ABSL_FLAG(int, iters, 9, "launches (the median launch is printed)");
 ABSL_FLAG(std::string, layout, "region",
           "region (each CTA one contiguous region) or splits (the tiled kernel's split-K partials; see the comment)");
@@ -74,10 +97,68 @@ struct ProbeParams {
   int batch;
   uint64_t delay_ns;
   bool write, read;     // the phases this launch runs
+  bool sequential_steps;  // --layout=splits: SumPart<true>
   uint64_t* pass_ns;    // [grid][2]
+  const float4* stream; // [stream_bytes / 16], read between the writes and the reads
+  int64_t stream_bytes;
+  int64_t stream_stride;  // in float4s; 1: contiguous
+  bool stream_bulk;       // StreamThroughBulk instead
 };
 
 __device__ float probe_sink;
+
+// This CTA's share of p.stream with bulk copies into shared memory under an
+// L2 evict_first policy, as the tiled kernel's packed B loader reads weights:
+// kStreamChunks chunks of kStreamChunkBytes in flight, after the write staging.
+constexpr uint32_t kStreamChunkBytes = 16384;
+constexpr int kStreamChunks = 4;
+__device__ void StreamThroughBulk(const ProbeParams& p, uint8_t* smem) {
+  __shared__ uint64_t full[kStreamChunks];
+  const int64_t share = p.stream_bytes / gridDim.x / kStreamChunkBytes * kStreamChunkBytes;
+  const auto* chunk = reinterpret_cast<const uint8_t*>(p.stream) + int64_t{blockIdx.x} * share;
+  uint8_t* buffers = smem + kChunkBytes;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStreamChunks; ++i) cuda::ptx::mbarrier_init(&full[i], 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+    const uint64_t policy = loom::kernel::ptx::l2_evict_first_policy();
+    const int64_t count = share / kStreamChunkBytes;
+    for (int64_t i = 0; i < count + kStreamChunks; ++i) {
+      if (i >= kStreamChunks) {  // chunk i - kStreamChunks landed: its buffer is free
+        const int64_t done = i - kStreamChunks;
+        while (!cuda::ptx::mbarrier_try_wait_parity(&full[done % kStreamChunks],
+                                                    static_cast<uint32_t>((done / kStreamChunks) & 1))) {
+        }
+      }
+      if (i < count) {
+        const int b = static_cast<int>(i % kStreamChunks);
+        cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                             &full[b], uint32_t{kStreamChunkBytes});
+        loom::kernel::ptx::cp_async_bulk_l2_hint(buffers + b * kStreamChunkBytes, chunk + i * kStreamChunkBytes,
+                                                 kStreamChunkBytes, &full[b], policy);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// This CTA's share of p.stream, read once with streaming loads.
+__device__ void StreamThrough(const ProbeParams& p) {
+  constexpr int kInFlight = 8;
+  const int64_t words = p.stream_bytes / 16, share = words / gridDim.x, loads = share / p.stream_stride;
+  const float4* chunk = p.stream + int64_t{blockIdx.x} * share;
+  float sum = 0.0f;
+  for (int64_t base = 0; base < loads; base += int64_t{kThreads} * kInFlight) {
+    float4 v[kInFlight];
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) {
+      const int64_t at = base + int64_t{b} * kThreads + threadIdx.x;
+      v[b] = at < loads ? __ldcs(chunk + at * p.stream_stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) sum += v[b].x + v[b].w;
+  }
+  if (sum == 1234.5f) probe_sink = sum;
+}
 
 __device__ void WriteRegion(const ProbeParams& p, uint8_t* staging) {
   float* region = p.regions + int64_t{blockIdx.x} * (p.bytes / 4);
@@ -127,6 +208,11 @@ __global__ void __launch_bounds__(kThreads, 1) Probe(const __grid_constant__ Pro
   extern __shared__ __align__(128) uint8_t staging[];
   if (p.write) WriteRegion(p, staging);
   if (!p.read) return;
+  if (p.stream_bulk) {
+    StreamThroughBulk(p, staging);
+  } else {
+    StreamThrough(p);
+  }
   const int source = p.other ? static_cast<int>((blockIdx.x + gridDim.x / 2) % gridDim.x) : blockIdx.x;
   if (threadIdx.x == 0) {
     while (loom::kernel::ptx::ld_relaxed_gpu(&p.flags[source]) != p.epoch) {
@@ -151,6 +237,35 @@ __global__ void __launch_bounds__(kThreads, 1) Probe(const __grid_constant__ Pro
 
 constexpr int kSplits = 8, kTileRows = 128, kTileCols = 256, kPartRows = 16;
 constexpr int kRowBytes = kTileCols * 4;
+
+// One warpgroup's 8 rows of a part, 2 rows of all splits a step. kSequential:
+// one step's loads at a time (`#pragma unroll 1`, as the kernel's
+// SumColumnPair); otherwise the steps unrolled, so that the compiler may issue
+// every step's loads before the first add.
+template <bool kSequential>
+__device__ float SumPart(const float* base, int64_t row_floats, int64_t split_floats) {
+  float sum = 0.0f;
+  auto step = [&](int i) {
+    float2 v[2][kSplits];
+#pragma unroll
+    for (int split = 0; split < kSplits; ++split) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        v[r][split] = __ldcg(reinterpret_cast<const float2*>(base + (i + r) * row_floats + split * split_floats));
+      }
+    }
+#pragma unroll
+    for (int split = 0; split < kSplits; ++split) sum += v[0][split].x + v[0][split].y + v[1][split].x + v[1][split].y;
+  };
+  if constexpr (kSequential) {
+#pragma unroll 1
+    for (int i = 0; i < kPartRows / 2; i += 2) step(i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPartRows / 2; i += 2) step(i);
+  }
+  return sum;
+}
 
 // The splits layout: CTA w < tiles * kSplits (tiles = gridDim.x / kSplits)
 // writes split w % kSplits of tile w / kSplits, then sums one part.
@@ -187,6 +302,11 @@ __global__ void __launch_bounds__(kThreads, 1) SplitProbe(const __grid_constant_
     if (threadIdx.x == 0) loom::kernel::ptx::st_release_gpu(&p.flags[w], p.epoch);
   }
   if (!p.read) return;
+  if (p.stream_bulk) {
+    StreamThroughBulk(p, staging);
+  } else {
+    StreamThrough(p);
+  }
   const int tile = p.other ? (w / kSplits + tiles / 2) % tiles : w / kSplits;
   const int part = w % kSplits;
   if (threadIdx.x < kSplits) {
@@ -202,18 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1) SplitProbe(const __grid_constant_
   for (int pass = 0; pass < 2; ++pass) {
     __syncthreads();
     const uint64_t start = globaltimer();
-    for (int i = 0; i < kPartRows / 2; i += 2) {
-      float2 v[2][kSplits];
-#pragma unroll
-      for (int split = 0; split < kSplits; ++split) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          v[r][split] = __ldcg(reinterpret_cast<const float2*>(base + (i + r) * row_floats + split * split_floats));
-        }
-      }
-#pragma unroll
-      for (int split = 0; split < kSplits; ++split) sum += v[0][split].x + v[0][split].y + v[1][split].x + v[1][split].y;
-    }
+    sum += p.sequential_steps ? SumPart<true>(base, row_floats, split_floats) : SumPart<false>(base, row_floats, split_floats);
     __syncthreads();
     if (threadIdx.x == 0) p.pass_ns[2 * blockIdx.x + pass] = globaltimer() - start;
   }
@@ -235,11 +344,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (kib < 16 || kib % 16 != 0 || kib > 64 * 1024 || batch < 1 || batch > kMaxBatch ||
-      absl::GetFlag(FLAGS_delay_us) < 0 || absl::GetFlag(FLAGS_iters) < 1) {
+      absl::GetFlag(FLAGS_delay_us) < 0 || absl::GetFlag(FLAGS_iters) < 1 || absl::GetFlag(FLAGS_stream_mib) < 0 ||
+      absl::GetFlag(FLAGS_stream_mib) > 16 * 1024 || absl::GetFlag(FLAGS_stream_stride_kib) < 0 ||
+      absl::GetFlag(FLAGS_stream_stride_kib) > 1024 || absl::GetFlag(FLAGS_smem_kib) < 8 ||
+      absl::GetFlag(FLAGS_smem_kib) > 227) {
     std::fprintf(stderr,
-                 "--kib=%d --batch=%d --delay_us=%d --iters=%d: need kib a multiple of 16 in [16, 65536], batch in "
-                 "[1, %d], delay_us >= 0, iters >= 1\n",
-                 kib, batch, absl::GetFlag(FLAGS_delay_us), absl::GetFlag(FLAGS_iters), kMaxBatch);
+                 "--kib=%d --batch=%d --delay_us=%d --iters=%d --stream_mib=%d --stream_stride_kib=%d --smem_kib=%d: need "
+                 "kib a multiple of 16 in [16, 65536], batch in [1, %d], delay_us >= 0, iters >= 1, stream_mib in "
+                 "[0, 16384], stream_stride_kib in [0, 1024], smem_kib in [8, 227]\n",
+                 kib, batch, absl::GetFlag(FLAGS_delay_us), absl::GetFlag(FLAGS_iters),
+                 absl::GetFlag(FLAGS_stream_mib), absl::GetFlag(FLAGS_stream_stride_kib),
+                 absl::GetFlag(FLAGS_smem_kib), kMaxBatch);
     return 2;
   }
   const std::string layout = absl::GetFlag(FLAGS_layout);
@@ -248,6 +363,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool splits = layout == "splits";
+  if (absl::GetFlag(FLAGS_cluster) != 1 && absl::GetFlag(FLAGS_cluster) != 2) {
+    std::fprintf(stderr, "--cluster=%d: must be 1 or 2\n", absl::GetFlag(FLAGS_cluster));
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_stream_bulk) &&
+      (absl::GetFlag(FLAGS_smem_kib) < 72 || absl::GetFlag(FLAGS_stream_stride_kib) != 0)) {
+    std::fprintf(stderr, "--stream_bulk: needs --smem_kib of at least 72 (it has %d) and no --stream_stride_kib\n",
+                 absl::GetFlag(FLAGS_smem_kib));
+    return 2;
+  }
   int sms = 0;
   PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   ProbeParams p = {};
@@ -255,6 +380,7 @@ int main(int argc, char** argv) {
   p.tma = write == "tma";
   p.other = reader == "other";
   p.batch = batch;
+  p.sequential_steps = absl::GetFlag(FLAGS_sequential_steps);
   p.delay_ns = static_cast<uint64_t>(absl::GetFlag(FLAGS_delay_us)) * 1000;
   // The CTAs that report, and the bytes each reads a pass.
   const int active = splits ? sms / kSplits * kSplits : sms;
@@ -264,16 +390,32 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaMalloc(&p.flags, sms * sizeof(uint32_t)));
   PROBE_CHECK(cudaMemset(p.flags, 0, sms * sizeof(uint32_t)));
   PROBE_CHECK(cudaMalloc(&p.pass_ns, sms * 2 * sizeof(uint64_t)));
+  p.stream_bytes = int64_t{absl::GetFlag(FLAGS_stream_mib)} << 20;
+  p.stream_bulk = absl::GetFlag(FLAGS_stream_bulk);
+  p.stream_stride = std::max(int64_t{1}, int64_t{absl::GetFlag(FLAGS_stream_stride_kib)} * 1024 / 16);
+  if (p.stream_bytes > 0) {
+    float4* stream = nullptr;
+    PROBE_CHECK(cudaMalloc(&stream, static_cast<size_t>(p.stream_bytes)));
+    PROBE_CHECK(cudaMemset(stream, 0, static_cast<size_t>(p.stream_bytes)));
+    p.stream = stream;
+  }
   // 120 KiB of shared memory: one CTA an SM.
-  constexpr int kSharedBytes = 120 * 1024;
-  PROBE_CHECK(cudaFuncSetAttribute(Probe, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-  PROBE_CHECK(cudaFuncSetAttribute(SplitProbe, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  const int shared_bytes = absl::GetFlag(FLAGS_smem_kib) * 1024;
+  PROBE_CHECK(cudaFuncSetAttribute(Probe, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+  PROBE_CHECK(cudaFuncSetAttribute(SplitProbe, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+  const int cluster = absl::GetFlag(FLAGS_cluster);
   auto run_probe = [&]() {
-    if (splits) {
-      SplitProbe<<<sms, kThreads, kSharedBytes>>>(p);
-    } else {
-      Probe<<<sms, kThreads, kSharedBytes>>>(p);
-    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(sms);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = shared_bytes;
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = cluster;
+    attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    PROBE_CHECK(cudaLaunchKernelEx(&config, splits ? SplitProbe : Probe, p));
   };
   const bool separate = absl::GetFlag(FLAGS_separate);
   struct Launch {
@@ -306,14 +448,16 @@ int main(int argc, char** argv) {
   const Launch& median = launches[launches.size() / 2];
   if (splits) {
     std::printf("partials_probe: %d CTAs, split-K partials (%d tiles of %d x %d fp32, %d splits) written by %s, "
-                "parts of %d rows read by %s%s\n",
+                "parts of %d rows read by %s%s, %d MiB streamed between (stride %d KiB), %d KiB of shared memory\n",
                 active, active / kSplits, kTileRows, kTileCols, kSplits, write.c_str(), kPartRows, reader.c_str(),
-                separate ? ", in a second launch" : "");
+                separate ? ", in a second launch" : "", absl::GetFlag(FLAGS_stream_mib),
+                absl::GetFlag(FLAGS_stream_stride_kib), absl::GetFlag(FLAGS_smem_kib));
   } else {
     std::printf("partials_probe: %d CTAs, %d KiB each, written by %s, read by %s, %d loads in flight a thread, "
-                "delay %d us%s\n",
+                "delay %d us%s, %d MiB streamed between (stride %d KiB), %d KiB of shared memory\n",
                 active, kib, write.c_str(), reader.c_str(), batch, absl::GetFlag(FLAGS_delay_us),
-                separate ? ", read in a second launch" : "");
+                separate ? ", read in a second launch" : "", absl::GetFlag(FLAGS_stream_mib),
+                absl::GetFlag(FLAGS_stream_stride_kib), absl::GetFlag(FLAGS_smem_kib));
   }
   for (int pass = 0; pass < 2; ++pass) {
     std::vector<uint64_t> ns(active);
