@@ -2,6 +2,7 @@
 // Compile for device limits, Launch on a host-only plan, Explain.
 #include "loom/runtime.h"
 
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "internal/plan_impl.h"
 #include "internal/testing_hooks.h"
 #include "internal/timeline.h"
 #include "narrow_config.h"
@@ -951,6 +953,21 @@ TEST(RuntimeTest, CreateWithoutGpuIsFailedPrecondition) {
   if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) GTEST_SKIP() << "a GPU is present";
   absl::StatusOr<Runtime> runtime = Runtime::Create(0);
   EXPECT_EQ(runtime.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A time-out names what was waited on: every kind the kernel reports has its
+// own words, and a value past them reads as unknown rather than as another's.
+TEST(RuntimeTest, EveryWaitKindHasItsOwnName) {
+  std::set<std::string> names;
+  const int last = static_cast<int>(kernel::WaitKind::kFirstFetches);
+  for (int kind = static_cast<int>(kernel::WaitKind::kDependencyFlag); kind <= last; ++kind) {
+    const std::string name = internal::WaitKindName(kind);
+    EXPECT_NE(name, "unknown wait") << "WaitKind " << kind;
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), static_cast<size_t>(last));
+  EXPECT_STREQ(internal::WaitKindName(static_cast<int>(kernel::WaitKind::kNone)), "unknown wait");
+  EXPECT_STREQ(internal::WaitKindName(last + 1), "unknown wait");
 }
 
 }  // namespace

@@ -79,6 +79,8 @@ enum class WaitKind : int32_t {
   kRingEmpty = 3,
   kJobSlot = 4,
   kStaging = 5,
+  kHeldJobInputs = 6,  // the scheduler, holding back until its last job's inputs are ready
+  kFirstFetches = 7,   // the scheduler, before its second fetch, for every scheduler's first
 };
 struct DeviceTimeoutRecord {
   int32_t timed_out;  // 0 or 1; claimed with atomicCAS by the first waiter

@@ -74,13 +74,13 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch, uint32_t dy
                 __nanosleep(256);
                 return false;
               },
-              WaitKind::kJobSlot, last)) {
+              WaitKind::kHeldJobInputs, last)) {
         return;
       }
     }
     if (await_first_fetches != 0 && first_fetch < 0) {
       if (!ctx.watchdog.SpinUntil([&] { return ptx::ld_volatile(&ctx.params.state->cursor) >= await_first_fetches; },
-                                  WaitKind::kJobSlot, last)) {
+                                  WaitKind::kFirstFetches, last)) {
         return;
       }
       await_first_fetches = 0;

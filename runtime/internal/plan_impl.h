@@ -79,6 +79,9 @@ struct Plan::Impl {
 namespace internal {
 // FailedPrecondition for `method` called on a moved-from Plan.
 absl::Status MovedFromPlan(absl::string_view method);
+// What a kernel::WaitKind waited on, in words ("unknown wait" for a value
+// that is none of them), for the time-out status.
+const char* WaitKindName(int32_t kind);
 }  // namespace internal
 
 }  // namespace loom

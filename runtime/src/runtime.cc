@@ -730,23 +730,6 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   return absl::OkStatus();
 }
 
-const char* WaitKindName(int32_t kind) {
-  switch (static_cast<kernel::WaitKind>(kind)) {
-    case kernel::WaitKind::kDependencyFlag:
-      return "dependency flag";
-    case kernel::WaitKind::kRingFull:
-      return "operand ring full barrier";
-    case kernel::WaitKind::kRingEmpty:
-      return "operand ring empty barrier";
-    case kernel::WaitKind::kJobSlot:
-      return "job slot barrier";
-    case kernel::WaitKind::kStaging:
-      return "epilogue staging barrier";
-    default:
-      return "unknown wait";
-  }
-}
-
 }  // namespace
 
 bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* error) {
@@ -928,6 +911,28 @@ Plan::Impl::~Impl() {
 }
 
 namespace internal {
+
+const char* WaitKindName(int32_t kind) {
+  switch (static_cast<kernel::WaitKind>(kind)) {
+    case kernel::WaitKind::kDependencyFlag:
+      return "dependency flag";
+    case kernel::WaitKind::kRingFull:
+      return "operand ring full barrier";
+    case kernel::WaitKind::kRingEmpty:
+      return "operand ring empty barrier";
+    case kernel::WaitKind::kJobSlot:
+      return "job slot barrier";
+    case kernel::WaitKind::kStaging:
+      return "epilogue staging barrier";
+    case kernel::WaitKind::kHeldJobInputs:
+      return "its inputs, held back by the scheduler";
+    case kernel::WaitKind::kFirstFetches:
+      return "every cluster's first fetch, before the scheduler's second";
+    default:
+      return "unknown wait";
+  }
+}
+
 absl::Status MovedFromPlan(absl::string_view method) {
   return absl::FailedPreconditionError(
       absl::StrCat("Plan::", method, ": this Plan was moved from (a moved-from Plan can only be assigned to)"));
@@ -979,7 +984,7 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
   timeout.flag = record->flag;
   timeout.expected = record->expected;
   timeout.seen = record->seen;
-  timeout.what = WaitKindName(record->wait_kind);
+  timeout.what = internal::WaitKindName(record->wait_kind);
   impl_->last_timeout = timeout;
   std::memset(impl_->timeout_host, 0, sizeof(kernel::DeviceTimeoutRecord));
   // The kernel leaves the abort flag set (FinishFetching, cta_context.cuh):
