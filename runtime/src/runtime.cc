@@ -643,6 +643,13 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+// Whether the tiled kernel can read packed weights under `options`: its B
+// loader reads them, which lockstep rings do not run (the A loader carries B
+// there). Compile packs by it and Explain says why not by it.
+bool TiledRingsReadPackedWeights(const CompileOptions& options) {
+  return options.ring_mode == RingMode::kSplit;
+}
+
 // The clusters the tiled kernel's first wave leaves without a job that can
 // start (0 on the narrow kernel). Above 0, the kernel spreads its first
 // fetches over the chip (KernelConfig::kFirstFetchSpreadCycles).
@@ -887,9 +894,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.reduce_in_parts = options.reduce_in_parts;
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph, dependencies), scheduler_options));
-  // The tiled kernel reads packed weights in its B loader, which lockstep
-  // rings do not run (the A loader carries B there).
-  if (!impl->narrow && options.pack_weights && options.ring_mode == RingMode::kSplit) {
+  if (!impl->narrow && options.pack_weights && TiledRingsReadPackedWeights(options)) {
     impl->packed_nodes = PackedNodesOf(graph, dependencies, &impl->schedule);
   }
 
@@ -1047,7 +1052,7 @@ std::string ExplainNarrowMultiply(uint32_t tile_rows) {
 // Explain's account of CompileOptions::pack_weights (empty when not asked).
 std::string ExplainPackedWeights(const Plan::Impl& impl) {
   if (!impl.options.pack_weights) return "";
-  if (!impl.narrow && impl.options.ring_mode != RingMode::kSplit) {
+  if (!impl.narrow && !TiledRingsReadPackedWeights(impl.options)) {
     return "weights: read in place (the tiled kernel reads packed weights with split rings only)\n";
   }
   if (impl.packed_nodes.empty()) {
