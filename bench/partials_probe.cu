@@ -210,15 +210,21 @@ __device__ float ReadPass(const ProbeParams& p, const float2* region) {
   return sum;
 }
 
+// What a CTA streams between its writes and its reads (--stream_mib; nothing
+// without it).
+__device__ void StreamBetween(const ProbeParams& p, uint8_t* smem) {
+  if (p.stream_bulk) {
+    StreamThroughBulk(p, smem);
+  } else {
+    StreamThrough(p);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) Probe(const __grid_constant__ ProbeParams p) {
   extern __shared__ __align__(128) uint8_t staging[];
   if (p.write) WriteRegion(p, staging);
   if (!p.read) return;
-  if (p.stream_bulk) {
-    StreamThroughBulk(p, staging);
-  } else {
-    StreamThrough(p);
-  }
+  StreamBetween(p, staging);
   const int source = p.other ? static_cast<int>((blockIdx.x + gridDim.x / 2) % gridDim.x) : blockIdx.x;
   if (threadIdx.x == 0) {
     while (loom::kernel::ptx::ld_relaxed_gpu(&p.flags[source]) != p.epoch) {
@@ -308,11 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) SplitProbe(const __grid_constant_
     if (threadIdx.x == 0) loom::kernel::ptx::st_release_gpu(&p.flags[w], p.epoch);
   }
   if (!p.read) return;
-  if (p.stream_bulk) {
-    StreamThroughBulk(p, staging);
-  } else {
-    StreamThrough(p);
-  }
+  StreamBetween(p, staging);
   const int tile = p.other ? (w / kSplits + tiles / 2) % tiles : w / kSplits;
   const int part = w % kSplits;
   if (threadIdx.x < kSplits) {
