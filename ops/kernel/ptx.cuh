@@ -150,6 +150,13 @@ __device__ __forceinline__ void prefetch_global_l2(const void* address) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address));
 }
 
+// discard.global.L2: drops the 128-byte line at `line` (128-byte aligned)
+// from L2 without writing it back; its contents are undefined until written
+// again. A weak write: the caller orders it after every read of the line.
+__device__ __forceinline__ void discard_global_l2(const void* line) {
+  asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(line) : "memory");
+}
+
 // prefetch.tensormap: brings the TMA descriptor at `map` (global memory) into
 // the cache TMA reads descriptors through; no wait.
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {

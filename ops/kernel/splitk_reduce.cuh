@@ -9,7 +9,8 @@
 // applied (SumFewRowPartials). A node reduced in parts
 // (NodeSchedule::reduce_parts) has one reduce job per 8 or 16 rows of a
 // tile, each a few-row sum straight into C; the part that finishes a tile
-// last publishes its flag (FinishesReducePart).
+// last publishes its flag (FinishesReducePart). A few-row sum then drops the
+// partials it read from L2 unwritten (DiscardWarpPartials).
 #ifndef LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 #define LOOM_OPS_KERNEL_SPLITK_REDUCE_CUH_
 
@@ -131,6 +132,31 @@ __device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& wor
     ok = WaitForFlag(ctx, first_flag + split, job_index);
   }
   return ConsumerBarrierAnd(warpgroup, ok);
+}
+
+// Partials are scratch: once their reduce has read them nothing reads them
+// again before the next launch rewrites them. Left dirty in L2, each line
+// goes back to DRAM when evicted, which is while the next launch streams its
+// first weights: at 128 tokens the MLP block's 16 MB of partials held
+// gate/up's stream to 4.0 TB/s against 4.3 without them (bench/NOTES.md
+// v1.42). So after a few-row sum each warp drops the lines it read, unwritten:
+// its 64 columns (two lines) of `rows` rows from `first` (its first column in
+// row 0 of split 0), in every split. No other warp reads those lines; the
+// __syncwarp orders all its lanes' loads (consumed by the sums) before the
+// discards. (SumPartials' whole tiles keep theirs: the same discards beside
+// that path spilled in the split-K kernel and made the 256-token block
+// slower, 207.7 us against 202.6.)
+__device__ inline void DiscardWarpPartials(const float* first, int rows, int64_t row_stride, int split_k,
+                                           int64_t split_stride) {
+  __syncwarp();
+  const int lane = threadIdx.x % 32;  // a lane pair per row, one line each
+#pragma unroll 1
+  for (int split = 0; split < split_k; ++split) {
+#pragma unroll 1
+    for (int row = lane / 2; row < rows; row += 16) {
+      ptx::discard_global_l2(first + split * split_stride + row * row_stride + (lane % 2) * 32);
+    }
+  }
 }
 
 // Split-K reduce, part 2: sums the partials in split order (the same order
@@ -436,6 +462,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
     } else {
       SumColumnPair<2>(partials, layout.split_stride, layout.row_stride, rows, split_k, ops, sink);
     }
+    DiscardWarpPartials(partials - 2 * (t % 32), rows, layout.row_stride, split_k, layout.split_stride);
   }
   // Every row is in place.
   if (both) {
