@@ -143,9 +143,10 @@ __device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& wor
 // its 64 columns (two lines) of `rows` rows from `first` (its first column in
 // row 0 of split 0), in every split. No other warp reads those lines; the
 // __syncwarp orders all its lanes' loads (consumed by the sums) before the
-// discards. (SumPartials' whole tiles keep theirs: the same discards beside
-// that path spilled in the split-K kernel and made the 256-token block
-// slower, 207.7 us against 202.6.)
+// discards. (SumPartials' whole tiles, 129 rows and up, keep theirs: beside
+// that path the discards spilled and made the 256-token block slower, 207.7
+// us against 202.6; after the consumer's last job they gained nothing, the
+// multiply bounding those sizes rather than the stream. NOTES v1.42.)
 __device__ inline void DiscardWarpPartials(const float* first, int rows, int64_t row_stride, int split_k,
                                            int64_t split_stride) {
   __syncwarp();
