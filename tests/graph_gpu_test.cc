@@ -247,6 +247,38 @@ TEST_P(MlpTest, SwiGLUBlockMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{16}, int64_t{128}, int64_t{300}),
                          [](const auto& info) { return "tokens" + std::to_string(info.param); });
 
+// Every launch sums its own partials. A few-row reduce drops the partial
+// lines it read from L2 without writing them back (DiscardWarpPartials in
+// splitk_reduce.cuh), so a reduce that read a line after it was dropped, or
+// before this launch wrote it, would get DRAM's copy: the workspace's NaN
+// poison or an earlier launch's value. New activations before each launch
+// make every earlier launch's partials wrong for this one. Every node split
+// in four; tokens: 16 (decode tiles of 16 rows, gate/up's SwiGLU staged, the
+// down projection straight into C), 128 (the down projection reduced in
+// parts, gate/up in whole tiles), 300 (whole tiles, two row blocks).
+class FreshPartialsTest : public ::testing::TestWithParam<int64_t> {};
+TEST_P(FreshPartialsTest, EveryLaunchSumsItsOwnPartials) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, GetParam());
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.split_k = 4;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_NE(h.plan().Explain().find("split_k 4"), std::string::npos) << h.plan().Explain();
+  h.ExpectEachNodeMatchesReference();
+  for (int launch = 1; launch <= 3 && !HasFailure(); ++launch) {
+    SCOPED_TRACE(absl::StrCat("launch ", launch + 1, " on new activations"));
+    FillRandom(h.host("x"), rng);
+    LOOM_ASSERT_OK(h.device("x").CopyFrom(h.host("x")));
+    LOOM_ASSERT_OK(h.Replay());
+    h.ExpectEachNodeMatchesReference();
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Tokens, FreshPartialsTest, ::testing::Values(int64_t{16}, int64_t{128}, int64_t{300}),
+                         [](const auto& info) { return "tokens" + std::to_string(info.param); });
+
 // ---------------------------------------------------------------------------
 // 5. Eight chained 512 x 512 layers at one token (decode-like).
 // ---------------------------------------------------------------------------
