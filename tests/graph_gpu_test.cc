@@ -250,9 +250,10 @@ INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{
 // Every launch sums its own partials. A few-row reduce drops the partial
 // lines it read from L2 without writing them back (DiscardWarpPartials in
 // splitk_reduce.cuh), so a reduce that read a line after it was dropped, or
-// before this launch wrote it, would get DRAM's copy: the workspace's NaN
-// poison or an earlier launch's value. New activations before each launch
-// make every earlier launch's partials wrong for this one. Every node split
+// before this launch wrote it, would get whatever DRAM holds for it (a build
+// that discarded before summing read finite, wrong values on its first
+// launch: bench/NOTES.md v1.42). New activations before each launch make
+// every earlier launch's partials wrong for this one. Every node split
 // in four; tokens: 16 (decode tiles of 16 rows, gate/up's SwiGLU staged, the
 // down projection straight into C), 128 (the down projection reduced in
 // parts, gate/up in whole tiles), 300 (whole tiles, two row blocks).
