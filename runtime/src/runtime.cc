@@ -535,11 +535,10 @@ kernel::PackedLayout PackedLayoutFor(bool narrow) {
 // The nodes whose B the plan reads packed (CompileOptions::pack_weights), in
 // the layout of its kernel (the narrow one when `tiled` is null): those with
 // jobs whose B no node writes; on the tiled kernel (`tiled`: its schedule)
-// only those of at most
-// KernelConfig::kMaxPackedRowBlocks row blocks, whose weights' stream bounds
-// them (with more, the multiply does, and a copy would only cost memory). A
-// B that an earlier node packed already (the same view of the same memory)
-// is not copied again.
+// only those of at most KernelConfig::kMaxPackedRowBlocks row blocks, whose
+// weights' stream bounds them (with more, the multiply does, and a copy
+// would only cost memory). A B that an earlier node packed already (the same
+// view of the same memory) is not copied again.
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
                                                   const std::vector<DataDependency>& dependencies,
                                                   const sched::Schedule* tiled) {
