@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -157,28 +158,135 @@ TEST_P(GraphTest, SimulatedRunsFinishAndNeverReadUnfinishedData) {
 INSTANTIATE_TEST_SUITE_P(Graphs, GraphTest, testing::ValuesIn(Cases()),
                          [](const testing::TestParamInfo<GraphCase>& info) { return info.param.name; });
 
+// gate/up (SwiGLU, interleaved columns) -> down, as the runtime's MLP block.
+std::vector<NodeProblem> GateUpDown(int64_t m, int64_t hidden, int64_t intermediate) {
+  return {Gemm(m, 2 * intermediate, hidden, {}, /*swiglu=*/true),
+          Gemm(m, hidden, intermediate, {Edge(0, Op::kA)})};
+}
+
+// Queue positions of a node's first and last kGemm job.
+struct NodeSpan {
+  int64_t first = -1;
+  int64_t last = -1;
+};
+NodeSpan GemmSpanOf(const Schedule& s, int node) {
+  NodeSpan span;
+  for (int64_t p = 0; p < static_cast<int64_t>(s.queue.size()); ++p) {
+    if (s.queue[p].node != node || s.queue[p].kind != static_cast<uint8_t>(JobKind::kGemm)) continue;
+    if (span.first < 0) span.first = p;
+    span.last = p;
+  }
+  return span;
+}
+
 TEST(WavefrontTest, FullSizeMlpInterleavesUpAndDown) {
-  // hidden 4096, intermediate 14336, M = 4096: down's jobs for the first rows
-  // enter the queue long before up's last jobs.
-  absl::StatusOr<Schedule> s = Lower(MlpBlock(4096, 4096, 14336), Options({128, 256, 64}, 2, 66));
+  // hidden 4096, intermediate 14336, M = 8192: deepest-first simulates
+  // shorter, so down's jobs for the first rows enter the queue long before
+  // up's last jobs.
+  const SchedulerOptions o = Options({128, 256, 64}, 2, 66);
+  absl::StatusOr<Schedule> s = Lower(GateUpDown(8192, 4096, 14336), o);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE(CheckQueue(*s).ok());
-  int64_t first_down = -1, last_up = -1, first_up = -1, last_o_proj = -1;
-  for (int64_t p = 0; p < static_cast<int64_t>(s->queue.size()); ++p) {
-    const int node = s->queue[p].node;
-    if (node == 0) last_o_proj = p;
-    if (node == 1 && first_up < 0) first_up = p;
-    if (node == 1) last_up = p;
-    if (node == 2 && first_down < 0) first_down = p;
-  }
-  EXPECT_LT(first_up, last_o_proj);
-  EXPECT_LT(first_down, last_up - 1000) << ExplainSchedule(*s, {"o_proj", "up", "down"});
+  const NodeSpan up = GemmSpanOf(*s, 0);
+  const NodeSpan down = GemmSpanOf(*s, 1);
+  EXPECT_LT(down.first, up.last - 1000) << ExplainSchedule(*s, {"up", "down"});
+  EXPECT_LT(SimulatedMakespan(*s, s->queue, 66),
+            SimulatedMakespan(*s, WavefrontQueue(*s, 66, NodePriority::kShallowestFirst), 66));
   const Simulator simulator(*s);
   for (uint64_t seed = 0; seed < 4; ++seed) {
     const SimulationResult r = simulator.Run(seed % 2 ? 66 : 132, seed);
     ASSERT_TRUE(r.ok()) << r.Summary();
     EXPECT_GE(r.max_nodes_in_flight, 2);
   }
+}
+
+TEST(WavefrontTest, MultiWaveProducerRunsBeforeItsSplitConsumer) {
+  // hidden 8192, intermediate 28672, 128 tokens: gate/up is 112 cluster jobs
+  // (1.7 waves), the down projection splits K four ways, each split reading a
+  // quarter of gate/up's tiles. Deepest-first would put down jobs among
+  // gate/up's second wave and push its last tiles (and the down jobs that
+  // read them) a wave later; the queue takes all of gate/up first.
+  const SchedulerOptions o = Options({128, 256, 64}, 2, 66);
+  absl::StatusOr<Schedule> s = Lower(GateUpDown(128, 8192, 28672), o);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(CheckQueue(*s).ok());
+  ASSERT_GT(s->nodes[1].split_k, 1);
+  EXPECT_LT(GemmSpanOf(*s, 0).last, GemmSpanOf(*s, 1).first) << ExplainSchedule(*s, {"gate_up", "down"});
+  const std::vector<TileJob> deepest = WavefrontQueue(*s, 66, NodePriority::kDeepestFirst);
+  const int64_t deepest_time = SimulatedMakespan(*s, deepest, 66);
+  const int64_t queue_time = SimulatedMakespan(*s, s->queue, 66);
+  EXPECT_LT(queue_time * 10, deepest_time * 9) << queue_time << " against " << deepest_time;
+  const Simulator simulator(*s);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    const SimulationResult r = simulator.Run(seed % 2 ? 66 : 132, seed);
+    ASSERT_TRUE(r.ok()) << r.Summary();
+  }
+}
+
+TEST(WavefrontTest, OrderQueueKeepsWhicheverOrderSimulatesShorter) {
+  const SchedulerOptions o = Options({128, 256, 64}, 2, 66);
+  std::vector<std::vector<NodeProblem>> graphs = {
+      GateUpDown(128, 4096, 14336), GateUpDown(256, 4096, 14336), GateUpDown(512, 8192, 28672),
+      GateUpDown(8192, 4096, 14336), MlpBlock(4096, 4096, 14336)};
+  for (int64_t m : {1, 128, 2048}) {
+    std::vector<NodeProblem> chain = {Gemm(m, 4096, 4096)};
+    for (int l = 1; l < 8; ++l) chain.push_back(Gemm(m, 4096, 4096, {Edge(l - 1, Op::kA)}));
+    graphs.push_back(chain);
+  }
+  int deepest_kept = 0, shallowest_kept = 0;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    absl::StatusOr<Schedule> s = Lower(graphs[i], o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    const std::vector<TileJob> deep = WavefrontQueue(*s, 66, NodePriority::kDeepestFirst);
+    const std::vector<TileJob> shallow = WavefrontQueue(*s, 66, NodePriority::kShallowestFirst);
+    const int64_t deep_time = SimulatedMakespan(*s, deep, 66);
+    const int64_t shallow_time = SimulatedMakespan(*s, shallow, 66);
+    ASSERT_GT(deep_time, 0);
+    ASSERT_GT(shallow_time, 0);
+    const std::vector<TileJob>& expected = deep_time < shallow_time ? deep : shallow;
+    ASSERT_EQ(s->queue.size(), expected.size()) << "graph " << i;
+    EXPECT_TRUE(std::equal(s->queue.begin(), s->queue.end(), expected.begin(), [](const TileJob& a, const TileJob& b) {
+      return std::memcmp(&a, &b, sizeof(TileJob)) == 0;
+    })) << "graph " << i << ": deepest-first " << deep_time << ", shallowest-first " << shallow_time;
+    deepest_kept += deep_time < shallow_time;
+    shallowest_kept += deep_time > shallow_time;
+  }
+  // The set covers both outcomes.
+  EXPECT_GE(deepest_kept, 1);
+  EXPECT_GE(shallowest_kept, 1);
+}
+
+// SimulatedMakespan's units, by hand: a kGemm job costs its k-blocks + 4, a
+// reduce job 4 + its fp32 partial bytes over 2 x a bf16 k-block's (tile.n x
+// tile.k) bytes.
+TEST(SimulatedMakespanTest, CountsKBlocksEpiloguesAndWaits) {
+  const TileShape tile{128, 256, 64};
+  // Four tiles of 10 k-blocks: 14 each, on 1 / 2 / 4 clusters.
+  absl::StatusOr<Schedule> s = Lower({Gemm(128, 1024, 640)}, Options(tile, 1, 4));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 4u);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 1), 56);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 2), 28);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 4), 14);
+  // A consumer of one 4-k-block tile waits for its producer: 14 + 8.
+  s = Lower({Gemm(128, 256, 640), Gemm(128, 256, 256, {Edge(0, Op::kA)})}, Options(tile, 1, 4));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 2u);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 4), 22);
+  // Split in two (5 k-blocks each, 9 apiece, side by side), then one
+  // whole-tile reduce: 2 x 128 rows x 4 bytes against 2 x 2 x 64 = 4, + 4.
+  SchedulerOptions split = Options(tile, 1, 4);
+  split.split_k = 2;
+  split.reduce_in_parts = false;
+  s = Lower({Gemm(128, 256, 640)}, split);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 3u);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 4), 9 + 8);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 1), 9 + 9 + 8);
+  // A job the schedule does not have.
+  std::vector<TileJob> foreign = s->queue;
+  foreign[0].n_block = 7;
+  EXPECT_EQ(SimulatedMakespan(*s, foreign, 4), -1);
 }
 
 TEST(WavefrontTest, IndependentNodesAreConcatenated) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -65,6 +66,69 @@ int64_t NodeJobCount(const Schedule& schedule, int node_index) {
 
 namespace {
 
+// The jobs of every node, what each waits on and what it publishes: the
+// graph that OrderQueue orders and SimulatedMakespan times.
+//
+// A job waits on units: each flag it reads, and "all output tiles of node p"
+// (num_flags + p) for a box that covers the whole producer.
+struct JobGraph {
+  std::vector<TileJob> jobs;       // node by node, each node's in raster order
+  std::vector<int64_t> job_counts;  // per node
+  int64_t num_units = 0;
+  std::vector<int64_t> need_begin;  // per job, into needs; one extra at the end
+  std::vector<int64_t> needs;       // units, per job, sorted and unique
+  std::vector<int64_t> write_begin;  // per job, into writes; one extra at the end
+  std::vector<FlagWrite> writes;
+};
+
+JobGraph BuildJobGraph(const Schedule& schedule) {
+  const int num_nodes = static_cast<int>(schedule.nodes.size());
+  JobGraph g;
+  g.job_counts.assign(num_nodes, 0);
+  for (int i = 0; i < num_nodes; ++i) {
+    std::vector<TileJob> node_jobs = NodeJobs(schedule, i);
+    g.job_counts[i] = static_cast<int64_t>(node_jobs.size());
+    g.jobs.insert(g.jobs.end(), node_jobs.begin(), node_jobs.end());
+  }
+  const int64_t num_jobs = static_cast<int64_t>(g.jobs.size());
+  g.num_units = int64_t{schedule.num_flags} + num_nodes;
+  g.need_begin.assign(num_jobs + 1, 0);
+  g.write_begin.assign(num_jobs + 1, 0);
+  std::vector<ProducerBox> boxes;
+  std::vector<FlagRead> partials;
+  std::vector<int64_t> job_units;
+  for (int64_t j = 0; j < num_jobs; ++j) {
+    const TileJob& job = g.jobs[j];
+    boxes.clear();
+    partials.clear();
+    job_units.clear();
+    AppendJobReadBoxes(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &boxes);
+    AppendJobReadBoxes(schedule, job, 0, 0, ReadPhase::kEpilogue, &boxes);
+    AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &partials);
+    for (const ProducerBox& pb : boxes) {
+      const NodeSchedule& producer = schedule.nodes[pb.producer];
+      const int64_t area = int64_t{pb.box.m_end - pb.box.m_begin} * (pb.box.n_end - pb.box.n_begin);
+      if (area == int64_t{producer.m_blocks} * producer.n_blocks) {
+        job_units.push_back(schedule.num_flags + pb.producer);
+        continue;
+      }
+      for (int32_t mb = pb.box.m_begin; mb < pb.box.m_end; ++mb) {
+        for (int32_t nb = pb.box.n_begin; nb < pb.box.n_end; ++nb) {
+          job_units.push_back(OutputFlagIndex(producer, mb, nb));
+        }
+      }
+    }
+    for (const FlagRead& r : partials) job_units.push_back(r.flag);
+    std::sort(job_units.begin(), job_units.end());
+    job_units.erase(std::unique(job_units.begin(), job_units.end()), job_units.end());
+    g.needs.insert(g.needs.end(), job_units.begin(), job_units.end());
+    g.need_begin[j + 1] = static_cast<int64_t>(g.needs.size());
+    AppendJobWrites(schedule, job, &g.writes);
+    g.write_begin[j + 1] = static_cast<int64_t>(g.writes.size());
+  }
+  return g;
+}
+
 // Depth (longest path from a source, in edges) and height (longest path to a
 // sink, in jobs, this node's included) of each node. Producers have smaller
 // indices than consumers, so one pass each way suffices.
@@ -91,85 +155,41 @@ void NodeDepthAndHeight(const Schedule& schedule, const std::vector<int64_t>& jo
   }
 }
 
-}  // namespace
-
-std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
+// The wavefront order under `priority`, as job indices into g.jobs.
+std::vector<int64_t> WavefrontOrder(const Schedule& schedule, const JobGraph& g, int64_t lag,
+                                    NodePriority priority) {
   const int num_nodes = static_cast<int>(schedule.nodes.size());
-
-  // All jobs, node by node, each node's in raster order.
-  std::vector<TileJob> jobs;
-  std::vector<int64_t> job_counts(num_nodes, 0);
-  for (int i = 0; i < num_nodes; ++i) {
-    std::vector<TileJob> node_jobs = NodeJobs(schedule, i);
-    job_counts[i] = static_cast<int64_t>(node_jobs.size());
-    jobs.insert(jobs.end(), node_jobs.begin(), node_jobs.end());
-  }
-  const int64_t num_jobs = static_cast<int64_t>(jobs.size());
-
-  // Units a job can wait on: each flag, and "all output tiles of node p"
-  // (num_flags + p) for a box that covers the whole producer.
-  const int64_t num_units = int64_t{schedule.num_flags} + num_nodes;
-  std::vector<int64_t> need_begin(num_jobs + 1, 0);
-  std::vector<int64_t> needs;  // units, per job, sorted and unique
-  std::vector<ProducerBox> boxes;
-  std::vector<FlagRead> partials;
-  std::vector<int64_t> job_units;
-  for (int64_t j = 0; j < num_jobs; ++j) {
-    const TileJob& job = jobs[j];
-    boxes.clear();
-    partials.clear();
-    job_units.clear();
-    AppendJobReadBoxes(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &boxes);
-    AppendJobReadBoxes(schedule, job, 0, 0, ReadPhase::kEpilogue, &boxes);
-    AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &partials);
-    for (const ProducerBox& pb : boxes) {
-      const NodeSchedule& producer = schedule.nodes[pb.producer];
-      const int64_t area = int64_t{pb.box.m_end - pb.box.m_begin} * (pb.box.n_end - pb.box.n_begin);
-      if (area == int64_t{producer.m_blocks} * producer.n_blocks) {
-        job_units.push_back(schedule.num_flags + pb.producer);
-        continue;
-      }
-      for (int32_t mb = pb.box.m_begin; mb < pb.box.m_end; ++mb) {
-        for (int32_t nb = pb.box.n_begin; nb < pb.box.n_end; ++nb) {
-          job_units.push_back(OutputFlagIndex(producer, mb, nb));
-        }
-      }
-    }
-    for (const FlagRead& r : partials) job_units.push_back(r.flag);
-    std::sort(job_units.begin(), job_units.end());
-    job_units.erase(std::unique(job_units.begin(), job_units.end()), job_units.end());
-    needs.insert(needs.end(), job_units.begin(), job_units.end());
-    need_begin[j + 1] = static_cast<int64_t>(needs.size());
-  }
+  const int64_t num_jobs = static_cast<int64_t>(g.jobs.size());
 
   // Reverse index: unit -> jobs waiting on it (CSR).
-  std::vector<int64_t> waiter_begin(num_units + 1, 0);
-  for (int64_t u : needs) ++waiter_begin[u + 1];
-  for (int64_t u = 0; u < num_units; ++u) waiter_begin[u + 1] += waiter_begin[u];
-  std::vector<int64_t> waiters(needs.size());
+  std::vector<int64_t> waiter_begin(g.num_units + 1, 0);
+  for (int64_t u : g.needs) ++waiter_begin[u + 1];
+  for (int64_t u = 0; u < g.num_units; ++u) waiter_begin[u + 1] += waiter_begin[u];
+  std::vector<int64_t> waiters(g.needs.size());
   {
     std::vector<int64_t> fill(waiter_begin.begin(), waiter_begin.end() - 1);
     for (int64_t j = 0; j < num_jobs; ++j) {
-      for (int64_t i = need_begin[j]; i < need_begin[j + 1]; ++i) waiters[fill[needs[i]]++] = j;
+      for (int64_t i = g.need_begin[j]; i < g.need_begin[j + 1]; ++i) waiters[fill[g.needs[i]]++] = j;
     }
   }
 
   std::vector<int32_t> depth;
   std::vector<int64_t> height;
-  NodeDepthAndHeight(schedule, job_counts, &depth, &height);
+  NodeDepthAndHeight(schedule, g.job_counts, &depth, &height);
 
   // Ready jobs not yet eligible, by the position from which they are
   // (min-heap); eligible jobs per node, by job index (= raster order, min-heap);
-  // nodes with eligible jobs, by priority: deepest, then longest remaining
-  // critical path, then lowest index.
+  // nodes with eligible jobs, by priority: deepest (or shallowest), then
+  // longest remaining critical path, then lowest index.
   using Pending = std::pair<int64_t, int64_t>;  // (eligible_from, job)
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending;
   std::vector<std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>>> eligible(num_nodes);
-  using NodeKey = std::tuple<int32_t, int64_t, int32_t>;  // (-depth, -height, node)
+  using NodeKey = std::tuple<int32_t, int64_t, int32_t>;  // (+-depth, -height, node)
   std::set<NodeKey> eligible_nodes;
-  auto node_key = [&](int32_t i) { return NodeKey{-depth[i], -height[i], i}; };
+  const int32_t depth_sign = priority == NodePriority::kDeepestFirst ? -1 : 1;
+  auto node_key = [&](int32_t i) { return NodeKey{depth_sign * depth[i], -height[i], i}; };
   auto make_eligible = [&](int64_t j) {
-    const int32_t node = jobs[j].node;
+    const int32_t node = g.jobs[j].node;
     if (eligible[node].empty()) eligible_nodes.insert(node_key(node));
     eligible[node].push(j);
   };
@@ -177,7 +197,7 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
   std::vector<int64_t> missing(num_jobs);
   std::vector<int64_t> latest_producer(num_jobs, -1);  // queue position of the last unit it needs
   for (int64_t j = 0; j < num_jobs; ++j) {
-    missing[j] = need_begin[j + 1] - need_begin[j];
+    missing[j] = g.need_begin[j + 1] - g.need_begin[j];
     if (missing[j] == 0) pending.push({0, j});
   }
   auto release_unit = [&](int64_t unit, int64_t position) {
@@ -193,9 +213,8 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
     output_tiles_left[i] = int64_t{schedule.nodes[i].m_blocks} * schedule.nodes[i].n_blocks;
   }
 
-  std::vector<TileJob> queue;
-  queue.reserve(jobs.size());
-  std::vector<FlagWrite> writes;
+  std::vector<int64_t> order;
+  order.reserve(num_jobs);
   std::vector<int32_t> writers_seen(static_cast<size_t>(std::max(schedule.num_flags, 0)), 0);
   for (int64_t position = 0; position < num_jobs; ++position) {
     while (!pending.empty() && pending.top().first <= position) {
@@ -212,18 +231,107 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
     eligible[node].pop();
     if (eligible[node].empty()) eligible_nodes.erase(eligible_nodes.begin());
 
-    queue.push_back(jobs[j]);
-    writes.clear();
-    AppendJobWrites(schedule, jobs[j], &writes);
-    for (const FlagWrite& w : writes) {
-      if (w.writers > 1 && ++writers_seen[w.flag] < w.writers) continue;  // a tile's other parts to come
-      release_unit(w.flag, position);
-      if (w.split < 0 && --output_tiles_left[node] == 0) {
+    order.push_back(j);
+    for (int64_t w = g.write_begin[j]; w < g.write_begin[j + 1]; ++w) {
+      const FlagWrite& write = g.writes[w];
+      if (write.writers > 1 && ++writers_seen[write.flag] < write.writers) continue;  // a tile's other parts to come
+      release_unit(write.flag, position);
+      if (write.split < 0 && --output_tiles_left[node] == 0) {
         release_unit(schedule.num_flags + node, position);
       }
     }
   }
+  return order;
+}
+
+// A job's cost in the simulation, in k-blocks of one CTA tile (a kGemm job
+// streams one B tile a k-block): its k-blocks plus an epilogue's worth; a
+// reduce job its partial bytes at about twice a weight k-block's rate (they
+// come from L2) plus the same epilogue.
+int64_t SimulatedJobCost(const Schedule& schedule, const TileJob& job) {
+  constexpr int64_t kEpilogueKBlocks = 4;
+  if (job.kind != static_cast<uint8_t>(JobKind::kReduce)) {
+    return int64_t{job.k_block_end} - job.k_block_begin + kEpilogueKBlocks;
+  }
+  const NodeSchedule& node = schedule.nodes[job.node];
+  const RowRange rows = ReduceRowsOf(node, schedule.tile, job.split);
+  // fp32 partial rows of tile.n against bf16 B rows of tile.n, tile.k of them a k-block.
+  const int64_t partial_rows = int64_t{std::max(node.split_k, 1)} * (rows.end - rows.begin);
+  return kEpilogueKBlocks + (partial_rows * 4 + 2 * 2 * schedule.tile.k - 1) / (2 * 2 * schedule.tile.k);
+}
+
+// The simulated makespan of `order` (indices into g.jobs): `clusters`
+// clusters take the jobs in queue order, each as soon as it is free (the
+// kernel's dynamic fetch); a job starts when its cluster is free and every
+// unit it waits on is published, and takes SimulatedJobCost.
+int64_t MakespanOf(const Schedule& schedule, const JobGraph& g, const std::vector<int64_t>& order,
+                   int32_t clusters) {
+  std::vector<int64_t> unit_done(g.num_units, 0);  // when the last writer of each unit ends
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> free_at;
+  for (int32_t c = 0; c < std::max(clusters, 1); ++c) free_at.push(0);
+  int64_t makespan = 0;
+  for (const int64_t j : order) {
+    int64_t start = free_at.top();
+    free_at.pop();
+    for (int64_t i = g.need_begin[j]; i < g.need_begin[j + 1]; ++i) start = std::max(start, unit_done[g.needs[i]]);
+    const int64_t done = start + SimulatedJobCost(schedule, g.jobs[j]);
+    free_at.push(done);
+    makespan = std::max(makespan, done);
+    const int32_t node = g.jobs[j].node;
+    for (int64_t w = g.write_begin[j]; w < g.write_begin[j + 1]; ++w) {
+      const FlagWrite& write = g.writes[w];
+      unit_done[write.flag] = std::max(unit_done[write.flag], done);
+      if (write.split < 0) {  // an output tile: part of "all of node"
+        int64_t& whole = unit_done[schedule.num_flags + node];
+        whole = std::max(whole, done);
+      }
+    }
+  }
+  return makespan;
+}
+
+std::vector<TileJob> JobsInOrder(const JobGraph& g, const std::vector<int64_t>& order) {
+  std::vector<TileJob> queue;
+  queue.reserve(order.size());
+  for (const int64_t j : order) queue.push_back(g.jobs[j]);
   return queue;
+}
+
+}  // namespace
+
+std::vector<TileJob> WavefrontQueue(const Schedule& schedule, int64_t lag, NodePriority priority) {
+  const JobGraph g = BuildJobGraph(schedule);
+  return JobsInOrder(g, WavefrontOrder(schedule, g, lag, priority));
+}
+
+std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
+  const JobGraph g = BuildJobGraph(schedule);
+  std::vector<int64_t> order = WavefrontOrder(schedule, g, lag, NodePriority::kDeepestFirst);
+  std::vector<int64_t> shallow = WavefrontOrder(schedule, g, lag, NodePriority::kShallowestFirst);
+  if (shallow != order) {
+    const int32_t clusters = static_cast<int32_t>(std::clamp<int64_t>(lag, 1, int64_t{1} << 20));
+    if (MakespanOf(schedule, g, shallow, clusters) <= MakespanOf(schedule, g, order, clusters)) {
+      order = std::move(shallow);
+    }
+  }
+  return JobsInOrder(g, order);
+}
+
+int64_t SimulatedMakespan(const Schedule& schedule, const std::vector<TileJob>& queue, int32_t clusters) {
+  const JobGraph g = BuildJobGraph(schedule);
+  std::map<std::tuple<uint16_t, uint8_t, uint8_t, uint32_t, uint32_t>, int64_t> index;
+  for (int64_t j = 0; j < static_cast<int64_t>(g.jobs.size()); ++j) {
+    const TileJob& t = g.jobs[j];
+    index[{t.node, t.kind, t.split, t.m_block, t.n_block}] = j;
+  }
+  std::vector<int64_t> order;
+  order.reserve(queue.size());
+  for (const TileJob& t : queue) {
+    const auto it = index.find({t.node, t.kind, t.split, t.m_block, t.n_block});
+    if (it == index.end()) return -1;
+    order.push_back(it->second);
+  }
+  return MakespanOf(schedule, g, order, clusters);
 }
 
 namespace {

@@ -15,6 +15,17 @@
 //    lower node index; inside a node, its raster order. Deepest-first is what
 //    makes the wavefront: a consumer job enters the queue close behind the
 //    producer jobs it needs, interleaving the nodes of a chain.
+//  * NOTE: deepest-first can also put a consumer's jobs ahead of the rest of
+//    the producer it waits on, so that the producer's last tiles (and every
+//    consumer job reading them) run a wave later: e.g. an MLP block at
+//    128-512 tokens whose gate/up takes more than a wave of tiles and whose
+//    down projection waits for a K range (split-K) or a row block of it. So
+//    OrderQueue builds the order twice, deepest-first and shallowest-first (a
+//    producer's jobs before its consumers' wherever both are ready), times
+//    both with SimulatedMakespan on `lag` clusters, and keeps deepest-first
+//    only where it simulates strictly shorter. A tie goes to shallowest-first:
+//    the 8-layer chain at 2048 rows, a tie, ran 6% faster so on the H200 (why
+//    is not established; bench/NOTES.md v1.43).
 //  * NOTE: "close behind" is `lag` positions behind (one wave of clusters, as
 //    Lower() uses), not right behind: a consumer dequeued right after its
 //    producer would hold its SM spinning for a whole producer job. A ready job
@@ -24,8 +35,9 @@
 //    order (its L2 locality), and since SMs dequeue dynamically the next node's
 //    first jobs fill the previous node's tail anyway. Ready consumer jobs of a
 //    chain interleave with whatever independent work is in the queue.
-// Cost: O(J log J + R), J jobs, R = producer tiles read summed over jobs (a job
-// whose box covers all of a producer counts once, not per tile).
+// Cost: O(J log J + R) for each of the two orders, J jobs, R = producer tiles
+// read summed over jobs (a job whose box covers all of a producer counts once,
+// not per tile).
 #ifndef LOOM_SCHEDULER_QUEUE_H_
 #define LOOM_SCHEDULER_QUEUE_H_
 
@@ -47,9 +59,27 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index);
 // NodeJobs(schedule, node_index).size(), without building them.
 int64_t NodeJobCount(const Schedule& schedule, int node_index);
 
-// Every job of every node, ordered as described above. Needs everything in the
-// schedule except the queue.
+// Which ready node a wavefront order takes first (see above).
+enum class NodePriority { kDeepestFirst, kShallowestFirst };
+
+// Every job of every node in the wavefront order under `priority`. Needs
+// everything in the schedule except the queue.
+std::vector<TileJob> WavefrontQueue(const Schedule& schedule, int64_t lag, NodePriority priority);
+
+// Every job of every node, ordered as described above: the WavefrontQueue of
+// either priority that SimulatedMakespan times shorter on `lag` clusters.
 std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag);
+
+// A simulated run of `queue` (the schedule's jobs, in any topological order)
+// by `clusters` clusters that each take the next job when free, as the
+// kernel's fetch does. A job starts once its cluster is free and every flag it
+// waits on is published; it takes its k-blocks plus 4 (its epilogue), or for a
+// reduce job 4 plus its partial bytes over two weight k-blocks' bytes (they
+// come from L2). Returns the last job's end in those units (k-blocks of one
+// CTA tile), or -1 if the queue holds a job the schedule does not. A model for
+// choosing between orders, not a prediction of time: it ignores the B ring's
+// loads ahead of A and everything about memory but the job's own k-blocks.
+int64_t SimulatedMakespan(const Schedule& schedule, const std::vector<TileJob>& queue, int32_t clusters);
 
 // Checks schedule.queue: every job of every node appears exactly once (and
 // nothing else), and every job comes after all jobs it can read from.
