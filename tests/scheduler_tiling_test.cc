@@ -57,6 +57,28 @@ TEST(TileNodeTest, SingleMBlockSharesA) {
   EXPECT_EQ(FirstTileOfCluster(ClusterShare::kShareB, 2, 3, 1).m_block, 6);
 }
 
+TEST(TileNodeTest, OddRowBlocksShareAWhereThatIdlesFewerCtas) {
+  // 300 rows: 3 m-blocks. Pairs along M would idle one CTA of the last
+  // cluster row in every column; pairs along N idle none (112 n-blocks).
+  absl::StatusOr<NodeSchedule> node = TileNode(Gemm(300, 28672, 4096), 0, Options());
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->m_blocks, 3);
+  EXPECT_EQ(node->share, ClusterShare::kShareA);
+  EXPECT_EQ(ClusterGridOf(*node, 2).rows, 3);
+  EXPECT_EQ(ClusterGridOf(*node, 2).cols, 56);
+  // Even m-blocks idle nothing along M: the weights stay multicast.
+  EXPECT_EQ(ChooseShare(2, 112), ClusterShare::kShareB);
+  EXPECT_EQ(ChooseShare(64, 16), ClusterShare::kShareB);
+  // Odd up to kMaxOddRowBlocksSharingA, then multicast again.
+  EXPECT_EQ(ChooseShare(kMaxOddRowBlocksSharingA, 16), ClusterShare::kShareA);
+  EXPECT_EQ(ChooseShare(kMaxOddRowBlocksSharingA + 2, 16), ClusterShare::kShareB);
+  // Odd n-blocks too: the share that pads fewer CTA tiles, ties multicast B.
+  EXPECT_EQ(ChooseShare(3, 5), ClusterShare::kShareA);  // 18 CTA tiles against 20
+  EXPECT_EQ(ChooseShare(5, 3), ClusterShare::kShareB);  // 20 against 18
+  EXPECT_EQ(ChooseShare(3, 3), ClusterShare::kShareB);  // 12 and 12
+  EXPECT_EQ(ChooseShare(1, 7), ClusterShare::kShareA);
+}
+
 TEST(TileNodeTest, SwiGLUHalvesOutputColumns) {
   absl::StatusOr<NodeSchedule> node = TileNode(Gemm(256, 2 * 14336, 4096, true), 0, Options());
   ASSERT_TRUE(node.ok());

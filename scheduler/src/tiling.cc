@@ -52,8 +52,16 @@ absl::Status ValidateOptions(const SchedulerOptions& options) {
   return absl::OkStatus();
 }
 
-ClusterShare ChooseShare(int32_t m_blocks) {
-  return m_blocks >= 2 ? ClusterShare::kShareB : ClusterShare::kShareA;
+ClusterShare ChooseShare(int32_t m_blocks, int32_t n_blocks) {
+  if (m_blocks < 2) return ClusterShare::kShareA;
+  if (m_blocks % 2 == 0 || m_blocks > kMaxOddRowBlocksSharingA) return ClusterShare::kShareB;
+  // Odd m-blocks: pairs along M leave one CTA of the last cluster row idle
+  // (2 * ceil(m/2) * n CTA tiles for m * n), pairs along N only the last
+  // column's if n_blocks is odd (2 * m * ceil(n/2)). Fewer idle CTAs wins;
+  // a tie keeps the weights multicast.
+  const int64_t share_b_tiles = 2 * CeilDiv(m_blocks, 2) * int64_t{n_blocks};
+  const int64_t share_a_tiles = 2 * int64_t{m_blocks} * CeilDiv(n_blocks, 2);
+  return share_a_tiles < share_b_tiles ? ClusterShare::kShareA : ClusterShare::kShareB;
 }
 
 ClusterGrid ClusterGridOf(const NodeSchedule& node, int32_t cluster_size) {
@@ -163,7 +171,7 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
   node.m_blocks = static_cast<int32_t>(m_blocks);
   node.n_blocks = static_cast<int32_t>(n_blocks);
   node.k_blocks = static_cast<int32_t>(k_blocks);
-  node.share = ChooseShare(node.m_blocks);
+  node.share = ChooseShare(node.m_blocks, node.n_blocks);
 
   const ClusterGrid grid = ClusterGridOf(node, options.cluster_size);
   node.raster = ChooseRaster(grid);

@@ -49,9 +49,23 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,
                                       const SchedulerOptions& options, bool has_consumers = false);
 
-// kShareB when the node has at least two m-blocks (the cluster's CTAs take
-// consecutive m-blocks and share the weight tile B), else kShareA.
-ClusterShare ChooseShare(int32_t m_blocks);
+// How a cluster of two shares its tiles (schedule.h: ClusterShare).
+// kShareB (the cluster's CTAs take consecutive m-blocks and share the weight
+// tile B) when the node has an even number of m-blocks, or more than
+// kMaxOddRowBlocksSharingA; kShareA for a single m-block. For an odd number
+// of m-blocks up to kMaxOddRowBlocksSharingA, kShareB would leave one CTA of
+// the last cluster row without a tile (it still streams its half of B, so the
+// cluster costs as much as a full one): kShareA instead wherever it pads
+// fewer CTA tiles (always when n_blocks is even; when n_blocks is odd, iff
+// m_blocks < n_blocks).
+ClusterShare ChooseShare(int32_t m_blocks, int32_t n_blocks);
+
+// Measured on the H200 (bench/NOTES.md v1.43): kShareA at 3-15 odd m-blocks
+// beat kShareB by about the idle CTA's share, 1 / (m_blocks + 1) (the MLP
+// block at 300 tokens 30% faster, at 1920 tokens 6%), while at 4-8 even
+// m-blocks, where kShareB idles nothing, kShareA ran ~2% slower. Past 15
+// untested, and the idle share falls toward that 2%.
+inline constexpr int32_t kMaxOddRowBlocksSharingA = 15;
 
 // The grid of cluster tiles of a node: `rows` along M, `cols` along N.
 //   kShareB: rows = ceil(m_blocks / cluster_size), cols = n_blocks.
