@@ -373,7 +373,7 @@ TEST(ExplainTest, MentionsEveryNodeItsDependenciesAndTheQueue) {
   const std::string text = ExplainSchedule(*s, {"o_proj", "up", "down"});
   for (const char* fragment : {"'o_proj'", "'up'", "'down'", "'node 3'", "reads A from 'up' (node 1)",
                                "reads residual from 'o_proj'", "split_k 8", "sharing B", "sharing A",
-                               "raster along", "queue: ", "#0 ", "jobs at queue positions",
+                               "raster along", "queue: ", "  order: ", "#0 ", "jobs at queue positions",
                                "A's producers: one granule of producer tiles every 2 k-blocks"}) {
     EXPECT_NE(text.find(fragment), std::string::npos) << "no \"" << fragment << "\" in\n" << text;
   }

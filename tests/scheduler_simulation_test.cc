@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "loom/scheduler/explain.h"
 #include "loom/scheduler/queue.h"
@@ -216,6 +217,10 @@ TEST(WavefrontTest, MultiWaveProducerRunsBeforeItsSplitConsumer) {
   const int64_t deepest_time = SimulatedMakespan(*s, deepest, 66);
   const int64_t queue_time = SimulatedMakespan(*s, s->queue, 66);
   EXPECT_LT(queue_time * 10, deepest_time * 9) << queue_time << " against " << deepest_time;
+  const std::string explained = ExplainSchedule(*s, {"gate_up", "down"});
+  const std::string order_line = absl::StrCat("order: shallowest-first, simulated on 66 clusters at ", queue_time,
+                                              " k-blocks against ", deepest_time, " for deepest-first");
+  EXPECT_NE(explained.find(order_line), std::string::npos) << explained;
   const Simulator simulator(*s);
   for (uint64_t seed = 0; seed < 4; ++seed) {
     const SimulationResult r = simulator.Run(seed % 2 ? 66 : 132, seed);
@@ -287,6 +292,17 @@ TEST(SimulatedMakespanTest, CountsKBlocksEpiloguesAndWaits) {
   std::vector<TileJob> foreign = s->queue;
   foreign[0].n_block = 7;
   EXPECT_EQ(SimulatedMakespan(*s, foreign, 4), -1);
+}
+
+TEST(WavefrontTest, ExplainSaysWhenBothOrdersAgree) {
+  absl::StatusOr<Schedule> s = Lower({Gemm(512, 512, 512)}, Options({128, 128, 64}, 2, 8));
+  ASSERT_TRUE(s.ok());
+  const std::string explained = ExplainSchedule(*s, {});
+  EXPECT_NE(explained.find("order: deepest-first and shallowest-first agree (8 clusters)"), std::string::npos)
+      << explained;
+  // A queue set by hand (here: its first two jobs swapped) is neither.
+  std::swap(s->queue[0], s->queue[1]);
+  EXPECT_NE(ExplainSchedule(*s, {}).find("order: neither wavefront order"), std::string::npos);
 }
 
 TEST(WavefrontTest, IndependentNodesAreConcatenated) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,29 @@ const char* OperandName(uint8_t operand) {
     case DependencyOperand::kResidual: return "residual";
   }
   return "?";
+}
+
+// Which wavefront order the queue is and what SimulatedMakespan gave both.
+std::string ExplainQueueOrder(const Schedule& schedule) {
+  const int32_t clusters = schedule.queue_clusters;
+  const std::vector<TileJob> deepest = WavefrontQueue(schedule, clusters, NodePriority::kDeepestFirst);
+  const std::vector<TileJob> shallowest = WavefrontQueue(schedule, clusters, NodePriority::kShallowestFirst);
+  auto same = [](const std::vector<TileJob>& a, const std::vector<TileJob>& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const TileJob& x, const TileJob& y) {
+             return std::memcmp(&x, &y, sizeof(TileJob)) == 0;
+           });
+  };
+  const bool is_deepest = same(schedule.queue, deepest);
+  if (!is_deepest && !same(schedule.queue, shallowest)) return "  order: neither wavefront order (set by hand)\n";
+  if (same(deepest, shallowest)) {
+    return absl::StrFormat("  order: deepest-first and shallowest-first agree (%d clusters)\n", clusters);
+  }
+  return absl::StrFormat(
+      "  order: %s, simulated on %d clusters at %d k-blocks against %d for %s\n",
+      is_deepest ? "deepest-first" : "shallowest-first", clusters,
+      SimulatedMakespan(schedule, schedule.queue, clusters),
+      SimulatedMakespan(schedule, is_deepest ? shallowest : deepest, clusters),
+      is_deepest ? "shallowest-first" : "deepest-first");
 }
 
 }  // namespace
@@ -107,6 +131,7 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
     ++count[job.node];
   }
   absl::StrAppendFormat(&out, "queue: %d jobs (%d gemm, %d reduce)\n", total, total - reduces, reduces);
+  if (schedule.queue_clusters > 0) out += ExplainQueueOrder(schedule);
   const int64_t shown = std::min<int64_t>(total, 16);
   for (int64_t p = 0; p < shown; ++p) {
     const TileJob& job = schedule.queue[p];

@@ -115,6 +115,7 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
   // clusters co-resident, (c) no epilogue waiting on a later job. A consumer
   // is placed about one wave (max_clusters jobs) behind what it reads.
   schedule.queue = OrderQueue(schedule, options.max_clusters);
+  schedule.queue_clusters = options.max_clusters;
   int64_t expected_jobs = 0;
   for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
     expected_jobs += NodeJobCount(schedule, i);

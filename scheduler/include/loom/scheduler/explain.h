@@ -5,9 +5,10 @@
 //
 // Per node: shape, tile and cluster shape, shared operand, raster, group,
 // split-K, job count, flags and workspace, dependencies (producer name,
-// operand, offsets). Then the queue: total jobs, the first 16 jobs, and where
-// each node's jobs start and end in the queue. Names missing from
-// `node_names` print as "node <i>".
+// operand, offsets). Then the queue: total jobs, which wavefront order it is
+// (queue.h: deepest- or shallowest-first, with both orders' SimulatedMakespan
+// when they differ), the first 16 jobs, and where each node's jobs start and
+// end in the queue. Names missing from `node_names` print as "node <i>".
 #ifndef LOOM_SCHEDULER_EXPLAIN_H_
 #define LOOM_SCHEDULER_EXPLAIN_H_
 

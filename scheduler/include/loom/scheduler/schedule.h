@@ -147,6 +147,7 @@ struct Schedule {
   std::vector<TileJob> queue;                // topological, wavefront order
   int32_t num_flags = 0;  // output-tile flags + split-K partial flags + reduce part counts
   int64_t workspace_elements = 0;            // fp32 elements of split-K partials
+  int32_t queue_clusters = 0;  // the clusters OrderQueue ordered and timed the queue for
 };
 
 // Lowers a graph (nodes in a valid topological order, as GemmGraph keeps them)
