@@ -288,6 +288,19 @@ TEST(SimulatedMakespanTest, CountsKBlocksEpiloguesAndWaits) {
   ASSERT_EQ(s->queue.size(), 3u);
   EXPECT_EQ(SimulatedMakespan(*s, s->queue, 4), 9 + 8);
   EXPECT_EQ(SimulatedMakespan(*s, s->queue, 1), 9 + 9 + 8);
+  // Reduced in parts (each part's output flag has two writers) with a
+  // consumer, every node split in two: the producer's splits (8 k-blocks,
+  // 12) side by side, its two 8-row parts (2 x 8 rows x 4 bytes against
+  // 256: 1, + 4 = 5) from 12 to 17, the consumer's splits (2 k-blocks, 6)
+  // to 23, its parts to 28.
+  SchedulerOptions parts = Options(tile, 1, 4);
+  parts.split_k = 2;
+  parts.reduce_part_rows = 8;
+  s = Lower({Gemm(16, 256, 1024), Gemm(16, 256, 256, {Edge(0, Op::kA)})}, parts);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].reduce_parts, 2);
+  ASSERT_EQ(s->queue.size(), 8u);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 4), 28) << ExplainSchedule(*s, {});
   // A job the schedule does not have.
   std::vector<TileJob> foreign = s->queue;
   foreign[0].n_block = 7;
