@@ -79,7 +79,37 @@ struct JobGraph {
   std::vector<int64_t> needs;       // units, per job, sorted and unique
   std::vector<int64_t> write_begin;  // per job, into writes; one extra at the end
   std::vector<FlagWrite> writes;
+  std::vector<int64_t> waiter_begin;  // per unit, into waiters; one extra at the end
+  std::vector<int64_t> waiters;       // jobs, per unit: the reverse of needs
+  std::vector<int32_t> depth;         // per node (NodeDepthAndHeight)
+  std::vector<int64_t> height;        // per node
 };
+
+// Depth (longest path from a source, in edges) and height (longest path to a
+// sink, in jobs, this node's included) of each node. Producers have smaller
+// indices than consumers, so one pass each way suffices.
+void NodeDepthAndHeight(const Schedule& schedule, const std::vector<int64_t>& job_counts,
+                        std::vector<int32_t>* depth, std::vector<int64_t>* height) {
+  const int num_nodes = static_cast<int>(schedule.nodes.size());
+  depth->assign(num_nodes, 0);
+  height->assign(num_nodes, 0);
+  for (int i = 0; i < num_nodes; ++i) {
+    const NodeSchedule& node = schedule.nodes[i];
+    for (int32_t e = 0; e < node.dependency_count; ++e) {
+      const int32_t p = schedule.dependencies[node.dependency_begin + e].producer;
+      (*depth)[i] = std::max((*depth)[i], (*depth)[p] + 1);
+    }
+  }
+  std::vector<int64_t> below(num_nodes, 0);  // max height over consumers
+  for (int i = num_nodes - 1; i >= 0; --i) {
+    (*height)[i] = job_counts[i] + below[i];
+    const NodeSchedule& node = schedule.nodes[i];
+    for (int32_t e = 0; e < node.dependency_count; ++e) {
+      const int32_t p = schedule.dependencies[node.dependency_begin + e].producer;
+      below[p] = std::max(below[p], (*height)[i]);
+    }
+  }
+}
 
 JobGraph BuildJobGraph(const Schedule& schedule) {
   const int num_nodes = static_cast<int>(schedule.nodes.size());
@@ -126,33 +156,16 @@ JobGraph BuildJobGraph(const Schedule& schedule) {
     AppendJobWrites(schedule, job, &g.writes);
     g.write_begin[j + 1] = static_cast<int64_t>(g.writes.size());
   }
+  g.waiter_begin.assign(g.num_units + 1, 0);
+  for (int64_t u : g.needs) ++g.waiter_begin[u + 1];
+  for (int64_t u = 0; u < g.num_units; ++u) g.waiter_begin[u + 1] += g.waiter_begin[u];
+  g.waiters.resize(g.needs.size());
+  std::vector<int64_t> fill(g.waiter_begin.begin(), g.waiter_begin.end() - 1);
+  for (int64_t j = 0; j < num_jobs; ++j) {
+    for (int64_t i = g.need_begin[j]; i < g.need_begin[j + 1]; ++i) g.waiters[fill[g.needs[i]]++] = j;
+  }
+  NodeDepthAndHeight(schedule, g.job_counts, &g.depth, &g.height);
   return g;
-}
-
-// Depth (longest path from a source, in edges) and height (longest path to a
-// sink, in jobs, this node's included) of each node. Producers have smaller
-// indices than consumers, so one pass each way suffices.
-void NodeDepthAndHeight(const Schedule& schedule, const std::vector<int64_t>& job_counts,
-                        std::vector<int32_t>* depth, std::vector<int64_t>* height) {
-  const int num_nodes = static_cast<int>(schedule.nodes.size());
-  depth->assign(num_nodes, 0);
-  height->assign(num_nodes, 0);
-  for (int i = 0; i < num_nodes; ++i) {
-    const NodeSchedule& node = schedule.nodes[i];
-    for (int32_t e = 0; e < node.dependency_count; ++e) {
-      const int32_t p = schedule.dependencies[node.dependency_begin + e].producer;
-      (*depth)[i] = std::max((*depth)[i], (*depth)[p] + 1);
-    }
-  }
-  std::vector<int64_t> below(num_nodes, 0);  // max height over consumers
-  for (int i = num_nodes - 1; i >= 0; --i) {
-    (*height)[i] = job_counts[i] + below[i];
-    const NodeSchedule& node = schedule.nodes[i];
-    for (int32_t e = 0; e < node.dependency_count; ++e) {
-      const int32_t p = schedule.dependencies[node.dependency_begin + e].producer;
-      below[p] = std::max(below[p], (*height)[i]);
-    }
-  }
 }
 
 // The wavefront order under `priority`, as job indices into g.jobs.
@@ -160,22 +173,6 @@ std::vector<int64_t> WavefrontOrder(const Schedule& schedule, const JobGraph& g,
                                     NodePriority priority) {
   const int num_nodes = static_cast<int>(schedule.nodes.size());
   const int64_t num_jobs = static_cast<int64_t>(g.jobs.size());
-
-  // Reverse index: unit -> jobs waiting on it (CSR).
-  std::vector<int64_t> waiter_begin(g.num_units + 1, 0);
-  for (int64_t u : g.needs) ++waiter_begin[u + 1];
-  for (int64_t u = 0; u < g.num_units; ++u) waiter_begin[u + 1] += waiter_begin[u];
-  std::vector<int64_t> waiters(g.needs.size());
-  {
-    std::vector<int64_t> fill(waiter_begin.begin(), waiter_begin.end() - 1);
-    for (int64_t j = 0; j < num_jobs; ++j) {
-      for (int64_t i = g.need_begin[j]; i < g.need_begin[j + 1]; ++i) waiters[fill[g.needs[i]]++] = j;
-    }
-  }
-
-  std::vector<int32_t> depth;
-  std::vector<int64_t> height;
-  NodeDepthAndHeight(schedule, g.job_counts, &depth, &height);
 
   // Ready jobs not yet eligible, by the position from which they are
   // (min-heap); eligible jobs per node, by job index (= raster order, min-heap);
@@ -187,7 +184,7 @@ std::vector<int64_t> WavefrontOrder(const Schedule& schedule, const JobGraph& g,
   using NodeKey = std::tuple<int32_t, int64_t, int32_t>;  // (+-depth, -height, node)
   std::set<NodeKey> eligible_nodes;
   const int32_t depth_sign = priority == NodePriority::kDeepestFirst ? -1 : 1;
-  auto node_key = [&](int32_t i) { return NodeKey{depth_sign * depth[i], -height[i], i}; };
+  auto node_key = [&](int32_t i) { return NodeKey{depth_sign * g.depth[i], -g.height[i], i}; };
   auto make_eligible = [&](int64_t j) {
     const int32_t node = g.jobs[j].node;
     if (eligible[node].empty()) eligible_nodes.insert(node_key(node));
@@ -201,8 +198,8 @@ std::vector<int64_t> WavefrontOrder(const Schedule& schedule, const JobGraph& g,
     if (missing[j] == 0) pending.push({0, j});
   }
   auto release_unit = [&](int64_t unit, int64_t position) {
-    for (int64_t i = waiter_begin[unit]; i < waiter_begin[unit + 1]; ++i) {
-      const int64_t j = waiters[i];
+    for (int64_t i = g.waiter_begin[unit]; i < g.waiter_begin[unit + 1]; ++i) {
+      const int64_t j = g.waiters[i];
       latest_producer[j] = std::max(latest_producer[j], position);
       if (--missing[j] == 0) pending.push({latest_producer[j] + lag, j});
     }
