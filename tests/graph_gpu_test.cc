@@ -256,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{
 // every earlier launch's partials wrong for this one. Every node split
 // in four; tokens: 16 (decode tiles of 16 rows, gate/up's SwiGLU staged, the
 // down projection straight into C), 128 (the down projection reduced in
-// parts, gate/up in whole tiles), 300 (whole tiles, two row blocks).
+// parts, gate/up in whole tiles), 300 (whole tiles, three row blocks).
 class FreshPartialsTest : public ::testing::TestWithParam<int64_t> {};
 TEST_P(FreshPartialsTest, EveryLaunchSumsItsOwnPartials) {
   LOOM_SKIP_WITHOUT_GPU();

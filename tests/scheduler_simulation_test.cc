@@ -271,6 +271,7 @@ TEST(SimulatedMakespanTest, CountsKBlocksEpiloguesAndWaits) {
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->queue.size(), 4u);
   EXPECT_EQ(SimulatedMakespan(*s, s->queue, 1), 56);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 0), 56);  // below 1 counts as 1
   EXPECT_EQ(SimulatedMakespan(*s, s->queue, 2), 28);
   EXPECT_EQ(SimulatedMakespan(*s, s->queue, 4), 14);
   // A consumer of one 4-k-block tile waits for its producer: 14 + 8.

@@ -76,9 +76,10 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag);
 // waits on is published; it takes its k-blocks plus 4 (its epilogue), or for a
 // reduce job 4 plus its partial bytes over two weight k-blocks' bytes (they
 // come from L2). Returns the last job's end in those units (k-blocks of one
-// CTA tile), or -1 if the queue holds a job the schedule does not. A model for
-// choosing between orders, not a prediction of time: it ignores the B ring's
-// loads ahead of A and everything about memory but the job's own k-blocks.
+// CTA tile), or -1 if the queue holds a job the schedule does not; `clusters`
+// below 1 counts as 1. A model for choosing between orders, not a prediction
+// of time: it ignores the B ring's loads ahead of A and everything about
+// memory but the job's own k-blocks.
 int64_t SimulatedMakespan(const Schedule& schedule, const std::vector<TileJob>& queue, int32_t clusters);
 
 // Checks schedule.queue: every job of every node appears exactly once (and
