@@ -30,6 +30,9 @@ ABSL_FLAG(bool, overlap_launches, true,
 ABSL_FLAG(bool, reduce_in_parts, true,
           "loom: reduce a split-K tile of 17-128 rows in parts of 16 rows on as many clusters (false: one job)");
 ABSL_FLAG(int, reduce_part_rows, 0, "loom: rows of each reduce part (0: the scheduler chooses; at most 16)");
+ABSL_FLAG(bool, sum_in_last_split, true,
+          "loom: a split-K tile summed whole has its last split sum it (false: a reduce job; "
+          "CompileOptions::sum_in_last_split)");
 
 namespace loom::bench {
 
@@ -48,6 +51,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);
   options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
   options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
+  options.sum_in_last_split = absl::GetFlag(FLAGS_sum_in_last_split);
   return options;
 }
 

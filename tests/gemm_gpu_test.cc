@@ -361,23 +361,29 @@ INSTANTIATE_TEST_SUITE_P(Producers, NarrowReadAheadTest,
 // reference.
 // `narrow`: on the narrow decode kernel (KernelChoice::kNarrow; the
 // shape must have at most 128 rows, and split_k must be 0 or 1).
-void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
-                  DType residual_type, bool narrow = false) {
-  Rng rng;
-  GpuHarness h;
+void AddFusedGemm(GpuHarness& h, Rng& rng, const Shape& shape, Activation activation, DType out_type,
+                  DType bias_type, DType residual_type) {
   const int64_t out_cols = activation == Activation::kSwiGLU ? shape.n / 2 : shape.n;
   h.Input("A", DType::kBF16, shape.m, shape.k, rng);
   h.Input("B", DType::kBF16, shape.n, shape.k, rng);
   h.Input("bias", bias_type, 1, shape.n, rng);
   h.Input("residual", residual_type, shape.m, out_cols, rng);
   h.Output("C", out_type, shape.m, out_cols);
-  h.Build([&](const auto& t, GemmGraph& g) {
+  // By value: the harness runs the builder after this function has returned.
+  h.Build([activation](const auto& t, GemmGraph& g) {
     Epilogue epilogue;
     epilogue.activation = activation;
     epilogue.bias = t("bias");
     epilogue.residual = t("residual");
     g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
   });
+}
+
+void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
+                  DType residual_type, bool narrow = false) {
+  Rng rng;
+  GpuHarness h;
+  AddFusedGemm(h, rng, shape, activation, out_type, bias_type, residual_type);
   CompileOptions options;
   options.split_k = split_k;
   options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
@@ -387,8 +393,9 @@ void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType 
   h.ExpectMatchesReference();
 }
 
-// Split-K: partials to the workspace, one reduce job per tile summing them in
-// split order, then the fused epilogue.
+// Split-K: partials to the workspace, summed in split order by the tile's
+// last split (129 rows and more, or a ragged N) or by reduce jobs (in parts,
+// or few rows), then the fused epilogue.
 class SplitKTest : public ::testing::TestWithParam<std::tuple<Shape, int, Activation, DType>> {};
 TEST_P(SplitKTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -567,6 +574,7 @@ TEST_P(DecodeReduceBitsTest, MatchTheGeneralReduce) {
   CopyInputs(general, decode);
   CompileOptions options;
   options.split_k = 8;
+  options.sum_in_last_split = false;  // the general reduce job
   LOOM_ASSERT_OK(general.Run(TestRuntime(), options));
   LOOM_ASSERT_OK(decode.Run(TestRuntime(), options));
   general.ExpectMatchesReference();
@@ -598,6 +606,7 @@ TEST_P(ReducePartsBitsTest, MatchTheOneJobReduce) {
   options.split_k = 8;
   LOOM_ASSERT_OK(parts.Run(TestRuntime(), options));
   options.reduce_in_parts = false;
+  options.sum_in_last_split = false;  // one reduce job a tile
   LOOM_ASSERT_OK(whole.Run(TestRuntime(), options));
   const sched::NodeSchedule& parted = parts.plan().schedule().nodes[0];
   ASSERT_GT(parted.reduce_part_rows, 0);
@@ -614,6 +623,47 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(int64_t{40}, int64_t{128})),
     [](const auto& info) {
       return std::string(ActivationName(std::get<0>(info.param))) + "_M" + std::to_string(std::get<1>(info.param));
+    });
+
+// A tile summed by its last split (NodeSchedule::reduce_parts == 0, the
+// default wherever a tile would be reduced whole) against one reduce job a
+// tile (CompileOptions::sum_in_last_split = false), on the same inputs: both
+// match the reference and replay to the same bits, and with two splits they
+// agree value for value (the same two partials, added in the other order).
+// Shapes: a one-row last row block (its partials stored from registers),
+// SwiGLU over three row blocks, a ragged N of 64 rows (not reduced in parts),
+// five splits over a ragged K.
+class LastSplitSumsTest : public ::testing::TestWithParam<std::tuple<Shape, int, Activation, DType>> {};
+TEST_P(LastSplitSumsTest, MatchesTheReduceJob) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [shape, split_k, activation, out_type] = GetParam();
+  Rng rng;
+  GpuHarness last, reduce;
+  AddFusedGemm(last, rng, shape, activation, out_type, DType::kBF16, DType::kFP32);
+  AddFusedGemm(reduce, rng, shape, activation, out_type, DType::kBF16, DType::kFP32);
+  CopyInputs(last, reduce);
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.split_k = split_k;
+  LOOM_ASSERT_OK(last.Run(TestRuntime(), options, /*launches=*/2));
+  options.sum_in_last_split = false;
+  LOOM_ASSERT_OK(reduce.Run(TestRuntime(), options, /*launches=*/2));
+  ASSERT_EQ(last.plan().schedule().nodes[0].reduce_parts, 0);
+  ASSERT_EQ(reduce.plan().schedule().nodes[0].reduce_parts, 1);
+  last.ExpectMatchesReference();
+  reduce.ExpectMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(last));
+  if (split_k == 2) EXPECT_TRUE(SameBits(last, "last split", reduce, "reduce job", shape.m));
+}
+INSTANTIATE_TEST_SUITE_P(
+    Splits, LastSplitSumsTest,
+    ::testing::Values(std::tuple{Shape{129, 257, 520}, 3, Activation::kReLU, DType::kFP32},
+                      std::tuple{Shape{300, 512, 1024}, 2, Activation::kSwiGLU, DType::kBF16},
+                      std::tuple{Shape{300, 768, 1024}, 2, Activation::kNone, DType::kFP32},
+                      std::tuple{Shape{64, 1000, 4096}, 4, Activation::kGELU, DType::kBF16},
+                      std::tuple{Shape{200, 512, 4104}, 5, Activation::kSiLU, DType::kFP32}),
+    [](const auto& info) {
+      return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param));
     });
 
 // A decode GEMM replayed gives the same bits: on the tiled kernel with the

@@ -662,11 +662,26 @@ TEST(GraphSoakTest, RandomGraphsUnderRandomOptions) {
 // loader waits for the producer tiles under its residual before its first
 // load, so the queue must place every split job after them: before the
 // scheduler knew it, the option soak deadlocked here (bench/NOTES.md v1.36).
-// Param: max_clusters, reduce_in_parts, rows, the consumer's activation.
-class ResidualOfProducerTest : public ::testing::TestWithParam<std::tuple<int, bool, int64_t, Activation>> {};
+// Param: max_clusters, how the consumer's tiles are summed, rows, the
+// consumer's activation. The sums: the defaults (14 rows: reduce jobs in
+// parts; 263: each tile by its last split), reduce_in_parts off (14 rows: one
+// few-row reduce job a tile), and both it and sum_in_last_split off (263
+// rows: one reduce job a tile).
+enum class SplitSums { kDefaults, kNoParts, kReduceJobs };
+const char* SplitSumsSuffix(SplitSums sums) {
+  switch (sums) {
+    case SplitSums::kNoParts:
+      return "_whole";
+    case SplitSums::kReduceJobs:
+      return "_jobs";
+    default:
+      return "";
+  }
+}
+class ResidualOfProducerTest : public ::testing::TestWithParam<std::tuple<int, SplitSums, int64_t, Activation>> {};
 TEST_P(ResidualOfProducerTest, SplitConsumerFinishesAndMatches) {
   LOOM_SKIP_WITHOUT_GPU();
-  const auto [clusters, parts, rows, activation] = GetParam();
+  const auto [clusters, sums, rows, activation] = GetParam();
   Rng rng;
   GpuHarness h;
   const int64_t width = 520;
@@ -683,17 +698,23 @@ TEST_P(ResidualOfProducerTest, SplitConsumerFinishesAndMatches) {
   options.kernel = KernelChoice::kTiled;
   options.max_clusters = clusters;
   options.split_k = 3;
-  options.reduce_in_parts = parts;
+  options.reduce_in_parts = sums == SplitSums::kDefaults;
+  options.sum_in_last_split = sums != SplitSums::kReduceJobs;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  const int32_t reduce_parts = h.plan().schedule().nodes[1].reduce_parts;
+  if (rows > 16) EXPECT_EQ(reduce_parts, sums == SplitSums::kReduceJobs ? 1 : 0);
   ExpectNodesRightAndReplayIdentical(h);
 }
 INSTANTIATE_TEST_SUITE_P(Grids, ResidualOfProducerTest,
-                         ::testing::Combine(::testing::Values(1, 7, 0), ::testing::Bool(),
+                         ::testing::Combine(::testing::Values(1, 7, 0),
+                                            ::testing::Values(SplitSums::kDefaults, SplitSums::kNoParts,
+                                                              SplitSums::kReduceJobs),
                                             ::testing::Values(int64_t{14}, int64_t{263}),
                                             ::testing::Values(Activation::kSiLU, Activation::kSwiGLU)),
                          [](const auto& info) {
-                           return absl::StrCat("clusters", std::get<0>(info.param), std::get<1>(info.param) ? "_parts" : "",
-                                               "_M", std::get<2>(info.param), "_",
+                           return absl::StrCat("clusters", std::get<0>(info.param),
+                                               SplitSumsSuffix(std::get<1>(info.param)), "_M",
+                                               std::get<2>(info.param), "_",
                                                std::string(ActivationName(std::get<3>(info.param))));
                          });
 

@@ -802,7 +802,8 @@ TEST(BrokenSplitScheduleTest, ReduceBeforePartialsAndBadSplitRanges) {
   g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, 64, 128), g.Input("b", DType::kBF16, 64, 128),
                     g.Output("c", DType::kFP32, 64, 64));
   sched::SchedulerOptions options = SmallTiles(2, 1);
-  options.reduce_in_parts = false;  // one reduce job (parts: the next test)
+  options.reduce_in_parts = false;     // one reduce job (parts: the next test but one)
+  options.sum_in_last_split = false;  // (the last split summing: the next test)
   absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), options);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->queue.size(), 3u);  // split 0, split 1, reduce
@@ -812,6 +813,27 @@ TEST(BrokenSplitScheduleTest, ReduceBeforePartialsAndBadSplitRanges) {
   sched::Schedule gap = *s;
   gap.queue[1].k_block_begin += 1;  // split 1 no longer starts where split 0 ends
   ExpectInternal(RunReference(g.graph(), gap), "expected to start at");
+}
+
+TEST(BrokenSplitScheduleTest, LastSplitSumsOnlyAfterTheOthers) {
+  Rng rng;
+  HostGraph g(rng);
+  g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, 64, 192), g.Input("b", DType::kBF16, 64, 192),
+                    g.Output("c", DType::kFP32, 64, 64));
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  sched::SchedulerOptions options = SmallTiles(3, 1);
+  options.reduce_in_parts = false;
+  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].reduce_parts, 0);
+  ASSERT_EQ(s->queue.size(), 3u);  // splits 0, 1, 2; split 2 sums
+  g.ExpectExecutorMatches(*s, {}, expected);
+  sched::Schedule early = *s;
+  std::swap(early.queue[1], early.queue[2]);  // the last split before split 1
+  ExpectInternal(RunReference(g.graph(), early), "reads split-K partial 1 of its own tile");
+  sched::Schedule reduce = *s;  // a reduce job where the last split sums
+  reduce.queue.push_back(sched::TileJob{0, static_cast<uint8_t>(sched::JobKind::kReduce), 0, 0, 0, 0, 3});
+  ExpectInternal(RunReference(g.graph(), reduce), "part 0 of reduce_parts 0");
 }
 
 TEST(BrokenSplitScheduleTest, EveryReducePartOnceAndTheTileWholeOnlyWithAll) {

@@ -927,7 +927,11 @@ TEST(RuntimeTest, ReducePartOptionsAreHonouredAndBoundsChecked) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->schedule().nodes[0].reduce_parts, 4);
   EXPECT_EQ(plan->schedule().nodes[0].reduce_part_rows, 16);
-  options.reduce_in_parts = false;
+  options.reduce_in_parts = false;  // each tile summed whole: by its last split, or one reduce job
+  plan = runtime.Compile(decode, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().nodes[0].reduce_parts, 0);
+  options.sum_in_last_split = false;
   plan = runtime.Compile(decode, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->schedule().nodes[0].reduce_parts, 1);

@@ -106,19 +106,31 @@ TEST(LowerTest, FlagsAreConsecutivePerNodeThenPartials) {
   EXPECT_EQ(a.m_blocks * a.n_blocks, 3 * 3);
   EXPECT_EQ(s->nodes[1].flag_base, 9);
   EXPECT_EQ(c.flag_base, 9);  // the zero-size node has no flags
+  // a has three row blocks, each tile summed by its last split: one partial
+  // (flag and workspace slice) a tile, split 0's. c is one row block of 128
+  // rows: both splits' partials, reduced in 8 parts of 16, one count word per
+  // tile after its partial flags.
+  EXPECT_EQ(a.reduce_parts, 0);
+  EXPECT_EQ(PartialSlices(a), 1);
   EXPECT_EQ(a.partial_flag_base, 10);
-  EXPECT_EQ(c.partial_flag_base, 10 + 9 * 2);
-  // c is one row block of 128 rows: reduced in 8 parts of 16, one count word
-  // per tile after its partial flags. a has three row blocks: one reduce job.
-  EXPECT_EQ(a.reduce_parts, 1);
+  EXPECT_EQ(PartialFlagIndex(a, 2, 2, 0), 10 + 8);
   EXPECT_EQ(a.part_count_base, -1);
   EXPECT_EQ(c.reduce_parts, 8);
-  EXPECT_EQ(c.part_count_base, 10 + 18 + 2);
-  EXPECT_EQ(ReducePartCountIndex(c, 0, 0), 10 + 18 + 2);
-  EXPECT_EQ(s->num_flags, 10 + 18 + 2 + 1);
+  EXPECT_EQ(PartialSlices(c), 2);
+  EXPECT_EQ(c.partial_flag_base, 10 + 9);
+  EXPECT_EQ(c.part_count_base, 10 + 9 + 2);
+  EXPECT_EQ(ReducePartCountIndex(c, 0, 0), 10 + 9 + 2);
+  EXPECT_EQ(s->num_flags, 10 + 9 + 2 + 1);
   EXPECT_EQ(a.workspace_offset, 0);
-  EXPECT_EQ(c.workspace_offset, int64_t{2} * 3 * 128 * 3 * 256);
+  EXPECT_EQ(c.workspace_offset, int64_t{1} * 3 * 128 * 3 * 256);
   EXPECT_EQ(s->workspace_elements, c.workspace_offset + int64_t{2} * 128 * 256);
+  // With reduce jobs instead, every split writes a partial.
+  o.sum_in_last_split = false;
+  s = Lower({Gemm(300, 600, 512), Gemm(0, 64, 64), Gemm(128, 256, 512)}, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->nodes[0].reduce_parts, 1);
+  EXPECT_EQ(s->nodes[2].partial_flag_base, 10 + 9 * 2);
+  EXPECT_EQ(s->nodes[2].workspace_offset, int64_t{2} * 3 * 128 * 3 * 256);
   EXPECT_EQ(s->nodes[1].partial_flag_base, -1);
 }
 
@@ -297,14 +309,15 @@ TEST(LowerTest, NodesWithConsumersLeaveHalfTheWaveToThem) {
 TEST(LowerTest, SmallMSplitsKToFillAWave) {
   // 8 cluster tiles (16 n-blocks, kShareA pairs): 66 / 8 = 8 splits would fill
   // the wave, but each split keeps >= 16 of the 64 k-blocks: 4 splits. (A
-  // ragged N: its 64 rows are reduced by one job each.)
+  // ragged N: its 64 rows are not reduced in parts but each tile whole, by
+  // its last split.)
   absl::StatusOr<Schedule> s = Lower({Gemm(64, 4000, 4096)}, Options());
   ASSERT_TRUE(s.ok());
   const NodeSchedule& node = s->nodes[0];
   EXPECT_EQ(node.share, ClusterShare::kShareA);
   EXPECT_EQ(node.split_k, 4);
-  EXPECT_EQ(node.reduce_parts, 1);
-  EXPECT_EQ(s->queue.size(), 8u * (4 + 1));
+  EXPECT_EQ(node.reduce_parts, 0);
+  EXPECT_EQ(s->queue.size(), 8u * 4);
   // 17 rows of whole tiles: each tile reduced in three parts of 8 rows, so
   // >= 8 k-blocks a split: 8 splits.
   s = Lower({Gemm(17, 4096, 4096)}, Options());

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "loom/scheduler/explain.h"
+#include "loom/scheduler/job_access.h"
 #include "loom/scheduler/queue.h"
 #include "loom/scheduler/schedule.h"
 #include "loom/scheduler/simulation.h"
@@ -284,11 +285,21 @@ TEST(SimulatedMakespanTest, CountsKBlocksEpiloguesAndWaits) {
   SchedulerOptions split = Options(tile, 1, 4);
   split.split_k = 2;
   split.reduce_in_parts = false;
+  split.sum_in_last_split = false;
   s = Lower({Gemm(128, 256, 640)}, split);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->queue.size(), 3u);
   EXPECT_EQ(SimulatedMakespan(*s, s->queue, 4), 9 + 8);
   EXPECT_EQ(SimulatedMakespan(*s, s->queue, 1), 9 + 9 + 8);
+  // The same summed by the last split: its main loop (5) beside split 0's
+  // job (9); then split 0's partial (128 rows x 4 bytes against 256: 2), +
+  // 4. On one cluster its main loop starts at 9.
+  split.sum_in_last_split = true;
+  s = Lower({Gemm(128, 256, 640)}, split);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 2u);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 4), 9 + 6);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, 1), 9 + 5 + 6);
   // Reduced in parts (each part's output flag has two writers) with a
   // consumer, every node split in two: the producer's splits (8 k-blocks,
   // 12) side by side, its two 8-row parts (2 x 8 rows x 4 bytes against
@@ -390,7 +401,7 @@ TEST(SplitKQueueTest, SplitJobsComeAfterTheirResidualProducers) {
       std::vector<int> writers(done_at.size(), 0);
       for (size_t p = 0; p < s->queue.size(); ++p) {
         const TileJob& job = s->queue[p];
-        if (job.node != 0 || (producer.split_k > 1 && job.kind != static_cast<uint8_t>(JobKind::kReduce))) continue;
+        if (job.node != 0 || !JobRunsEpilogue(producer, job)) continue;  // the job that completes its tiles
         for (int rank = 0; rank < s->cluster_size; ++rank) {
           const CtaTile cta = CtaTileOf(job, producer.share, rank);
           if (cta.m_block >= producer.m_blocks || cta.n_block >= producer.n_blocks) continue;

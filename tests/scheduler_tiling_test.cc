@@ -168,6 +168,7 @@ TEST(ChooseReducePartsTest, EightRowsWhereTheyFitElseSixteenWithinAWave) {
     SchedulerOptions o = Options();
     o.reduce_in_parts = allowed;
     o.reduce_part_rows = rows;
+    o.sum_in_last_split = false;  // whole tiles as one reduce job: one part (the next test)
     absl::StatusOr<NodeSchedule> node = TileNode(Gemm(m, n, k, swiglu), 0, o, has_consumers);
     EXPECT_TRUE(node.ok()) << node.status();
     if (!node.ok()) return std::pair{-1, -1};
@@ -198,6 +199,27 @@ TEST(ChooseReducePartsTest, EightRowsWhereTheyFitElseSixteenWithinAWave) {
   EXPECT_EQ(parts(64, 4096, 14336, false, true, /*rows=*/16), P(4, 16));
   EXPECT_EQ(parts(64, 4096, 14336, false, true, /*rows=*/5), P(1, 0));  // 13 parts
   EXPECT_EQ(parts(16, 4096, 4096, false, true, /*rows=*/16), P(1, 0));  // one part
+}
+
+// A split node's tiles that would each be summed whole by one reduce job
+// (not in parts, not a few-row decode tile) are summed by their last split.
+TEST(TileNodeTest, WholeTilesAreSummedByTheirLastSplit) {
+  auto reduce_parts = [](int64_t m, int64_t n, int64_t k, bool sum_in_last_split = true, int split_k = 0) {
+    SchedulerOptions o = Options();
+    o.sum_in_last_split = sum_in_last_split;
+    o.split_k = split_k;
+    absl::StatusOr<NodeSchedule> node = TileNode(Gemm(m, n, k), 0, o);
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? node->reduce_parts : -1;
+  };
+  EXPECT_EQ(reduce_parts(300, 4096, 4096), 0);           // three row blocks, split 2
+  EXPECT_EQ(reduce_parts(200, 4096, 14336), 0);          // two row blocks, split 4
+  EXPECT_EQ(reduce_parts(64, 4000, 4096), 0);            // a ragged last tile is not reduced in parts
+  EXPECT_EQ(reduce_parts(128, 4096, 14336), 8);          // in parts
+  EXPECT_EQ(reduce_parts(8, 4096, 4096), 1);             // a few-row decode tile keeps its reduce job
+  EXPECT_EQ(reduce_parts(300, 4096, 4096, false), 1);    // the option off: reduce jobs
+  EXPECT_EQ(reduce_parts(300, 4096, 4096, true, 1), 1);  // no split: nothing to sum
+  EXPECT_EQ(reduce_parts(8192, 4096, 4096), 1);          // many tiles: no split
 }
 
 TEST(ChooseReducePartsTest, OptionOutsideAFewRowReduceIsRefused) {

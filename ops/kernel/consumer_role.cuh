@@ -2,7 +2,8 @@
 // main loop (mma_role.cuh) or, for a split-K reduce job, the sum of the
 // partials (splitk_reduce.cuh); then the fused epilogue into C
 // (epilogue_role.cuh), or the raw accumulators into the workspace for a
-// split-K partial.
+// split-K partial (but the last split of a node whose last split sums: the
+// other splits' partials added to its accumulators, then the epilogue).
 #ifndef LOOM_OPS_KERNEL_CONSUMER_ROLE_CUH_
 #define LOOM_OPS_KERNEL_CONSUMER_ROLE_CUH_
 
@@ -51,7 +52,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       const bool few_rows = work.in_range && SumsFewRows(node.schedule, work.m_block);
       const bool helps = few_rows && SumsWithBothWarpgroups(node.schedule, work.m_block, work.job->split);
       if (!HandsOverRows(work, warpgroup) && !helps) continue;
-      const bool partials_ready = WaitForPartials(ctx, work, warpgroup, index);
+      const bool partials_ready = WaitForPartials(ctx, work, node.schedule.split_k, warpgroup, index);
       if (!few_rows && !partials_ready) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       float sums[128];
@@ -89,7 +90,8 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       // in registers across the main loop, where every register is an
       // accumulator or ring state (spilled ring cursors cost ~5% at 8192^3).
       const CtaWork tile = ResolveJob(ctx, index);
-      if (kSplitK && tile.node->schedule.split_k > 1) {
+      const bool sums_tile = kSplitK && sched::FinishesSplitTile(tile.node->schedule, *tile.job);
+      if (kSplitK && tile.node->schedule.split_k > 1 && !sums_tile) {
         // A partial: the raw accumulators of the whole padded tile (no fused
         // op, every column inside the workspace map), or, for a tile of at
         // most 64 rows, only its live rows, straight from registers.
@@ -97,6 +99,12 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
                  ? StorePartialDirectly(ctx, tile, warpgroup, staging, accumulators, index)
                  : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, accumulators, index);
       } else {
+        if (sums_tile) {
+          // The last split sums the tile: the others' partials added to its
+          // own accumulators, then the epilogue, as a reduce job's would be.
+          if (!WaitForPartials(ctx, tile, tile.node->schedule.split_k - 1, warpgroup, index)) return;
+          AddEarlierPartials(ctx, tile, warpgroup, accumulators);
+        }
         ok = StageOutput(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
       }
     }

@@ -109,8 +109,10 @@ __device__ __forceinline__ bool ConsumersBarrierAnd(bool predicate) {
   return ptx::barrier_and<static_cast<int>(NamedBarrier::kConsumers), 2 * 128>(predicate);
 }
 
-// Split-K reduce, part 1: waits until every split of this CTA tile has
-// published its partial. Called by every thread of the consumer warpgroup:
+// Split-K reduce, part 1: waits until splits [0, splits) of this CTA tile
+// have published their partials (every split for a reduce job, the others
+// for a last split that sums, FinishesSplitTile). Called by every thread of
+// the consumer warpgroup:
 // thread t waits for split t's flag (and t + 128, ...), so the splits are
 // polled together, one round trip to L2 rather than one per split; the
 // barrier then hands each thread's acquire on to the whole warpgroup. Returns
@@ -123,12 +125,12 @@ __device__ __forceinline__ bool ConsumersBarrierAnd(bool predicate) {
 // Waiting here again put the loaders' dependency code into the consumer role
 // and its register pressure into the main loop (spills, a quarter of the
 // GEMM throughput lost).
-__device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, int job_index) {
+__device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int splits, int warpgroup,
+                                       int job_index) {
   const sched::NodeSchedule& schedule = work.node->schedule;
-  const int split_k = schedule.split_k;
   const int first_flag = sched::PartialFlagIndex(schedule, work.m_block, work.n_block, 0);
   bool ok = true;
-  for (int split = threadIdx.x % 128; ok && split < split_k; split += 128) {
+  for (int split = threadIdx.x % 128; ok && split < splits; split += 128) {
     ok = WaitForFlag(ctx, first_flag + split, job_index);
   }
   return ConsumerBarrierAnd(warpgroup, ok);
@@ -160,15 +162,13 @@ __device__ inline void DiscardWarpPartials(const float* first, int rows, int64_t
   }
 }
 
-// Split-K reduce, part 2: sums the partials in split order (the same order
-// every run, so the result is bit-for-bit reproducible) into the accumulator
-// layout.
-__device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, float (&acc)[128]) {
-  const int split_k = work.node->schedule.split_k;
+// Adds the partials of splits [0, splits) of this CTA tile to `acc` (the
+// accumulator layout), split 0 first: a fixed order, so the same bits every
+// run.
+__device__ inline void AddPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, int splits,
+                                   float (&acc)[128]) {
   const LanePartialRows rows(ctx, work, warpgroup);
-#pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-  for (int split = 0; split < split_k; ++split) {
+  for (int split = 0; split < splits; ++split) {
     const float* lo = rows.lo + split * rows.split_stride;
     const float* hi = rows.hi + split * rows.split_stride;
 #pragma unroll
@@ -185,6 +185,28 @@ __device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, i
       }
     }
   }
+}
+
+// Split-K reduce, part 2: sums the partials in split order (the same order
+// every run, so the result is bit-for-bit reproducible) into the accumulator
+// layout.
+__device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, float (&acc)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  AddPartials(ctx, work, warpgroup, work.node->schedule.split_k, acc);
+}
+
+// The last split of a node whose last split sums (FinishesSplitTile), after
+// its main loop and WaitForPartials over the other splits: adds their
+// partials to its own accumulators. For two splits the same bits as the
+// reduce job's SumPartials (0 + p0 + p1) but for the sign of a zero sum; for
+// more, another fixed order. Where this replaced the reduce job (bench/NOTES.md
+// v1.44): the tile's own partial never leaves registers, the others' are
+// read once, and no cluster has to take a reduce job while the next node
+// waits.
+__device__ inline void AddEarlierPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
+                                          float (&acc)[128]) {
+  AddPartials(ctx, work, warpgroup, work.node->schedule.split_k - 1, acc);
 }
 
 // Elements [at, at + 1] of a bf16 or fp32 tensor, as floats.

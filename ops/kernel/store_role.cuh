@@ -27,8 +27,10 @@ __device__ inline void RunStore(const CtaContext& ctx) {
     const KernelNode& node = *work.node;
     const sched::TileJob job = *work.job;
     // A split-K partial goes to the node's workspace slice, raw fp32, whole
-    // padded tile; everything else (unsplit jobs, reduce jobs) to C.
-    const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1;
+    // padded tile; everything else (unsplit jobs, reduce jobs, the last split
+    // of a node whose last split sums) to C.
+    const bool partial = job.kind == static_cast<uint8_t>(sched::JobKind::kGemm) && node.schedule.split_k > 1 &&
+                         !sched::FinishesSplitTile(node.schedule, job);
     const bool reduce = job.kind == static_cast<uint8_t>(sched::JobKind::kReduce);
     // The consumers wrote a direct partial, or a few-row reduce's output,
     // themselves: one handshake per warpgroup with rows, nothing to store,

@@ -401,8 +401,9 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
     return absl::InternalError(
         absl::StrCat("schedule: ", DescribeJob(index), " reduces a node without split-K"));
   }
+  // (A node whose last split sums, reduce_parts 0, has no reduce job.)
   if (job.kind == static_cast<uint8_t>(JobKind::kReduce) &&
-      (job.split >= std::max(ns.reduce_parts, 1) || ns.reduce_parts > sched::kMaxReduceParts)) {
+      (job.split >= ns.reduce_parts || ns.reduce_parts > sched::kMaxReduceParts)) {
     return absl::InternalError(absl::StrFormat("schedule: %s: part %d of reduce_parts %d", DescribeJob(index),
                                                job.split, ns.reduce_parts));
   }
@@ -425,6 +426,9 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
       LOOM_RETURN_IF_ERROR(ReduceTile(job, tile, extent, index));
     } else if (ns.split_k > 1) {
       LOOM_RETURN_IF_ERROR(ComputePartial(job, tile, extent, index));
+      // The last split that sums: the kernel adds the other partials to its
+      // accumulators, the reference sums all of them as a reduce job would.
+      if (sched::FinishesSplitTile(ns, job)) LOOM_RETURN_IF_ERROR(ReduceTile(job, tile, extent, index));
     } else {
       LOOM_RETURN_IF_ERROR(ComputeTile(job, tile, extent, index));
     }

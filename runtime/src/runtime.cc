@@ -506,7 +506,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     if (lowered.split_k > 1) {
       LOOM_RETURN_IF_ERROR(internal::EncodeWorkspaceMap(
           workspace + lowered.workspace_offset, int64_t{lowered.n_blocks} * KernelConfig::kBlockN, lowered.m,
-          int64_t{lowered.m_blocks} * KernelConfig::kBlockM, lowered.split_k, KernelConfig::kPanelBytes / 4,
+          int64_t{lowered.m_blocks} * KernelConfig::kBlockM, sched::PartialSlices(lowered), KernelConfig::kPanelBytes / 4,
           KernelConfig::kRowsPerConsumer, &out.partial_map));
     }
     if (lowered.reduce_parts > 1 && out.c_tma_cols < int64_t{lowered.n_blocks} * lowered.out_tile_n) {
@@ -892,6 +892,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.group_size = options.group_size;
   scheduler_options.reduce_in_parts = options.reduce_in_parts;
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
+  scheduler_options.sum_in_last_split = options.sum_in_last_split;
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph, dependencies), scheduler_options));
   if (!impl->narrow && options.pack_weights && TiledRingsReadPackedWeights(options)) {
     impl->packed_nodes = PackedNodesOf(graph, dependencies, &impl->schedule);

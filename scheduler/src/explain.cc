@@ -83,13 +83,15 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
       if (node.reduce_parts > 1) {
         absl::StrAppendFormat(&out, ", each tile reduced in %d parts of %d rows", node.reduce_parts,
                               node.reduce_part_rows);
+      } else if (node.split_k > 1 && node.reduce_parts == 0) {
+        out += ", each tile summed by its last split";
       }
       absl::StrAppendFormat(&out, "; %d jobs\n", NodeJobCount(schedule, i));
       absl::StrAppendFormat(&out, "  flags [%d, %d)", node.flag_base,
                             node.flag_base + node.m_blocks * node.n_blocks);
       if (node.split_k > 1) {
         absl::StrAppendFormat(&out, "; partial flags [%d, %d); workspace at %d", node.partial_flag_base,
-                              node.partial_flag_base + node.m_blocks * node.n_blocks * node.split_k,
+                              node.partial_flag_base + node.m_blocks * node.n_blocks * PartialSlices(node),
                               node.workspace_offset);
       }
       if (node.reduce_parts > 1) {

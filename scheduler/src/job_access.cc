@@ -51,7 +51,12 @@ bool CtaTileInRange(const NodeSchedule& node, CtaTile cta) {
 }
 
 bool JobRunsEpilogue(const NodeSchedule& node, const TileJob& job) {
-  return job.kind == static_cast<uint8_t>(JobKind::kReduce) || node.split_k <= 1;
+  return job.kind == static_cast<uint8_t>(JobKind::kReduce) || node.split_k <= 1 || FinishesSplitTile(node, job);
+}
+
+int32_t PartialsSummed(const NodeSchedule& node, const TileJob& job) {
+  if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) return node.split_k;
+  return FinishesSplitTile(node, job) ? node.split_k - 1 : 0;
 }
 
 namespace {
@@ -72,7 +77,7 @@ bool PhaseApplies(const NodeSchedule& node, const TileJob& job, ReadPhase phase)
   const bool is_reduce = job.kind == static_cast<uint8_t>(JobKind::kReduce);
   switch (phase) {
     case ReadPhase::kMainLoop: return !is_reduce;
-    case ReadPhase::kPartials: return is_reduce;
+    case ReadPhase::kPartials: return PartialsSummed(node, job) > 0;
     case ReadPhase::kEpilogue: return true;  // kGemm jobs wait for them (a split one too), kReduce jobs read them
   }
   return false;
@@ -105,10 +110,11 @@ void AppendJobReads(const Schedule& schedule, const TileJob& job, int32_t k_bloc
   const NodeSchedule& node = schedule.nodes[job.node];
   if (!PhaseApplies(node, job, phase)) return;
   if (phase == ReadPhase::kPartials) {
+    const int32_t summed = PartialsSummed(node, job);
     for (int rank = 0; rank < schedule.cluster_size; ++rank) {
       const CtaTile cta = CtaTileOf(job, node.share, rank);
       if (!CtaTileInRange(node, cta)) continue;
-      for (int32_t s = 0; s < node.split_k; ++s) {
+      for (int32_t s = 0; s < summed; ++s) {
         reads->push_back(FlagRead{PartialFlagIndex(node, cta.m_block, cta.n_block, s), job.node, cta.m_block,
                                   cta.n_block, s});
       }

@@ -71,13 +71,13 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     const int64_t tiles = int64_t{node.m_blocks} * node.n_blocks;
     if (node.split_k <= 1 || tiles == 0) continue;
     node.partial_flag_base = static_cast<int32_t>(flags);
-    flags += tiles * node.split_k;
+    flags += tiles * PartialSlices(node);
     if (node.reduce_parts > 1) {
       node.part_count_base = static_cast<int32_t>(flags);
       flags += tiles;
     }
     node.workspace_offset = workspace;
-    workspace += int64_t{node.split_k} * node.m_blocks * options.tile.m * node.n_blocks * options.tile.n;
+    workspace += int64_t{PartialSlices(node)} * node.m_blocks * options.tile.m * node.n_blocks * options.tile.n;
   }
   if (flags > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("graph: more than ", std::numeric_limits<int32_t>::max(),

@@ -76,7 +76,11 @@ struct JobGraph {
   std::vector<int64_t> job_counts;  // per node
   int64_t num_units = 0;
   std::vector<int64_t> need_begin;  // per job, into needs; one extra at the end
-  std::vector<int64_t> needs;       // units, per job, sorted and unique
+  // Per job, into needs: from here to the next job's need_begin, the split-K
+  // partial flags it sums (PartialsSummed), which a kGemm job (the last split
+  // of a node whose last split sums) waits for only after its main loop.
+  std::vector<int64_t> partials_begin;
+  std::vector<int64_t> needs;       // units, per job: its other needs, then its partials, each sorted and unique
   std::vector<int64_t> write_begin;  // per job, into writes; one extra at the end
   std::vector<FlagWrite> writes;
   std::vector<int64_t> waiter_begin;  // per unit, into waiters; one extra at the end
@@ -123,6 +127,7 @@ JobGraph BuildJobGraph(const Schedule& schedule) {
   const int64_t num_jobs = static_cast<int64_t>(g.jobs.size());
   g.num_units = int64_t{schedule.num_flags} + num_nodes;
   g.need_begin.assign(num_jobs + 1, 0);
+  g.partials_begin.assign(num_jobs, 0);
   g.write_begin.assign(num_jobs + 1, 0);
   std::vector<ProducerBox> boxes;
   std::vector<FlagRead> partials;
@@ -148,6 +153,11 @@ JobGraph BuildJobGraph(const Schedule& schedule) {
         }
       }
     }
+    std::sort(job_units.begin(), job_units.end());
+    job_units.erase(std::unique(job_units.begin(), job_units.end()), job_units.end());
+    g.needs.insert(g.needs.end(), job_units.begin(), job_units.end());
+    g.partials_begin[j] = static_cast<int64_t>(g.needs.size());
+    job_units.clear();
     for (const FlagRead& r : partials) job_units.push_back(r.flag);
     std::sort(job_units.begin(), job_units.end());
     job_units.erase(std::unique(job_units.begin(), job_units.end()), job_units.end());
@@ -242,25 +252,31 @@ std::vector<int64_t> WavefrontOrder(const Schedule& schedule, const JobGraph& g,
 }
 
 // A job's cost in the simulation, in k-blocks of one CTA tile (a kGemm job
-// streams one B tile a k-block): its k-blocks plus an epilogue's worth; a
-// reduce job its partial bytes at about twice a weight k-block's rate (they
-// come from L2) plus the same epilogue.
-int64_t SimulatedJobCost(const Schedule& schedule, const TileJob& job) {
+// streams one B tile a k-block), in two phases: its main loop (its k-blocks;
+// none for a reduce job), and after it, once the partials it sums are
+// published, its tail: the partials' bytes at about twice a weight k-block's
+// rate (they come from L2) plus an epilogue's worth.
+struct SimulatedCost {
+  int64_t main_loop = 0;
+  int64_t tail = 0;
+};
+SimulatedCost SimulatedJobCost(const Schedule& schedule, const TileJob& job) {
   constexpr int64_t kEpilogueKBlocks = 4;
-  if (job.kind != static_cast<uint8_t>(JobKind::kReduce)) {
-    return int64_t{job.k_block_end} - job.k_block_begin + kEpilogueKBlocks;
-  }
   const NodeSchedule& node = schedule.nodes[job.node];
-  const RowRange rows = ReduceRowsOf(node, schedule.tile, job.split);
+  const bool reduce = job.kind == static_cast<uint8_t>(JobKind::kReduce);
+  const RowRange rows = ReduceRowsOf(node, schedule.tile, reduce ? job.split : 0);
   // fp32 partial rows of tile.n against bf16 B rows of tile.n, tile.k of them a k-block.
-  const int64_t partial_rows = int64_t{std::max(node.split_k, 1)} * (rows.end - rows.begin);
-  return kEpilogueKBlocks + (partial_rows * 4 + 2 * 2 * schedule.tile.k - 1) / (2 * 2 * schedule.tile.k);
+  const int64_t partial_rows = int64_t{PartialsSummed(node, job)} * (rows.end - rows.begin);
+  const int64_t main_loop = reduce ? 0 : int64_t{job.k_block_end} - job.k_block_begin;
+  return SimulatedCost{main_loop, kEpilogueKBlocks + (partial_rows * 4 + 2 * 2 * schedule.tile.k - 1) /
+                                                         (2 * 2 * schedule.tile.k)};
 }
 
 // The simulated makespan of `order` (indices into g.jobs): `clusters`
 // clusters take the jobs in queue order, each as soon as it is free (the
 // kernel's dynamic fetch); a job starts when its cluster is free and every
-// unit it waits on is published, and takes SimulatedJobCost.
+// unit it waits on but its partials is published, runs its main loop, waits
+// for its partials, and then takes its tail (SimulatedJobCost).
 int64_t MakespanOf(const Schedule& schedule, const JobGraph& g, const std::vector<int64_t>& order,
                    int32_t clusters) {
   std::vector<int64_t> unit_done(g.num_units, 0);  // when the last writer of each unit ends
@@ -270,8 +286,13 @@ int64_t MakespanOf(const Schedule& schedule, const JobGraph& g, const std::vecto
   for (const int64_t j : order) {
     int64_t start = free_at.top();
     free_at.pop();
-    for (int64_t i = g.need_begin[j]; i < g.need_begin[j + 1]; ++i) start = std::max(start, unit_done[g.needs[i]]);
-    const int64_t done = start + SimulatedJobCost(schedule, g.jobs[j]);
+    for (int64_t i = g.need_begin[j]; i < g.partials_begin[j]; ++i) start = std::max(start, unit_done[g.needs[i]]);
+    const SimulatedCost cost = SimulatedJobCost(schedule, g.jobs[j]);
+    int64_t tail_start = start + cost.main_loop;
+    for (int64_t i = g.partials_begin[j]; i < g.need_begin[j + 1]; ++i) {
+      tail_start = std::max(tail_start, unit_done[g.needs[i]]);
+    }
+    const int64_t done = tail_start + cost.tail;
     free_at.push(done);
     makespan = std::max(makespan, done);
     const int32_t node = g.jobs[j].node;
@@ -406,7 +427,11 @@ int32_t IdleClustersAtLaunch(const Schedule& schedule, int32_t clusters) {
   for (size_t position = 0; position < first_wave; ++position) {
     const TileJob& job = schedule.queue[position];
     reads.clear();
-    AppendEveryJobRead(schedule, job, &reads);
+    AppendJobReads(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &reads);
+    AppendJobReads(schedule, job, 0, 0, ReadPhase::kEpilogue, &reads);
+    if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
+      AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &reads);
+    }
     if (reads.empty()) --idle;
   }
   return idle;

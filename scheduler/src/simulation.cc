@@ -74,16 +74,14 @@ Simulator::Simulator(const Schedule& schedule) {
   }
   for (size_t i = 0; i < schedule.nodes.size(); ++i) {
     partial_unit_base[i] = units;
-    if (schedule.nodes[i].split_k > 1) {
-      units += int64_t{schedule.nodes[i].m_blocks} * schedule.nodes[i].n_blocks * schedule.nodes[i].split_k;
-    }
+    units += int64_t{schedule.nodes[i].m_blocks} * schedule.nodes[i].n_blocks * PartialSlices(schedule.nodes[i]);
   }
   plan->num_units = units;
   auto unit_of = [&](int32_t node, int32_t mb, int32_t nb, int32_t split) -> int32_t {
     const NodeSchedule& n = schedule.nodes[node];
     const int64_t t = int64_t{mb} * n.n_blocks + nb;
     return static_cast<int32_t>(split < 0 ? output_unit_base[node] + t
-                                          : partial_unit_base[node] + t * n.split_k + split);
+                                          : partial_unit_base[node] + t * PartialSlices(n) + split);
   };
   auto flag_or_invalid = [&](int32_t flag) { return flag >= 0 && flag < schedule.num_flags ? flag : -1; };
 
@@ -120,7 +118,9 @@ Simulator::Simulator(const Schedule& schedule) {
       continue;
     }
     // As the kernel: a kGemm job waits for its epilogue inputs' producers
-    // before its first load, a kReduce job reads them after its partials.
+    // before its first load (and the last split of a node whose last split
+    // sums for the other splits' partials after its main loop), a kReduce
+    // job reads them after its partials.
     if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
       add_step(job, 0, 0, ReadPhase::kPartials);
       add_step(job, 0, 0, ReadPhase::kEpilogue);
@@ -129,6 +129,7 @@ Simulator::Simulator(const Schedule& schedule) {
       for (int32_t kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
         add_step(job, kb, kb + 1, ReadPhase::kMainLoop);
       }
+      if (FinishesSplitTile(schedule.nodes[job.node], job)) add_step(job, 0, 0, ReadPhase::kPartials);
     }
     plan->step_begin.push_back(static_cast<int64_t>(plan->read_begin.size()) - 1);
 

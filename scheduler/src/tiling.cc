@@ -191,7 +191,11 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
   const bool few_row_reduce = (node.m_blocks == 1 && problem.m <= kFewRowReduceRows) || parts.parts > 1;
   node.split_k = ChooseSplitK(grid.size(), node.k_blocks, options.max_clusters, options.split_k, few_row_reduce);
   if (node.split_k > 1) {
-    node.reduce_parts = parts.parts;
+    // Tiles summed whole, each by one reduce job, are summed by their last
+    // split instead: that split's partial never leaves its registers, nor
+    // waits for a cluster to take a reduce job (bench/NOTES.md v1.44).
+    const bool whole_tile_reduce = parts.parts <= 1 && !few_row_reduce;
+    node.reduce_parts = whole_tile_reduce && options.sum_in_last_split ? 0 : parts.parts;
     node.reduce_part_rows = parts.rows;
   }
   return node;

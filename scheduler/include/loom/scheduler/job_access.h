@@ -10,12 +10,13 @@
 //   residual [M, out_cols]  rows [mb*tile.m, +tile.m)   cols [nb*out_tile_n, +out_tile_n)
 // each clipped to the operand's extent. A and B are read per k-block by the
 // kGemm jobs; bias and residual by the job that runs the epilogue (the kGemm
-// job when split_k == 1, else the kReduce job), but every kGemm job, split
+// job when split_k == 1 or FinishesSplitTile, else the kReduce job), but every kGemm job, split
 // or not, waits for their producers before its first load (the kernel's
 // loader, WaitForEpilogueInputs: a reduce job then finds them complete
 // through its partials' flags, splitk_reduce.cuh), so the epilogue phase's
 // reads are every job's. A kReduce job first reads the split-K partials of
-// its tiles (partial flags, all splits).
+// its tiles (partial flags, all splits); the last split of a node whose last
+// split sums (FinishesSplitTile) reads the others' after its main loop.
 //
 //   std::vector<loom::sched::FlagRead> reads;
 //   loom::sched::AppendJobReads(schedule, job, k_block, k_block + 1,
@@ -50,8 +51,13 @@ TileBox ClippedProducerTiles(const NodeSchedule& producer, const TileShape& tile
 bool CtaTileInRange(const NodeSchedule& node, CtaTile cta);
 
 // Whether `job` runs the epilogue (and so publishes output flags): kGemm jobs
-// of unsplit nodes, and kReduce jobs.
+// of unsplit nodes, the last split of a node whose last split sums
+// (FinishesSplitTile), and kReduce jobs.
 bool JobRunsEpilogue(const NodeSchedule& node, const TileJob& job);
+
+// How many split-K partials of each of its tiles `job` sums: every split's
+// for a kReduce job, the earlier splits' for a FinishesSplitTile job, else 0.
+int32_t PartialsSummed(const NodeSchedule& node, const TileJob& job);
 
 // One producer tile a job needs: the flag the kernel waits on, and the
 // producer's tile coordinates (so a checker can verify against the data, not
@@ -66,7 +72,7 @@ struct FlagRead {
 
 enum class ReadPhase : uint8_t {
   kMainLoop,   // A and B dependencies over the given k-blocks (kGemm jobs)
-  kPartials,   // the split-K partials of a kReduce job's tiles
+  kPartials,   // the split-K partials a job sums (PartialsSummed)
   kEpilogue,   // bias and residual dependencies (every job: see the top of the file)
 };
 

@@ -52,7 +52,7 @@ namespace loom::sched {
 // The jobs of node `node_index` in raster order of its cluster tiles. Per
 // cluster tile: one kGemm job over all k-blocks when split_k == 1; else the
 // split_k kGemm jobs (split 0, 1, ...) followed by that tile's reduce_parts
-// kReduce jobs (part 0, 1, ...).
+// kReduce jobs (part 0, 1, ...; none where the last split sums).
 // Needs schedule.tile, cluster_size and nodes[node_index]'s tiling.
 std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index);
 
@@ -73,9 +73,10 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag);
 // A simulated run of `queue` (the schedule's jobs, in any topological order)
 // by `clusters` clusters that each take the next job when free, as the
 // kernel's fetch does. A job starts once its cluster is free and every flag it
-// waits on is published; it takes its k-blocks plus 4 (its epilogue), or for a
-// reduce job 4 plus its partial bytes over two weight k-blocks' bytes (they
-// come from L2). Returns the last job's end in those units (k-blocks of one
+// waits on but the split-K partials it sums is published; it takes its
+// k-blocks (its main loop; a reduce job has none), then once those partials
+// are published 4 (its epilogue) plus their bytes over two weight k-blocks'
+// bytes (they come from L2). Returns the last job's end in those units (k-blocks of one
 // CTA tile), or -1 if the queue holds a job the schedule does not; `clusters`
 // below 1 counts as 1. A model for choosing between orders, not a prediction
 // of time: it ignores the B ring's loads ahead of A and everything about
@@ -90,7 +91,8 @@ absl::Status CheckQueue(const Schedule& schedule);
 // How many of a launch's `clusters` clusters have no job they can start at
 // launch: each cluster's first fetch takes one of the first `clusters` queue
 // positions, and a job there starts at once only if it reads no tile flag
-// (no producer of A, B, bias or residual, and not a reduce). Past the
+// before its main loop (no producer of A, B, bias or residual, and not a
+// reduce; the last split of a node whose last split sums starts). Past the
 // queue's end counts as idle. The tiled kernel spreads its first fetches
 // over the chip when some are idle (KernelConfig::kFirstFetchSpreadCycles).
 int32_t IdleClustersAtLaunch(const Schedule& schedule, int32_t clusters);

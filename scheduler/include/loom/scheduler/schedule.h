@@ -54,7 +54,8 @@ enum class RasterOrder : uint8_t { kAlongM = 0, kAlongN = 1 };
 inline constexpr int32_t kFewRowReduceRows = 16;
 
 enum class JobKind : uint8_t {
-  kGemm = 0,    // accumulate A·Bᵀ over [k_block_begin, k_block_end); epilogue if split_k == 1
+  kGemm = 0,    // accumulate A·Bᵀ over [k_block_begin, k_block_end); epilogue if split_k == 1, or
+                // if it is the last split of a node whose last split sums (FinishesSplitTile)
   kReduce = 1,  // sum the split-K partials of a tile (or of one row part of it) in split order,
                 // then the epilogue
 };
@@ -105,16 +106,20 @@ struct NodeSchedule {
   int32_t group_size = 1;      // swizzle group width, in cluster tiles
   int32_t split_k = 1;         // number of K splits (1: none)
   int32_t flag_base = 0;       // output tile (mb, nb) has flag flag_base + mb * n_blocks + nb
-  int32_t partial_flag_base = -1;  // split-K: tile t, split s -> partial_flag_base + t * split_k + s
-  int64_t workspace_offset = -1;   // split-K: fp32 partials, [split_k][m_blocks*tile.m][n_blocks*tile.n]
+  // Split-K, with P = PartialSlices(*this) partials a tile:
+  int32_t partial_flag_base = -1;  // tile t, split s < P -> partial_flag_base + t * P + s
+  int64_t workspace_offset = -1;   // fp32 partials, [P][m_blocks*tile.m][n_blocks*tile.n]
   int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
   int32_t dependency_count = 0;
   // Every k-block from one multiple of this to the next reads the same
   // producer tiles of A (AWaitKBlocks): the A loader checks A's producers
   // once per such granule at most, and reads several granules' flags at once.
   int32_t a_wait_k_blocks = 1;
-  // Split-K: reduce jobs per cluster tile (ChooseReduceParts). 1: one job
-  // sums every row of its tiles. More: reduce job `part` (TileJob::split)
+  // Split-K: reduce jobs per cluster tile (ChooseReduceParts). 0: none, the
+  // last split's job adds the other splits' partials to its own accumulators
+  // and runs the epilogue itself (FinishesSplitTile; it writes no partial).
+  // 1: one job sums every row of its tiles. More:
+  // reduce job `part` (TileJob::split)
   // sums rows [part * reduce_part_rows, +reduce_part_rows) of each of its
   // tiles, on its own cluster, and stores them straight into C; the part that
   // finishes a tile last publishes its output flag, the parts counting in
@@ -136,6 +141,10 @@ struct SchedulerOptions {
   int32_t split_k = 0;        // 0: the scheduler decides per node; >= 1: forced for every node
   int32_t group_size = 0;     // 0: the scheduler decides per node
   bool reduce_in_parts = true;  // false: one reduce job per tile (NodeSchedule::reduce_parts = 1)
+  // A split node whose tiles would each be summed whole by one reduce job
+  // (not in parts, not a few-row decode tile) has its last split sum them
+  // instead (NodeSchedule::reduce_parts = 0); false: the reduce jobs.
+  bool sum_in_last_split = true;
   int32_t reduce_part_rows = 0;  // 0: the scheduler decides; 1 .. kFewRowReduceRows: rows of each part
 };
 
@@ -207,11 +216,28 @@ LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_
   return node.flag_base + m_block * node.n_blocks + n_block;
 }
 
+// How many splits of each tile of a split-K node write a partial (flag and
+// workspace slice): all, or all but the last where the last sums
+// (NodeSchedule::reduce_parts == 0). 0 without split-K.
+LOOM_HOST_DEVICE inline int32_t PartialSlices(const NodeSchedule& node) {
+  if (node.split_k <= 1) return 0;
+  return node.reduce_parts == 0 ? node.split_k - 1 : node.split_k;
+}
+
 // The flag of split `split`'s partial of tile (m_block, n_block) of a split-K
 // node (layout: NodeSchedule::partial_flag_base).
 LOOM_HOST_DEVICE inline int32_t PartialFlagIndex(const NodeSchedule& node, int32_t m_block, int32_t n_block,
                                                  int32_t split) {
-  return node.partial_flag_base + (m_block * node.n_blocks + n_block) * node.split_k + split;
+  return node.partial_flag_base + (m_block * node.n_blocks + n_block) * PartialSlices(node) + split;
+}
+
+// Whether `job` is the last split of a node whose last split sums the
+// others' partials (NodeSchedule::reduce_parts == 0): it waits for their
+// partial flags after its main loop, adds them in split order to its own
+// accumulators, runs the epilogue and publishes the tile's output flag.
+LOOM_HOST_DEVICE inline bool FinishesSplitTile(const NodeSchedule& node, const TileJob& job) {
+  return job.kind == static_cast<uint8_t>(JobKind::kGemm) && node.split_k > 1 && node.reduce_parts == 0 &&
+         job.split == node.split_k - 1;
 }
 
 // The word in which the reduce parts of tile (m_block, n_block) of a node

@@ -34,7 +34,9 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 
 // Tiles node `node_index`: copies m, n, k; sets out_cols, out_tile_n,
 // m/n/k_blocks, share, raster, group_size, split_k, reduce_parts and
-// reduce_part_rows. Leaves flag_base,
+// reduce_part_rows (reduce_parts 0 for a split node whose tiles would each be
+// summed whole by one reduce job, when options.sum_in_last_split: its last
+// split sums them). Leaves flag_base,
 // partial_flag_base, workspace_offset and the dependency range to Lower().
 //
 // NOTE: a node with m or n == 0 has no tiles: m_blocks = n_blocks = 0 (so it
