@@ -393,6 +393,11 @@ void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType 
   h.ExpectMatchesReference();
 }
 
+// Test names of the split-K suites: the shape and the split count.
+const auto SplitCaseName = [](const auto& info) {
+  return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param));
+};
+
 // Split-K: partials to the workspace, summed in split order by the tile's
 // last split (129 rows and more, or a ragged N) or by reduce jobs (in parts,
 // or few rows), then the fused epilogue.
@@ -427,9 +432,7 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{40, 512, 4096}, 4, Activation::kSiLU, DType::kFP32},
                       std::tuple{Shape{100, 512, 2048}, 3, Activation::kNone, DType::kFP32},
                       std::tuple{Shape{128, 1024, 4096}, 8, Activation::kReLU, DType::kBF16}),
-    [](const auto& info) {
-      return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param));
-    });
+    SplitCaseName);
 
 // Decode-size tiles, every fused op on both paths (unsplit; split, whose
 // partials of at most 64 live rows go straight from registers to the
@@ -653,7 +656,9 @@ TEST_P(LastSplitSumsTest, MatchesTheReduceJob) {
   last.ExpectMatchesReference();
   reduce.ExpectMatchesReference();
   EXPECT_TRUE(ReplayIsBitIdentical(last));
-  if (split_k == 2) EXPECT_TRUE(SameBits(last, "last split", reduce, "reduce job", shape.m));
+  if (split_k == 2) {
+    EXPECT_TRUE(SameBits(last, "last split", reduce, "reduce job", shape.m));
+  }
 }
 INSTANTIATE_TEST_SUITE_P(
     Splits, LastSplitSumsTest,
@@ -662,9 +667,7 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{300, 768, 1024}, 2, Activation::kNone, DType::kFP32},
                       std::tuple{Shape{64, 1000, 4096}, 4, Activation::kGELU, DType::kBF16},
                       std::tuple{Shape{200, 512, 4104}, 5, Activation::kSiLU, DType::kFP32}),
-    [](const auto& info) {
-      return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param));
-    });
+    SplitCaseName);
 
 // A decode GEMM replayed gives the same bits: on the tiled kernel with the
 // split-K the scheduler chooses for M = 7, and on the narrow one (what

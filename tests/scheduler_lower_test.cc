@@ -155,7 +155,9 @@ TEST(LowerTest, ZeroSizeProducersProduceNoJobsAndNoWaits) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(NodeJobCount(*s, 0), 0);
   EXPECT_EQ(s->nodes[1].dependency_count, 0);
-  for (const TileJob& job : s->queue) EXPECT_EQ(job.node, 1);
+  for (const TileJob& job : s->queue) {
+    EXPECT_EQ(job.node, 1);
+  }
   EXPECT_TRUE(CheckQueue(*s).ok());
 }
 
