@@ -169,7 +169,9 @@ TEST(LowerTest, ZeroKProducersHaveEpilogueJobsThatConsumersWaitFor) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(NodeJobCount(*s, 0), 2);  // 2 x 2 tiles, clusters of 2
   for (const TileJob& job : s->queue) {
-    if (job.node == 0) EXPECT_EQ(job.k_block_end, job.k_block_begin);
+    if (job.node == 0) {
+      EXPECT_EQ(job.k_block_end, job.k_block_begin);
+    }
   }
   EXPECT_EQ(s->nodes[1].dependency_count, 1);
   EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
