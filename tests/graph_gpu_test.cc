@@ -702,7 +702,9 @@ TEST_P(ResidualOfProducerTest, SplitConsumerFinishesAndMatches) {
   options.sum_in_last_split = sums != SplitSums::kReduceJobs;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   const int32_t reduce_parts = h.plan().schedule().nodes[1].reduce_parts;
-  if (rows > 16) EXPECT_EQ(reduce_parts, sums == SplitSums::kReduceJobs ? 1 : 0);
+  if (rows > 16) {
+    EXPECT_EQ(reduce_parts, sums == SplitSums::kReduceJobs ? 1 : 0);
+  }
   ExpectNodesRightAndReplayIdentical(h);
 }
 INSTANTIATE_TEST_SUITE_P(Grids, ResidualOfProducerTest,

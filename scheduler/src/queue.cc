@@ -132,11 +132,16 @@ JobGraph BuildJobGraph(const Schedule& schedule) {
   std::vector<ProducerBox> boxes;
   std::vector<FlagRead> partials;
   std::vector<int64_t> job_units;
+  auto append_needs = [&] {  // job_units, sorted and unique
+    std::sort(job_units.begin(), job_units.end());
+    job_units.erase(std::unique(job_units.begin(), job_units.end()), job_units.end());
+    g.needs.insert(g.needs.end(), job_units.begin(), job_units.end());
+    job_units.clear();
+  };
   for (int64_t j = 0; j < num_jobs; ++j) {
     const TileJob& job = g.jobs[j];
     boxes.clear();
     partials.clear();
-    job_units.clear();
     AppendJobReadBoxes(schedule, job, job.k_block_begin, job.k_block_end, ReadPhase::kMainLoop, &boxes);
     AppendJobReadBoxes(schedule, job, 0, 0, ReadPhase::kEpilogue, &boxes);
     AppendJobReads(schedule, job, 0, 0, ReadPhase::kPartials, &partials);
@@ -153,15 +158,10 @@ JobGraph BuildJobGraph(const Schedule& schedule) {
         }
       }
     }
-    std::sort(job_units.begin(), job_units.end());
-    job_units.erase(std::unique(job_units.begin(), job_units.end()), job_units.end());
-    g.needs.insert(g.needs.end(), job_units.begin(), job_units.end());
+    append_needs();
     g.partials_begin[j] = static_cast<int64_t>(g.needs.size());
-    job_units.clear();
     for (const FlagRead& r : partials) job_units.push_back(r.flag);
-    std::sort(job_units.begin(), job_units.end());
-    job_units.erase(std::unique(job_units.begin(), job_units.end()), job_units.end());
-    g.needs.insert(g.needs.end(), job_units.begin(), job_units.end());
+    append_needs();
     g.need_begin[j + 1] = static_cast<int64_t>(g.needs.size());
     AppendJobWrites(schedule, job, &g.writes);
     g.write_begin[j + 1] = static_cast<int64_t>(g.writes.size());

@@ -118,9 +118,8 @@ struct NodeSchedule {
   // Split-K: reduce jobs per cluster tile (ChooseReduceParts). 0: none, the
   // last split's job adds the other splits' partials to its own accumulators
   // and runs the epilogue itself (FinishesSplitTile; it writes no partial).
-  // 1: one job sums every row of its tiles. More:
-  // reduce job `part` (TileJob::split)
-  // sums rows [part * reduce_part_rows, +reduce_part_rows) of each of its
+  // 1: one job sums every row of its tiles. More: reduce job `part`
+  // (TileJob::split) sums rows [part * reduce_part_rows, +reduce_part_rows) of each of its
   // tiles, on its own cluster, and stores them straight into C; the part that
   // finishes a tile last publishes its output flag, the parts counting in
   // flag part_count_base + tile index (ReducePartCountIndex).
@@ -141,11 +140,11 @@ struct SchedulerOptions {
   int32_t split_k = 0;        // 0: the scheduler decides per node; >= 1: forced for every node
   int32_t group_size = 0;     // 0: the scheduler decides per node
   bool reduce_in_parts = true;  // false: one reduce job per tile (NodeSchedule::reduce_parts = 1)
+  int32_t reduce_part_rows = 0;  // 0: the scheduler decides; 1 .. kFewRowReduceRows: rows of each part
   // A split node whose tiles would each be summed whole by one reduce job
   // (not in parts, not a few-row decode tile) has its last split sum them
   // instead (NodeSchedule::reduce_parts = 0); false: the reduce jobs.
   bool sum_in_last_split = true;
-  int32_t reduce_part_rows = 0;  // 0: the scheduler decides; 1 .. kFewRowReduceRows: rows of each part
 };
 
 struct Schedule {
