@@ -219,6 +219,8 @@ TEST(TileNodeTest, WholeTilesAreSummedByTheirLastSplit) {
   EXPECT_EQ(reduce_parts(8, 4096, 4096), 1);             // a few-row decode tile keeps its reduce job
   EXPECT_EQ(reduce_parts(300, 4096, 4096, false), 1);    // the option off: reduce jobs
   EXPECT_EQ(reduce_parts(300, 4096, 4096, true, 1), 1);  // no split: nothing to sum
+  EXPECT_EQ(reduce_parts(300, 4096, 4096, true, kMaxSplitsSummedByLast), 0);
+  EXPECT_EQ(reduce_parts(300, 4096, 4096, true, kMaxSplitsSummedByLast + 1), 1);  // more: reduce jobs
   EXPECT_EQ(reduce_parts(8192, 4096, 4096), 1);          // many tiles: no split
 }
 

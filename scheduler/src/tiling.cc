@@ -195,7 +195,8 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
     // split instead: that split's partial never leaves its registers, nor
     // waits for a cluster to take a reduce job (bench/NOTES.md v1.44).
     const bool whole_tile_reduce = parts.parts <= 1 && !few_row_reduce;
-    node.reduce_parts = whole_tile_reduce && options.sum_in_last_split ? 0 : parts.parts;
+    const bool last_sums = whole_tile_reduce && options.sum_in_last_split && node.split_k <= kMaxSplitsSummedByLast;
+    node.reduce_parts = last_sums ? 0 : parts.parts;
     node.reduce_part_rows = parts.rows;
   }
   return node;

@@ -97,10 +97,11 @@ struct CompileOptions {
   // (true), or all rows by one job (false; for comparisons).
   bool reduce_in_parts = true;
   int reduce_part_rows = 0;  // rows of each part; 0: chosen by the scheduler (8 or 16); at most 16
-  // A split-K node whose tiles would each be summed whole by one reduce job
-  // (129 rows and more, or not reduced in parts) has each tile's last split
-  // add the other splits' partials to its accumulators and run the epilogue
-  // (true), or has the reduce jobs (false; for comparisons).
+  // A split-K node of at most four splits whose tiles would each be summed
+  // whole by one reduce job (129 rows and more, or not reduced in parts) has
+  // each tile's last split add the other splits' partials to its
+  // accumulators and run the epilogue (true), or has the reduce jobs (false;
+  // for comparisons).
   bool sum_in_last_split = true;
   // Which kernel runs the plan (KernelChoice). The narrow decode kernel
   // (ops/kernel/narrow_config.h): 64 x 32 tiles over the whole of K, no

@@ -141,9 +141,10 @@ struct SchedulerOptions {
   int32_t group_size = 0;     // 0: the scheduler decides per node
   bool reduce_in_parts = true;  // false: one reduce job per tile (NodeSchedule::reduce_parts = 1)
   int32_t reduce_part_rows = 0;  // 0: the scheduler decides; 1 .. kFewRowReduceRows: rows of each part
-  // A split node whose tiles would each be summed whole by one reduce job
-  // (not in parts, not a few-row decode tile) has its last split sum them
-  // instead (NodeSchedule::reduce_parts = 0); false: the reduce jobs.
+  // A node of at most kMaxSplitsSummedByLast splits (tiling.h) whose tiles
+  // would each be summed whole by one reduce job (not in parts, not a
+  // few-row decode tile) has its last split sum them instead
+  // (NodeSchedule::reduce_parts = 0); false: the reduce jobs.
   bool sum_in_last_split = true;
 };
 

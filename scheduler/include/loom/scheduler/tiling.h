@@ -27,6 +27,16 @@ inline constexpr int32_t kMaxSplitK = 256;         // TileJob::split is 8-bit (0
 inline constexpr int64_t kMaxBlocksPerDim = INT32_MAX;  // NodeSchedule::m_blocks is int32
 inline constexpr int32_t kMaxReduceParts = 8;      // a reduce part's bit in a uint8_t mask
 
+// The most splits whose tiles' last split sums the others' partials
+// (SchedulerOptions::sum_in_last_split); more keep their reduce jobs, which
+// sum on other clusters. Measured (bench/NOTES.md v1.44) against reduce
+// jobs: at two and three splits faster or level in every case; at four 2-7%
+// faster where the scheduler picks four (the MLP block at 200-256 tokens,
+// the 200-row chain), 2-5% slower in the 512-token down projection forced
+// to four; at six and eight 4-17% slower in the down projection at 512
+// tokens and 13-16% at 300 tokens with eight.
+inline constexpr int32_t kMaxSplitsSummedByLast = 4;
+
 // Checks the options Lower() depends on: positive tile sizes, cluster_size 1 or
 // 2, positive num_sms / max_clusters, split_k in [0, 256], group_size >= 0.
 // InvalidArgument naming the option, the rule and the value.
@@ -34,9 +44,10 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 
 // Tiles node `node_index`: copies m, n, k; sets out_cols, out_tile_n,
 // m/n/k_blocks, share, raster, group_size, split_k, reduce_parts and
-// reduce_part_rows (reduce_parts 0 for a split node whose tiles would each be
-// summed whole by one reduce job, when options.sum_in_last_split: its last
-// split sums them). Leaves flag_base,
+// reduce_part_rows (reduce_parts 0 for a node of at most
+// kMaxSplitsSummedByLast splits whose tiles would each be summed whole by
+// one reduce job, when options.sum_in_last_split: its last split sums them).
+// Leaves flag_base,
 // partial_flag_base, workspace_offset and the dependency range to Lower().
 //
 // NOTE: a node with m or n == 0 has no tiles: m_blocks = n_blocks = 0 (so it
