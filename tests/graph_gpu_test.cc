@@ -626,8 +626,8 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
 // Random graphs (up to 128 rows half the time, so the narrow kernel takes
 // many of them) under random options, each within its documented range:
 // ring depths and modes, grids of 1 to 33 clusters, forced splits, group
-// sizes, reduce parts, the last split summing or not, the narrow kernel's rings, consumers, packed weights
-// and tagged handoffs, traced launches. Compile refuses a few combinations
+// sizes, reduce parts, the last split summing or not, the narrow kernel's
+// rings, consumers, packed weights and tagged handoffs, traced launches. Compile refuses a few combinations
 // (split_k with the narrow kernel, shared memory); compile_fuzz_test checks
 // those refusals on the CPU. Every plan that compiles must give each node's
 // reference result and replay bit for bit.

@@ -506,8 +506,8 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     if (lowered.split_k > 1) {
       LOOM_RETURN_IF_ERROR(internal::EncodeWorkspaceMap(
           workspace + lowered.workspace_offset, int64_t{lowered.n_blocks} * KernelConfig::kBlockN, lowered.m,
-          int64_t{lowered.m_blocks} * KernelConfig::kBlockM, sched::PartialSlices(lowered), KernelConfig::kPanelBytes / 4,
-          KernelConfig::kRowsPerConsumer, &out.partial_map));
+          int64_t{lowered.m_blocks} * KernelConfig::kBlockM, sched::PartialSlices(lowered),
+          KernelConfig::kPanelBytes / 4, KernelConfig::kRowsPerConsumer, &out.partial_map));
     }
     if (lowered.reduce_parts > 1 && out.c_tma_cols < int64_t{lowered.n_blocks} * lowered.out_tile_n) {
       // The kernel stores a reduce part straight into C, never through TMA.

@@ -48,7 +48,8 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
 std::string DescribeOptions(const CompileOptions& options) {
   return absl::StrFormat(
       "kernel %s, ring %s, stages %d/%d, max_clusters %d, split_k %d, group %d, reduce in parts %d of %d rows, "
-      "last split sums %d, narrow stages %d/%d, %d in flight, %d consumers, pack %d, tagged %d, overlap %d, timeout %d ns, trace %d",
+      "last split sums %d, narrow stages %d/%d, %d in flight, %d consumers, pack %d, tagged %d, overlap %d, "
+      "timeout %d ns, trace %d",
       AbslUnparseFlag(options.kernel), options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
       options.a_stages, options.b_stages, options.max_clusters, options.split_k, options.group_size,
       options.reduce_in_parts, options.reduce_part_rows, options.sum_in_last_split, options.narrow_a_stages,
