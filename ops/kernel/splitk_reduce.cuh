@@ -110,9 +110,9 @@ __device__ __forceinline__ bool ConsumersBarrierAnd(bool predicate) {
 }
 
 // Split-K reduce, part 1: waits until splits [0, splits) of this CTA tile
-// have published their partials (every split for a reduce job, the others
-// for a last split that sums, FinishesSplitTile). Called by every thread of
-// the consumer warpgroup:
+// have published their partials (`splits`: sched::PartialsSummed, every
+// split for a reduce job, the others for a last split that sums). Called by
+// every thread of the consumer warpgroup:
 // thread t waits for split t's flag (and t + 128, ...), so the splits are
 // polled together, one round trip to L2 rather than one per split; the
 // barrier then hands each thread's acquire on to the whole warpgroup. Returns
@@ -162,9 +162,15 @@ __device__ inline void DiscardWarpPartials(const float* first, int rows, int64_t
   }
 }
 
-// Adds the partials of splits [0, splits) of this CTA tile to `acc` (the
-// accumulator layout), split 0 first: a fixed order, so the same bits every
-// run.
+// Adds the partials of splits [0, splits) of this CTA tile (`splits`:
+// sched::PartialsSummed) to `acc` (the accumulator layout), split 0 first: a fixed order, so the same
+// bits every run. A reduce job starts from zero (SumPartials); the last split
+// of a node whose last split sums, after its main loop, from its own
+// accumulators: for two splits the reduce job's bits (0 + p0 + p1) but for
+// the sign of a zero sum, for more another fixed order. Where it replaced the
+// reduce job (bench/NOTES.md v1.44), the tile's own partial never leaves
+// registers, the others' are read once, and no cluster has to take a reduce
+// job while the next node waits.
 __device__ inline void AddPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, int splits,
                                    float (&acc)[128]) {
   const LanePartialRows rows(ctx, work, warpgroup);
@@ -194,19 +200,6 @@ __device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, i
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   AddPartials(ctx, work, warpgroup, work.node->schedule.split_k, acc);
-}
-
-// The last split of a node whose last split sums (FinishesSplitTile), after
-// its main loop and WaitForPartials over the other splits: adds their
-// partials to its own accumulators. For two splits the same bits as the
-// reduce job's SumPartials (0 + p0 + p1) but for the sign of a zero sum; for
-// more, another fixed order. Where this replaced the reduce job (bench/NOTES.md
-// v1.44): the tile's own partial never leaves registers, the others' are
-// read once, and no cluster has to take a reduce job while the next node
-// waits.
-__device__ inline void AddEarlierPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
-                                          float (&acc)[128]) {
-  AddPartials(ctx, work, warpgroup, work.node->schedule.split_k - 1, acc);
 }
 
 // Elements [at, at + 1] of a bf16 or fp32 tensor, as floats.

@@ -50,15 +50,6 @@ bool CtaTileInRange(const NodeSchedule& node, CtaTile cta) {
          cta.n_block < node.n_blocks;
 }
 
-bool JobRunsEpilogue(const NodeSchedule& node, const TileJob& job) {
-  return job.kind == static_cast<uint8_t>(JobKind::kReduce) || node.split_k <= 1 || FinishesSplitTile(node, job);
-}
-
-int32_t PartialsSummed(const NodeSchedule& node, const TileJob& job) {
-  if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) return node.split_k;
-  return FinishesSplitTile(node, job) ? node.split_k - 1 : 0;
-}
-
 namespace {
 
 bool OperandInPhase(DependencyOperand operand, ReadPhase phase) {

@@ -50,15 +50,6 @@ TileBox ClippedProducerTiles(const NodeSchedule& producer, const TileShape& tile
 // second tile may not: the kernel skips it).
 bool CtaTileInRange(const NodeSchedule& node, CtaTile cta);
 
-// Whether `job` runs the epilogue (and so publishes output flags): kGemm jobs
-// of unsplit nodes, the last split of a node whose last split sums
-// (FinishesSplitTile), and kReduce jobs.
-bool JobRunsEpilogue(const NodeSchedule& node, const TileJob& job);
-
-// How many split-K partials of each of its tiles `job` sums: every split's
-// for a kReduce job, the earlier splits' for a FinishesSplitTile job, else 0.
-int32_t PartialsSummed(const NodeSchedule& node, const TileJob& job);
-
 // One producer tile a job needs: the flag the kernel waits on, and the
 // producer's tile coordinates (so a checker can verify against the data, not
 // only against the flag).

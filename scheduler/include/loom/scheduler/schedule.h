@@ -240,6 +240,21 @@ LOOM_HOST_DEVICE inline bool FinishesSplitTile(const NodeSchedule& node, const T
          job.split == node.split_k - 1;
 }
 
+// Whether `job` runs the epilogue (and so publishes output flags, not a
+// partial): kGemm jobs of unsplit nodes, the last split of a node whose last
+// split sums (FinishesSplitTile), and kReduce jobs.
+LOOM_HOST_DEVICE inline bool JobRunsEpilogue(const NodeSchedule& node, const TileJob& job) {
+  return job.kind == static_cast<uint8_t>(JobKind::kReduce) || node.split_k <= 1 || FinishesSplitTile(node, job);
+}
+
+// How many split-K partials of each of its tiles `job` sums, splits 0, 1, ...:
+// every split's for a kReduce job, the earlier splits' for a
+// FinishesSplitTile job, else none.
+LOOM_HOST_DEVICE inline int32_t PartialsSummed(const NodeSchedule& node, const TileJob& job) {
+  if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) return node.split_k;
+  return FinishesSplitTile(node, job) ? node.split_k - 1 : 0;
+}
+
 // The word in which the reduce parts of tile (m_block, n_block) of a node
 // with reduce_parts > 1 count themselves (layout: NodeSchedule::part_count_base).
 LOOM_HOST_DEVICE inline int32_t ReducePartCountIndex(const NodeSchedule& node, int32_t m_block,
