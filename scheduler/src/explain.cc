@@ -33,24 +33,24 @@ const char* OperandName(uint8_t operand) {
 // Which wavefront order the queue is and what SimulatedMakespan gave both.
 std::string ExplainQueueOrder(const Schedule& schedule) {
   const int32_t clusters = schedule.queue_clusters;
-  const std::vector<TileJob> deepest = WavefrontQueue(schedule, clusters, NodePriority::kDeepestFirst);
-  const std::vector<TileJob> shallowest = WavefrontQueue(schedule, clusters, NodePriority::kShallowestFirst);
+  const WavefrontOrders orders = BothWavefrontOrders(schedule, clusters);
   auto same = [](const std::vector<TileJob>& a, const std::vector<TileJob>& b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const TileJob& x, const TileJob& y) {
              return std::memcmp(&x, &y, sizeof(TileJob)) == 0;
            });
   };
-  const bool is_deepest = same(schedule.queue, deepest);
-  if (!is_deepest && !same(schedule.queue, shallowest)) return "  order: neither wavefront order (set by hand)\n";
-  if (same(deepest, shallowest)) {
+  const bool is_deepest = same(schedule.queue, orders.deepest);
+  if (!is_deepest && !same(schedule.queue, orders.shallowest)) {
+    return "  order: neither wavefront order (set by hand)\n";
+  }
+  if (orders.agree) {
     return absl::StrFormat("  order: deepest-first and shallowest-first agree (%d clusters)\n", clusters);
   }
-  return absl::StrFormat(
-      "  order: %s, simulated on %d clusters at %d k-blocks against %d for %s\n",
-      is_deepest ? "deepest-first" : "shallowest-first", clusters,
-      SimulatedMakespan(schedule, schedule.queue, clusters),
-      SimulatedMakespan(schedule, is_deepest ? shallowest : deepest, clusters),
-      is_deepest ? "shallowest-first" : "deepest-first");
+  return absl::StrFormat("  order: %s, simulated on %d clusters at %d k-blocks against %d for %s\n",
+                         is_deepest ? "deepest-first" : "shallowest-first", clusters,
+                         is_deepest ? orders.deepest_makespan : orders.shallowest_makespan,
+                         is_deepest ? orders.shallowest_makespan : orders.deepest_makespan,
+                         is_deepest ? "shallowest-first" : "deepest-first");
 }
 
 }  // namespace

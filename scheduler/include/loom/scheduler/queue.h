@@ -70,6 +70,17 @@ std::vector<TileJob> WavefrontQueue(const Schedule& schedule, int64_t lag, NodeP
 // either priority that SimulatedMakespan times shorter on `lag` clusters.
 std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag);
 
+// The two WavefrontQueues OrderQueue chooses between and, where they differ,
+// their SimulatedMakespan on `lag` clusters (clamped to [1, 2^20]), from one
+// build of the job graph (for Explain).
+struct WavefrontOrders {
+  std::vector<TileJob> deepest, shallowest;
+  bool agree = false;                 // the two orders are the same
+  int64_t deepest_makespan = -1;      // -1 where they agree
+  int64_t shallowest_makespan = -1;
+};
+WavefrontOrders BothWavefrontOrders(const Schedule& schedule, int64_t lag);
+
 // A simulated run of `queue` (the schedule's jobs, in any topological order)
 // by `clusters` clusters that each take the next job when free, as the
 // kernel's fetch does. A job starts once its cluster is free and every flag it
