@@ -256,7 +256,9 @@ INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{
 // every earlier launch's partials wrong for this one. Every node split
 // in four; tokens: 16 (decode tiles of 16 rows, gate/up's SwiGLU staged, the
 // down projection straight into C), 128 (the down projection reduced in
-// parts, gate/up in whole tiles), 300 (whole tiles, three row blocks).
+// parts, gate/up's whole tiles summed by their last split), 300 (whole tiles
+// of three row blocks, each summed by its last split, which reads the other
+// splits' partials of this launch).
 class FreshPartialsTest : public ::testing::TestWithParam<int64_t> {};
 TEST_P(FreshPartialsTest, EveryLaunchSumsItsOwnPartials) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -627,8 +629,9 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
 // many of them) under random options, each within its documented range:
 // ring depths and modes, grids of 1 to 33 clusters, forced splits, group
 // sizes, reduce parts, the last split summing or not, the narrow kernel's
-// rings, consumers, packed weights and tagged handoffs, traced launches. Compile refuses a few combinations
-// (split_k with the narrow kernel, shared memory); compile_fuzz_test checks
+// rings, consumers, packed weights and tagged handoffs, traced launches.
+// Compile refuses a few combinations (split_k with the narrow kernel, shared
+// memory); compile_fuzz_test checks
 // those refusals on the CPU. Every plan that compiles must give each node's
 // reference result and replay bit for bit.
 TEST(GraphSoakTest, RandomGraphsUnderRandomOptions) {
