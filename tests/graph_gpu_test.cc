@@ -631,9 +631,9 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
 // sizes, reduce parts, the last split summing or not, the narrow kernel's
 // rings, consumers, packed weights and tagged handoffs, traced launches.
 // Compile refuses a few combinations (split_k with the narrow kernel, shared
-// memory); compile_fuzz_test checks
-// those refusals on the CPU. Every plan that compiles must give each node's
-// reference result and replay bit for bit.
+// memory); compile_fuzz_test checks those refusals on the CPU. Every plan
+// that compiles must give each node's reference result and replay bit for
+// bit.
 TEST(GraphSoakTest, RandomGraphsUnderRandomOptions) {
   LOOM_SKIP_WITHOUT_GPU();
   constexpr int kGraphs = 48;
