@@ -10,11 +10,11 @@
 //   residual [M, out_cols]  rows [mb*tile.m, +tile.m)   cols [nb*out_tile_n, +out_tile_n)
 // each clipped to the operand's extent. A and B are read per k-block by the
 // kGemm jobs; bias and residual by the job that runs the epilogue (the kGemm
-// job when split_k == 1 or FinishesSplitTile, else the kReduce job), but every kGemm job, split
-// or not, waits for their producers before its first load (the kernel's
-// loader, WaitForEpilogueInputs: a reduce job then finds them complete
-// through its partials' flags, splitk_reduce.cuh), so the epilogue phase's
-// reads are every job's. A kReduce job first reads the split-K partials of
+// job when split_k == 1 or FinishesSplitTile, else the kReduce job), but
+// every kGemm job, split or not, waits for their producers before its first
+// load (the kernel's loader, WaitForEpilogueInputs: a reduce job then finds
+// them complete through its partials' flags, splitk_reduce.cuh), so the
+// epilogue phase's reads are every job's. A kReduce job first reads the split-K partials of
 // its tiles (partial flags, all splits); the last split of a node whose last
 // split sums (FinishesSplitTile) reads the others' after its main loop.
 //

@@ -87,9 +87,9 @@ WavefrontOrders BothWavefrontOrders(const Schedule& schedule, int64_t lag);
 // waits on but the split-K partials it sums is published; it takes its
 // k-blocks (its main loop; a reduce job has none), then once those partials
 // are published 4 (its epilogue) plus their bytes over two weight k-blocks'
-// bytes (they come from L2). Returns the last job's end in those units (k-blocks of one
-// CTA tile), or -1 if the queue holds a job the schedule does not; `clusters`
-// below 1 counts as 1. A model for choosing between orders, not a prediction
+// bytes (they come from L2). Returns the last job's end in those units
+// (k-blocks of one CTA tile), or -1 if the queue holds a job the schedule
+// does not; `clusters` below 1 counts as 1. A model for choosing between orders, not a prediction
 // of time: it ignores the B ring's loads ahead of A and everything about
 // memory but the job's own k-blocks.
 int64_t SimulatedMakespan(const Schedule& schedule, const std::vector<TileJob>& queue, int32_t clusters);
