@@ -33,6 +33,9 @@ ABSL_FLAG(int, reduce_part_rows, 0, "loom: rows of each reduce part (0: the sche
 ABSL_FLAG(bool, sum_in_last_split, true,
           "loom: a split-K tile summed whole has its last split sum it (false: a reduce job; "
           "CompileOptions::sum_in_last_split)");
+ABSL_FLAG(int, last_split_extra, -1,
+          "loom: k-blocks the summing last split takes beyond an even share (-1: the scheduler decides; "
+          "CompileOptions::last_split_extra_k_blocks)");
 
 namespace loom::bench {
 
@@ -52,6 +55,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.reduce_in_parts = absl::GetFlag(FLAGS_reduce_in_parts);
   options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
   options.sum_in_last_split = absl::GetFlag(FLAGS_sum_in_last_split);
+  options.last_split_extra_k_blocks = absl::GetFlag(FLAGS_last_split_extra);
   return options;
 }
 

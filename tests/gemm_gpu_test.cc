@@ -669,6 +669,41 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{200, 512, 4104}, 4, Activation::kSiLU, DType::kFP32}),
     SplitCaseName);
 
+// A last split that sums and takes more k-blocks than the others
+// (CompileOptions::last_split_extra_k_blocks): from even up to every other
+// split keeping one k-block, over two splits and over four of a ragged K.
+TEST(GemmTest, LongerLastSplitMatchesTheReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  struct Case {
+    Shape shape;
+    int split_k;
+    int extra;
+  };
+  for (const Case c : {Case{{300, 768, 1024}, 2, 0}, Case{{300, 768, 1024}, 2, 5}, Case{{300, 768, 1024}, 2, 14},
+                       Case{{200, 512, 4104}, 4, 20}}) {
+    SCOPED_TRACE(absl::StrCat(c.shape.m, "x", c.shape.n, "x", c.shape.k, " split ", c.split_k, " extra ", c.extra));
+    Rng rng;
+    GpuHarness h;
+    AddFusedGemm(h, rng, c.shape, Activation::kGELU, DType::kBF16, DType::kBF16, DType::kFP32);
+    CompileOptions options;
+    options.kernel = KernelChoice::kTiled;
+    options.split_k = c.split_k;
+    options.last_split_extra_k_blocks = c.extra;
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
+    const sched::NodeSchedule& node = h.plan().schedule().nodes[0];
+    ASSERT_EQ(node.reduce_parts, 0);
+    ASSERT_EQ(node.last_split_extra_k_blocks, c.extra);
+    for (const sched::TileJob& job : h.plan().schedule().queue) {
+      if (job.split == c.split_k - 1) {
+        const int even = (node.k_blocks - c.extra) / c.split_k;
+        EXPECT_GE(job.k_block_end - job.k_block_begin, even + c.extra);
+      }
+    }
+    h.ExpectMatchesReference();
+    EXPECT_TRUE(ReplayIsBitIdentical(h));
+  }
+}
+
 // A decode GEMM replayed gives the same bits: on the tiled kernel with the
 // split-K the scheduler chooses for M = 7, and on the narrow one (what
 // KernelChoice::kAuto picks for it), whose four consumer warps' partial sums

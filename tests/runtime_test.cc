@@ -13,6 +13,7 @@
 #include "internal/plan_impl.h"
 #include "internal/testing_hooks.h"
 #include "internal/timeline.h"
+#include "loom/scheduler/tiling.h"
 #include "narrow_config.h"
 
 namespace loom {
@@ -941,6 +942,30 @@ TEST(RuntimeTest, ReducePartOptionsAreHonouredAndBoundsChecked) {
     plan = runtime.Compile(decode, options);
     EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument,
                           {"reduce_part_rows", "[0, 16]", std::to_string(bad)}))
+        << bad;
+  }
+}
+
+// CompileOptions::last_split_extra_k_blocks reaches the schedule (the jobs'
+// k ranges with it: scheduler_lower_test) and is bounds-checked by Compile.
+TEST(RuntimeTest, LastSplitExtraIsHonouredAndBoundsChecked) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  GemmGraph layer;  // 300 rows: three row blocks split in two, the last split sums
+  layer.AddGemm("proj", Fake("x", 0x100000, 300, 4096), Fake("w", 0x10000000, 4096, 4096),
+                Fake("y", 0x20000000, 300, 4096));
+  CompileOptions options;
+  absl::StatusOr<Plan> plan = runtime.Compile(layer, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().nodes[0].last_split_extra_k_blocks, sched::kLastSplitExtraKBlocks);
+  options.last_split_extra_k_blocks = 9;
+  plan = runtime.Compile(layer, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().nodes[0].last_split_extra_k_blocks, 9);
+  for (const int bad : {-2, 65536}) {
+    options.last_split_extra_k_blocks = bad;
+    plan = runtime.Compile(layer, options);
+    EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument,
+                          {"last_split_extra_k_blocks", std::to_string(bad)}))
         << bad;
   }
 }

@@ -69,6 +69,15 @@ TEST(LowerTest, RefusesBadOptionsNamingTheOption) {
   ExpectInvalid(Lower(g, o), "group_size must be >= 0, got -1");
 }
 
+TEST(LowerTest, RefusesALastSplitExtraOutsideItsRange) {
+  std::vector<NodeProblem> g = {Gemm(300, 4096, 4096)};
+  SchedulerOptions o = Options();
+  o.last_split_extra_k_blocks = -2;
+  ExpectInvalid(Lower(g, o), "last_split_extra_k_blocks must be -1 (the scheduler decides) or in [0, 65535], got -2");
+  o.last_split_extra_k_blocks = 65536;
+  ExpectInvalid(Lower(g, o), "got 65536");
+}
+
 TEST(LowerTest, RefusesBadNodesNamingTheNode) {
   ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 8, 8), Gemm(8, -3, 8)}, Options()), "node 2: N must be >= 0, got -3");
   ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 9, 8, {}, true), Gemm(8, 8, 8)}, Options()), "node 1");
@@ -178,7 +187,8 @@ TEST(LowerTest, ZeroKProducersHaveEpilogueJobsThatConsumersWaitFor) {
 }
 
 // Every tile of every node exactly once; with split-K each split of each tile
-// exactly once and one reduce per tile; k ranges as SplitKRange says.
+// exactly once and one reduce per tile; k ranges as SplitKRange says (with
+// the node's longer last split).
 class LowerCoverageTest : public testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t, int, int>> {};
 
 TEST_P(LowerCoverageTest, EveryTileAndSplitExactlyOnce) {
@@ -210,7 +220,7 @@ TEST_P(LowerCoverageTest, EveryTileAndSplitExactlyOnce) {
         EXPECT_EQ(job.k_block_end, node.k_blocks);
       } else {
         ++gemm_count[{t.m_block, t.n_block, job.split}];
-        const KBlockRange r = SplitKRange(node.k_blocks, node.split_k, job.split);
+        const KBlockRange r = SplitKRange(node.k_blocks, node.split_k, job.split, node.last_split_extra_k_blocks);
         EXPECT_EQ(job.k_block_begin, r.begin);
         EXPECT_EQ(job.k_block_end, r.end);
       }
@@ -368,6 +378,60 @@ TEST(LowerTest, IdleClustersAtLaunchCountsTheFirstWaveThatCannotStart) {
   s = Lower({Gemm(128, 512, 64), Gemm(128, 512, 64, {Edge(0, DependencyOperand::kResidual)})}, Options());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(IdleClustersAtLaunch(*s, 2), 1);
+}
+
+// The last split of a node whose last split sums takes kLastSplitExtraKBlocks
+// more k-blocks than the others where its splits start together: the node's
+// jobs and its producers' fit one wave (the 4096 chain at 200-512 rows), not
+// behind a producer of several waves (the MLP block's down projection).
+TEST(LowerTest, LastSplitIsLongerWhereTheSplitsStartTogether) {
+  auto chain = [](int64_t m) {
+    return std::vector<NodeProblem>{Gemm(m, 4096, 4096),
+                                    Gemm(m, 4096, 4096, {Edge(0, DependencyOperand::kA)})};
+  };
+  auto extras = [](const std::vector<NodeProblem>& g, const SchedulerOptions& o) {
+    absl::StatusOr<Schedule> s = Lower(g, o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    std::vector<int32_t> out;
+    if (!s.ok()) return out;
+    for (const NodeSchedule& node : s->nodes) out.push_back(node.last_split_extra_k_blocks);
+    // The jobs carry the ranges: the last split's is that much longer.
+    for (const TileJob& job : s->queue) {
+      const NodeSchedule& node = s->nodes[job.node];
+      if (job.kind != static_cast<uint8_t>(JobKind::kGemm) || node.split_k <= 1) continue;
+      const KBlockRange r = SplitKRange(node.k_blocks, node.split_k, job.split, node.last_split_extra_k_blocks);
+      EXPECT_EQ(job.k_block_begin, r.begin);
+      EXPECT_EQ(job.k_block_end, r.end);
+    }
+    return out;
+  };
+  using V = std::vector<int32_t>;
+  const SchedulerOptions o = Options();
+  EXPECT_EQ(extras(chain(300), o), V({kLastSplitExtraKBlocks, kLastSplitExtraKBlocks}));  // 48 jobs, split 2
+  EXPECT_EQ(extras(chain(200), o), V({kLastSplitExtraKBlocks, kLastSplitExtraKBlocks}));  // 64 jobs, split 4
+  // 300 tokens of the MLP block: gate/up is 168 jobs, so the down
+  // projection's splits start as its tiles end.
+  const std::vector<NodeProblem> mlp = {Gemm(300, 28672, 4096, {}, /*swiglu=*/true),
+                                        Gemm(300, 4096, 14336, {Edge(0, DependencyOperand::kA)})};
+  EXPECT_EQ(extras(mlp, o), V({0, 0}));
+  EXPECT_EQ(extras({Gemm(300, 4096, 14336)}, o), V({kLastSplitExtraKBlocks}));  // on its own: at launch
+  // Not where the last split does not sum, nor without a split.
+  SchedulerOptions reduce_jobs = o;
+  reduce_jobs.sum_in_last_split = false;
+  EXPECT_EQ(extras(chain(300), reduce_jobs), V({0, 0}));
+  EXPECT_EQ(extras({Gemm(8192, 4096, 4096)}, o), V({0}));
+  // Splits that would keep fewer than 8 k-blocks each: even.
+  SchedulerOptions four = o;
+  four.split_k = 4;
+  EXPECT_EQ(extras({Gemm(300, 4096, 2048)}, four), V({0}));  // (32 - 8) / 4 = 6
+  // Forced: that many wherever the last split sums, at most k_blocks - split_k.
+  SchedulerOptions forced = o;
+  forced.last_split_extra_k_blocks = 0;
+  EXPECT_EQ(extras(chain(300), forced), V({0, 0}));
+  forced.last_split_extra_k_blocks = 7;
+  EXPECT_EQ(extras(mlp, forced), V({0, 7}));
+  forced.last_split_extra_k_blocks = 1000;
+  EXPECT_EQ(extras(chain(300), forced), V({62, 62}));  // 64 k-blocks, 2 splits: the first keeps one
 }
 
 TEST(LowerTest, IsDeterministic) {

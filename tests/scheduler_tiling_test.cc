@@ -253,6 +253,32 @@ TEST_P(SplitKRangeTest, PartitionsKExactlyInOrderWithSizesWithinOne) {
   EXPECT_LE(largest - smallest, 1);
 }
 
+// A longer last split: the others share k_blocks - last_extra evenly, the last
+// takes its share of that and last_extra more, and the ranges still partition
+// K in order.
+TEST(SplitKRangeTest, LastSplitTakesItsExtraKBlocks) {
+  auto sizes = [](int32_t k_blocks, int32_t split_k, int32_t extra) {
+    std::vector<int32_t> out;
+    int32_t expected_begin = 0;
+    for (int s = 0; s < split_k; ++s) {
+      const KBlockRange r = SplitKRange(k_blocks, split_k, s, extra);
+      EXPECT_EQ(r.begin, expected_begin) << k_blocks << "/" << split_k << "+" << extra << " split " << s;
+      expected_begin = r.end;
+      out.push_back(r.end - r.begin);
+    }
+    EXPECT_EQ(expected_begin, k_blocks);
+    return out;
+  };
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(sizes(64, 2, 4), V({30, 34}));
+  EXPECT_EQ(sizes(64, 4, 4), V({15, 15, 15, 19}));
+  EXPECT_EQ(sizes(65, 2, 4), V({31, 34}));  // 61 shared: the first split's extra block
+  EXPECT_EQ(sizes(224, 2, 0), V({112, 112}));
+  EXPECT_EQ(sizes(64, 2, 62), V({1, 63}));  // the most: every other split keeps one
+  EXPECT_EQ(sizes(7, 3, 4), V({1, 1, 5}));
+  EXPECT_EQ(sizes(10, 1, 0), V({10}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, SplitKRangeTest,
                          testing::Combine(testing::Values(1, 4, 7, 16, 63, 64, 65, 224, 4096, 65535),
                                           testing::Values(1, 2, 3, 5, 8, 16, 66, 256)),

@@ -893,6 +893,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.reduce_in_parts = options.reduce_in_parts;
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
   scheduler_options.sum_in_last_split = options.sum_in_last_split;
+  scheduler_options.last_split_extra_k_blocks = options.last_split_extra_k_blocks;
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph, dependencies), scheduler_options));
   if (!impl->narrow && options.pack_weights && TiledRingsReadPackedWeights(options)) {
     impl->packed_nodes = PackedNodesOf(graph, dependencies, &impl->schedule);

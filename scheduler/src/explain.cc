@@ -85,6 +85,9 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
                               node.reduce_part_rows);
       } else if (node.split_k > 1 && node.reduce_parts == 0) {
         out += ", each tile summed by its last split";
+        if (node.last_split_extra_k_blocks > 0) {
+          absl::StrAppendFormat(&out, " (%d k-blocks longer than the others)", node.last_split_extra_k_blocks);
+        }
       }
       absl::StrAppendFormat(&out, "; %d jobs\n", NodeJobCount(schedule, i));
       absl::StrAppendFormat(&out, "  flags [%d, %d)", node.flag_base,

@@ -110,6 +110,9 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     node.dependency_count = static_cast<int32_t>(schedule.dependencies.size()) - node.dependency_begin;
     node.a_wait_k_blocks = AWaitKBlocks(schedule, node);
   }
+  for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
+    schedule.nodes[i].last_split_extra_k_blocks = ChooseLastSplitExtra(schedule, i, options);
+  }
 
   // Deadlock freedom rests on (a) this queue being topological, (b) all
   // clusters co-resident, (c) no epilogue waiting on a later job. A consumer

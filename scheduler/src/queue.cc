@@ -41,7 +41,7 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
       continue;
     }
     for (int32_t s = 0; s < split_k; ++s) {
-      const KBlockRange range = SplitKRange(node.k_blocks, split_k, s);
+      const KBlockRange range = SplitKRange(node.k_blocks, split_k, s, node.last_split_extra_k_blocks);
       job.split = static_cast<uint8_t>(s);
       job.k_block_begin = static_cast<uint16_t>(range.begin);
       job.k_block_end = static_cast<uint16_t>(range.end);

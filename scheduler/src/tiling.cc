@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "loom/scheduler/queue.h"
 #include "loom/scheduler/raster.h"
 
 namespace loom::sched {
@@ -43,6 +44,11 @@ absl::Status ValidateOptions(const SchedulerOptions& options) {
   if (options.group_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("options: group_size must be >= 0, got ", options.group_size));
+  }
+  if (options.last_split_extra_k_blocks < -1 || options.last_split_extra_k_blocks > kMaxKBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat("options: last_split_extra_k_blocks must be -1 (the scheduler "
+                                                   "decides) or in [0, ",
+                                                   kMaxKBlocks, "], got ", options.last_split_extra_k_blocks));
   }
   if (options.reduce_part_rows < 0 || options.reduce_part_rows > kFewRowReduceRows) {
     return absl::InvalidArgumentError(absl::StrCat("options: reduce_part_rows must be in [0, ", kFewRowReduceRows,
@@ -123,11 +129,28 @@ ReduceParts ChooseReduceParts(const NodeSchedule& node, bool swiglu, int64_t clu
   return ReduceParts{};
 }
 
-KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split) {
-  const int32_t base = k_blocks / split_k;
-  const int32_t extra = k_blocks % split_k;  // the first `extra` splits get base + 1
+KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split, int32_t last_extra) {
+  const int32_t shared = k_blocks - last_extra;
+  const int32_t base = shared / split_k;
+  const int32_t extra = shared % split_k;  // the first `extra` splits get base + 1
   const int32_t begin = split * base + std::min(split, extra);
-  return KBlockRange{begin, begin + base + (split < extra ? 1 : 0)};
+  const int32_t end = begin + base + (split < extra ? 1 : 0);
+  return KBlockRange{begin, split == split_k - 1 ? k_blocks : end};
+}
+
+int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const SchedulerOptions& options) {
+  const NodeSchedule& node = schedule.nodes[node_index];
+  if (node.split_k <= 1 || node.reduce_parts != 0) return 0;
+  const int32_t most = std::max(node.k_blocks - node.split_k, 0);
+  if (options.last_split_extra_k_blocks >= 0) return std::min(options.last_split_extra_k_blocks, most);
+  constexpr int32_t kMinKBlocksPerSplit = 8;
+  if ((node.k_blocks - kLastSplitExtraKBlocks) / node.split_k < kMinKBlocksPerSplit) return 0;
+  if (NodeJobCount(schedule, node_index) > options.max_clusters) return 0;
+  for (int32_t e = 0; e < node.dependency_count; ++e) {
+    const int32_t producer = schedule.dependencies[node.dependency_begin + e].producer;
+    if (NodeJobCount(schedule, producer) > options.max_clusters) return 0;
+  }
+  return kLastSplitExtraKBlocks;
 }
 
 absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,

@@ -130,6 +130,11 @@ struct NodeSchedule {
   int32_t reduce_parts = 1;
   int32_t reduce_part_rows = 0;  // 1 .. kFewRowReduceRows when reduce_parts > 1
   int32_t part_count_base = -1;
+  // Where the last split sums (reduce_parts == 0): the k-blocks it takes
+  // beyond an even share (SplitKRange, ChooseLastSplitExtra in tiling.h), so
+  // that the others' partials are ready when its main loop ends. The jobs
+  // carry their k-block ranges; only the scheduler reads this.
+  int32_t last_split_extra_k_blocks = 0;
 };
 
 struct SchedulerOptions {
@@ -146,6 +151,11 @@ struct SchedulerOptions {
   // few-row decode tile) has its last split sum them instead
   // (NodeSchedule::reduce_parts = 0); false: the reduce jobs.
   bool sum_in_last_split = true;
+  // The k-blocks the last split of such a node takes beyond an even share
+  // (NodeSchedule::last_split_extra_k_blocks): -1, the scheduler decides
+  // (ChooseLastSplitExtra, tiling.h); >= 0, that many (at most k_blocks -
+  // split_k) wherever the last split sums.
+  int32_t last_split_extra_k_blocks = -1;
 };
 
 struct Schedule {

@@ -133,13 +133,39 @@ int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_cluste
                      bool few_row_reduce = false);
 
 // The k-blocks of split `split` of `split_k`: contiguous ranges that partition
-// [0, k_blocks) in order, sizes differing by at most one (the first
-// k_blocks % split_k splits get the extra block).
+// [0, k_blocks) in order. The last split takes `last_extra` k-blocks more
+// than an even share (NodeSchedule::last_split_extra_k_blocks); the rest,
+// k_blocks - last_extra, is shared by all splits with sizes differing by at
+// most one (the first (k_blocks - last_extra) % split_k get the extra
+// block). Needs 0 <= last_extra <= k_blocks - split_k, so that every split
+// keeps a k-block when k_blocks >= split_k.
 struct KBlockRange {
   int32_t begin = 0;
   int32_t end = 0;
 };
-KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split);
+KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split, int32_t last_extra = 0);
+
+// How many k-blocks more than an even share the last split of a node whose
+// last split sums takes, when every split of a tile starts at about the
+// same time: then the others' partials are stored by the time the last
+// split's main loop ends, instead of being waited for after it (a partial
+// takes ~5 us from a split's main loop's end to its flag). Measured on the
+// H200 (bench/NOTES.md v1.45), the 8-layer 4096 chain at 200 / 300 / 512
+// rows against even splits (276-279 / 306 / 302-303 us): with 4 extra
+// k-blocks 275-276 / 297 / 294-295, with 8 271-273 / 289-291 / 287-288, 10
+// and 12 within 1% of 8, 16 280-281 / 296-297 / 295; in the MLP block's
+// down projection, whose splits start as gate/up's tiles end (several
+// waves), 4 was 1-3% slower (v1.44), so it keeps even splits.
+inline constexpr int32_t kLastSplitExtraKBlocks = 8;
+
+// NodeSchedule::last_split_extra_k_blocks for node `node_index` of
+// `schedule` (tiled, its dependencies lowered): 0 unless its last split sums
+// (reduce_parts == 0 with split_k > 1). Then options.last_split_extra_k_blocks
+// when that is >= 0 (clamped to k_blocks - split_k); when it is -1 (the
+// scheduler decides), kLastSplitExtraKBlocks where the node's jobs and each
+// of its producers' fit one wave (max_clusters), so that its splits start
+// together, and every split keeps at least 8 k-blocks; else 0.
+int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const SchedulerOptions& options);
 
 }  // namespace loom::sched
 
