@@ -723,6 +723,44 @@ INSTANTIATE_TEST_SUITE_P(Grids, ResidualOfProducerTest,
                                                std::string(ActivationName(std::get<3>(info.param))));
                          });
 
+// A three-layer chain at 300 rows (three row blocks, each layer split in two,
+// every tile summed by its last split) whose layers each fit one wave: the
+// scheduler gives the last split 8 k-blocks more than the first
+// (sched::kLastSplitExtraKBlocks), on a dependent graph, and the plan is
+// right node by node and on replay, as with even splits (forced 0).
+TEST(GraphTest, ChainWithLongerLastSplitsMatches) {
+  LOOM_SKIP_WITHOUT_GPU();
+  for (const int extra : {-1, 0}) {
+    SCOPED_TRACE(absl::StrCat("last_split_extra_k_blocks ", extra));
+    Rng rng;
+    GpuHarness h;
+    const int64_t rows = 300, width = 2048;
+    h.Input("h0", kBF16, rows, width, rng);
+    for (int i = 0; i < 3; ++i) {
+      h.Input(absl::StrCat("W", i), kBF16, width, width, rng);
+      FillRandom(h.host(absl::StrCat("W", i)), rng, -1.0 / 32, 1.0 / 32);
+      h.Output(absl::StrCat("h", i + 1), kBF16, rows, width);
+    }
+    h.Build([](const auto& t, GemmGraph& g) {
+      for (int i = 0; i < 3; ++i) {
+        const TensorView in = t(absl::StrCat("h", i));
+        g.AddGemm(absl::StrCat("layer", i), in, t(absl::StrCat("W", i)), t(absl::StrCat("h", i + 1)),
+                  {.activation = Activation::kGELU, .residual = i == 1 ? std::optional<TensorView>(in) : std::nullopt});
+      }
+    });
+    CompileOptions options;
+    options.kernel = KernelChoice::kTiled;
+    options.last_split_extra_k_blocks = extra;
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+    for (const sched::NodeSchedule& node : h.plan().schedule().nodes) {
+      ASSERT_EQ(node.split_k, 2);
+      ASSERT_EQ(node.reduce_parts, 0);
+      EXPECT_EQ(node.last_split_extra_k_blocks, extra < 0 ? 8 : 0);
+    }
+    ExpectNodesRightAndReplayIdentical(h);
+  }
+}
+
 // K = 0: C = activation(bias) + residual, jobs over no k-blocks that run the
 // epilogue alone. Only the tiled kernel runs them (kAuto keeps it for such a
 // graph at any row count; runtime_test checks that kNarrow is refused), so
