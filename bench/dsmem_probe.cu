@@ -24,6 +24,8 @@
 //   dsmem_probe --mode=dsmem,global --tiles=32 --buffers=2
 #include <cuda_runtime.h>
 
+#include <cuda/ptx>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -54,31 +56,17 @@ __device__ __forceinline__ uint32_t SmemAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void MbarrierInit(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(count) : "memory");
+// Waits (acquire at cluster scope: the peer's stores or reads before its
+// arrival are ordered before ours) until the barrier's phase of `parity` completes.
+__device__ __forceinline__ void WaitCluster(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, bar, parity)) {
+  }
 }
 
-// Waits (acquire at cluster scope) until the barrier's phase of `parity` completes.
-__device__ __forceinline__ void MbarrierWaitCluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(SmemAddress(bar)),
-      "r"(parity)
-      : "memory");
-}
-
+// As the kernel's (persistent_gemm.cu).
 __device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-__device__ __forceinline__ uint32_t ClusterRank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return rank;
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
 
 __device__ __forceinline__ void StoreRemote(uint32_t address, float4 v) {
@@ -100,18 +88,18 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     HandOver(int mode, int tiles, int buffers, float4* region, uint32_t* flags, uint64_t* times, float* sink) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Shared& s = *reinterpret_cast<Shared*>(smem_raw);
-  const uint32_t rank = ClusterRank();
+  const uint32_t rank = cuda::ptx::get_sreg_cluster_ctarank();
   const int cluster = blockIdx.x / 2;
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int w = 0; w < 2; ++w) {
       for (int b = 0; b < kMaxBuffers; ++b) {
-        MbarrierInit(&s.full[w][b], 128);
-        MbarrierInit(&s.empty[w][b], 128);
+        cuda::ptx::mbarrier_init(&s.full[w][b], 128);
+        cuda::ptx::mbarrier_init(&s.empty[w][b], 128);
       }
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
   ClusterSync();
   float acc[kFloats];
@@ -127,7 +115,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
         const uint32_t parity = (use / buffers) & 1;
         float4* buffer = s.buffers[wg][b];
         if (rank == 0) {
-          MbarrierWaitCluster(&s.empty[wg][b], parity ^ 1);
+          WaitCluster(&s.empty[wg][b], parity ^ 1);
           const uint32_t remote = loom::kernel::ptx::mapa_shared_cluster(SmemAddress(buffer), 1);
 #pragma unroll
           for (int i = 0; i < kChunkFloats / 4; ++i) {
@@ -137,7 +125,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
           loom::kernel::ptx::mbarrier_arrive_cluster(
               loom::kernel::ptx::mapa_shared_cluster(SmemAddress(&s.full[wg][b]), 1));
         } else {
-          MbarrierWaitCluster(&s.full[wg][b], parity);
+          WaitCluster(&s.full[wg][b], parity);
 #pragma unroll
           for (int i = 0; i < kChunkFloats / 4; ++i) {
             const float4 v = buffer[i * 128 + t];
