@@ -34,6 +34,7 @@
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
 #include "loom/runtime.h"
+#include "loom/scheduler/tiling.h"
 #include "narrow_config.h"
 #include "testbed/random_options.h"
 
@@ -755,7 +756,7 @@ TEST(GraphTest, ChainWithLongerLastSplitsMatches) {
     for (const sched::NodeSchedule& node : h.plan().schedule().nodes) {
       ASSERT_EQ(node.split_k, 2);
       ASSERT_EQ(node.reduce_parts, 0);
-      EXPECT_EQ(node.last_split_extra_k_blocks, extra < 0 ? 8 : 0);
+      EXPECT_EQ(node.last_split_extra_k_blocks, extra < 0 ? sched::kLastSplitExtraKBlocks : 0);
     }
     ExpectNodesRightAndReplayIdentical(h);
   }
