@@ -322,16 +322,24 @@ TEST(LowerTest, NodesWithConsumersLeaveHalfTheWaveToThem) {
 
 TEST(LowerTest, SmallMSplitsKToFillAWave) {
   // 8 cluster tiles (16 n-blocks, kShareA pairs): 66 / 8 = 8 splits would fill
-  // the wave, but each split keeps >= 16 of the 64 k-blocks: 4 splits. (A
-  // ragged N: its 64 rows are not reduced in parts but each tile whole, by
-  // its last split.)
+  // the wave, but each split keeps >= 16 of the 64 k-blocks: 4 splits
+  // (ChooseSplitK, below). A ragged N: its 64 rows are not reduced in parts
+  // but each tile whole, by its last split, and for that sum 3 splits cost
+  // less (SplitsSummedByLast); with reduce jobs, 4.
   absl::StatusOr<Schedule> s = Lower({Gemm(64, 4000, 4096)}, Options());
   ASSERT_TRUE(s.ok());
   const NodeSchedule& node = s->nodes[0];
   EXPECT_EQ(node.share, ClusterShare::kShareA);
-  EXPECT_EQ(node.split_k, 4);
+  EXPECT_EQ(node.split_k, 3);
   EXPECT_EQ(node.reduce_parts, 0);
-  EXPECT_EQ(s->queue.size(), 8u * 4);
+  EXPECT_EQ(s->queue.size(), 8u * 3);
+  SchedulerOptions reduce_jobs = Options();
+  reduce_jobs.sum_in_last_split = false;
+  s = Lower({Gemm(64, 4000, 4096)}, reduce_jobs);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->nodes[0].split_k, 4);
+  EXPECT_EQ(s->nodes[0].reduce_parts, 1);
+  EXPECT_EQ(s->queue.size(), 8u * (4 + 1));
   // 17 rows of whole tiles: each tile reduced in three parts of 8 rows, so
   // >= 8 k-blocks a split: 8 splits.
   s = Lower({Gemm(17, 4096, 4096)}, Options());

@@ -155,8 +155,35 @@ TEST(TileNodeTest, FewRowAndPartedNodesKeepEightBlocksASplit) {
   EXPECT_EQ(split(16, 4096), 8);
   EXPECT_EQ(split(17, 4096), 8);   // reduced in 3 parts
   EXPECT_EQ(split(64, 4096), 8);   // reduced in 8 parts
-  EXPECT_EQ(split(64, 4000), 4);   // ragged: one reduce job of 64 rows, >= 16 blocks
-  EXPECT_EQ(split(129, 4096), 4);  // two row blocks
+  // Ragged: its tiles summed whole, >= 16 blocks a split (4), and by the last
+  // split, for which 3 cost less (SplitsSummedByLast).
+  EXPECT_EQ(split(64, 4000), 3);
+  EXPECT_EQ(split(129, 4096), 3);  // two row blocks: the same
+}
+
+// The last split's main loop plus its sum of the others' partials, each
+// counted as kPartialCostKBlocks k-blocks: the split count that minimises it.
+TEST(TileNodeTest, SplitsSummedByLastWeighMainLoopAgainstPartials) {
+  static_assert(kPartialCostKBlocks == 9, "the expectations below count 9 k-blocks a partial");
+  EXPECT_EQ(SplitsSummedByLast(64, 4), 3);    // 16 + 27, 22 + 18, 32 + 9: 43, 40, 41
+  EXPECT_EQ(SplitsSummedByLast(64, 2), 2);
+  EXPECT_EQ(SplitsSummedByLast(224, 4), 4);   // 56 + 27 against 75 + 18
+  EXPECT_EQ(SplitsSummedByLast(32, 4), 2);    // 8 + 27, 11 + 18, 16 + 9
+  EXPECT_EQ(SplitsSummedByLast(54, 3), 3);    // 18 + 18 against 27 + 9: a tie keeps 3
+  EXPECT_EQ(SplitsSummedByLast(36, 3), 2);    // 12 + 18 against 18 + 9
+  EXPECT_EQ(SplitsSummedByLast(2, 2), 2);
+  auto split = [](int64_t m, int64_t k, int forced, bool sum_in_last_split = true) {
+    SchedulerOptions o = Options();
+    o.split_k = forced;
+    o.sum_in_last_split = sum_in_last_split;
+    absl::StatusOr<NodeSchedule> node = TileNode(Gemm(m, 4096, k), 0, o);
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? node->split_k : -1;
+  };
+  EXPECT_EQ(split(200, 4096, 0), 3);          // the chain at 200 rows
+  EXPECT_EQ(split(200, 14336, 0), 4);         // the MLP block's down projection at 200 tokens
+  EXPECT_EQ(split(200, 4096, 4), 4);          // forced splits stay
+  EXPECT_EQ(split(200, 4096, 0, false), 4);   // reduce jobs: ChooseSplitK's
 }
 
 // A split node of one row block is reduced in parts of 8 or 16 rows when

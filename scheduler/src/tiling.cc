@@ -129,6 +129,19 @@ ReduceParts ChooseReduceParts(const NodeSchedule& node, bool swiglu, int64_t clu
   return ReduceParts{};
 }
 
+int32_t SplitsSummedByLast(int32_t k_blocks, int32_t splits) {
+  int32_t best = splits;
+  int64_t best_cost = INT64_MAX;
+  for (int32_t s = splits; s >= 2; --s) {
+    const int64_t cost = CeilDiv(k_blocks, s) + int64_t{s - 1} * kPartialCostKBlocks;
+    if (cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 KBlockRange SplitKRange(int32_t k_blocks, int32_t split_k, int32_t split, int32_t last_extra) {
   const int32_t shared = k_blocks - last_extra;
   const int32_t base = shared / split_k;
@@ -219,6 +232,7 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
     // waits for a cluster to take a reduce job (bench/NOTES.md v1.44).
     const bool whole_tile_reduce = parts.parts <= 1 && !few_row_reduce;
     const bool last_sums = whole_tile_reduce && options.sum_in_last_split && node.split_k <= kMaxSplitsSummedByLast;
+    if (last_sums && options.split_k == 0) node.split_k = SplitsSummedByLast(node.k_blocks, node.split_k);
     node.reduce_parts = last_sums ? 0 : parts.parts;
     node.reduce_part_rows = parts.rows;
   }

@@ -37,6 +37,21 @@ inline constexpr int32_t kMaxReduceParts = 8;      // a reduce part's bit in a u
 // tokens and 13-16% at 300 tokens with eight.
 inline constexpr int32_t kMaxSplitsSummedByLast = 4;
 
+// What the last split's sum of one other split's partial costs, in k-blocks
+// of main loop: reading and adding its 128 KB took ~5.5 us a tile in the
+// 4096 chain at 300 rows, where a k-block of a 128 x 256 tile takes ~0.6 us
+// (bench/NOTES.md v1.45).
+inline constexpr int32_t kPartialCostKBlocks = 9;
+
+// Where a tile's last split sums the others' partials: the split count, at
+// most `splits` (ChooseSplitK's), that minimises the last split's main loop
+// plus its sum, ceil(k_blocks / s) + (s - 1) * kPartialCostKBlocks (ties to
+// more splits). Measured on the H200 (bench/NOTES.md v1.45): the 4096 chain
+// at 200 rows, 64 k-blocks, ChooseSplitK's 4 splits against 3: 271-273 us
+// against 262 with the last split longer (SplitsSummedByLast gives 3); the
+// MLP block's down projection at 200 tokens, 224 k-blocks, keeps 4.
+int32_t SplitsSummedByLast(int32_t k_blocks, int32_t splits);
+
 // Checks the options Lower() depends on: positive tile sizes, cluster_size 1 or
 // 2, positive num_sms / max_clusters, split_k in [0, 256], group_size >= 0.
 // InvalidArgument naming the option, the rule and the value.
@@ -46,7 +61,8 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 // m/n/k_blocks, share, raster, group_size, split_k, reduce_parts and
 // reduce_part_rows (reduce_parts 0 for a node of at most
 // kMaxSplitsSummedByLast splits whose tiles would each be summed whole by
-// one reduce job, when options.sum_in_last_split: its last split sums them).
+// one reduce job, when options.sum_in_last_split: its last split sums them,
+// and unless options.split_k forces the splits, SplitsSummedByLast of them).
 // Leaves flag_base,
 // partial_flag_base, workspace_offset and the dependency range to Lower().
 //
