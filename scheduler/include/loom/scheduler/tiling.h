@@ -46,10 +46,10 @@ inline constexpr int32_t kPartialCostKBlocks = 9;
 // Where a tile's last split sums the others' partials: the split count, at
 // most `splits` (ChooseSplitK's), that minimises the last split's main loop
 // plus its sum, ceil(k_blocks / s) + (s - 1) * kPartialCostKBlocks (ties to
-// more splits). Measured on the H200 (bench/NOTES.md v1.45): the 4096 chain
-// at 200 rows, 64 k-blocks, ChooseSplitK's 4 splits against 3: 271-273 us
-// against 262 with the last split longer (SplitsSummedByLast gives 3); the
-// MLP block's down projection at 200 tokens, 224 k-blocks, keeps 4.
+// more splits). Measured on the H200 (bench/NOTES.md v1.46): the 4096 chain
+// at 150 / 200 / 256 rows (64 k-blocks: 3 splits instead of ChooseSplitK's
+// 4) 262 / 262 / 266-267 us against 268 / 272-273 / 278; the MLP block at
+// 200-256 tokens level (its down projection, 224 k-blocks, keeps 4).
 int32_t SplitsSummedByLast(int32_t k_blocks, int32_t splits);
 
 // Checks the options Lower() depends on: positive tile sizes, cluster_size 1 or
