@@ -102,9 +102,9 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
         if (sums_tile) {
           // The last split sums the tile: the others' partials added to its
           // own accumulators, then the epilogue, as a reduce job's would be.
-          // (split_k - 1: sched::PartialsSummed of a last split.)
-          if (!WaitForPartials(ctx, tile, tile.node->schedule.split_k - 1, warpgroup, index)) return;
-          AddPartials(ctx, tile, warpgroup, tile.node->schedule.split_k - 1, accumulators);
+          const int32_t summed = sched::PartialsSummed(tile.node->schedule, *tile.job);
+          if (!WaitForPartials(ctx, tile, summed, warpgroup, index)) return;
+          AddPartials(ctx, tile, warpgroup, summed, accumulators);
         }
         ok = StageOutput(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
       }
