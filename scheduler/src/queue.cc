@@ -327,12 +327,14 @@ namespace {
 // Both wavefront orders of g's jobs and, where they differ, their makespans.
 struct OrderPair {
   std::vector<int64_t> deepest, shallowest;
+  bool agree = false;
   int64_t deepest_makespan = -1, shallowest_makespan = -1;
 };
 OrderPair BothOrders(const Schedule& schedule, const JobGraph& g, int64_t lag) {
   OrderPair pair{WavefrontOrder(schedule, g, lag, NodePriority::kDeepestFirst),
                  WavefrontOrder(schedule, g, lag, NodePriority::kShallowestFirst)};
-  if (pair.deepest != pair.shallowest) {
+  pair.agree = pair.deepest == pair.shallowest;
+  if (!pair.agree) {
     const int32_t clusters = static_cast<int32_t>(std::clamp<int64_t>(lag, 1, int64_t{1} << 20));
     pair.deepest_makespan = MakespanOf(schedule, g, pair.deepest, clusters);
     pair.shallowest_makespan = MakespanOf(schedule, g, pair.shallowest, clusters);
@@ -346,15 +348,15 @@ std::vector<TileJob> OrderQueue(const Schedule& schedule, int64_t lag) {
   const JobGraph g = BuildJobGraph(schedule);
   const OrderPair pair = BothOrders(schedule, g, lag);
   // Deepest-first only where it simulates strictly shorter (a tie: queue.h).
-  const bool deepest = pair.deepest_makespan >= 0 && pair.deepest_makespan < pair.shallowest_makespan;
-  return JobsInOrder(g, deepest || pair.deepest == pair.shallowest ? pair.deepest : pair.shallowest);
+  const bool deepest = pair.agree || pair.deepest_makespan < pair.shallowest_makespan;
+  return JobsInOrder(g, deepest ? pair.deepest : pair.shallowest);
 }
 
 WavefrontOrders BothWavefrontOrders(const Schedule& schedule, int64_t lag) {
   const JobGraph g = BuildJobGraph(schedule);
   const OrderPair pair = BothOrders(schedule, g, lag);
   return WavefrontOrders{JobsInOrder(g, pair.deepest), JobsInOrder(g, pair.shallowest),
-                         pair.deepest == pair.shallowest, pair.deepest_makespan, pair.shallowest_makespan};
+                         pair.agree, pair.deepest_makespan, pair.shallowest_makespan};
 }
 
 int64_t SimulatedMakespan(const Schedule& schedule, const std::vector<TileJob>& queue, int32_t clusters) {
