@@ -73,10 +73,15 @@ struct Params {
   const uint4* weights;
   const uint8_t* tokens;  // kXBufferBytes
   int64_t steps;          // k16 steps per warpgroup
-  int mode;
   int slots;
   uint32_t* sink;
 };
+
+// A warpgroup's shared memory: rsx's ring of `slots` token k-blocks, or the
+// four static ones of rs (ldg reserves them too, unread).
+__host__ __device__ constexpr uint32_t RingBytes(int mode, int slots) {
+  return static_cast<uint32_t>(mode == kRsx ? slots : 4) * kXKBlockBytes;
+}
 
 __device__ __forceinline__ uint4 LoadStreaming(const uint4* p) {
   uint4 v;
@@ -204,7 +209,7 @@ __global__ void __launch_bounds__(256, 1) StreamKernel(Params p) {
   const int wg = threadIdx.x / 128;
   const int thread = threadIdx.x % 128;
   const int warpgroups = blockDim.x / 128;
-  const uint32_t ring_bytes = kMode == kRsx ? p.slots * kXKBlockBytes : 4 * kXKBlockBytes;
+  const uint32_t ring_bytes = RingBytes(kMode, p.slots);
   auto* barriers = reinterpret_cast<uint64_t*>(smem + warpgroups * ring_bytes);
   uint8_t* ring = smem + wg * ring_bytes;
   uint64_t* full = barriers + wg * kMaxSlots;
@@ -311,9 +316,8 @@ int main(int argc, char** argv) {
   std::printf("%-5s %6s %10s %10s %14s\n", "mode", "depth", "us", "TB/s", "GB/s a wg");
   for (int mode : modes) {
     for (int depth : depths) {
-      const Params p{weights, tokens, steps, mode, slots, sink};
-      const uint32_t ring_bytes = mode == kRsx ? slots * kXKBlockBytes : 4 * kXKBlockBytes;
-      const uint32_t smem = warpgroups * ring_bytes + 2 * kMaxSlots * sizeof(uint64_t) + 1024;
+      const Params p{weights, tokens, steps, slots, sink};
+      const uint32_t smem = warpgroups * RingBytes(mode, slots) + warpgroups * kMaxSlots * sizeof(uint64_t) + 1024;
       const float ms = Time(mode, depth, p, sms, 128 * warpgroups, smem, iters);
       const double seconds = ms * 1e-3;
       std::printf("%-5s %6d %10.1f %10.2f %14.1f\n", kModeNames[mode], depth, ms * 1e3, weight_bytes / seconds / 1e12,
