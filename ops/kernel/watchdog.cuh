@@ -79,6 +79,13 @@ class Watchdog {
   // async-proxy traffic, which the barrier's complete_tx already covers);
   // at cluster scope where the peer wrote shared memory with generic stores
   // before arriving (job slots).
+  // NOTE: the shape of this wait costs the narrow kernel measurably.
+  // Without the time-out (a bare `while (!try_wait) {}`) a narrow CTA
+  // streamed 7-12% faster at 33 CTAs and the 64-token MLP block and chain
+  // took 3-5 us less; every bounded shape tried instead (checks every 4096
+  // tries, a first try with a suspend hint, 64 or 1024 plain tries before
+  // this loop) was as slow or slower, however rarely its checks ran
+  // (bench/NOTES.md v1.47). Measure any change to this loop's shape.
   __device__ bool WaitBarrier(uint64_t* barrier, uint32_t parity, WaitKind what, int job,
                               bool cluster_scope = false) const {
     if (cluster_scope) {
