@@ -268,6 +268,47 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
 INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest, ::testing::Values("tiled", "narrow", "narrow_two_consumers"),
                          [](const auto& info) { return info.param; });
 
+// In the narrow kernel a role whose wait gives up drains: it keeps its side
+// of each ring going, without data, until the job stream ends (narrow_gemm.cu),
+// since the waits on the rings have no clock of their own. Here it is the B
+// loader's: "scores" reads "keys", which never publishes, as its B operand.
+// The launch must end, name that wait, and leave the plan runnable.
+TEST(GemmTest, NarrowBLoaderWhoseProducerNeverPublishesTimesOut) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", DType::kBF16, 8, 256, rng);
+  h.Input("W", DType::kBF16, 256, 256, rng);
+  h.Input("q", DType::kBF16, 3, 256, rng);
+  h.Output("keys", DType::kBF16, 8, 256);
+  h.Output("scores", DType::kFP32, 3, 8);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("keys", t("x"), t("W"), t("keys"));
+    g.AddGemm("scores", t("q"), t("keys"), t("scores"));
+  });
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.spin_timeout_ns = 20'000'000;  // 20 ms
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  ASSERT_EQ(h.plan().kernel(), KernelChoice::kNarrow);
+  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  absl::Status status = h.plan().Synchronize(nullptr);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(std::string(status.message()).find("dependency flag"), std::string::npos) << status;
+  EXPECT_NE(std::string(status.message()).find("node \"scores\""), std::string::npos) << status;
+  ASSERT_TRUE(h.plan().last_timeout().has_value());
+  const sched::NodeSchedule& keys = h.plan().schedule().nodes[0];
+  EXPECT_GE(h.plan().last_timeout()->flag, keys.flag_base) << status;
+  EXPECT_LT(h.plan().last_timeout()->flag, keys.flag_base + keys.m_blocks * keys.n_blocks) << status;
+  // Once reported, the plan runs again (and waits again: its producer still
+  // does not publish).
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  status = h.plan().Synchronize(nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+}
+
 // The A loader reads its producers' flags many tile columns ahead, four to a
 // 16-byte word (dependencies.cuh). Every tile it reads must still be waited
 // for: here all of the producer's tiles count as published but one, 15 tile

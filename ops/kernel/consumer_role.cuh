@@ -76,8 +76,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       if (ctx.params.trace != nullptr && recorder && work.job->k_block_end > work.job->k_block_begin) {
         // Waiting for the first slot here too is harmless: the main loop's
         // wait on the same phase then returns at once.
-        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull,
-                                      index)) {
+        if (!ctx.WaitRing(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, index)) {
           return;
         }
         RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);

@@ -94,6 +94,17 @@ struct CtaContext {
   uint32_t rank;      // CTA rank in the cluster
   uint32_t epoch;     // this launch's epoch (flags equal to it are done)
   Watchdog watchdog;
+  // Every wait here is bounded: a role whose wait gives up leaves its loop
+  // (and its rings as they are), the scheduler too (RunScheduler; in the
+  // narrow kernel roles drain instead: NarrowContext).
+  static constexpr bool kDrainsOnAbort = false;
+
+  // Waits for a ring barrier's phase (the rings, staging, job slots):
+  // false once the watchdog gave up.
+  __device__ bool WaitRing(uint64_t* barrier, uint32_t parity, WaitKind what, int job,
+                           bool cluster_scope = false) const {
+    return watchdog.WaitBarrier(barrier, parity, what, job, cluster_scope);
+  }
 
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
   __device__ uint8_t* b_stage(int s) const { return b_ring + s * KernelConfig::kBStageBytes; }
@@ -141,8 +152,9 @@ __device__ inline uint32_t SchedulerCount(const KernelParams& params) {
 // block ~0.5-1.3 us slower, bench/NOTES.md v1.22).
 // The abort flag is not reset: a wait may still time out after this call.
 // It stays set until Plan::Synchronize reports the time-out and clears it,
-// so a launch enqueued behind a timed-out one winds down at once, and that
-// Synchronize reports the time-out too.
+// so a launch enqueued behind a timed-out one winds down at once (the
+// narrow kernel's runs its jobs through without waiting for producers),
+// and that Synchronize reports the time-out too.
 __device__ inline void FinishFetching(const KernelParams& params, uint32_t epoch) {
   __threadfence();  // this thread's fetches, before its count
   if (atomicAdd(&params.state->finished_fetching, 1u) + 1 == SchedulerCount(params)) {
@@ -196,8 +208,8 @@ __device__ __forceinline__ void PublishPanel(const CtaContext& ctx, int warpgrou
 
 __device__ __forceinline__ bool WaitForStaging(const CtaContext& ctx, int warpgroup, const RingCursor& staging,
                                                int job_index) {
-  return ctx.watchdog.WaitBarrier(&ctx.barriers->staging_empty[warpgroup][staging.stage], staging.phase ^ 1,
-                                  WaitKind::kStaging, job_index);
+  return ctx.WaitRing(&ctx.barriers->staging_empty[warpgroup][staging.stage], staging.phase ^ 1, WaitKind::kStaging,
+                      job_index);
 }
 
 // Stamps one event of a job's trace (CompileOptions::trace).
@@ -243,8 +255,8 @@ class JobStream {
   template <typename Ctx>
   __device__ int Next(const Ctx& ctx) {
     const int s = cursor_.stage;
-    if (!ctx.watchdog.WaitBarrier(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1,
-                                  Ctx::Config::kJobSlotsAcrossCluster)) {
+    if (!ctx.WaitRing(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1,
+                      Ctx::Config::kJobSlotsAcrossCluster)) {
       return -1;
     }
     const unsigned lanes = __activemask();

@@ -104,8 +104,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
         if (a_ready_end < 0) return;
         if (traced) a_dependency_ns += ptx::globaltimer() - start;
       }
-      if (!ctx.watchdog.WaitBarrier(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1,
-                                    WaitKind::kRingEmpty, index)) {
+      if (!ctx.WaitRing(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1, WaitKind::kRingEmpty, index)) {
         return;
       }
       uint64_t* full = &ctx.barriers->a_full[ring.stage];
@@ -179,8 +178,7 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
                             n_row0 + KernelConfig::kBlockN, k0, k0 + kBlockK, memo)) {
         return;
       }
-      if (!ctx.watchdog.WaitBarrier(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1,
-                                    WaitKind::kRingEmpty, index)) {
+      if (!ctx.WaitRing(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1, WaitKind::kRingEmpty, index)) {
         return;
       }
       uint64_t* full = &ctx.barriers->b_full[ring.stage];

@@ -40,8 +40,8 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
 #pragma unroll
   for (int r = 0; r < 128; ++r) accumulators[r] = 0.0f;
   for (int i = 0; i < k_blocks; ++i) {
-    ok &= ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, job_index);
-    if (!lockstep) ok &= ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull, job_index);
+    ok &= ctx.WaitRing(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, job_index);
+    if (!lockstep) ok &= ctx.WaitRing(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull, job_index);
     const uint64_t desc_a =
         MakeSwizzle128Descriptor(a_ring_base + a_ring.stage * ctx.params.a_stage_bytes);
     // Lockstep mode keeps B in the slot of the same index as A.

@@ -47,6 +47,21 @@
 // NOTE: the release waits for the stores before it to complete (~2 us while
 // HBM is busy, traced); made by a consumer thread, that wait stalled the
 // consumer's next job.
+// After a time-out (watchdog.cuh) the roles drain rather than leave. The
+// waits that can give up by themselves are those on other CTAs' work
+// (dependency flags, tagged copies, the scheduler's look at a held job),
+// each bounded by the watchdog, and each gives up within microseconds once
+// any wait of the launch has. A loader whose wait gave up goes on serving
+// its ring without data: each stage it owes becomes a plain arrival on the
+// full barrier, and it waits for no producer again. The consumers and the
+// publisher go on as usual (storing whatever the stages held: a timed-out
+// launch's outputs are unspecified), and the scheduler hands out the rest of
+// the queue. So every ring phase a role waits for comes, and the ring waits
+// (WaitPhase) have no clock: a bounded one cost a narrow CTA 7-12%
+// (bench/NOTES.md v1.47-v1.48).
+// NOTE: what that gives up: a ring phase that never comes for a reason of
+// the kernel's own (a load's byte count that does not match its barrier's,
+// say) hangs the launch instead of timing out.
 // Consecutive launches overlap (programmatic dependent launch,
 // LaunchNarrowGemm's overlap_previous): a launch's CTAs start on the SMs the
 // previous kernel's CTAs leave. Until that kernel has ended (every role's
@@ -82,6 +97,21 @@ struct NarrowContext {
   uint32_t epoch;  // this launch's epoch, once AwaitPreviousLaunch has read it
   Watchdog watchdog;
   int32_t rows_per_block;  // the scheduler's tile.m: a constant but in the kShortRowBlocks kernels
+  // A role whose bounded wait gives up drains (the top of this file); the
+  // scheduler goes on handing out jobs (RunScheduler).
+  static constexpr bool kDrainsOnAbort = true;
+
+  // Waits for a ring barrier's phase (the rings, the job slots, the
+  // publisher's handoff, the consumers' turns), with no time limit: every
+  // role keeps its side of each ring going until the job stream ends, even
+  // after a time-out, so the phase comes (WaitPhase says why no clock).
+  // Always true; CtaContext's counterpart may give up. No clusters here, so
+  // never at cluster scope.
+  __device__ bool WaitRing(uint64_t* barrier, uint32_t parity, WaitKind, int, bool cluster_scope = false) const {
+    (void)cluster_scope;
+    WaitPhase(barrier, parity);
+    return true;
+  }
 
   // Waits until the launch before this one on the stream has ended and its
   // writes are visible, then reads this launch's epoch. Every role calls it
@@ -285,11 +315,12 @@ __device__ void ReportTaggedTimeout(const NarrowContext& ctx, const KernelNode& 
 // as TMA fills them), and the slot's full barrier; the next window starts
 // at the first stage not handed over. Rows past M keep what the slot held:
 // on the mma.sync path a token row of A meets only its own accumulator
-// column, which the epilogue never stores. Returns false when the launch is
-// aborting.
+// column, which the epilogue never stores. Returns the first k-block not
+// handed over: the job's end, or where the poll gave up (the launch is
+// aborting; the caller drains the rest).
 template <int kRows>
-__device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& node, const sched::TileJob& job,
-                                 int index, int lane, RingCursor& ring, bool traced, uint64_t& waited_ns) {
+__device__ int LoadTaggedStages(const NarrowContext& ctx, const KernelNode& node, const sched::TileJob& job,
+                                int index, int lane, RingCursor& ring, bool traced, uint64_t& waited_ns) {
   using Poll = TaggedPoll<kRows>;
   constexpr int kKBlocks = NarrowConfig::kKBlocksPerStage;
   Poll poll;
@@ -304,15 +335,13 @@ __device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& nod
     int ready = 0;
     if (!ctx.watchdog.SpinUntilAsWarp([&] { return (ready = poll.Read(ctx.epoch)) > 0; },
                                       [&] { ReportTaggedTimeout(ctx, node, index, lane, poll, pair0); })) {
-      return false;
+      return kb0;
     }
     if (traced) waited_ns += ptx::globaltimer() - wait_start;
 #pragma unroll
     for (int s = 0; s < Poll::kStages; ++s) {
       if (s == ready) break;
-      const bool empty = ctx.watchdog.WaitBarrier(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1,
-                                                  WaitKind::kRingEmpty, index);
-      if (!__all_sync(0xffffffffu, empty)) return false;
+      WaitPhase(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1);
       const uint32_t slot = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_stage(ring.stage)));
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -332,11 +361,11 @@ __device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& nod
     }
     kb0 += ready * kKBlocks;
   }
-  return true;
+  return job.k_block_end;
 }
 
-__device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& node, const sched::TileJob& job,
-                                 int index, int lane, RingCursor& ring, bool traced, uint64_t& waited_ns) {
+__device__ int LoadTaggedStages(const NarrowContext& ctx, const KernelNode& node, const sched::TileJob& job,
+                                int index, int lane, RingCursor& ring, bool traced, uint64_t& waited_ns) {
   static_assert(NarrowConfig::kTaggedMaxRows == 2, "a case per row count");
   // 1 to kTaggedMaxRows rows (runtime.cc, TaggedHandoffsOf)
   return node.schedule.m == 1 ? LoadTaggedStages<1>(ctx, node, job, index, lane, ring, traced, waited_ns)
@@ -347,6 +376,10 @@ __device__ bool LoadTaggedStages(const NarrowContext& ctx, const KernelNode& nod
 // stage A's producers (polled by every lane, CompleteGranules<32>) and the
 // load (lane 0). Every decision to go on or give up is the warp's: lanes that
 // waited on their own agree first (__all_sync, or lane 0's answer).
+// Once a wait gives up (the launch is aborting) it drains: each stage it owes
+// the consumers, of this job and of every later one the stream still brings,
+// is a plain arrival on the full barrier once the slot is free, with no load
+// and no wait for producers.
 // kTaggedA: the tagged handoff's path is compiled in (the one-consumer
 // default kernels, NarrowConfig::kTaggedMaxRows), and every lane arrives on
 // the A full barrier (kEveryLaneOnA).
@@ -359,7 +392,11 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
   RingCursor ring;
   DependencyMemo memo;
   KnownARun known;
+  bool draining = false;
   for (;;) {
+    // Converged (a wait's lanes may leave it apart): Next reads the slot
+    // once a warp, by the lanes active.
+    __syncwarp();
     const int index = jobs.Next(ctx);
     if (index < 0) return;
     const CtaWork work = ResolveJob(ctx, index);
@@ -369,42 +406,48 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
     const int32_t row0 = work.m_block * ctx.tile().m;
     memo.Reset();
     known.Reset();
-    if (schedule.dependency_count > 0 &&
+    if (!draining && schedule.dependency_count > 0 &&
         !__all_sync(0xffffffffu, WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo))) {
-      return;
+      draining = true;
     }
+    int kb_begin = job.k_block_begin;
     if constexpr (kTaggedA) {
-      if (node.tagged_a != nullptr) {
+      if (node.tagged_a != nullptr && !draining) {
         uint64_t waited_ns = 0;  // for the trace
-        if (!LoadTaggedStages(ctx, node, job, index, lane, ring, traced, waited_ns)) return;
-        if (DeviceJobTrace* trace = ctx.trace_of(index, traced && issuer)) {
-          trace->a_dependency_ns = static_cast<uint32_t>(waited_ns);
+        kb_begin = LoadTaggedStages(ctx, node, job, index, lane, ring, traced, waited_ns);
+        if (kb_begin == job.k_block_end) {
+          if (DeviceJobTrace* trace = ctx.trace_of(index, traced && issuer)) {
+            trace->a_dependency_ns = static_cast<uint32_t>(waited_ns);
+          }
+          continue;
         }
-        continue;
+        draining = true;  // the rest of the job's stages below
       }
     }
-    int a_ready_end = HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin : job.k_block_end;
+    int a_ready_end =
+        !draining && HasProducers(ctx, node, sched::DependencyOperand::kA) ? kb_begin : job.k_block_end;
     const bool kblock_map = HasKBlockMaps(schedule);
     const uint32_t tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
     uint64_t a_dependency_ns = 0;  // for the trace
-    for (int kb0 = job.k_block_begin; kb0 < job.k_block_end; kb0 += NarrowConfig::kKBlocksPerStage) {
+    for (int kb0 = kb_begin; kb0 < job.k_block_end; kb0 += NarrowConfig::kKBlocksPerStage) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
       while (a_ready_end < kb_end) {
         const uint64_t start = traced ? ptx::globaltimer() : 0;
         a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, a_ready_end, job.k_block_end, poll, known);
         a_ready_end = __shfl_sync(0xffffffffu, a_ready_end, 0);
-        if (a_ready_end < 0) return;
+        if (a_ready_end < 0) {
+          draining = true;
+          a_ready_end = job.k_block_end;
+        }
         if (traced) a_dependency_ns += ptx::globaltimer() - start;
       }
-      const bool empty = ctx.watchdog.WaitBarrier(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1,
-                                                  WaitKind::kRingEmpty, index);
-      if (!__all_sync(0xffffffffu, empty)) return;
-      if (issuer) {
+      WaitPhase(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1);
+      if (issuer && !draining) {
         LoadStage<false>(&node.a_map, kblock_map, ctx.a_stage(ring.stage), &ctx.barriers->a_full[ring.stage],
                          tile_bytes, kb0, row0);
-      } else if constexpr (kTaggedA) {
-        // The full barrier counts every lane here (kEveryLaneOnA); the
-        // issuer's arrival carries the bytes the load completes.
+      } else if (issuer || kTaggedA) {
+        // Draining (no bytes to expect), or the full barrier counts every
+        // lane (kEveryLaneOnA), the issuer's arrival carrying the load's bytes.
         cuda::ptx::mbarrier_arrive(&ctx.barriers->a_full[ring.stage]);
       }
       ring.Advance(ctx.params.a_stages);
@@ -427,9 +470,12 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
 // kPackedB: the plan packed some node's B (KernelNode::packed_b); without it
 // the loader never looks (a separate instantiation: the branch alone cost the
 // unpacked chain ~1 us, bench/NOTES.md v1.23).
+// Once a wait for B's producers gives up it drains, as the A loader does:
+// each stage it owes is a plain arrival on the full barrier.
 template <bool kPackedB>
 __device__ void RunNarrowBLoader(NarrowContext& ctx) {
   JobStream jobs;
+  bool draining = false;
   bool waited = false;  // AwaitPreviousLaunch made
   RingCursor ring;
   RingCursor oldest;       // the oldest stage issued that may not have landed
@@ -474,10 +520,10 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
     memo.Reset();
     for (int kb0 = job.k_block_begin; kb0 < job.k_block_end; kb0 += NarrowConfig::kKBlocksPerStage) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
-      if (b_has_producers &&
+      if (b_has_producers && !draining &&
           !WaitForProducers(ctx, node, index, sched::DependencyOperand::kB, n_row0, n_row0 + NarrowConfig::kBlockN,
                             int64_t{kb0} * NarrowConfig::kBlockK, int64_t{kb_end} * NarrowConfig::kBlockK, memo)) {
-        return;
+        draining = true;
       }
       // A ring full of stages the consumers take only once the previous
       // launch has ended: wait for that first (a wait the watchdog does not
@@ -486,19 +532,15 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
         ctx.AwaitPreviousLaunch();
         waited = true;
       }
-      if (!ctx.watchdog.WaitBarrier(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1, WaitKind::kRingEmpty,
-                                    index)) {
-        return;
-      }
+      WaitPhase(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1);
       if (in_flight == window) {
-        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[oldest.stage], oldest.phase, WaitKind::kRingFull,
-                                      index)) {
-          return;
-        }
+        WaitPhase(&ctx.barriers->b_full[oldest.stage], oldest.phase);
         oldest.Advance(ctx.params.b_stages);
         --in_flight;
       }
-      if (kPackedB && packed_b != nullptr) {
+      if (draining) {
+        cuda::ptx::mbarrier_arrive(&ctx.barriers->b_full[ring.stage]);
+      } else if (kPackedB && packed_b != nullptr) {
         LoadPackedStage(packed_b, packed_stages_per_tile, ctx.b_stage(ring.stage), &ctx.barriers->b_full[ring.stage],
                         job.n_block, kb0, policy);
       } else {
@@ -520,10 +562,7 @@ __device__ void RunNarrowPublisher(const NarrowContext& ctx) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
     const CtaWork work = ResolveJob(ctx, index);
-    if (!ctx.watchdog.WaitBarrier(&ctx.barriers->publish_full[handoff.stage], handoff.phase, WaitKind::kStaging,
-                                  index)) {
-      return;
-    }
+    WaitPhase(&ctx.barriers->publish_full[handoff.stage], handoff.phase);
     if (work.node->has_dependents) {
       const sched::NodeSchedule& schedule = work.node->schedule;
       ptx::st_release_gpu(&ctx.params.flags[sched::OutputFlagIndex(schedule, work.m_block, work.n_block)],
@@ -808,22 +847,24 @@ __device__ __forceinline__ void PassTurn(const NarrowContext& ctx, const Consume
 
 // Waits for the stage under the cursors to be full in both rings; on the
 // job's first stage also stamps data_ready and lets the epilogue prefetch.
+// The warp leaves converged: what follows (wgmma, ldmatrix, mma.sync) is
+// warp-wide.
 template <typename Epilogue>
-__device__ __forceinline__ bool WaitForStage(const NarrowContext& ctx, const ConsumerRings& rings, int index,
+__device__ __forceinline__ void WaitForStage(const NarrowContext& ctx, const ConsumerRings& rings, int index,
                                              bool first, bool leader, Epilogue& epilogue) {
-  bool ok = ctx.watchdog.WaitBarrier(&ctx.barriers->a_full[rings.a.stage], rings.a.phase, WaitKind::kRingFull, index);
+  WaitPhase(&ctx.barriers->a_full[rings.a.stage], rings.a.phase);
   if (first) {
     RecordTrace(ctx, index, leader, &DeviceJobTrace::data_ready);
-    if (ok) epilogue.Prefetch();
+    epilogue.Prefetch();
   }
-  return ok &&
-         ctx.watchdog.WaitBarrier(&ctx.barriers->b_full[rings.b.stage], rings.b.phase, WaitKind::kRingFull, index);
+  WaitPhase(&ctx.barriers->b_full[rings.b.stage], rings.b.phase);
+  __syncwarp();
 }
 
 // A job of 33 to 64 rows: wgmma m64n32k16 over the whole K, then the
-// epilogue. Returns false when a wait gave up (the launch is aborting).
+// epilogue.
 template <int kConsumers>
-__device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+__device__ void RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                             int lane, ConsumerRings& rings) {
   const bool release_lane = lane == 0;
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
@@ -836,14 +877,12 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 #pragma unroll
     for (int r = 0; r < 16; ++r) chains[c][r] = 0.0f;
   }
-  bool ok = true;
   // The stage whose wgmmas were issued and whose slots are not yet released.
   RingCursor a_release = rings.a, b_release = rings.b;
   bool pending = false;
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
-    ok = WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
-    if (!ok) break;
+    WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
     const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
     const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
     // Every k-block of the stage, those past K too (zero-filled: LoadStage):
@@ -867,9 +906,9 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
-  if (ok) PassTurn<kConsumers>(ctx, rings, lane);
+  PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
-  if (ok && pending) ReleaseSlots<false>(ctx, release_lane, a_release, b_release);
+  if (pending) ReleaseSlots<false>(ctx, release_lane, a_release, b_release);
   float acc[16];
 #pragma unroll
   for (int r = 0; r < 16; ++r) {
@@ -878,8 +917,7 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
     for (int c = 1; c < kChains; ++c) acc[r] += chains[c][r];
   }
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
-  if (ok) epilogue.Store(acc);
-  return ok;
+  epilogue.Store(acc);
 }
 
 // A job of 17 to 32 rows (kRows, the A tile's rows: 24 or 32) on wgmma
@@ -910,7 +948,7 @@ __device__ bool RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 // 124.3 at 24 / 32 tokens, and at 48 / 64 tokens (N = 96 / 128) 149 / 167
 // against 117 / 119 (bench/NOTES.md v1.24).
 template <int kRows, int kConsumers>
-__device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+__device__ void RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                   int lane, ConsumerRings& rings) {
   constexpr int kPairChains = 2;
   constexpr int kHandoffPitch = NarrowConfig::kBlockN + 1;  // floats a token row, padded against bank conflicts
@@ -923,12 +961,10 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
   NarrowEpilogue epilogue(work, ctx.tile().m, warp, lane);
   float chains[kPairChains][32] = {};
-  bool ok = true;
   RingCursor a_release = rings.a, b_release = rings.b;
   bool pending = false;
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
-    ok = WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
-    if (!ok) break;
+    WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
     const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
     const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
     ptx::wgmma_fence();
@@ -949,17 +985,16 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
-  if (ok) PassTurn<kConsumers>(ctx, rings, lane);
+  PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
-  if (ok && pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
+  if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
   // Register 4c + 2h + e holds row 16 * warp + lane / 4 + 8h, column 8c + 2 *
   // (lane % 4) + e (wgmma.cuh); every index below is a constant (a run-time
   // one would put the accumulators in local memory), only the stores and
   // loads are predicated on the row.
   float* handoff = reinterpret_cast<float*>(rings.partials(ctx));
-  // Every warp reaches both barriers, whether its waits gave up or not. The
-  // first: the previous job's partials have all been read.
-  ptx::barrier_and_at<128>(rings.barrier(), ok);
+  // The first barrier: the previous job's partials have all been read.
+  ptx::barrier_at<128>(rings.barrier());
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = 16 * warp + lane / 4 + 8 * h;
@@ -973,7 +1008,7 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
       }
     }
   }
-  ok = ptx::barrier_and_at<128>(rings.barrier(), ok);
+  ptx::barrier_at<128>(rings.barrier());
   float acc[16];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -989,8 +1024,7 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
     }
   }
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
-  if (ok) epilogue.Store(acc);
-  return ok;
+  epilogue.Store(acc);
 }
 
 // The same for a job of at most 16 rows, on mma.sync m16n8k16 with the
@@ -1008,7 +1042,7 @@ __device__ bool RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
 // ~5 us.
 // kTagged: the tagged handoff's instantiation (SwappedEpilogue).
 template <int kTokenBlocks, int kConsumers, bool kTagged>
-__device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+__device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                               int lane, ConsumerRings& rings) {
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
@@ -1019,10 +1053,8 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
   SwappedEpilogue<kTagged> epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   float chains[kTokenBlocks][2][4][4] = {};  // [token block][weight block][k16 step][register]
-  bool ok = true;
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
-    ok = WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
-    if (!ok) break;
+    WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
     const uint32_t a_tile = a_base + rings.a.stage * ctx.params.a_stage_bytes + warp * a_tile_bytes;
     const uint32_t b_tile = b_base + rings.b.stage * NarrowConfig::kBStageBytes + warp * NarrowConfig::kBTileBytes;
     uint32_t tokens[kTokenBlocks][2][4];  // 16-byte chunks 0-3 and 4-7 of the token row (k 0-31, 32-63)
@@ -1051,10 +1083,9 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
     // generic stores, each lane releases its own reads of A.
     ReleaseSlots<kTagged>(ctx, lane == 0, rings.a, rings.b);
   }
-  if (ok) PassTurn<kConsumers>(ctx, rings, lane);
-  // Every warp reaches both barriers, whether its waits gave up or not.
-  // The first: the previous job's partials have all been read.
-  ptx::barrier_and_at<128>(rings.barrier(), ok);
+  PassTurn<kConsumers>(ctx, rings, lane);
+  // The first barrier: the previous job's partials have all been read.
+  ptx::barrier_at<128>(rings.barrier());
 #pragma unroll
   for (int tb = 0; tb < kTokenBlocks; ++tb) {
 #pragma unroll
@@ -1068,7 +1099,7 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
       rings.partials(ctx)[(warp * 4 + 2 * tb + wb) * 32 + lane] = sum;
     }
   }
-  ok = ptx::barrier_and_at<128>(rings.barrier(), ok);
+  ptx::barrier_at<128>(rings.barrier());
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (active) {
 #pragma unroll
@@ -1081,8 +1112,25 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
     }
   }
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
-  if (ok) epilogue.Store(acc, ctx.epoch);
-  return ok;
+  epilogue.Store(acc, ctx.epoch);
+}
+
+// A job's stages waited for and freed without a multiply, after recording a
+// failure for the launch (WaitKind::kNone: no wait timed out): for a job the
+// kernel has no path for (ConsumeJobs). Every lane frees A (the tagged
+// handoff's kEveryLaneOnA).
+template <int kConsumers>
+__device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int index, int lane,
+                            ConsumerRings& rings) {
+  if (threadIdx.x % 128 == 0) ctx.watchdog.Report(WaitKind::kNone, index, -1, 0, 0);
+  const int stages = NarrowConfig::StagesOf(work.job->k_block_end - work.job->k_block_begin);
+  for (int s = 0; s < stages; ++s) {
+    WaitPhase(&ctx.barriers->a_full[rings.a.stage], rings.a.phase);
+    WaitPhase(&ctx.barriers->b_full[rings.b.stage], rings.b.phase);
+    __syncwarp();
+    ReleaseSlots<true>(ctx, lane == 0, rings.a, rings.b);
+  }
+  PassTurn<kConsumers>(ctx, rings, lane);
 }
 
 // A consumer warpgroup, every other job of the CTA (`warpgroup` 0 the first,
@@ -1092,8 +1140,8 @@ __device__ bool RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
 // ring and handoff cursors past them: both rings and the handoffs hold the
 // CTA's jobs in queue order. So while one warpgroup runs a job's epilogue,
 // the other multiplies the next job's stages as they land.
-// A warp in which any wait gave up (the launch is aborting) leaves without
-// handing over; the publisher's wait then gives up too.
+// After a time-out it goes on as usual (its rings drain: the top of the
+// file) until the job stream ends.
 // kPath: 24 or 32, RunPairedWgmmaJob for A tiles of that many rows; 0, the
 // others by the plan's rows (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
 // NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
@@ -1123,38 +1171,33 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     // other warpgroup has waited for its last job's (every job before this
     // one was its, or this warpgroup's own).
     if (kConsumers > 1 && ordinal > 0) {
-      const bool turn = ctx.watchdog.WaitBarrier(rings.turn(ctx), rings.turn_phase, WaitKind::kRingFull, index);
-      if (!__all_sync(0xffffffffu, turn)) return;
+      WaitPhase(rings.turn(ctx), rings.turn_phase);
       rings.turn_phase ^= 1;
     }
     StartTrace(ctx, index, leader);
     const CtaWork work = ResolveJob(ctx, index);
-    bool ok;
     if constexpr (kPath == 0) {
       if (tile_rows <= 8) {
-        ok = RunMmaSyncJob<1, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
+        RunMmaSyncJob<1, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
       } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
-        ok = RunMmaSyncJob<2, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
+        RunMmaSyncJob<2, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
       } else if constexpr (kTagged) {
         // Not reached: a plan with tagged handoffs multiplies on mma.sync
-        // (runtime.cc, TaggedHandoffsOf); giving up ends the launch through
-        // the watchdog rather than compiling in a path it never runs.
-        ok = false;
+        // (runtime.cc, TaggedHandoffsOf). Rather than compile in a path it
+        // never runs, the launch fails and the job's stages drain.
+        PassOverJob<kConsumers>(ctx, work, index, lane, rings);
       } else {
-        ok = RunWgmmaJob<kConsumers>(ctx, work, index, leader, warp, lane, rings);
+        RunWgmmaJob<kConsumers>(ctx, work, index, leader, warp, lane, rings);
       }
     } else {
-      ok = RunPairedWgmmaJob<kPath, kConsumers>(ctx, work, index, leader, warp, lane, rings);
+      RunPairedWgmmaJob<kPath, kConsumers>(ctx, work, index, leader, warp, lane, rings);
     }
-    if (!__all_sync(0xffffffffu, ok)) return;
     __syncwarp();  // the lanes' stores to C, before lane 0's arrival
-    bool handed = true;
     if (lane == 0) {
-      handed = ctx.watchdog.WaitBarrier(&ctx.barriers->publish_empty[handoff.stage], handoff.phase ^ 1,
-                                        WaitKind::kStaging, index);
-      if (handed) cuda::ptx::mbarrier_arrive(&ctx.barriers->publish_full[handoff.stage]);
+      WaitPhase(&ctx.barriers->publish_empty[handoff.stage], handoff.phase ^ 1);
+      cuda::ptx::mbarrier_arrive(&ctx.barriers->publish_full[handoff.stage]);
     }
-    if (!__shfl_sync(0xffffffffu, handed, 0)) return;
+    __syncwarp();  // converged again: JobStream::Next reads the slot once a warp
     handoff.Advance(NarrowConfig::kJobSlots);
     RecordTrace(ctx, index, leader, &DeviceJobTrace::staged);
   }

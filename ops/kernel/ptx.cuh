@@ -212,7 +212,14 @@ __device__ __forceinline__ bool barrier_and_at(uint32_t id, bool predicate) {
   return all != 0;
 }
 
-// The same for a barrier id known at compile time.
+// Named barrier `id` over kThreads threads (bar.sync), the id known only at
+// run time as above.
+template <int kThreads>
+__device__ __forceinline__ void barrier_at(uint32_t id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kThreads) : "memory");
+}
+
+// The same as barrier_and_at for a barrier id known at compile time.
 template <int kId, int kThreads>
 __device__ __forceinline__ bool barrier_and(bool predicate) {
   return barrier_and_at<kThreads>(kId, predicate);

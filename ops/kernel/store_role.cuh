@@ -57,8 +57,7 @@ __device__ inline void RunStore(const CtaContext& ctx) {
         if (!hands_over[w]) continue;
         const int64_t rows = row0 + w * KernelConfig::kRowsPerConsumer;
         RingCursor& cursor = staging[w];
-        if (!ctx.watchdog.WaitBarrier(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase,
-                                      WaitKind::kStaging, index)) {
+        if (!ctx.WaitRing(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase, WaitKind::kStaging, index)) {
           cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
           return;
         }

@@ -1,11 +1,17 @@
-// watchdog.cuh: bounded waiting. Every spin in the kernel goes through here.
+// watchdog.cuh: bounded waiting. Every spin in the kernels goes through here.
 //
 // A wait that runs past KernelParams::spin_timeout_ns claims the host-mapped
 // DeviceTimeoutRecord (first one wins), fills in who waited on what, and sets
-// LaunchState::abort. Every other wait sees the abort flag within a few
-// microseconds and gives up too, so each role leaves its loop, the CTA reaches
-// its final cluster barrier and the kernel returns: the host then reports a
-// DeadlineExceeded status instead of hanging (and no trap kills the context).
+// LaunchState::abort. Every other bounded wait sees the abort flag within a
+// few microseconds and gives up too. In the tiled kernel every wait is
+// bounded, so each role leaves its loop; in the narrow kernel only the waits
+// on other CTAs (dependency flags, tagged copies, the scheduler's look at a
+// held job) are, and a role whose wait gave up drains instead: it keeps its
+// side of each ring going, without data and without waiting for producers,
+// until the job stream ends (narrow_gemm.cu), so that ring waits
+// (WaitPhase) need no clock. Either way each CTA reaches its final
+// barrier and the kernel returns: the host then reports a DeadlineExceeded
+// status instead of hanging (and no trap kills the context).
 #ifndef LOOM_OPS_KERNEL_WATCHDOG_CUH_
 #define LOOM_OPS_KERNEL_WATCHDOG_CUH_
 
@@ -17,6 +23,24 @@
 #include "ptx.cuh"
 
 namespace loom::kernel {
+
+// Waits, with no time limit, for the phase with parity `parity` of an
+// mbarrier in this CTA to complete (acquire, CTA scope). Only for a barrier
+// that is certain to complete: the narrow kernel's rings, whose every role
+// keeps its side of each ring going until the job stream ends, even after a
+// time-out (narrow_gemm.cu: a role that gives up drains). What bounds such a
+// wait is the watchdog's bound on the waits that can give up by themselves.
+// NOTE: the loop must stay this bare. Against Watchdog::WaitBarrier's
+// bounded loop, a narrow CTA streamed 7-12% faster at 33 CTAs and the
+// 64-token MLP block and chain took 3-5 us less; every bounded shape tried
+// was as slow as that loop or slower, however rarely its checks ran (checks
+// every 4096 tries, a first try with a suspend hint, 64 or 1024 plain tries
+// first: bench/NOTES.md v1.47), and a loop that read one shared-memory word
+// after each unsuccessful try 32% slower (v1.48). Measure any change.
+__device__ __forceinline__ void WaitPhase(uint64_t* barrier, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(barrier, parity)) {
+  }
+}
 
 class Watchdog {
  public:
@@ -79,13 +103,7 @@ class Watchdog {
   // async-proxy traffic, which the barrier's complete_tx already covers);
   // at cluster scope where the peer wrote shared memory with generic stores
   // before arriving (job slots).
-  // NOTE: the shape of this wait costs the narrow kernel measurably.
-  // Without the time-out (a bare `while (!try_wait) {}`) a narrow CTA
-  // streamed 7-12% faster at 33 CTAs and the 64-token MLP block and chain
-  // took 3-5 us less; every bounded shape tried instead (checks every 4096
-  // tries, a first try with a suspend hint, 64 or 1024 plain tries before
-  // this loop) was as slow or slower, however rarely its checks ran
-  // (bench/NOTES.md v1.47). Measure any change to this loop's shape.
+  // (The narrow kernel's ring waits are WaitPhase instead: see there.)
   __device__ bool WaitBarrier(uint64_t* barrier, uint32_t parity, WaitKind what, int job,
                               bool cluster_scope = false) const {
     if (cluster_scope) {
