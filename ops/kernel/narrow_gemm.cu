@@ -849,6 +849,9 @@ __device__ __forceinline__ void PassTurn(const NarrowContext& ctx, const Consume
 // job's first stage also stamps data_ready and lets the epilogue prefetch.
 // The warp leaves converged: what follows (wgmma, ldmatrix, mma.sync) is
 // warp-wide.
+// NOTE: the __syncwarp costs a 64-row job at 33 CTAs 4-10% (nothing on the
+// whole chip); waiting on a warp vote instead (`while (!__all_sync(...,
+// try_wait))`) was slower still (bench/NOTES.md v1.48).
 template <typename Epilogue>
 __device__ __forceinline__ void WaitForStage(const NarrowContext& ctx, const ConsumerRings& rings, int index,
                                              bool first, bool leader, Epilogue& epilogue) {
