@@ -101,14 +101,12 @@ struct NarrowContext {
   // scheduler goes on handing out jobs (RunScheduler).
   static constexpr bool kDrainsOnAbort = true;
 
-  // Waits for a ring barrier's phase (the rings, the job slots, the
-  // publisher's handoff, the consumers' turns), with no time limit: every
-  // role keeps its side of each ring going until the job stream ends, even
-  // after a time-out, so the phase comes (WaitPhase says why no clock).
-  // Always true; CtaContext's counterpart may give up. No clusters here, so
-  // never at cluster scope.
-  __device__ bool WaitRing(uint64_t* barrier, uint32_t parity, WaitKind, int, bool cluster_scope = false) const {
-    (void)cluster_scope;
+  // The job slots' waits in the shared protocol code (JobStream, RunScheduler;
+  // this kernel's own ring waits call WaitPhase): no time limit, since every
+  // role keeps reading and releasing slots until the job stream ends, even
+  // after a time-out. Always true; CtaContext's counterpart may give up. No
+  // clusters here: the scope argument is always false.
+  __device__ bool WaitRing(uint64_t* barrier, uint32_t parity, WaitKind, int, bool) const {
     WaitPhase(barrier, parity);
     return true;
   }
