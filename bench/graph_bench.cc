@@ -18,12 +18,18 @@
 //   chain  --chain_layers linear layers [width x width] at each --chain_tokens
 //          T: cublasLt GEMMs in one CUDA graph against one loom graph.
 //
-// Timing: --warmup launches, then --iters launches enqueued back to back on
-// one stream with an event between consecutive launches (the steady state of a
+// Timing: the baseline and loom take turns, --rounds of them (the default 2:
+// baseline, loom, loom, baseline), each turn after --cooldown_ms of idle GPU,
+// so that both start from the same state of the H200's power budget (a long
+// case runs into the power cap within ~0.1 s). A turn is --warmup launches
+// (and more until --warmup_ms have passed: timing the clock a sustained load
+// settles at instead), then --iters launches enqueued back to back on one
+// stream with an event between consecutive launches (the steady state of a
 // decode loop: the host's launch latency hides behind the previous launch);
-// the median per launch is reported. With --run_length=N an event comes only
-// after every N launches and the median of the runs' means is reported: the
-// period of a pipeline of launches, where consecutive loom launches overlap
+// the median per launch over all rounds is reported, each round's median
+// beside it. With --run_length=N an event comes only after every N launches
+// and the median of the runs' means is reported: the period of a pipeline of
+// launches, where consecutive loom launches overlap
 // (CompileOptions::overlap_launches) and CUDA-graph launches queue up.
 // speedup = baseline time / loom time (> 1: loom is faster); weight bandwidth
 // = weight bytes / time, next to the measured copy bandwidth.
@@ -79,6 +85,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "baseline_kernels.h"
 #include "cublas_baseline.h"
@@ -93,8 +100,17 @@
 ABSL_FLAG(std::string, tokens, "1,16,64,128,8192", "comma-separated token counts for the MLP block (empty: none)");
 ABSL_FLAG(int64_t, hidden, 4096, "MLP model width");
 ABSL_FLAG(int64_t, intermediate, 14336, "MLP intermediate width");
-ABSL_FLAG(int, iters, 50, "timed launches per implementation and case (the median is reported)");
-ABSL_FLAG(int, warmup, 5, "untimed launches first (at least 1)");
+ABSL_FLAG(int, iters, 50, "timed launches per implementation, case and round (the median of all is reported)");
+ABSL_FLAG(int, rounds, 2,
+          "rounds per case: the baseline and loom take turns, each round timing --iters launches of both, the "
+          "first to run alternating (baseline first in odd rounds)");
+ABSL_FLAG(int, warmup, 5, "untimed launches first in every turn (at least 1)");
+ABSL_FLAG(double, warmup_ms, 0,
+          "untimed launches in every turn go on for at least this long: with ~300 or more every turn is timed at "
+          "the clock a sustained load settles at under the power cap (0: --warmup launches only)");
+ABSL_FLAG(double, cooldown_ms, 500,
+          "the GPU idles this long before every turn, so that each turn starts from the same idle state rather "
+          "than from where the other implementation's turn left the power budget (0: no pause)");
 ABSL_FLAG(int, run_length, 1,
           "launches between consecutive timing events: each time is a run's mean per launch, and the median of "
           "the runs is reported. 1: an event between every two launches; more: the period of launches back to "
@@ -111,7 +127,7 @@ ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: th
 ABSL_FLAG(int, group_size, 0,
           "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
-ABSL_FLAG(double, max_seconds, 55, "hard wall-clock limit; the process exits with code 3 past it (0: none)");
+ABSL_FLAG(double, max_seconds, 120, "hard wall-clock limit; the process exits with code 3 past it (0: none)");
 
 namespace loom::bench {
 namespace {
@@ -211,8 +227,11 @@ struct BenchContext {
   void* workspace = nullptr;
   Watchdog* watchdog = nullptr;
   int warmup = 5;
+  double warmup_ms = 0;      // a turn's warm-up lasts at least this long
+  double cooldown_ms = 500;  // idle time before each turn
   int iters = 50;
   int run_length = 1;  // launches between timing events
+  int rounds = 2;      // turns of baseline and loom per case
   CompileOptions loom_options;
   bool timeline = false;
   std::string timeline_csv;  // with timeline: where the raw job traces go ("": nowhere)
@@ -220,32 +239,55 @@ struct BenchContext {
 
 // --- Timing. ---
 
+// One implementation's time in one case: every round's runs pooled.
 struct Timing {
-  double median_us = 0;
-  int iters = 0;
+  double median_us = 0;                  // over every timed run of every round
+  int iters = 0;                         // launches timed, all rounds together
+  std::vector<double> round_medians_us;  // one per round, in the order they ran
+
+  void AddRound(std::vector<double> runs_us, int launches) {
+    pooled_us_.insert(pooled_us_.end(), runs_us.begin(), runs_us.end());
+    round_medians_us.push_back(Median(std::move(runs_us)));
+    median_us = Median(pooled_us_);
+    iters += launches;
+  }
+
+ private:
+  std::vector<double> pooled_us_;
 };
 
-// The timed loop may spend about this long per implementation and case; a
-// case slower than that runs fewer iterations (at least 3), and says so.
+// The timed loop may spend about this long per implementation and case (all
+// rounds together); a case slower than that runs fewer iterations a round (at
+// least 3), and says so.
 constexpr double kTimedBudgetMs = 4000;
 
-// Enqueues `launch` (one launch on ctx.stream) ctx.warmup times, then up to
-// ctx.iters times back to back with an event after every ctx.run_length
-// launches; each run's time is its mean per launch.
-absl::StatusOr<Timing> TimeLaunches(const BenchContext& ctx, const std::function<absl::Status()>& launch,
-                                    int iters) {
+// Enqueues `launch` (one launch on ctx.stream) for the warm-up (ctx.warmup
+// launches, ctx.warmup_ms at least), then up to `iters` times back to back with an event after every ctx.run_length
+// launches, and adds the runs (each its mean per launch) to `timing` as one
+// round. `budget_ms` caps the timed launches' expected time.
+absl::Status TimeRound(const BenchContext& ctx, const std::function<absl::Status()>& launch, int iters,
+                       double budget_ms, Timing& timing) {
+  // Warm-up: ctx.warmup launches, then batches of launches until ctx.warmup_ms
+  // have passed, each batch sized from the launches timed so far.
   EventList events;
   LOOM_RETURN_IF_ERROR(events.Create(2));
   BENCH_CUDA(cudaEventRecord(events[0], ctx.stream));
-  for (int i = 0; i < ctx.warmup; ++i) LOOM_RETURN_IF_ERROR(launch());
-  BENCH_CUDA(cudaEventRecord(events[1], ctx.stream));
-  BENCH_CUDA(cudaEventSynchronize(events[1]));
-  float warmup_ms = 0;
-  BENCH_CUDA(cudaEventElapsedTime(&warmup_ms, events[0], events[1]));
-  const double per_launch_ms = warmup_ms / std::max(ctx.warmup, 1);
+  int warmed = 0;
+  double per_launch_ms = 0;
+  for (int batch = ctx.warmup;;) {
+    for (int i = 0; i < batch; ++i) LOOM_RETURN_IF_ERROR(launch());
+    warmed += batch;
+    BENCH_CUDA(cudaEventRecord(events[1], ctx.stream));
+    BENCH_CUDA(cudaEventSynchronize(events[1]));
+    float warm_ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&warm_ms, events[0], events[1]));
+    per_launch_ms = warm_ms / warmed;
+    if (warm_ms >= ctx.warmup_ms || per_launch_ms <= 0) break;
+    batch = std::clamp(static_cast<int>((ctx.warmup_ms - warm_ms) / per_launch_ms) + 1, 1, 100000);
+  }
   int count = iters;
-  if (per_launch_ms > 0 && per_launch_ms * iters > kTimedBudgetMs) {
-    count = std::max(std::min(iters, 3), static_cast<int>(kTimedBudgetMs / per_launch_ms));
+  if (per_launch_ms > 0 && per_launch_ms * iters > budget_ms) {
+    count = std::max(std::min(iters, 3), static_cast<int>(budget_ms / per_launch_ms));
   }
 
   const int run_length = std::min(ctx.run_length, count);
@@ -264,7 +306,8 @@ absl::StatusOr<Timing> TimeLaunches(const BenchContext& ctx, const std::function
     BENCH_CUDA(cudaEventElapsedTime(&ms, marks[r], marks[r + 1]));
     times_us.push_back(1000.0 * ms / run_length);
   }
-  return Timing{Median(std::move(times_us)), runs * run_length};
+  timing.AddRound(std::move(times_us), runs * run_length);
+  return absl::OkStatus();
 }
 
 // Records whatever `enqueue` puts on `stream` into a CUDA graph and
@@ -287,19 +330,16 @@ absl::StatusOr<GraphExec> CaptureGraph(cudaStream_t stream, const std::function<
 }
 
 // Runs `enqueue` once eagerly (so cuBLAS loads its kernels outside the
-// capture), captures it into one CUDA graph and times the graph's launches.
-absl::StatusOr<Timing> TimeBaselineGraph(const BenchContext& ctx,
-                                         const std::function<absl::Status(cudaStream_t)>& enqueue) {
+// capture), captures it into one CUDA graph and launches the graph once, so
+// that its outputs can be checked before the timed launches.
+absl::StatusOr<GraphExec> PrepareBaselineGraph(const BenchContext& ctx,
+                                               const std::function<absl::Status(cudaStream_t)>& enqueue) {
   LOOM_RETURN_IF_ERROR(enqueue(ctx.stream));
   BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
   LOOM_ASSIGN_OR_RETURN(GraphExec graph, CaptureGraph(ctx.stream, enqueue));
-  return TimeLaunches(
-      ctx,
-      [&]() -> absl::Status {
-        BENCH_CUDA(cudaGraphLaunch(graph.get(), ctx.stream));
-        return absl::OkStatus();
-      },
-      ctx.iters);
+  BENCH_CUDA(cudaGraphLaunch(graph.get(), ctx.stream));
+  BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+  return graph;
 }
 
 // --- Host-side reads and checks. ---
@@ -431,8 +471,14 @@ void PrintCase(const CaseResult& r, double copy_gbps) {
                          : absl::StrFormat("%5.0f GB/s of weights", gbps);
   };
   auto iters_note = [](const Timing& t) {
-    const bool cut = t.iters > 0 && t.iters < absl::GetFlag(FLAGS_iters);
-    return cut ? absl::StrFormat("  (%d launches: time budget)", t.iters) : std::string();
+    std::string note;
+    if (t.round_medians_us.size() > 1) {
+      note = "  rounds " + absl::StrJoin(t.round_medians_us, " / ",
+                                         [](std::string* out, double us) { absl::StrAppendFormat(out, "%.1f", us); });
+    }
+    const int planned = absl::GetFlag(FLAGS_iters) * static_cast<int>(t.round_medians_us.size());
+    if (t.iters > 0 && t.iters < planned) absl::StrAppendFormat(&note, "  (%d launches: time budget)", t.iters);
+    return note;
   };
   std::printf("%-5s T=%-5ld baseline %9.1f us  %s  %6.1f TF/s%s\n", r.kind.c_str(), r.tokens, r.baseline.median_us,
               bandwidth(r.baseline).c_str(), CaseResult::TFps(r.flops, r.baseline), iters_note(r.baseline).c_str());
@@ -459,6 +505,31 @@ void WarnIfWeightsFitInL2(const BenchContext& ctx, std::string_view what, double
   }
 }
 
+// Times the baseline and loom in ctx.rounds rounds of one turn each, the
+// first to run alternating (baseline first in the first round), each turn
+// after ctx.cooldown_ms of idle GPU. A long case (the 8192-token block) runs
+// the H200 into its power cap within ~0.1 s, and its clock then stays down:
+// timing one side wholly before the other credited the first with the idle
+// GPU's clock (~10% at 8192 tokens, bench/NOTES.md v1.49).
+absl::Status TimeBothInTurns(const BenchContext& ctx, const std::string& step,
+                             const std::function<absl::Status()>& baseline_launch,
+                             const std::function<absl::Status()>& loom_launch, CaseResult& result) {
+  const double budget_ms = kTimedBudgetMs / ctx.rounds;
+  for (int round = 0; round < ctx.rounds; ++round) {
+    const bool baseline_first = round % 2 == 0;
+    for (int turn = 0; turn < 2; ++turn) {
+      const bool baseline = (turn == 0) == baseline_first;
+      ctx.watchdog->SetStep(absl::StrFormat("%s: %s timed launches, round %d", step,
+                                            baseline ? "baseline" : "loom", round + 1));
+      BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ctx.cooldown_ms));
+      LOOM_RETURN_IF_ERROR(TimeRound(ctx, baseline ? baseline_launch : loom_launch, ctx.iters, budget_ms,
+                                     baseline ? result.baseline : result.loom));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // --- Copy bandwidth. ---
 
 absl::StatusOr<double> MeasureCopyGBps(BenchContext& ctx) {
@@ -469,15 +540,15 @@ absl::StatusOr<double> MeasureCopyGBps(BenchContext& ctx) {
   BENCH_CUDA(FillUniformBf16(source.get(), kCopyBytes / kBf16Bytes, 7, ctx.stream));
   BenchContext copy_ctx = ctx;
   copy_ctx.warmup = 2;
-  LOOM_ASSIGN_OR_RETURN(Timing timing, TimeLaunches(
-                                           copy_ctx,
-                                           [&]() -> absl::Status {
-                                             BENCH_CUDA(cudaMemcpyAsync(destination.get(), source.get(),
-                                                                        kCopyBytes, cudaMemcpyDeviceToDevice,
-                                                                        ctx.stream));
-                                             return absl::OkStatus();
-                                           },
-                                           10));
+  copy_ctx.warmup_ms = 0;
+  Timing timing;
+  LOOM_RETURN_IF_ERROR(TimeRound(
+      copy_ctx,
+      [&]() -> absl::Status {
+        BENCH_CUDA(cudaMemcpyAsync(destination.get(), source.get(), kCopyBytes, cudaMemcpyDeviceToDevice, ctx.stream));
+        return absl::OkStatus();
+      },
+      10, kTimedBudgetMs, timing));
   return 2.0 * kCopyBytes / timing.median_us / 1e3;
 }
 
@@ -500,17 +571,24 @@ absl::Status AppendTimelineCsv(const std::string& path, const std::string& step,
   return ok ? absl::OkStatus() : absl::InternalError(absl::StrCat("--timeline_csv: cannot write ", path));
 }
 
-// Compiles `graph`, launches it once (checked), then times ctx.iters launches
-// into result.loom. With --timeline, one more launch of a traced plan prints
-// where each node's time went (its outputs are the same bits).
-absl::Status TimeLoomGraph(BenchContext& ctx, const GemmGraph& graph, const std::string& step, CaseResult& result) {
+// Compiles `graph`, launches it once (checked), then times it in turns with
+// the baseline's `baseline_graph` into result. With --timeline, one more
+// launch of a traced plan prints where each node's time went (its outputs are
+// the same bits).
+absl::Status TimeAgainstBaseline(BenchContext& ctx, const GemmGraph& graph, const GraphExec& baseline_graph,
+                                 const std::string& step, CaseResult& result) {
   ctx.watchdog->SetStep(step + ": loom compile");
   LOOM_ASSIGN_OR_RETURN(Plan plan, ctx.runtime->Compile(graph, ctx.loom_options));
   ctx.watchdog->SetStep(step + ": loom first launch");
   LOOM_RETURN_IF_ERROR(plan.Launch(ctx.stream));
   LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
-  ctx.watchdog->SetStep(step + ": loom timed launches");
-  LOOM_ASSIGN_OR_RETURN(result.loom, TimeLaunches(ctx, [&] { return plan.Launch(ctx.stream); }, ctx.iters));
+  LOOM_RETURN_IF_ERROR(TimeBothInTurns(
+      ctx, step,
+      [&]() -> absl::Status {
+        BENCH_CUDA(cudaGraphLaunch(baseline_graph.get(), ctx.stream));
+        return absl::OkStatus();
+      },
+      [&] { return plan.Launch(ctx.stream); }, result));
   LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
   if (!ctx.timeline) return absl::OkStatus();
   ctx.watchdog->SetStep(step + ": traced launch");
@@ -626,7 +704,7 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
                                            ctx.workspace, stream));
     return absl::OkStatus();
   };
-  LOOM_ASSIGN_OR_RETURN(result.baseline, TimeBaselineGraph(ctx, enqueue_baseline));
+  LOOM_ASSIGN_OR_RETURN(GraphExec baseline_graph, PrepareBaselineGraph(ctx, enqueue_baseline));
   ctx.watchdog->SetStep(step + ": baseline FP64 check");
   LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
                         CheckMlpBaseline(ctx, shape, weights, tokens, x.get(), h_baseline.get(), y_baseline.get()));
@@ -641,7 +719,7 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
   graph.AddGemm("down", TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate),
                 TensorView::Dense("w_down", weights.down.get(), DType::kBF16, hidden, intermediate),
                 TensorView::Dense("y", y_loom.get(), DType::kBF16, tokens, hidden), Epilogue{.residual = x_view});
-  LOOM_RETURN_IF_ERROR(TimeLoomGraph(ctx, graph, step, result));
+  LOOM_RETURN_IF_ERROR(TimeAgainstBaseline(ctx, graph, baseline_graph, step, result));
 
   ctx.watchdog->SetStep(step + ": comparison");
   LOOM_RETURN_IF_ERROR(
@@ -703,7 +781,7 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
     }
     return absl::OkStatus();
   };
-  LOOM_ASSIGN_OR_RETURN(result.baseline, TimeBaselineGraph(ctx, enqueue_baseline));
+  LOOM_ASSIGN_OR_RETURN(GraphExec baseline_graph, PrepareBaselineGraph(ctx, enqueue_baseline));
   ctx.watchdog->SetStep(step + ": baseline FP64 check");
   std::vector<const void*> baseline_activations = {x.get()};
   for (const DeviceBuffer& out : baseline_outputs) baseline_activations.push_back(out.get());
@@ -720,7 +798,7 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
                   TensorView::Dense(absl::StrCat("w", layer), weights[layer].get(), DType::kBF16, width, width),
                   TensorView::Dense(absl::StrCat("y", layer), loom_outputs[layer].get(), DType::kBF16, tokens, width));
   }
-  LOOM_RETURN_IF_ERROR(TimeLoomGraph(ctx, graph, step, result));
+  LOOM_RETURN_IF_ERROR(TimeAgainstBaseline(ctx, graph, baseline_graph, step, result));
 
   ctx.watchdog->SetStep(step + ": comparison");
   for (int layer = 0; layer < layers; ++layer) {
@@ -746,6 +824,11 @@ absl::StatusOr<std::vector<DeviceBuffer>> MakeChainWeights(const BenchContext& c
 // --- Output. ---
 
 std::string JsonNumber(double value) { return std::isfinite(value) ? absl::StrFormat("%.6g", value) : "null"; }
+
+std::string JsonNumbers(const std::vector<double>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, ", ", [](std::string* out, double v) { out->append(JsonNumber(v)); }),
+                      "]");
+}
 
 std::string JsonString(std::string_view text) {
   std::string quoted = "\"";
@@ -778,13 +861,15 @@ absl::Status WriteJson(const std::string& path, const DeviceDescription& device,
         &text,
         "    {\"kind\": %s, \"tokens\": %d, \"baseline_us\": %s, \"loom_us\": %s, \"speedup\": %s, "
         "\"baseline_weight_gbps\": %s, \"loom_weight_gbps\": %s, \"baseline_tflops\": %s, \"loom_tflops\": %s, "
-        "\"baseline_iters\": %d, \"loom_iters\": %d, \"max_rel_diff\": %s, \"max_abs_diff\": %s, "
+        "\"baseline_iters\": %d, \"loom_iters\": %d, \"baseline_round_us\": %s, \"loom_round_us\": %s, "
+        "\"max_rel_diff\": %s, \"max_abs_diff\": %s, "
         "\"bad_elements\": %d, \"compared_elements\": %d, \"baseline_fp64_err_over_bound\": %s, "
         "\"correct\": %s, \"verdict\": %s, \"error\": %s}%s\n",
         JsonString(r.kind), r.tokens, JsonNumber(r.baseline.median_us), JsonNumber(r.loom.median_us),
         JsonNumber(r.speedup()), JsonNumber(CaseResult::GBps(r.weight_bytes, r.baseline)),
         JsonNumber(CaseResult::GBps(r.weight_bytes, r.loom)), JsonNumber(CaseResult::TFps(r.flops, r.baseline)),
         JsonNumber(CaseResult::TFps(r.flops, r.loom)), r.baseline.iters, r.loom.iters,
+        JsonNumbers(r.baseline.round_medians_us), JsonNumbers(r.loom.round_medians_us),
         JsonNumber(r.agreement.max_relative), JsonNumber(r.agreement.max_absolute), r.agreement.bad,
         r.agreement.elements, JsonNumber(r.baseline_fp64_worst), r.correct() ? "true" : "false",
         JsonString(r.Verdict()), JsonString(r.error), i + 1 < results.size() ? "," : "");
@@ -855,6 +940,15 @@ absl::Status CheckFlags() {
   }
   if (const int run_length = absl::GetFlag(FLAGS_run_length); run_length < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--run_length must be at least 1, got ", run_length));
+  }
+  if (const int rounds = absl::GetFlag(FLAGS_rounds); rounds < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--rounds must be at least 1, got ", rounds));
+  }
+  for (const auto& [name, ms] : {std::pair{"warmup_ms", absl::GetFlag(FLAGS_warmup_ms)},
+                                 std::pair{"cooldown_ms", absl::GetFlag(FLAGS_cooldown_ms)}}) {
+    if (!(ms >= 0 && ms <= 60000)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " must be in [0, 60000], got ", ms));
+    }
   }
   if (const int warmup = absl::GetFlag(FLAGS_warmup); warmup < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--warmup must be at least 1, got ", warmup));
@@ -941,8 +1035,11 @@ int Main() {
   ctx.timeline_csv = absl::GetFlag(FLAGS_timeline_csv);
   ctx.watchdog = &watchdog;
   ctx.warmup = absl::GetFlag(FLAGS_warmup);
+  ctx.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
+  ctx.cooldown_ms = absl::GetFlag(FLAGS_cooldown_ms);
   ctx.iters = absl::GetFlag(FLAGS_iters);
   ctx.run_length = absl::GetFlag(FLAGS_run_length);
+  ctx.rounds = absl::GetFlag(FLAGS_rounds);
   DeviceBuffer workspace;
   const absl::Status setup = [&]() -> absl::Status {
     BENCH_CUBLAS(cublasLtCreate(&ctx.lt));
@@ -962,9 +1059,11 @@ int Main() {
     return 1;
   }
 
-  std::printf("timing: %s; loom launches %s\n",
+  std::printf("timing: %s; %d round%s of baseline and loom in turns, %.0f ms idle before each%s; loom launches %s\n",
               ctx.run_length == 1 ? "an event between every two launches"
                                   : absl::StrFormat("runs of %d launches back to back", ctx.run_length).c_str(),
+              ctx.rounds, ctx.rounds == 1 ? "" : "s", ctx.cooldown_ms,
+              ctx.warmup_ms > 0 ? absl::StrFormat(", warmed for %.0f ms", ctx.warmup_ms).c_str() : "",
               ctx.loom_options.overlap_launches ? "overlap the kernel before them" : "wait for the stream");
   bool all_ok = true;
   bool usable = true;
