@@ -70,7 +70,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
         ok = WaitForStaging(ctx, warpgroup, staging, index);
         if (ok) PublishPanel(ctx, warpgroup, staging);
       } else {
-        ok = StageOutput(ctx, work, node, warpgroup, staging, sums, index);
+        ok = StageOutput<!kSplitK>(ctx, work, node, warpgroup, staging, sums, index);
       }
     } else {
       if (ctx.params.trace != nullptr && recorder && work.job->k_block_end > work.job->k_block_begin) {
@@ -105,7 +105,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
           if (!WaitForPartials(ctx, tile, summed, warpgroup, index)) return;
           AddPartials(ctx, tile, warpgroup, summed, accumulators);
         }
-        ok = StageOutput(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
+        ok = StageOutput<!kSplitK>(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
       }
     }
     if (!ok) return;

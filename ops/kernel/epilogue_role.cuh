@@ -100,6 +100,16 @@ __device__ __forceinline__ float LoadFloat(const void* base, int64_t index) {
   }
 }
 
+// Two consecutive elements, from an address aligned to two of them.
+template <typename T>
+__device__ __forceinline__ float2 LoadFloatPair(const T* pair) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
+  } else {
+    return *reinterpret_cast<const float2*>(pair);
+  }
+}
+
 // The same, the element type chosen at run time (a bias or residual of
 // either type, read a few values at a time).
 __device__ __forceinline__ float LoadFloat(ElementType type, const void* base, int64_t index) {
@@ -172,8 +182,10 @@ __device__ __forceinline__ void AddBias(const EpilogueFields& node, int64_t acc_
 // acc[i] += residual[row][column] for the output elements this lane holds:
 // every register, or for SwiGLU the even registers (which hold the outputs).
 // The two rows' base pointers are computed once; kChecked: the tile reaches
-// past M or past the output's last column.
-template <typename T, bool kSwiGLU, bool kChecked>
+// past M or past the output's last column. kPairLoads (unchecked, not
+// SwiGLU): one load for each pair of columns a lane holds, whose first
+// column is even and whose rows start 16-byte aligned (graph.cc, rule 4).
+template <typename T, bool kSwiGLU, bool kChecked, bool kPairLoads = false>
 __device__ __forceinline__ void AddResidual(const EpilogueFields& node, int64_t row0, int64_t out_col0, int warp,
                                             int lane, float (&acc)[128], int begin, int end) {
   const int64_t row_lo = row0 + warp * 16 + lane / 4;
@@ -191,6 +203,12 @@ __device__ __forceinline__ void AddResidual(const EpilogueFields& node, int64_t 
       if constexpr (kSwiGLU) {
         const int col = 4 * (i / 4) + lane % 4;
         if (!kChecked || (row_ok && col < columns_left)) acc[r] += LoadFloat<T>(base, col);
+      } else if constexpr (kPairLoads) {
+        static_assert(!kChecked, "pair loads read both columns");
+        const int col = 8 * (i / 4) + 2 * (lane % 4);
+        const float2 pair = LoadFloatPair<T>(base + col);
+        acc[r] += pair.x;
+        acc[r + 1] += pair.y;
       } else {
         const int col = 8 * (i / 4) + 2 * (lane % 4);
         if (!kChecked || (row_ok && col < columns_left)) acc[r] += LoadFloat<T>(base, col);
@@ -444,15 +462,76 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
   return true;
 }
 
+// The first row of this warpgroup's part of the tile, and the tile's first
+// (accumulator) column.
+__device__ __forceinline__ int64_t WarpgroupRow0(const CtaWork& work, int warpgroup) {
+  return static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer;
+}
+__device__ __forceinline__ int64_t TileCol0(const CtaWork& work) {
+  return static_cast<int64_t>(work.n_block) * KernelConfig::kBlockN;
+}
+
+// Whether AddBiasAndResidual can take this warpgroup's part of the tile: no
+// activation (so an output column is an accumulator column), and every row
+// and column it adds inside the bias and the residual (no checks).
+__device__ __forceinline__ bool AddsWholeTile(const EpilogueFields& node, const CtaWork& work, int warpgroup) {
+  const int64_t col_end = TileCol0(work) + KernelConfig::kBlockN;
+  return node.activation == EpilogueActivation::kNone && (node.bias == nullptr || col_end <= node.n) &&
+         (node.residual == nullptr ||
+          (WarpgroupRow0(work, warpgroup) + KernelConfig::kRowsPerConsumer <= node.m && col_end <= node.out_cols));
+}
+
+// acc += bias, then += residual, over the warpgroup's whole part of the tile
+// at once (AddsWholeTile). All of the residual's loads can then be in flight
+// together, one round trip a tile: StageTile, a panel at a time, paid one a
+// panel (traced at 8192 tokens, the MLP block's down projection spent
+// 12.1-12.3 us of each tile's epilogue, 6.9-7.1 this way; bench/NOTES.md
+// v1.49).
+__device__ inline void AddBiasAndResidual(const EpilogueFields& node, const CtaWork& work, int warpgroup,
+                                          float (&acc)[128]) {
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = WarpgroupRow0(work, warpgroup);
+  const int64_t col0 = TileCol0(work);
+  if (node.residual != nullptr) {
+    node.residual_type == ElementType::kBF16
+        ? PrefetchResidualRows<__nv_bfloat16>(node, row0, col0, KernelConfig::kBlockN, warp, lane)
+        : PrefetchResidualRows<float>(node, row0, col0, KernelConfig::kBlockN, warp, lane);
+  }
+  if (node.bias != nullptr) {
+    node.bias_type == ElementType::kBF16 ? AddBias<__nv_bfloat16, false>(node, col0, lane, acc, 0, 128)
+                                         : AddBias<float, false>(node, col0, lane, acc, 0, 128);
+  }
+  if (node.residual != nullptr) {
+    node.residual_type == ElementType::kBF16
+        ? AddResidual<__nv_bfloat16, false, false, true>(node, row0, col0, warp, lane, acc, 0, 128)
+        : AddResidual<float, false, false, true>(node, row0, col0, warp, lane, acc, 0, 128);
+  }
+}
+
 // The fused epilogue into C, in the instantiation for this node's output.
+// A tile whose panels TMA stores whole goes out as a plain tile
+// (StagePlainTile) when it has no fused op or, with kWholeTileAdds, when its
+// bias and residual can be added to the registers first (AddsWholeTile).
+// The split-K kernel leaves the whole-tile adds out: beside its reduce path a
+// first version of them made it spill 592 / 1784 bytes against 508 / 1524,
+// and the 128-token MLP block ran 5 us slower (bench/NOTES.md v1.49).
+template <bool kWholeTileAdds>
 __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
                                    RingCursor& staging, float (&acc)[128], int index) {
   const EpilogueFields fields(node);
   const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
-  const bool plain = fields.bias == nullptr && fields.residual == nullptr &&
-                     fields.activation == EpilogueActivation::kNone &&
-                     TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols);
+  const bool adds = fields.bias != nullptr || fields.residual != nullptr;
+  bool plain;
+  if constexpr (kWholeTileAdds) {
+    plain = TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols) &&
+            (adds ? AddsWholeTile(fields, work, warpgroup) : fields.activation == EpilogueActivation::kNone);
+  } else {
+    plain = !adds && fields.activation == EpilogueActivation::kNone &&
+            TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols);
+  }
   if (plain) {
+    if (kWholeTileAdds && adds) AddBiasAndResidual(fields, work, warpgroup, acc);
     return node.out_type == ElementType::kBF16
                ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, index)
                : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc, index);
