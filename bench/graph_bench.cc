@@ -262,9 +262,10 @@ struct Timing {
 constexpr double kTimedBudgetMs = 4000;
 
 // Enqueues `launch` (one launch on ctx.stream) for the warm-up (ctx.warmup
-// launches, ctx.warmup_ms at least), then up to `iters` times back to back with an event after every ctx.run_length
-// launches, and adds the runs (each its mean per launch) to `timing` as one
-// round. `budget_ms` caps the timed launches' expected time.
+// launches, ctx.warmup_ms at least), then up to `iters` times back to back
+// with an event after every ctx.run_length launches, and adds the runs (each
+// its mean per launch) to `timing` as one round. `budget_ms` caps the timed
+// launches' expected time.
 absl::Status TimeRound(const BenchContext& ctx, const std::function<absl::Status()>& launch, int iters,
                        double budget_ms, Timing& timing) {
   // Warm-up: ctx.warmup launches, then batches of launches until ctx.warmup_ms
