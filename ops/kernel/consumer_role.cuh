@@ -39,8 +39,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
     StartTrace(ctx, index, recorder);
     const CtaWork work = ResolveJob(ctx, index);
     const KernelNode& node = *work.node;
-    const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
-                         warpgroup * KernelConfig::kRowsPerConsumer;
+    const int64_t row0 = WarpgroupRow0(work, warpgroup);
     // A gemm job's HandsOverRows (the store thread expects its staging).
     const bool rows_in_range = work.in_range && row0 < node.schedule.m;
     bool ok;

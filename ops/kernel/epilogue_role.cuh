@@ -151,6 +151,15 @@ struct EpilogueFields {
         residual_type(node.residual_type) {}
 };
 
+// The first row of this warpgroup's part of the tile, and the tile's first
+// (accumulator) column.
+__device__ __forceinline__ int64_t WarpgroupRow0(const CtaWork& work, int warpgroup) {
+  return static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer;
+}
+__device__ __forceinline__ int64_t TileCol0(const CtaWork& work) {
+  return static_cast<int64_t>(work.n_block) * KernelConfig::kBlockN;
+}
+
 // Whether output tile column n_block lies wholly inside C's TMA columns: its
 // panels are stored whole by TMA, with no column left for the consumers to
 // write themselves (WriteRaggedPanel).
@@ -387,9 +396,8 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
   using Shape = PanelShape<kOut, kSwiGLU>;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
-  const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM +
-                       warpgroup * KernelConfig::kRowsPerConsumer;
-  const int64_t acc_col0 = static_cast<int64_t>(work.n_block) * KernelConfig::kBlockN;
+  const int64_t row0 = WarpgroupRow0(work, warpgroup);
+  const int64_t acc_col0 = TileCol0(work);
   const int64_t out_col0 = static_cast<int64_t>(work.n_block) * node.out_tile_n;
   const int panels = OutputPanels(node.out_cols, node.out_tile_n, Shape::kOutCols, work.n_block);
   const bool ragged = !TileInsideTmaColumns(work.n_block, node.out_tile_n, node.c_tma_cols);
@@ -460,15 +468,6 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
     }
   }
   return true;
-}
-
-// The first row of this warpgroup's part of the tile, and the tile's first
-// (accumulator) column.
-__device__ __forceinline__ int64_t WarpgroupRow0(const CtaWork& work, int warpgroup) {
-  return static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer;
-}
-__device__ __forceinline__ int64_t TileCol0(const CtaWork& work) {
-  return static_cast<int64_t>(work.n_block) * KernelConfig::kBlockN;
 }
 
 // Whether AddBiasAndResidual can take this warpgroup's part of the tile: no

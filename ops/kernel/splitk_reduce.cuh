@@ -254,7 +254,7 @@ __device__ inline bool HandsOverRows(const CtaWork& work, int warpgroup) {
   if (work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce) && SumsFewRows(schedule, work.m_block)) {
     return warpgroup == 0;
   }
-  return int64_t{work.m_block} * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer < schedule.m;
+  return WarpgroupRow0(work, warpgroup) < schedule.m;
 }
 
 // A SumsFewRows job whose tile is a whole non-SwiGLU tile inside C's TMA
