@@ -526,6 +526,8 @@ __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, c
     plain = TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols) &&
             (adds ? AddsWholeTile(fields, work, warpgroup) : fields.activation == EpilogueActivation::kNone);
   } else {
+    // Spelled as before the whole-tile adds: an equivalent expression
+    // changed the split-K kernel's code and spills.
     plain = !adds && fields.activation == EpilogueActivation::kNone &&
             TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols);
   }
