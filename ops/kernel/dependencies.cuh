@@ -118,11 +118,19 @@ __device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, 
 // kernel's 32- and 16-column tiles: a power of two, so that a poll finds a
 // flag's granule with a shift (a division there made the one-token chain
 // ~1 us slower, and the 64-token one ~4 us; bench/NOTES.md v1.20). The run
-// ends at kb_end, at the producer's last tile column, or where it would
-// leave the Config::kFlagWordsPerPoll aligned 16-byte words from the one
-// that holds first_flag. granules == 0
-// when the pattern does not hold (several A edges, offsets inside a tile
-// column): the caller then waits granule by granule.
+// ends at kb_end or at the producer's last tile column; each poll reads as
+// much of it as the Config::kFlagWordsPerPoll words from its first flag's
+// hold (WaitForAProducersAhead). granules == 0 when the pattern does not
+// hold (several A edges, offsets inside a tile column): the caller then
+// waits granule by granule.
+// NOTE: the run used to end where the poll's words do too, so every 16
+// flags the A loader walked the node's edge and the producer's schedule
+// again, each one round trip (the acquire fence before had emptied L1),
+// before it read a flag; all the while with at most four A stages (~2.8 us
+// of wgmma) in the ring. The 8192-token MLP's down projection (112 producer
+// tile columns a job) did that seven times a job: traced, its main loop took
+// 3.71-3.82x gate/up's (3.5x is their flops), 3.45x with no A waits at all,
+// 3.53x with the run kept for the whole job (bench/NOTES.md v1.50).
 // NOTE: worked out from granule 0 alone. A first version found each
 // granule's tiles with ProducerTiles (64-bit divisions, records read from
 // global memory), and those instructions, issued by one thread among busy
@@ -162,19 +170,18 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
                      });
   const int granule = node.schedule.a_wait_k_blocks;
   const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
-  const int flags_left = 4 * Ctx::Config::kFlagWordsPerPoll - (run.first_flag & 3);
   if constexpr (kOneTile) {
     // NOTE: kept apart from the general form: that one, compiled into the
     // tiled kernel, raised its spills from 464 to 510 bytes.
     if (edges != 1 || tiles != 1 || !whole_columns) return run;
-    run.granules = min(min(granules_left, columns_left), flags_left);
+    run.granules = min(granules_left, columns_left);
   } else {
     if (edges != 1 || !whole_columns || tiles > Ctx::Config::kMaxTilesPerGranule || (tiles & (tiles - 1)) != 0) {
       return run;
     }
     run.tiles_per_granule = tiles;
     run.tiles_shift = __ffs(tiles) - 1;
-    run.granules = min(min(granules_left, columns_left / tiles), flags_left / tiles);
+    run.granules = min(granules_left, columns_left / tiles);
   }
   return run;
 }
@@ -182,12 +189,12 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
 // How many of the run's granules, from the first, have every flag at this
 // epoch: one poll, the run's flags read as aligned 16-byte words (the flag
 // array is padded to a whole word, runtime.cc), all in flight together. Every
-// granule of the run lies in the words read (AProducerRun). The words are
-// read by kLanes lanes of a warp (the narrow kernel's A loader polls with
-// all 32, the tiled kernel's with one thread): lane l reads words l, l +
-// kLanes, ..., so each load instruction of a whole warp reads 512
-// consecutive bytes; with several lanes, all of them must call it and all
-// get the answer.
+// granule of the run lies in the words read (WaitForAProducersAhead caps the
+// run to them). The words are read by kLanes lanes of a warp (the narrow
+// kernel's A loader polls with all 32, the tiled kernel's with one thread):
+// lane l reads words l, l + kLanes, ..., so each load instruction of a whole
+// warp reads 512 consecutive bytes; with several lanes, all of them must call
+// it and all get the answer.
 template <int kLanes, typename Ctx>
 __device__ __forceinline__ int CompleteGranules(const Ctx& ctx, const FlagRun& run, int lane) {
   static_assert(kLanes == 1 || kLanes == 32, "one thread or a whole warp");
@@ -270,7 +277,9 @@ __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& n
   FlagRun run = known.run;
   const int skipped = kb / wait_k_blocks - known.kb / wait_k_blocks;  // granules of the run already done
   run.first_flag += skipped * run.tiles_per_granule;
-  run.granules -= skipped;
+  // One poll reads the Config::kFlagWordsPerPoll words from first_flag's.
+  const int flags_left = 4 * Ctx::Config::kFlagWordsPerPoll - (run.first_flag & 3);
+  run.granules = min(run.granules - skipped, flags_left >> run.tiles_shift);
   if (run.granules <= 0) {
     // Not a run (AProducerRun found none at kb): kb's own granule alone, as
     // WaitForProducers finds it.
