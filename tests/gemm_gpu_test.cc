@@ -3,6 +3,9 @@
 // launch, replay determinism, and the bounded-wait time-out. Each compares
 // against the FP64 CPU reference on fresh random data with poisoned outputs
 // and guard bands. Skips (saying why) without a Hopper GPU.
+#include <cmath>
+#include <iterator>
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -118,6 +121,59 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU,
                                          Activation::kSiLU, Activation::kSwiGLU),
                        ::testing::Bool(), ::testing::Bool(), ::testing::Values(DType::kBF16, DType::kFP32)));
+
+// The tiled kernel's SwiGLU pass (SwiGLURange) shares one reciprocal among
+// four outputs of a thread (rows r and r + 8, output columns c and c + 4).
+// Gates set one by one (A = e_0, so acc = B's column 0): zero, both signs,
+// the far tails where silu's exponent flushes (|g| past 87), and one NaN,
+// which must stay in its own column. FP32 out, checked against silu in FP64.
+TEST(GemmTest, TiledSwiGLUAtExtremeGates) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int64_t kM = 200, kOutCols = 64, kK = 64;
+  constexpr int64_t kNanGate = 21;
+  const double gates[] = {0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 5.0, -5.0, 20.0, -20.0, 44.0, -44.0, 50.0,
+                          -50.0, 87.0, -87.0, 88.0, -88.0, 100.0, -100.0, 1000.0, -1000.0, 3.0, -3.0};
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", DType::kBF16, kM, kK, rng);
+  h.Input("B", DType::kBF16, 2 * kOutCols, kK, rng);
+  h.Output("C", DType::kFP32, kM, kOutCols);
+  HostMatrix& a = h.host("A");
+  HostMatrix& b = h.host("B");
+  for (int64_t r = 0; r < kM; ++r) {
+    for (int64_t k = 0; k < kK; ++k) a.set(r, k, k == 0 ? 1.0 : 0.0);
+  }
+  std::vector<double> gate(kOutCols), up(kOutCols);
+  for (int64_t j = 0; j < kOutCols; ++j) {
+    gate[j] = j == kNanGate ? std::numeric_limits<double>::quiet_NaN() : gates[j % std::size(gates)];
+    up[j] = 1.0 + static_cast<double>(j % 3);
+    for (int64_t k = 0; k < kK; ++k) {
+      b.set(2 * j, k, k == 0 ? gate[j] : 0.0);
+      b.set(2 * j + 1, k, k == 0 ? up[j] : 0.0);
+    }
+  }
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("gemm", t("A"), t("B"), t("C"), {.activation = Activation::kSwiGLU});
+  });
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  const HostMatrix& c = h.host("C");
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < kM; ++r) {
+    for (int64_t j = 0; j < kOutCols; ++j) {
+      const double got = c.at(r, j);
+      const double want = gate[j] * up[j] / (1.0 + std::exp(-gate[j]));
+      const bool ok = j == kNanGate ? std::isnan(got)
+                                    : std::isfinite(got) && std::abs(got - want) <= 1e-5 * std::abs(want) + 1e-30;
+      if (!ok && wrong++ < 8) {
+        ADD_FAILURE() << "C(" << r << ", " << j << ") = " << got << " for gate " << gate[j] << ", up " << up[j]
+                      << "; want " << want;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
 
 TEST(GemmTest, LockstepRingMatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
