@@ -272,10 +272,10 @@ __device__ __forceinline__ void PrefetchResidualRows(const EpilogueFields& node,
 // a few multiplies. The SFU then does 1.25 operations an output instead of
 // Silu's 2: those were ~1.1 us of the ~3.4-us epilogue of each 8192-token
 // gate/up tile; this way's gain (predicted ~0.4 us) was not yet told apart
-// from the power cap's spread (bench/NOTES.md v1.50). d is clamped to 2 so that a NaN gate
-// (d NaN) leaves its three neighbours' reciprocals alone; its own output is
-// NaN through n or g. Large |g| behaves as Silu's: t flushes to 0, so silu
-// is g above 0 and -0 below.
+// from the power cap's spread (bench/NOTES.md v1.50). d is clamped to 2 so
+// that a NaN gate (d NaN) leaves its three neighbours' reciprocals alone;
+// its own output is NaN through n or g. Large |g| behaves as Silu's: t
+// flushes to 0, so silu is g above 0 and -0 below.
 __device__ __forceinline__ void SwiGLURange(float (&acc)[128], int begin, int end) {
   constexpr float kLog2E = 1.4426950408889634f;
 #pragma unroll
