@@ -213,12 +213,12 @@ INSTANTIATE_TEST_SUITE_P(Splits, TwoProducersTest,
 // 4. MLP blocks.
 // ---------------------------------------------------------------------------
 
-// One MLP block at `tokens`: hidden 512, intermediate 1024.
+// One MLP block at `tokens`: hidden 512, intermediate 1024 unless said.
 //   h = swiglu(x W_gate_upᵀ): W_gate_up [2048, 512], rows interleaved (row
 //       2j is gate_j, row 2j + 1 is up_j), h [tokens, 1024];
 //   y = h W_downᵀ + x:        W_down [512, 1024], y [tokens, 512].
-void AddMlpBlock(GpuHarness& h, Rng& rng, int64_t tokens) {
-  const int64_t hidden = 512, intermediate = 1024;
+void AddMlpBlock(GpuHarness& h, Rng& rng, int64_t tokens, int64_t intermediate = 1024) {
+  const int64_t hidden = 512;
   h.Input("x", kBF16, tokens, hidden, rng);
   h.Input("W_gate_up", kBF16, 2 * intermediate, hidden, rng);
   h.Input("W_down", kBF16, hidden, intermediate, rng);
@@ -247,6 +247,28 @@ TEST_P(MlpTest, SwiGLUBlockMatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{16}, int64_t{128}, int64_t{300}),
                          [](const auto& info) { return "tokens" + std::to_string(info.param); });
+
+// The down projection's A loader polls its producers' flags four 16-byte
+// words (16 tiles) at a time along one run of the whole job
+// (WaitForAProducersAhead). An intermediate of 3968 is 31 gate/up tiles of
+// 128 output columns a row block: each down job reads 31 producer tiles,
+// two polls or more, and the second and third row blocks' runs start 3 and
+// 2 flags into a word (the cap of a poll at 13 and 14 flags). Tiled kernel,
+// 300 tokens (three row blocks), with and without split-K.
+class LongDownKTest : public ::testing::TestWithParam<int> {};
+TEST_P(LongDownKTest, PollsAlongTheRunMatchReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, /*tokens=*/300, /*intermediate=*/3968);
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.split_k = GetParam();
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  ExpectNodesRightAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(SplitK, LongDownKTest, ::testing::Values(0, 1, 3),
+                         [](const auto& info) { return "split" + std::to_string(info.param); });
 
 // Every launch sums its own partials. A few-row reduce drops the partial
 // lines it read from L2 without writing them back (DiscardWarpPartials in
