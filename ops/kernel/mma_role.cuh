@@ -71,7 +71,7 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
     ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[a_ring.Previous(a_stages)]);
     if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[b_ring.Previous(b_stages)]);
   }
-  return true;
+  return ok;
 }
 
 }  // namespace loom::kernel
