@@ -988,7 +988,7 @@ TEST(RuntimeTest, CreateWithoutGpuIsFailedPrecondition) {
 // own words, and a value past them reads as unknown rather than as another's.
 TEST(RuntimeTest, EveryWaitKindHasItsOwnName) {
   std::set<std::string> names;
-  const int last = static_cast<int>(kernel::WaitKind::kFirstFetches);
+  const int last = static_cast<int>(kernel::WaitKind::kNoKernelPath);
   for (int kind = static_cast<int>(kernel::WaitKind::kDependencyFlag); kind <= last; ++kind) {
     const std::string name = internal::WaitKindName(kind);
     EXPECT_NE(name, "unknown wait") << "WaitKind " << kind;
@@ -997,6 +997,26 @@ TEST(RuntimeTest, EveryWaitKindHasItsOwnName) {
   EXPECT_EQ(names.size(), static_cast<size_t>(last));
   EXPECT_STREQ(internal::WaitKindName(static_cast<int>(kernel::WaitKind::kNone)), "unknown wait");
   EXPECT_STREQ(internal::WaitKindName(last + 1), "unknown wait");
+}
+
+// A job the launched kernel has no path for is a loom bug, not a time-out:
+// Internal, naming the job; every real wait stays DeadlineExceeded.
+TEST(RuntimeTest, NoKernelPathIsInternalNotATimeout) {
+  TimeoutRecord record;
+  record.sm = 17;
+  record.what = internal::WaitKindName(static_cast<int>(kernel::WaitKind::kNoKernelPath));
+  const absl::Status no_path = internal::DeviceFailureStatus(static_cast<int>(kernel::WaitKind::kNoKernelPath),
+                                                             record, "5 (node \"down\", m-block 0, n-block 3)", 1000);
+  EXPECT_TRUE(HasStatus(no_path, absl::StatusCode::kInternal, {"no path", "job 5", "\"down\"", "SM 17"}))
+      << no_path;
+  for (int kind = static_cast<int>(kernel::WaitKind::kDependencyFlag);
+       kind < static_cast<int>(kernel::WaitKind::kNoKernelPath); ++kind) {
+    record.what = internal::WaitKindName(kind);
+    record.flag = 9;
+    const absl::Status waited = internal::DeviceFailureStatus(kind, record, "5", 1000);
+    EXPECT_TRUE(HasStatus(waited, absl::StatusCode::kDeadlineExceeded, {"timed out after 1000 ns", "job 5", "flag 9"}))
+        << waited;
+  }
 }
 
 }  // namespace

@@ -1117,13 +1117,13 @@ __device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
 }
 
 // A job's stages waited for and freed without a multiply, after recording a
-// failure for the launch (WaitKind::kNone: no wait timed out): for a job the
-// kernel has no path for (ConsumeJobs). Every lane frees A (the tagged
-// handoff's kEveryLaneOnA).
+// failure for the launch (WaitKind::kNoKernelPath: no wait timed out): for a
+// job the kernel has no path for (ConsumeJobs). Every lane frees A (the
+// tagged handoff's kEveryLaneOnA).
 template <int kConsumers>
 __device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int index, int lane,
                             ConsumerRings& rings) {
-  if (threadIdx.x % 128 == 0) ctx.watchdog.Report(WaitKind::kNone, index, -1, 0, 0);
+  if (threadIdx.x % 128 == 0) ctx.watchdog.Report(WaitKind::kNoKernelPath, index, -1, 0, 0);
   const int stages = NarrowConfig::StagesOf(work.job->k_block_end - work.job->k_block_begin);
   for (int s = 0; s < stages; ++s) {
     WaitPhase(&ctx.barriers->a_full[rings.a.stage], rings.a.phase);

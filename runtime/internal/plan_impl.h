@@ -82,6 +82,12 @@ absl::Status MovedFromPlan(absl::string_view method);
 // What a kernel::WaitKind waited on, in words ("unknown wait" for a value
 // that is none of them), for the time-out status.
 const char* WaitKindName(int32_t kind);
+// The status Synchronize returns for the kernel's failure record: Internal
+// for a job the launched kernel has no path for (WaitKind::kNoKernelPath),
+// else DeadlineExceeded naming the SM, `job`, the wait, the flag and the
+// epochs.
+absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl::string_view job,
+                                 int spin_timeout_ns);
 }  // namespace internal
 
 }  // namespace loom

@@ -934,9 +934,23 @@ const char* WaitKindName(int32_t kind) {
       return "its inputs, held back by the scheduler";
     case kernel::WaitKind::kFirstFetches:
       return "every cluster's first fetch, before the scheduler's second";
+    case kernel::WaitKind::kNoKernelPath:
+      return "nothing: the launched kernel has no path for the job";
     default:
       return "unknown wait";
   }
+}
+
+absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl::string_view job,
+                                 int spin_timeout_ns) {
+  if (kind == static_cast<int32_t>(kernel::WaitKind::kNoKernelPath)) {
+    return absl::InternalError(absl::StrFormat(
+        "the launched kernel has no path for job %s (SM %d): a loom bug; the launch's results were not written",
+        job, record.sm));
+  }
+  return absl::DeadlineExceededError(absl::StrFormat(
+      "device wait timed out after %d ns: SM %d, job %s waited on %s, flag %d, expected epoch %u, saw %u",
+      spin_timeout_ns, record.sm, job, record.what, record.flag, record.expected, record.seen));
 }
 
 absl::Status MovedFromPlan(absl::string_view method) {
@@ -990,7 +1004,8 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
   timeout.flag = record->flag;
   timeout.expected = record->expected;
   timeout.seen = record->seen;
-  timeout.what = internal::WaitKindName(record->wait_kind);
+  const int32_t record_kind = record->wait_kind;
+  timeout.what = internal::WaitKindName(record_kind);
   impl_->last_timeout = timeout;
   std::memset(impl_->timeout_host, 0, sizeof(kernel::DeviceTimeoutRecord));
   // The kernel leaves the abort flag set (FinishFetching, cta_context.cuh):
@@ -1006,10 +1021,7 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
   } else if (timeout.job >= 0) {
     job = absl::StrCat(timeout.job);
   }
-  return absl::DeadlineExceededError(absl::StrFormat(
-      "device wait timed out after %d ns: SM %d, job %s waited on %s, flag %d, expected epoch %u, saw %u",
-      impl_->options.spin_timeout_ns, timeout.sm, job, timeout.what, timeout.flag, timeout.expected,
-      timeout.seen));
+  return internal::DeviceFailureStatus(record_kind, timeout, job, impl_->options.spin_timeout_ns);
 }
 
 absl::Status Plan::RepackWeights(cudaStream_t stream) {
