@@ -270,12 +270,13 @@ __device__ __forceinline__ void PrefetchResidualRows(const EpilogueFields& node,
 // in [0, 1], d = 1 + t in [1, 2] and n = 1 for g >= 0, t below 0; as no d
 // can overflow or underflow, 1 / (d0 d1 d2 d3) gives all four 1 / d_j with
 // a few multiplies. The SFU then does 1.25 operations an output instead of
-// Silu's 2: those were ~1.1 us of the ~3.4-us epilogue of each 8192-token
-// gate/up tile; this way's gain (predicted ~0.4 us) was not yet told apart
-// from the power cap's spread (bench/NOTES.md v1.50). d is clamped to 2 so
-// that a NaN gate (d NaN) leaves its three neighbours' reciprocals alone;
-// its own output is NaN through n or g. Large |g| behaves as Silu's: t
-// flushes to 0, so silu is g above 0 and -0 below.
+// Silu's 2 (Silu's were ~1.1 us of the ~3.4-us epilogue of each 8192-token
+// gate/up tile). Measured against Silu (bench/NOTES.md v1.51): the
+// 128-token block 0.3-0.4 us faster over five rounds each; at 8192 tokens
+// within the power cap's spread. d is clamped to 2 so that a NaN gate (d
+// NaN) leaves its three neighbours' reciprocals alone; its own output is
+// NaN through n or g. Large |g| behaves as Silu's: t flushes to 0, so silu
+// is g above 0 and -0 below.
 __device__ __forceinline__ void SwiGLURange(float (&acc)[128], int begin, int end) {
   constexpr float kLog2E = 1.4426950408889634f;
 #pragma unroll
