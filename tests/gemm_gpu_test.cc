@@ -290,17 +290,21 @@ TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
 // whose producer never publishes, then one Synchronize, which reports the
 // time-out. Launched once more, the plan must wait and time out again: had
 // Synchronize not cleared the abort flag, that launch would wind down at
-// once, report nothing, and Synchronize would return OK.
+// once, report nothing, and Synchronize would return OK. "tiled_in_parts":
+// the consumer split eight ways and reduced in parts of 16 rows, which both
+// consumer warpgroups sum together (ConsumersMeet, splitk_reduce.cuh), so
+// their meetings are reached in an aborting launch too.
 class TimedOutPlanTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   LOOM_SKIP_WITHOUT_GPU();
-  const bool narrow = GetParam() != "tiled";
+  const bool narrow = GetParam().rfind("narrow", 0) == 0;
   const bool two_consumers = GetParam() == "narrow_two_consumers";
+  const bool in_parts = GetParam() == "tiled_in_parts";
   Rng rng;
   GpuHarness h;
   // At 2 rows the narrow plan's consumer polls a tagged copy
   // (CompileOptions::tagged_handoff), which the producer stops writing too.
-  AddTwoGemmChain(h, rng, /*m=*/two_consumers ? 40 : (narrow ? 2 : 128), /*width=*/256);
+  AddTwoGemmChain(h, rng, /*m=*/two_consumers ? 40 : (narrow ? 2 : 128), /*width=*/in_parts ? 4096 : 256);
   CompileOptions options;
   options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
   options.narrow_consumers = two_consumers ? 2 : 0;
@@ -310,6 +314,12 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   ASSERT_EQ(h.plan().kernel(), options.kernel);
   if (two_consumers) {
     ASSERT_NE(h.plan().Explain().find("of 2 consumer warpgroups"), std::string::npos) << h.plan().Explain();
+  }
+  if (in_parts) {
+    const sched::NodeSchedule& second = h.plan().schedule().nodes[1];
+    ASSERT_GT(second.split_k, 1) << h.plan().Explain();
+    ASSERT_GT(second.reduce_parts, 1) << h.plan().Explain();
+    ASSERT_GT(second.reduce_part_rows, 1) << h.plan().Explain();  // both warpgroups sum a part
   }
   LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));
@@ -322,7 +332,8 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("dependency flag"), std::string::npos) << status;
 }
-INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest, ::testing::Values("tiled", "narrow", "narrow_two_consumers"),
+INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest,
+                         ::testing::Values("tiled", "tiled_in_parts", "narrow", "narrow_two_consumers"),
                          [](const auto& info) { return info.param; });
 
 // In the narrow kernel a role whose wait gives up drains: it keeps its side

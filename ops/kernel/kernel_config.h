@@ -116,9 +116,9 @@ static_assert(KernelConfig::kBlockK == PackedLayout::kKBlockElements &&
               "a packed stage is the bytes a B stage's tensor load writes");
 
 // Named barriers (bar.sync / bar.red ids; 0 is __syncthreads'): one per
-// consumer warpgroup for syncs among its 128 threads, and one over both
-// consumer warpgroups (256 threads).
-enum class NamedBarrier : int { kConsumer0 = 1, kConsumer1 = 2, kConsumers = 3 };
+// consumer warpgroup for syncs among its 128 threads. (Both warpgroups meet
+// on an mbarrier instead, which a wait can give up on: ConsumersMeet.)
+enum class NamedBarrier : int { kConsumer0 = 1, kConsumer1 = 2 };
 
 // Byte offsets into the dynamic shared memory of one CTA.
 struct SmemLayout {
@@ -141,6 +141,8 @@ struct SmemBarriers {
   uint64_t job_empty[KernelConfig::kJobSlots];
   uint64_t staging_full[KernelConfig::kConsumerWarpgroups][KernelConfig::kStagingBuffers];
   uint64_t staging_empty[KernelConfig::kConsumerWarpgroups][KernelConfig::kStagingBuffers];
+  uint64_t consumers_meet;  // both consumer warpgroups' threads, at a few-row reduce (ConsumersMeet)
+  uint32_t consumers_veto;  // set by a thread that met with a false predicate (the launch is aborting)
 };
 
 LOOM_HOST_DEVICE constexpr SmemLayout ComputeSmemLayout(int a_stages, int b_stages,

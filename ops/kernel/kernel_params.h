@@ -81,9 +81,10 @@ enum class WaitKind : int32_t {
   kStaging = 5,
   kHeldJobInputs = 6,  // the scheduler, holding back until its last job's inputs are ready
   kFirstFetches = 7,   // the scheduler, before its second fetch, for every scheduler's first
+  kConsumersMeet = 8,  // a consumer warpgroup, for the other at a few-row reduce (ConsumersMeet)
   // Not a wait: a consumer was handed a job the launched kernel has no path
   // for (a loom bug; the narrow kernel's PassOverJob), reported the same way.
-  kNoKernelPath = 8,
+  kNoKernelPath = 9,
 };
 struct DeviceTimeoutRecord {
   int32_t timed_out;  // 0 or 1; claimed with atomicCAS by the first waiter

@@ -103,10 +103,26 @@ __device__ __forceinline__ bool ConsumerBarrierAnd(int warpgroup, bool predicate
   return warpgroup == 0 ? ptx::barrier_and<kFirst, 128>(predicate) : ptx::barrier_and<kSecond, 128>(predicate);
 }
 
-// A barrier over both consumer warpgroups: true in every thread when
-// `predicate` holds in all 256.
-__device__ __forceinline__ bool ConsumersBarrierAnd(bool predicate) {
-  return ptx::barrier_and<static_cast<int>(NamedBarrier::kConsumers), 2 * 128>(predicate);
+// Both consumer warpgroups meet (all 256 threads arrive; the shared-memory
+// writes of each before it, the reads of the other after it). True in every
+// thread when `predicate` held in all 256, as the named barrier it replaces
+// (bar.red.and over both warpgroups) returned. Not a named barrier: a
+// warpgroup may have left its job loop after a wait that gave up, and a
+// named barrier would keep the other waiting for it with no time limit; this
+// wait gives up with the launch. A false predicate (a wait that gave up: the
+// launch is aborting) sets the CTA's veto before its thread arrives; the
+// veto is never cleared, so every later meeting of the launch is false too.
+__device__ inline bool ConsumersMeet(const CtaContext& ctx, int warpgroup, bool predicate, int job_index) {
+  volatile uint32_t* veto = &ctx.barriers->consumers_veto;
+  if (!predicate) *veto = 1;
+  uint64_t* meet = &ctx.barriers->consumers_meet;
+  const uint64_t state = cuda::ptx::mbarrier_arrive(meet);
+  const bool met =
+      ctx.watchdog.SpinUntil([&] { return cuda::ptx::mbarrier_try_wait(meet, state); }, WaitKind::kConsumersMeet,
+                             job_index);
+  // The warpgroup leaves together (a thread whose wait gave up while the
+  // others met takes them with it).
+  return ConsumerBarrierAnd(warpgroup, met && *veto == 0);
 }
 
 // Split-K reduce, part 1: waits until splits [0, splits) of this CTA tile
@@ -442,7 +458,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   }
   // With both warpgroups, warpgroup 1 may write the buffers once warpgroup 0
   // has waited for them.
-  if (both && !direct && !ConsumersBarrierAnd(ok)) return false;
+  if (both && !direct && !ConsumersMeet(ctx, warpgroup, ok, job_index)) return false;
   const int first_half = (live_rows + 1) / 2;
   const int first_row = both && warpgroup == 1 ? first_half : 0;
   const int rows = both ? (warpgroup == 0 ? first_half : live_rows - first_half) : live_rows;
@@ -482,7 +498,7 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   }
   // Every row is in place.
   if (both) {
-    if (!ConsumersBarrierAnd(ok)) return false;
+    if (!ConsumersMeet(ctx, warpgroup, ok, job_index)) return false;
     if (warpgroup == 1) return true;
   } else if (!ConsumerBarrierAnd(0, ok)) {
     return false;

@@ -934,6 +934,8 @@ const char* WaitKindName(int32_t kind) {
       return "its inputs, held back by the scheduler";
     case kernel::WaitKind::kFirstFetches:
       return "every cluster's first fetch, before the scheduler's second";
+    case kernel::WaitKind::kConsumersMeet:
+      return "the other consumer warpgroup, to sum a few-row reduce together";
     case kernel::WaitKind::kNoKernelPath:
       return "nothing: the launched kernel has no path for the job";
     default:
