@@ -18,11 +18,12 @@ namespace loom::kernel {
 
 // Runs the k-blocks of one job. A ring wait that gives up (the launch is
 // aborting) does not end it: the warpgroup multiplies whatever the slot
-// holds and goes on to the epilogue (where its staging waits may end its
-// job loop). Leaving here instead, one warpgroup could leave while the
-// other, which saw complete the barrier this one gave up on, goes on to a
-// few-row reduce and waits for it at a named barrier that has no time limit
-// (SumFewRowPartials).
+// holds and goes on to the epilogue, whose staging waits end its job loop
+// if they give up too (an aborting launch's results are not used). When
+// this ended the loop at once, the other warpgroup, which may have seen the
+// barrier complete, could go on to a few-row reduce and wait there for this
+// one at a named barrier with no time limit; that meeting now gives up with
+// the launch (ConsumersMeet), but the job loop has not been changed back.
 // compute == false (this warpgroup's 64 rows are all past M, as in decode):
 // the slots are still waited for and released in step with the other
 // warpgroup and the peer CTA, but no wgmma is issued: for M <= 64 this halves
