@@ -947,7 +947,7 @@ absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl
                                  int spin_timeout_ns) {
   if (kind == static_cast<int32_t>(kernel::WaitKind::kNoKernelPath)) {
     return absl::InternalError(absl::StrFormat(
-        "the launched kernel has no path for job %s (SM %d): a loom bug; the launch's results were not written",
+        "the launched kernel has no path for job %s (SM %d): a loom bug; the launch's results are not valid",
         job, record.sm));
   }
   return absl::DeadlineExceededError(absl::StrFormat(
