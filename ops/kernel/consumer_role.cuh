@@ -81,7 +81,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
         RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       }
       float accumulators[128];
-      RunMainLoop(ctx, work, index, warpgroup, rows_in_range, a_ring, b_ring, accumulators);
+      if (!RunMainLoop(ctx, work, index, warpgroup, rows_in_range, a_ring, b_ring, accumulators)) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
       if (!rows_in_range) continue;
       // NOTE: the job is resolved again (a few cached loads) rather than kept

@@ -16,20 +16,17 @@
 
 namespace loom::kernel {
 
-// Runs the k-blocks of one job. A ring wait that gives up (the launch is
-// aborting) does not end it: the warpgroup multiplies whatever the slot
-// holds and goes on to the epilogue, whose staging waits end its job loop
-// if they give up too (an aborting launch's results are not used). When
-// this ended the loop at once, the other warpgroup, which may have seen the
-// barrier complete, could go on to a few-row reduce and wait there for this
-// one at a named barrier with no time limit; that meeting now gives up with
-// the launch (ConsumersMeet), but the job loop has not been changed back.
+// Runs the k-blocks of one job. Returns false when a ring wait gave up (the
+// launch is aborting); the caller leaves its job loop. The other warpgroup,
+// which may have seen that barrier complete, can then only wait for this one
+// at a few-row reduce's meeting, which gives up with the launch
+// (ConsumersMeet, splitk_reduce.cuh).
 // compute == false (this warpgroup's 64 rows are all past M, as in decode):
 // the slots are still waited for and released in step with the other
 // warpgroup and the peer CTA, but no wgmma is issued: for M <= 64 this halves
 // the tensor work of a memory-bound job. (With half-size A stages, warpgroup
 // 1's descriptor would point into the next stage; it never computes there.)
-__device__ inline void RunMainLoop(const CtaContext& ctx, const CtaWork& work, int job_index,
+__device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, int job_index,
                                    int warpgroup, bool compute, RingCursor& a_ring, RingCursor& b_ring,
                                    float (&accumulators)[128]) {
   const bool lockstep = ctx.params.lockstep != 0;
@@ -41,13 +38,14 @@ __device__ inline void RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
                                warpgroup * KernelConfig::kRowsPerConsumer * KernelConfig::kPanelBytes;
   const uint32_t b_ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
 
+  bool ok = true;
   // Zeroed here, before the first fence, rather than by the first wgmma's
   // scale-d: see the note on C7515 above RunConsumer (consumer_role.cuh).
 #pragma unroll
   for (int r = 0; r < 128; ++r) accumulators[r] = 0.0f;
   for (int i = 0; i < k_blocks; ++i) {
-    ctx.WaitRing(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, job_index);
-    if (!lockstep) ctx.WaitRing(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull, job_index);
+    ok &= ctx.WaitRing(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, job_index);
+    if (!lockstep) ok &= ctx.WaitRing(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull, job_index);
     const uint64_t desc_a =
         MakeSwizzle128Descriptor(a_ring_base + a_ring.stage * ctx.params.a_stage_bytes);
     // Lockstep mode keeps B in the slot of the same index as A.
@@ -77,6 +75,7 @@ __device__ inline void RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
     ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[a_ring.Previous(a_stages)]);
     if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[b_ring.Previous(b_stages)]);
   }
+  return ok;
 }
 
 }  // namespace loom::kernel
