@@ -2,6 +2,7 @@
 // Compile for device limits, Launch on a host-only plan, Explain.
 #include "loom/runtime.h"
 
+#include <limits>
 #include <set>
 #include <string>
 #include <tuple>
@@ -96,6 +97,8 @@ TEST(RuntimeTest, MovedFromPlanRefusesCalls) {
   EXPECT_TRUE(HasStatus(moved.Timeline().status(), absl::StatusCode::kFailedPrecondition, {"Plan::Timeline"}));
   EXPECT_TRUE(HasStatus(moved.ExplainTimeline().status(), absl::StatusCode::kFailedPrecondition, {"Plan::Timeline"}));
   EXPECT_EQ(moved.Explain(), "a moved-from loom::Plan\n");
+  EXPECT_FALSE(moved.valid());
+  EXPECT_TRUE(taken.valid());
   EXPECT_FALSE(moved.last_timeout().has_value());
   moved = std::move(taken);  // assigned to, it is a plan again
   EXPECT_NE(moved.Explain().find("proj"), std::string::npos);
@@ -810,7 +813,9 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.ring_mode = RingMode::kLockstep; }),
                         absl::StatusCode::kInvalidArgument, {"ring_mode: lockstep", "split rings only"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_a_stages = 33; }),
-                        absl::StatusCode::kInvalidArgument, {"narrow_a_stages: 33", "[0, 16]"}));
+                        absl::StatusCode::kInvalidArgument, {"narrow_a_stages: 33", "{0} and [2, 16]"}));
+  EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_a_stages = 1; }),
+                        absl::StatusCode::kInvalidArgument, {"narrow_a_stages: 1", "{0} and [2, 16]"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_b_stages = 1; }),
                         absl::StatusCode::kInvalidArgument, {"narrow_b_stages: 1", "[2, 16]"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_b_stages = 17; }),
@@ -823,7 +828,7 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
                         absl::StatusCode::kFailedPrecondition,
                         {"shared memory", "narrow_a_stages=16 (of 8192 bytes)", "narrow_b_stages=16", "232448"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_b_in_flight = -1; }),
-                        absl::StatusCode::kInvalidArgument, {"narrow_b_in_flight: -1", "negative"}));
+                        absl::StatusCode::kInvalidArgument, {"narrow_b_in_flight: -1", "[0, 15]"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) {
                           o.narrow_b_stages = 4;
                           o.narrow_b_in_flight = 4;
@@ -876,10 +881,23 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
     std::vector<std::string> message;
   };
   const Case cases[] = {
-      {[](CompileOptions& o) { o.spin_timeout_ns = 0; }, {"spin_timeout_ns: 0", "not positive"}},
+      {[](CompileOptions& o) { o.spin_timeout_ns = 0; }, {"spin_timeout_ns: 0", "[1, 1152921504606846976]"}},
+      {[](CompileOptions& o) { o.spin_timeout_ns = -5; }, {"spin_timeout_ns: -5", "[1, 1152921504606846976]"}},
+      // Four times this wraps in the kernel's 64-bit arithmetic: every wait
+      // would give up at once.
+      {[](CompileOptions& o) { o.spin_timeout_ns = int64_t{1} << 62; },
+       {"spin_timeout_ns: 4611686018427387904", "[1, 1152921504606846976]"}},
       {[](CompileOptions& o) { o.max_clusters = -1; }, {"max_clusters: -1", "negative"}},
       {[](CompileOptions& o) { o.a_stages = 9; }, {"a_stages: 9", "[1, 8]"}},
-      {[](CompileOptions& o) { o.narrow_a_stages = -1; }, {"narrow_a_stages: -1", "[0, 16]"}},
+      {[](CompileOptions& o) { o.b_stages = 0; }, {"b_stages: 0", "[1, 8]"}},
+      {[](CompileOptions& o) { o.ring_mode = static_cast<RingMode>(7); },
+       {"ring_mode: 7", "not one of kSplit (0), kLockstep (1)"}},
+      {[](CompileOptions& o) { o.kernel = static_cast<KernelChoice>(5); },
+       {"kernel: 5", "not one of kAuto, kTiled, kNarrow"}},
+      {[](CompileOptions& o) { o.narrow_a_stages = -1; }, {"narrow_a_stages: -1", "{0} and [2, 16]"}},
+      {[](CompileOptions& o) { o.narrow_a_stages = 1; }, {"narrow_a_stages: 1", "{0} and [2, 16]"}},
+      {[](CompileOptions& o) { o.narrow_b_stages = -1; }, {"narrow_b_stages: -1", "[2, 16]"}},
+      {[](CompileOptions& o) { o.narrow_b_in_flight = 1000; }, {"narrow_b_in_flight: 1000", "[0, 15]"}},
       {[](CompileOptions& o) { o.narrow_b_stages = 17; }, {"narrow_b_stages: 17", "[2, 16]"}},
       {[](CompileOptions& o) { o.narrow_consumers = 3; }, {"narrow_consumers: 3", "[0, 2]"}},
       {[](CompileOptions& o) { o.narrow_consumers = -1; }, {"narrow_consumers: -1", "[0, 2]"}},
@@ -977,6 +995,47 @@ TEST(RuntimeTest, InvalidGraphIsRefusedByCompile) {
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument, {"\"bad\""}));
 }
 
+// A graph past the node limit is refused before Validate, whose checks
+// across nodes take minutes at this size.
+TEST(RuntimeTest, TooManyNodesAreRefusedBeforeValidation) {
+  GemmGraph graph;
+  for (int64_t i = 0; i <= sched::kMaxNodes; ++i) {
+    const uintptr_t base = 0x100000 + static_cast<uintptr_t>(i) * 0x10000;
+    graph.AddGemm("n", Fake("x", base, 1, 64), Fake("w", base + 0x1000, 8, 64), Fake("y", base + 0x8000, 1, 8));
+  }
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(graph);
+  EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument, {"65536 nodes exceed 65535"}));
+}
+
+// A node of 2^31 - 1 rows and 25600 columns has ~8.4e8 cluster jobs: refused
+// by its count before the queue is built (it would take ~100 GB of host
+// memory), naming the node.
+TEST(RuntimeTest, TooManyJobsAreRefusedBeforeTheQueueIsBuilt) {
+  const int64_t rows = std::numeric_limits<int32_t>::max();
+  GemmGraph graph;
+  graph.AddGemm("huge", Fake("x", uintptr_t{1} << 40, rows, 64), Fake("w", uintptr_t{1} << 39, 25600, 64),
+                Fake("y", uintptr_t{1} << 42, rows, 25600));
+  ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(graph);
+  EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument,
+                        {"jobs exceed 16777216", "the most a plan queues", "node 0 has"}));
+}
+
+// More output tiles than the int32 flag indices hold: the message names the
+// node and the count it reaches.
+TEST(RuntimeTest, TooManyTileFlagsNameTheNode) {
+  const int64_t rows = std::numeric_limits<int32_t>::max();
+  GemmGraph graph;
+  graph.AddGemm("small", Fake("a", 0x100000, 64, 64), Fake("b", 0x200000, 64, 64), Fake("c", 0x300000, 64, 64));
+  graph.AddGemm("huge", Fake("x", uintptr_t{1} << 40, rows, 64), Fake("w", uintptr_t{1} << 39, 40960, 64),
+                Fake("y", uintptr_t{1} << 42, rows, 40960));
+  ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(graph);
+  EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument,
+                        {"more than 2147483647 tile flags", "node 1's output tiles (2684354560)",
+                         "take the count to 2684354561"}));
+}
+
 TEST(RuntimeTest, CreateWithoutGpuIsFailedPrecondition) {
   int count = 0;
   if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) GTEST_SKIP() << "a GPU is present";
@@ -1014,9 +1073,16 @@ TEST(RuntimeTest, NoKernelPathIsInternalNotATimeout) {
     record.what = internal::WaitKindName(kind);
     record.flag = 9;
     const absl::Status waited = internal::DeviceFailureStatus(kind, record, "5", 1000);
-    EXPECT_TRUE(HasStatus(waited, absl::StatusCode::kDeadlineExceeded, {"timed out after 1000 ns", "job 5", "flag 9"}))
-        << waited;
+    // A dependency flag's wait has the option's limit; every other, four
+    // times it (watchdog.cuh).
+    const std::string after =
+        kind == static_cast<int>(kernel::WaitKind::kDependencyFlag) ? "after 1000 ns" : "after 4000 ns";
+    EXPECT_TRUE(HasStatus(waited, absl::StatusCode::kDeadlineExceeded, {after, "job 5", "flag 9"})) << waited;
   }
+  // The option is 64-bit: a limit past 2^31 ns is reported as set.
+  const absl::Status long_wait = internal::DeviceFailureStatus(
+      static_cast<int>(kernel::WaitKind::kDependencyFlag), record, "5", int64_t{3'000'000'000});
+  EXPECT_TRUE(HasStatus(long_wait, absl::StatusCode::kDeadlineExceeded, {"after 3000000000 ns"})) << long_wait;
 }
 
 }  // namespace

@@ -84,10 +84,11 @@ absl::Status MovedFromPlan(absl::string_view method);
 const char* WaitKindName(int32_t kind);
 // The status Synchronize returns for the kernel's failure record: Internal
 // for a job the launched kernel has no path for (WaitKind::kNoKernelPath),
-// else DeadlineExceeded naming the SM, `job`, the wait, the flag and the
-// epochs.
+// else DeadlineExceeded naming the SM, `job`, the wait, the flag, the epochs
+// and the wait's limit (spin_timeout_ns for a dependency flag, four times it
+// for the rest).
 absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl::string_view job,
-                                 int spin_timeout_ns);
+                                 int64_t spin_timeout_ns);
 }  // namespace internal
 
 }  // namespace loom

@@ -123,12 +123,22 @@ absl::Status CheckOptions(const CompileOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrFormat("CompileOptions.max_clusters: %d is negative", options.max_clusters));
   }
-  if (options.spin_timeout_ns <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("CompileOptions.spin_timeout_ns: %d is not positive", options.spin_timeout_ns));
+  if (options.ring_mode != RingMode::kSplit && options.ring_mode != RingMode::kLockstep) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.ring_mode: %d is not one of kSplit (0), kLockstep (1)", static_cast<int>(options.ring_mode)));
   }
-  if (options.narrow_a_stages < 0 || options.narrow_a_stages > NarrowConfig::kMaxAStages) {
-    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_a_stages: %d is outside [0, %d]",
+  if (options.kernel != KernelChoice::kAuto && options.kernel != KernelChoice::kTiled &&
+      options.kernel != KernelChoice::kNarrow) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.kernel: %d is not one of kAuto, kTiled, kNarrow",
+                                                      static_cast<int>(options.kernel)));
+  }
+  if (options.spin_timeout_ns <= 0 || options.spin_timeout_ns > kMaxSpinTimeoutNs) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.spin_timeout_ns: %d is outside [1, %d]",
+                                                      options.spin_timeout_ns, kMaxSpinTimeoutNs));
+  }
+  if (options.narrow_a_stages < 0 || options.narrow_a_stages == 1 ||
+      options.narrow_a_stages > NarrowConfig::kMaxAStages) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_a_stages: %d is outside {0} and [2, %d]",
                                                       options.narrow_a_stages, NarrowConfig::kMaxAStages));
   }
   // Two B stages at least: the loads of one stage and the multiplies of the
@@ -140,9 +150,10 @@ absl::Status CheckOptions(const CompileOptions& options) {
         "CompileOptions.narrow_b_stages: %d is outside {0} and [2, %d]", options.narrow_b_stages,
         NarrowConfig::kMaxBStages));
   }
-  if (options.narrow_b_in_flight < 0) {  // the upper bound depends on the ring (ChooseNarrowRings)
-    return absl::InvalidArgumentError(
-        absl::StrFormat("CompileOptions.narrow_b_in_flight: %d is negative", options.narrow_b_in_flight));
+  // The bound of any ring: the ring chosen may allow less (ChooseNarrowRings).
+  if (options.narrow_b_in_flight < 0 || options.narrow_b_in_flight > NarrowConfig::kMaxBStages - 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_b_in_flight: %d is outside [0, %d]",
+                                                      options.narrow_b_in_flight, NarrowConfig::kMaxBStages - 1));
   }
   if (options.narrow_consumers < 0 || options.narrow_consumers > NarrowConfig::kMaxConsumerWarpgroups) {
     return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_consumers: %d is outside [0, %d]",
@@ -803,6 +814,12 @@ absl::StatusOr<Runtime> Runtime::Create(int device_ordinal) {
 Runtime Runtime::ForDescription(DeviceDescription device) { return Runtime(std::move(device), -1); }
 
 absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptions& options) const {
+  // Before Validate, whose checks across nodes take time quadratic in their
+  // number (minutes at this limit).
+  if (graph.size() > sched::kMaxNodes) {
+    return absl::InvalidArgumentError(absl::StrFormat("graph: %d nodes exceed %d, the most a plan holds",
+                                                      graph.size(), sched::kMaxNodes));
+  }
   LOOM_RETURN_IF_ERROR(graph.Validate());
   LOOM_RETURN_IF_ERROR(CheckOptions(options));
   LOOM_RETURN_IF_ERROR(CheckDevice(device_));
@@ -944,15 +961,18 @@ const char* WaitKindName(int32_t kind) {
 }
 
 absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl::string_view job,
-                                 int spin_timeout_ns) {
+                                 int64_t spin_timeout_ns) {
   if (kind == static_cast<int32_t>(kernel::WaitKind::kNoKernelPath)) {
     return absl::InternalError(absl::StrFormat(
         "the launched kernel has no path for job %s (SM %d): a loom bug; the launch's results are not valid",
         job, record.sm));
   }
+  // The watchdog's limit for this kind of wait (watchdog.cuh, SpinUntil).
+  const int64_t limit_ns =
+      kind == static_cast<int32_t>(kernel::WaitKind::kDependencyFlag) ? spin_timeout_ns : 4 * spin_timeout_ns;
   return absl::DeadlineExceededError(absl::StrFormat(
       "device wait timed out after %d ns: SM %d, job %s waited on %s, flag %d, expected epoch %u, saw %u",
-      spin_timeout_ns, record.sm, job, record.what, record.flag, record.expected, record.seen));
+      limit_ns, record.sm, job, record.what, record.flag, record.expected, record.seen));
 }
 
 absl::Status MovedFromPlan(absl::string_view method) {

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,10 +61,15 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
   // partial flags of split nodes, each followed by its tiles' reduce part
   // counts if it reduces in parts. Workspace: split nodes' partials, in order.
   int64_t flags = 0;
-  for (NodeSchedule& node : schedule.nodes) {
+  int flags_overflow_node = -1;  // the node whose tiles pass the flag limit
+  for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
+    NodeSchedule& node = schedule.nodes[i];
     node.flag_base = static_cast<int32_t>(flags);
     flags += int64_t{node.m_blocks} * node.n_blocks;
-    if (flags > std::numeric_limits<int32_t>::max()) break;
+    if (flags > std::numeric_limits<int32_t>::max()) {
+      flags_overflow_node = i;
+      break;
+    }
   }
   int64_t workspace = 0;
   for (int i = 0; i < static_cast<int>(schedule.nodes.size()) && flags <= INT32_MAX; ++i) {
@@ -80,8 +86,17 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     workspace += int64_t{PartialSlices(node)} * node.m_blocks * options.tile.m * node.n_blocks * options.tile.n;
   }
   if (flags > std::numeric_limits<int32_t>::max()) {
+    const std::string where =
+        flags_overflow_node >= 0
+            ? absl::StrCat("node ", flags_overflow_node, "'s output tiles (",
+                           int64_t{schedule.nodes[flags_overflow_node].m_blocks} *
+                               schedule.nodes[flags_overflow_node].n_blocks,
+                           ") take the count to ", flags)
+            : absl::StrCat("the split-K partials and reduce part counts take the count to ", flags);
     return absl::InvalidArgumentError(absl::StrCat("graph: more than ", std::numeric_limits<int32_t>::max(),
-                                                   " tile flags (output tiles + split-K partials + reduce part counts)"));
+                                                   " tile flags (output tiles + split-K partials + reduce part "
+                                                   "counts): ",
+                                                   where));
   }
   schedule.num_flags = static_cast<int32_t>(flags);
   schedule.workspace_elements = workspace;
@@ -114,15 +129,24 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     schedule.nodes[i].last_split_extra_k_blocks = ChooseLastSplitExtra(schedule, i, options);
   }
 
+  int64_t expected_jobs = 0;
+  int largest = 0;  // the node with the most jobs, for the message below
+  for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
+    const int64_t jobs = NodeJobCount(schedule, i);
+    expected_jobs += jobs;
+    if (jobs > NodeJobCount(schedule, largest)) largest = i;
+  }
+  if (expected_jobs > kMaxJobs) {
+    return absl::InvalidArgumentError(absl::StrCat("graph: ", expected_jobs, " jobs exceed ", kMaxJobs,
+                                                   ", the most a plan queues; node ", largest, " has ",
+                                                   NodeJobCount(schedule, largest)));
+  }
+
   // Deadlock freedom rests on (a) this queue being topological, (b) all
   // clusters co-resident, (c) no epilogue waiting on a later job. A consumer
   // is placed about one wave (max_clusters jobs) behind what it reads.
   schedule.queue = OrderQueue(schedule, options.max_clusters);
   schedule.queue_clusters = options.max_clusters;
-  int64_t expected_jobs = 0;
-  for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
-    expected_jobs += NodeJobCount(schedule, i);
-  }
   if (static_cast<int64_t>(schedule.queue.size()) != expected_jobs) {
     return absl::InternalError(absl::StrCat("scheduler: queued ", schedule.queue.size(), " of ",
                                             expected_jobs, " jobs"));

@@ -83,6 +83,10 @@ enum class KernelChoice {
 bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* error);
 std::string AbslUnparseFlag(KernelChoice choice);
 
+// The longest CompileOptions::spin_timeout_ns (2^60 ns, ~36 years): the
+// device computes four times it, and the time waited, in unsigned 64 bits.
+inline constexpr int64_t kMaxSpinTimeoutNs = int64_t{1} << 60;
+
 struct CompileOptions {
   RingMode ring_mode = RingMode::kSplit;
   int a_stages = 4;  // A ring depth
@@ -178,7 +182,10 @@ struct CompileOptions {
   // cudaGridDependencySynchronize before it reads what the plan writes (the
   // CUDA rule for that attribute; kernels launched without it just wait).
   bool overlap_launches = true;
-  // A device spin wait gives up after this long and reports a time-out.
+  // A device spin wait on a dependency flag gives up after this long and
+  // reports a time-out; every other wait (rings, staging, job slots: waits
+  // downstream of some other wait) after four times this long. 1 to
+  // kMaxSpinTimeoutNs.
   int64_t spin_timeout_ns = 2'000'000'000;
   // Record every job's timeline on the device (Plan::Timeline). Costs a few
   // global stores per job, and the store thread waits for each tile's stores
@@ -260,6 +267,8 @@ class Plan {
   const sched::Schedule& schedule() const;
   const CompileOptions& options() const;
   int grid_clusters() const;  // clusters the kernel is launched with
+  // False for a moved-from Plan (whose accessors must not be called).
+  bool valid() const { return impl_ != nullptr; }
   // The kernel the plan runs on: KernelChoice::kNarrow or kTiled (what
   // CompileOptions::kernel chose).
   KernelChoice kernel() const;
