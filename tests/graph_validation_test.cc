@@ -100,6 +100,11 @@ std::vector<RefusalCase> RefusalCases() {
                    },
                    {"node \"proj\": dtype tuple (A fp8_e4m3, B fp8_e4m3, C bf16) is not "
                     "supported; supported: A=B=bf16, C in {bf16, fp32}"}});
+  // An Activation cast from an integer past the enum: the kernels and the
+  // reference would each fall back to no activation.
+  cases.push_back({"ActivationOutOfRange",
+                   [] { return Single(X(), W(), Y(), WithActivation(static_cast<Activation>(9))); },
+                   {"node \"proj\": epilogue activation 9 is not one of none, relu, gelu, silu, swiglu"}});
   cases.push_back({"DTypeFp16Inputs",
                    [] {
                      return Single(Typed("x", kX, DType::kFP16, 64, 128),
@@ -403,6 +408,18 @@ TEST(ValidateTest, ExactMessageForMisalignedStride) {
 // --- Graphs that must pass. ---
 
 TEST(ValidateTest, EmptyGraph) { EXPECT_TRUE(GemmGraph().Validate().ok()); }
+
+// ValidateShapes: rules 1-3 only. A node the kernels cannot load (a row
+// stride that is no multiple of 16 bytes) passes it; shapes that do not
+// chain do not.
+TEST(ValidateTest, ValidateShapesLeavesOutTheHardwareLimits) {
+  const GemmGraph unaligned = Single(Strided("x", kX, 64, 100, 100), Bf16("w", kW, 256, 100), Y());
+  EXPECT_EQ(unaligned.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(unaligned.ValidateShapes().ok()) << unaligned.ValidateShapes();
+  const absl::Status k_mismatch = Single(X(), Bf16("w", kW, 256, 64), Y()).ValidateShapes();
+  EXPECT_EQ(k_mismatch.code(), absl::StatusCode::kInvalidArgument) << k_mismatch;
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "node \"proj\"", std::string(k_mismatch.message()));
+}
 
 TEST(ValidateTest, SingleNodeVariants) {
   EXPECT_TRUE(Single(X(), W(), Y()).Validate().ok());

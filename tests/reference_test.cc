@@ -211,6 +211,17 @@ TEST(NaiveGraphTest, MatchesHandComputedProduct) {
   EXPECT_EQ(c.at(1, 1), 13.0);
 }
 
+// Shapes that do not chain (K 3 against 2) are refused before the loop,
+// which would read past B.
+TEST(NaiveGraphTest, RejectsShapesThatDoNotChain) {
+  HostMatrix a(DType::kBF16, 2, 3), b(DType::kBF16, 2, 2), c(DType::kFP32, 2, 2);
+  GemmGraph graph;
+  graph.AddGemm("g", a.view("a"), b.view("b"), c.view("c"));
+  const absl::Status status = RunNaiveGraph(graph);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(std::string(status.message()).find("node \"g\""), std::string::npos) << status;
+}
+
 TEST(NaiveGraphTest, RejectsMissingHostData) {
   GemmGraph graph;
   graph.AddGemm("g", TensorView::Dense("a", nullptr, DType::kBF16, 4, 8),
@@ -666,6 +677,26 @@ TEST(PlanTest, RunReferenceOnCompiledPlan) {
     }
     RunPlanAndCompare(g, *plan, expected, rng);
   }
+}
+
+// A moved-from Plan has no graph or schedule to run; a negative count of
+// virtual SMs is refused.
+TEST(PlanTest, RunReferenceRefusesAMovedFromPlanAndNegativeSms) {
+  Rng rng;
+  HostGraph g(rng);
+  g.graph().AddGemm("g", g.Input("a", DType::kBF16, 8, 64), g.Input("b", DType::kBF16, 16, 64),
+                    g.Output("c", DType::kBF16, 8, 16));
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(g.graph());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::Status negative = RunReference(*plan, {.simulated_sms = -1, .seed = 0});
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
+  EXPECT_NE(std::string(negative.message()).find("simulated_sms must be >= 0, got -1"), std::string::npos)
+      << negative;
+  Plan taken = std::move(*plan);
+  const absl::Status moved = RunReference(*plan);  // NOLINT(bugprone-use-after-move): the point of the test
+  EXPECT_EQ(moved.code(), absl::StatusCode::kFailedPrecondition) << moved;
+  EXPECT_NE(std::string(moved.message()).find("moved from"), std::string::npos) << moved;
+  EXPECT_TRUE(RunReference(taken).ok());
 }
 
 // --- Broken schedules are reported, never silently computed -------------------

@@ -13,7 +13,8 @@
 //        is not null for a non-empty view, the view does not wrap the address
 //        space;
 //     2. the dtype tuple is supported: A = B = bf16, C bf16 or fp32; bias and
-//        residual bf16 or fp32;
+//        residual bf16 or fp32; the epilogue's activation is one of the
+//        Activation values;
 //     3. the shapes chain: A [M, K], B [N, K], C [M, N_out] with N_out = N, or
 //        N / 2 for SwiGLU (which needs an even N), bias [1, N], residual
 //        [M, N_out]; M = 0 or N = 0 is legal (the node is a no-op), and so
@@ -274,7 +275,7 @@ absl::Status CheckWellFormed(const GemmNode& node, const RoleView& rv) {
 bool IsBF16OrFP32(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kFP32; }
 
 // Rule 2.
-absl::Status CheckDTypes(const GemmNode& node) {
+absl::Status CheckDTypesAndActivation(const GemmNode& node) {
   if (node.a.dtype != DType::kBF16 || node.b.dtype != DType::kBF16 || !IsBF16OrFP32(node.c.dtype)) {
     return NodeError(node, absl::StrFormat("dtype tuple (A %s, B %s, C %s) is not supported; "
                                            "supported: A=B=bf16, C in {bf16, fp32}",
@@ -288,6 +289,12 @@ absl::Status CheckDTypes(const GemmNode& node) {
                        absl::StrFormat("%s: dtype %s is not supported; supported: bf16, fp32",
                                        Describe(rv.role, *rv.view), DTypeName(rv.view->dtype)));
     }
+  }
+  // An enum value cast from an integer: the kernels and the reference would
+  // each fall back to no activation without saying so.
+  if (static_cast<int>(node.epilogue.activation) > static_cast<int>(Activation::kSwiGLU)) {
+    return NodeError(node, absl::StrFormat("epilogue activation %d is not one of none, relu, gelu, silu, swiglu",
+                                           static_cast<int>(node.epilogue.activation)));
   }
   return absl::OkStatus();
 }
@@ -404,12 +411,17 @@ absl::Status CheckNotInPlace(const GemmNode& node) {
   return absl::OkStatus();
 }
 
-absl::Status CheckNode(const GemmNode& node) {
+// Rules 1-3.
+absl::Status CheckNodeShapes(const GemmNode& node) {
   for (const RoleView& rv : AllViews(node)) {
     if (absl::Status status = CheckWellFormed(node, rv); !status.ok()) return status;
   }
-  if (absl::Status status = CheckDTypes(node); !status.ok()) return status;
-  if (absl::Status status = CheckShapes(node); !status.ok()) return status;
+  if (absl::Status status = CheckDTypesAndActivation(node); !status.ok()) return status;
+  return CheckShapes(node);
+}
+
+absl::Status CheckNode(const GemmNode& node) {
+  if (absl::Status status = CheckNodeShapes(node); !status.ok()) return status;
   for (const RoleView& rv : AllViews(node)) {
     absl::Status status =
         rv.role == "bias" ? CheckBiasLimits(node, *rv.view) : CheckTmaLimits(node, rv);
@@ -481,6 +493,13 @@ std::vector<int> FindCycle(const std::vector<std::vector<int>>& consumers_of,
 }
 
 }  // namespace
+
+absl::Status GemmGraph::ValidateShapes() const {
+  for (const GemmNode& node : nodes_) {
+    if (absl::Status status = CheckNodeShapes(node); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
 
 absl::Status GemmGraph::Validate() const {
   const int n = size();

@@ -671,10 +671,16 @@ absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedul
 }
 
 absl::Status RunReference(const Plan& plan, const ReferenceOptions& options) {
+  if (!plan.valid()) {
+    return absl::FailedPreconditionError("RunReference: the Plan was moved from (it has no graph or schedule)");
+  }
   return RunValidReference(plan.graph(), plan.schedule(), options);  // Compile validated the graph
 }
 
 absl::Status RunNaiveGraph(const GemmGraph& graph) {
+  // Shapes that do not chain would read and write past the views; the
+  // kernels' hardware limits do not apply to this loop.
+  LOOM_RETURN_IF_ERROR(graph.ValidateShapes());
   for (const GemmNode& node : graph.nodes()) {
     LOOM_RETURN_IF_ERROR(CheckHostViews(node));
     const int64_t m = node.m(), n = node.n(), k = node.k();

@@ -89,6 +89,11 @@ class GemmGraph {
   // Checks every rule of a well-formed graph; the first violation is returned
   // as InvalidArgument naming the node or tensor, the rule and the value.
   absl::Status Validate() const;
+  // Rules 1-3 of Validate (graph.cc) for every node: well-formed views,
+  // supported dtypes and activation, shapes that chain. What any evaluation
+  // of the nodes needs to stay inside their views (RunNaiveGraph checks it),
+  // without the kernels' hardware limits or the rules across nodes.
+  absl::Status ValidateShapes() const;
 
   // The data dependencies between nodes, derived from the tensors' memory.
   // Meaningful for a graph that passed Validate().

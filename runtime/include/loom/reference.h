@@ -55,11 +55,13 @@ absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedul
                           const ReferenceOptions& options = {});
 
 // RunReference(plan.graph(), plan.schedule(), options), without validating
-// the graph again (Compile did).
+// the graph again (Compile did). FailedPrecondition for a moved-from Plan.
 absl::Status RunReference(const Plan& plan, const ReferenceOptions& options = {});
 
 // Computes every node in node order with one FP64 triple loop each; needs no
 // schedule. The same epilogue and output rounding as RunReference.
+// InvalidArgument if a node's views, dtypes or shapes are not valid
+// (GemmGraph::ValidateShapes; the kernels' limits do not apply).
 absl::Status RunNaiveGraph(const GemmGraph& graph);
 
 }  // namespace loom
