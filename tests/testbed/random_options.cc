@@ -23,7 +23,7 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
     options.narrow_b_stages = Pick(rng, {-1, 0, 1, 2, 5, 16, 17});
     options.narrow_b_in_flight = Pick(rng, {-1, 0, 1, 2, 3, 15, 20});
     options.narrow_consumers = Pick(rng, {-1, 0, 1, 2, 3});
-    options.spin_timeout_ns = Pick<int64_t>(rng, {-5, 0, 1, 2'000'000'000});
+    options.spin_timeout_ns = Pick<int64_t>(rng, {-5, 0, 1, 2'000'000'000, kMaxSpinTimeoutNs, int64_t{1} << 62});
   } else {
     options.a_stages = Pick(rng, {2, 3, 4, 5});
     options.b_stages = options.ring_mode == RingMode::kLockstep ? options.a_stages : Pick(rng, {2, 3, 4, 5});
