@@ -1008,8 +1008,8 @@ TEST(RuntimeTest, TooManyNodesAreRefusedBeforeValidation) {
 }
 
 // A node of 2^31 - 1 rows and 25600 columns has ~8.4e8 cluster jobs: refused
-// by its count before the queue is built (it would take ~100 GB of host
-// memory), naming the node.
+// by its count, naming the node, before the queue is built (building it ran
+// Compile out of host memory).
 TEST(RuntimeTest, TooManyJobsAreRefusedBeforeTheQueueIsBuilt) {
   const int64_t rows = std::numeric_limits<int32_t>::max();
   GemmGraph graph;

@@ -26,10 +26,10 @@ inline constexpr int64_t kMaxKBlocks = 65535;      // TileJob::k_block_end is 16
 inline constexpr int32_t kMaxSplitK = 256;         // TileJob::split is 8-bit (0..255)
 inline constexpr int64_t kMaxBlocksPerDim = INT32_MAX;  // NodeSchedule::m_blocks is int32
 inline constexpr int32_t kMaxReduceParts = 8;      // a reduce part's bit in a uint8_t mask
-// The most jobs a schedule queues (2^24): the queue is built on the host
-// with ~100 bytes of bookkeeping a job and copied to the device at 16 bytes
-// a job; a graph of more (an output of ~2^32 tiles of 128 x 256) is refused
-// before any of that is allocated.
+// The most jobs a schedule queues (2^24, ~2^25 output tiles of 128 x 256
+// unsplit): the queue is ordered on the host, job by job, and copied to the
+// device at 16 bytes a job; a graph of more is refused before any of that is
+// allocated (a node of 2^31 - 1 rows ran Compile out of host memory).
 inline constexpr int64_t kMaxJobs = int64_t{1} << 24;
 
 // The most splits whose tiles' last split sums the others' partials
