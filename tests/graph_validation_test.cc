@@ -264,6 +264,14 @@ std::vector<RefusalCase> RefusalCases() {
                    [] { return Single(X(), W(), Y(), WithResidual(Y())); },
                    {"node \"proj\": reads residual \"y\"", "writes C \"y\"",
                     "in-place GEMMs are not supported"}});
+  // B [256, 128] is y [64, 256]'s first 64 KiB read as a weight matrix.
+  cases.push_back({"InPlaceWeights",
+                   [] { return Single(X(), Bf16("w.y", kY, 256, 128), Y()); },
+                   {"node \"proj\": reads B \"w.y\"", "writes C \"y\"", "in-place GEMMs are not supported"}});
+  cases.push_back({"InPlaceBias",
+                   [] { return Single(X(), W(), Y(), WithBias(Y().Rows(0, 1).Named("y.row0"))); },
+                   {"node \"proj\": reads bias \"y.row0\"", "writes C \"y\"",
+                    "in-place GEMMs are not supported"}});
   cases.push_back({"WrittenByTwoNodes",
                    [] {
                      GemmGraph graph;
