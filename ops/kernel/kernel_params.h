@@ -86,6 +86,16 @@ enum class WaitKind : int32_t {
   // for (a loom bug; the narrow kernel's PassOverJob), reported the same way.
   kNoKernelPath = 9,
 };
+
+// How long the watchdog lets a wait of kind `what` spin before it reports a
+// time-out (Watchdog::SpinUntil), from CompileOptions::spin_timeout_ns:
+// that for a dependency flag; four times that for every other wait (rings,
+// staging, job slots, the scheduler's), each a downstream symptom of some
+// other wait, so that the root cause is the one reported. The host's
+// time-out status names the same limit.
+LOOM_HOST_DEVICE constexpr uint64_t WaitLimitNs(WaitKind what, uint64_t spin_timeout_ns) {
+  return what == WaitKind::kDependencyFlag ? spin_timeout_ns : 4 * spin_timeout_ns;
+}
 struct DeviceTimeoutRecord {
   int32_t timed_out;  // 0 or 1; claimed with atomicCAS by the first waiter
   int32_t sm;

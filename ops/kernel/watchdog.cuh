@@ -53,16 +53,14 @@ class Watchdog {
   __device__ bool aborted() const { return ptx::ld_volatile(&params_.state->abort) != 0; }
 
   // Spins until ready() returns true. Returns false if the time limit ran out
-  // (recording `what`) or another wait already aborted the launch.
-  // NOTE: only dependency-flag waits get the plain limit; every other wait
-  // (rings, staging, job slots) is a downstream symptom of some other wait,
-  // so it gets four times as long and the root cause is the one reported.
+  // (WaitLimitNs for `what`; recording `what`) or another wait already
+  // aborted the launch.
   template <typename Ready>
   __device__ bool SpinUntil(Ready&& ready, WaitKind what, int job, int flag = -1,
                             uint32_t expected = 0, const uint32_t* seen = nullptr) const {
     if (ready()) return true;
     const uint64_t start = ptx::globaltimer();
-    const uint64_t limit = what == WaitKind::kDependencyFlag ? params_.spin_timeout_ns : 4 * params_.spin_timeout_ns;
+    const uint64_t limit = WaitLimitNs(what, params_.spin_timeout_ns);
     for (uint32_t spin = 1;; ++spin) {
       if (ready()) return true;
       if ((spin & 63) == 0) {

@@ -967,9 +967,8 @@ absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl
         "the launched kernel has no path for job %s (SM %d): a loom bug; the launch's results are not valid",
         job, record.sm));
   }
-  // The watchdog's limit for this kind of wait (watchdog.cuh, SpinUntil).
-  const int64_t limit_ns =
-      kind == static_cast<int32_t>(kernel::WaitKind::kDependencyFlag) ? spin_timeout_ns : 4 * spin_timeout_ns;
+  const uint64_t limit_ns =
+      kernel::WaitLimitNs(static_cast<kernel::WaitKind>(kind), static_cast<uint64_t>(spin_timeout_ns));
   return absl::DeadlineExceededError(absl::StrFormat(
       "device wait timed out after %d ns: SM %d, job %s waited on %s, flag %d, expected epoch %u, saw %u",
       limit_ns, record.sm, job, record.what, record.flag, record.expected, record.seen));

@@ -131,15 +131,19 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
 
   int64_t expected_jobs = 0;
   int largest = 0;  // the node with the most jobs, for the message below
+  int64_t largest_jobs = 0;
   for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
     const int64_t jobs = NodeJobCount(schedule, i);
     expected_jobs += jobs;
-    if (jobs > NodeJobCount(schedule, largest)) largest = i;
+    if (jobs > largest_jobs) {
+      largest = i;
+      largest_jobs = jobs;
+    }
   }
   if (expected_jobs > kMaxJobs) {
     return absl::InvalidArgumentError(absl::StrCat("graph: ", expected_jobs, " jobs exceed ", kMaxJobs,
                                                    ", the most a plan queues; node ", largest, " has ",
-                                                   NodeJobCount(schedule, largest)));
+                                                   largest_jobs));
   }
 
   // Deadlock freedom rests on (a) this queue being topological, (b) all

@@ -84,7 +84,8 @@ bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* er
 std::string AbslUnparseFlag(KernelChoice choice);
 
 // The longest CompileOptions::spin_timeout_ns (2^60 ns, ~36 years): the
-// device computes four times it, and the time waited, in unsigned 64 bits.
+// device computes four times it (kernel::WaitLimitNs), and the time waited,
+// in unsigned 64 bits.
 inline constexpr int64_t kMaxSpinTimeoutNs = int64_t{1} << 60;
 
 struct CompileOptions {
