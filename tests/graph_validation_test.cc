@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "loom/graph.h"
 #include "loom/tensor.h"
@@ -403,6 +404,29 @@ TEST(ValidateTest, ReportsTheFirstViolation) {
   const absl::Status status = graph.Validate();
   ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(), "node \"bad\": A \"h\": rows -1 is negative");
+}
+
+// A node whose name is empty or another node's is named with its index too,
+// in the per-node rules and the rules across nodes alike.
+TEST(ValidateTest, EmptyAndSharedNamesAreNamedWithTheirIndex) {
+  GemmGraph unnamed;
+  unnamed.AddGemm("ok", X(), W(), Y());
+  unnamed.AddGemm("", Typed("h", kH, DType::kFP16, -1, 128), W(), Bf16("z", kZ, 64, 256));
+  EXPECT_EQ(unnamed.Validate().message(), "node #1: A \"h\": rows -1 is negative");
+  EXPECT_EQ(unnamed.ValidateShapes().message(), "node #1: A \"h\": rows -1 is negative");
+
+  GemmGraph shared;
+  shared.AddGemm("layer", X(), W(), Bf16("h", kH, 64, 256));
+  shared.AddGemm("layer", Bf16("h", kH, 64, 256), Bf16("w2", kW2, 256, 256), Y());
+  shared.AddGemm("layer", X(), Bf16("w3", kZ, 256, 128), Bf16("y.again", kY, 64, 256));
+  const absl::Status twice = shared.Validate();
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(twice.message(), "node #2 \"layer\": tensor written by two nodes")) << twice;
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "of node #1 \"layer\"", std::string(twice.message()));
+
+  EXPECT_EQ(shared.NodeLabel(0), "node #0 \"layer\"");
+  EXPECT_EQ(unnamed.NodeLabel(0), "node \"ok\"");
+  EXPECT_EQ(unnamed.NodeLabel(1), "node #1");
 }
 
 TEST(ValidateTest, ExactMessageForMisalignedStride) {

@@ -1062,6 +1062,18 @@ TEST(RuntimeTest, EveryWaitKindHasItsOwnName) {
   EXPECT_STREQ(internal::WaitKindName(last + 1), "unknown wait");
 }
 
+// Launch and Synchronize run on the calling thread's current device, so a
+// plan refuses them while another device is current instead of running its
+// pointers there.
+TEST(RuntimeTest, LaunchNeedsThePlansDeviceCurrent) {
+  EXPECT_TRUE(internal::CheckCurrentDevice("Launch", 0, 0).ok());
+  EXPECT_TRUE(internal::CheckCurrentDevice("Synchronize", 3, 3).ok());
+  const absl::Status other = internal::CheckCurrentDevice("Launch", 0, 1);
+  EXPECT_TRUE(HasStatus(other, absl::StatusCode::kFailedPrecondition,
+                        {"Plan::Launch", "current CUDA device is 1", "compiled for device 0", "cudaSetDevice(0)"}))
+      << other;
+}
+
 // A job the launched kernel has no path for is a loom bug, not a time-out:
 // Internal, naming the job; every real wait stays DeadlineExceeded.
 TEST(RuntimeTest, NoKernelPathIsInternalNotATimeout) {

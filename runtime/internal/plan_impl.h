@@ -79,6 +79,12 @@ struct Plan::Impl {
 namespace internal {
 // FailedPrecondition for `method` called on a moved-from Plan.
 absl::Status MovedFromPlan(absl::string_view method);
+// OK when the calling thread's current CUDA device is the plan's; else
+// FailedPrecondition for `method` naming both ordinals. Launch and
+// Synchronize act on the current device (a kernel launches on it, and the
+// null stream is its), so a plan of device 0 launched while device 1 is
+// current would run device 0's pointers on device 1.
+absl::Status CheckCurrentDevice(absl::string_view method, int plan_device, int current_device);
 // What a kernel::WaitKind waited on, in words ("unknown wait" for a value
 // that is none of them), for the time-out status.
 const char* WaitKindName(int32_t kind);

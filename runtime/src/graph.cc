@@ -60,6 +60,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "loom/scheduler/schedule.h"
@@ -210,8 +211,11 @@ std::string Describe(std::string_view role, const TensorView& view) {
   return absl::StrFormat("%s \"%s\"", role, view.name);
 }
 
+// `node "name"`: how messages name a node by default (GemmGraph::NodeLabel).
+std::string Quoted(const GemmNode& node) { return absl::StrCat("node \"", node.name, "\""); }
+
 absl::Status NodeError(const GemmNode& node, const std::string& message) {
-  return absl::InvalidArgumentError(absl::StrCat("node \"", node.name, "\": ", message));
+  return absl::InvalidArgumentError(absl::StrCat(Quoted(node), ": ", message));
 }
 
 // A tensor a node uses, with the name of the role it plays.
@@ -431,8 +435,6 @@ absl::Status CheckNode(const GemmNode& node) {
   return CheckNotInPlace(node);
 }
 
-std::string Quoted(const GemmNode& node) { return absl::StrCat("node \"", node.name, "\""); }
-
 // The first input of `reader` that overlaps `writer`'s output, if any.
 const RoleView* FirstOverlappingInput(const std::vector<RoleView>& reader_inputs,
                                       const GemmNode& writer) {
@@ -494,9 +496,30 @@ std::vector<int> FindCycle(const std::vector<std::vector<int>>& consumers_of,
 
 }  // namespace
 
+std::string GemmGraph::NodeLabel(int index) const {
+  const std::string& name = nodes_[index].name;
+  const bool shared = std::any_of(nodes_.begin(), nodes_.end(), [&](const GemmNode& other) {
+    return &other != &nodes_[index] && other.name == name;
+  });
+  if (name.empty()) return absl::StrCat("node #", index);
+  return shared ? absl::StrCat("node #", index, " \"", name, "\"") : Quoted(nodes_[index]);
+}
+
+namespace {
+// A node check's error (NodeError: `node "name": ...`) with the node named
+// by `label` instead, where the two differ (an empty or shared name).
+absl::Status Relabeled(const absl::Status& status, const GemmNode& node, const std::string& label) {
+  const std::string prefix = Quoted(node);
+  if (status.ok() || label == prefix || !absl::StartsWith(status.message(), prefix)) return status;
+  return absl::Status(status.code(), absl::StrCat(label, status.message().substr(prefix.size())));
+}
+}  // namespace
+
 absl::Status GemmGraph::ValidateShapes() const {
-  for (const GemmNode& node : nodes_) {
-    if (absl::Status status = CheckNodeShapes(node); !status.ok()) return status;
+  for (int i = 0; i < size(); ++i) {
+    if (absl::Status status = CheckNodeShapes(nodes_[i]); !status.ok()) {
+      return Relabeled(status, nodes_[i], NodeLabel(i));
+    }
   }
   return absl::OkStatus();
 }
@@ -504,19 +527,21 @@ absl::Status GemmGraph::ValidateShapes() const {
 absl::Status GemmGraph::Validate() const {
   const int n = size();
   // Rules 1-6, node by node.
-  for (const GemmNode& node : nodes_) {
-    if (absl::Status status = CheckNode(node); !status.ok()) return status;
+  for (int i = 0; i < n; ++i) {
+    if (absl::Status status = CheckNode(nodes_[i]); !status.ok()) return Relabeled(status, nodes_[i], NodeLabel(i));
   }
+  const auto node_error = [&](int index, const std::string& message) {
+    return absl::InvalidArgumentError(absl::StrCat(NodeLabel(index), ": ", message));
+  };
 
   // Rule 7: each element written by at most one node.
   for (int j = 0; j < n; ++j) {
     for (int i = 0; i < j; ++i) {
       if (Overlaps(nodes_[j].c, nodes_[i].c)) {
-        return NodeError(nodes_[j],
-                         absl::StrFormat("tensor written by two nodes: C \"%s\" %s overlaps C "
-                                         "\"%s\" %s of node \"%s\"",
-                                         nodes_[j].c.name, ByteRange(nodes_[j].c), nodes_[i].c.name,
-                                         ByteRange(nodes_[i].c), nodes_[i].name));
+        return node_error(j, absl::StrFormat("tensor written by two nodes: C \"%s\" %s overlaps C "
+                                             "\"%s\" %s of %s",
+                                             nodes_[j].c.name, ByteRange(nodes_[j].c), nodes_[i].c.name,
+                                             ByteRange(nodes_[i].c), NodeLabel(i)));
       }
     }
   }
@@ -537,7 +562,7 @@ absl::Status GemmGraph::Validate() const {
   // Rule 8: no cycle.
   if (std::vector<int> cycle = FindCycle(consumers_of, producers_of); !cycle.empty()) {
     std::vector<std::string> names;
-    for (int node : cycle) names.push_back(Quoted(nodes_[node]));
+    for (int node : cycle) names.push_back(NodeLabel(node));
     return absl::InvalidArgumentError(
         absl::StrCat("cycle in the data dependencies: ", absl::StrJoin(names, " -> "),
                      " (each node reads memory the one before it writes)"));
@@ -549,14 +574,13 @@ absl::Status GemmGraph::Validate() const {
     for (int later : producers_of[earlier]) {
       if (later <= earlier) continue;
       const RoleView* input = FirstOverlappingInput(inputs[earlier], nodes_[later]);
-      return NodeError(
-          nodes_[later],
-          absl::StrFormat("hazard (write after read): writes C \"%s\" %s, which overlaps %s %s "
-                          "read by node \"%s\", added earlier; graphs run in data-flow order, "
-                          "so node \"%s\" would read the new value",
-                          nodes_[later].c.name, ByteRange(nodes_[later].c),
-                          Describe(input->role, *input->view), ByteRange(*input->view),
-                          nodes_[earlier].name, nodes_[earlier].name));
+      return node_error(
+          later, absl::StrFormat("hazard (write after read): writes C \"%s\" %s, which overlaps %s %s "
+                                 "read by %s, added earlier; graphs run in data-flow order, "
+                                 "so %s would read the new value",
+                                 nodes_[later].c.name, ByteRange(nodes_[later].c),
+                                 Describe(input->role, *input->view), ByteRange(*input->view),
+                                 NodeLabel(earlier), NodeLabel(earlier)));
     }
   }
 
@@ -566,12 +590,12 @@ absl::Status GemmGraph::Validate() const {
     if (node.k() != 0 || node.c.empty() || producers_of[j].empty()) continue;
     const int i = producers_of[j].front();
     const RoleView* input = FirstOverlappingInput(inputs[j], nodes_[i]);  // not null: i is a producer of j
-    return NodeError(node, absl::StrFormat("K is 0 (C = activation(bias) + residual) and its %s is written by "
-                                           "node \"%s\": a job of a node with K = 0 runs its epilogue alone, "
-                                           "and the kernels order an epilogue after its producers only through "
-                                           "the job's loads of A; make the %s a graph input, or give the node "
-                                           "K > 0",
-                                           Describe(input->role, *input->view), nodes_[i].name, input->role));
+    return node_error(j, absl::StrFormat("K is 0 (C = activation(bias) + residual) and its %s is written by "
+                                         "%s: a job of a node with K = 0 runs its epilogue alone, "
+                                         "and the kernels order an epilogue after its producers only through "
+                                         "the job's loads of A; make the %s a graph input, or give the node "
+                                         "K > 0",
+                                         Describe(input->role, *input->view), NodeLabel(i), input->role));
   }
   return absl::OkStatus();
 }

@@ -53,21 +53,23 @@ struct TileExtent {
   int64_t k_begin = 0, k_end = 0;              // the job's k range, in elements
 };
 
-absl::Status CheckHostView(const GemmNode& node, const TensorView& view) {
+// `label`: how messages name the node (GemmGraph::NodeLabel).
+absl::Status CheckHostView(const std::string& label, const TensorView& view) {
   if (!view.empty() && view.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "node \"%s\": tensor \"%s\" is %dx%d but has no host data", node.name, view.name,
-        view.rows, view.cols));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: tensor \"%s\" is %dx%d but has no host data", label,
+                                                      view.name, view.rows, view.cols));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckHostViews(const GemmNode& node) {
-  LOOM_RETURN_IF_ERROR(CheckHostView(node, node.a));
-  LOOM_RETURN_IF_ERROR(CheckHostView(node, node.b));
-  LOOM_RETURN_IF_ERROR(CheckHostView(node, node.c));
-  if (node.epilogue.bias) LOOM_RETURN_IF_ERROR(CheckHostView(node, *node.epilogue.bias));
-  if (node.epilogue.residual) LOOM_RETURN_IF_ERROR(CheckHostView(node, *node.epilogue.residual));
+absl::Status CheckHostViews(const GemmGraph& graph, int index) {
+  const GemmNode& node = graph.nodes()[index];
+  const std::string label = graph.NodeLabel(index);
+  LOOM_RETURN_IF_ERROR(CheckHostView(label, node.a));
+  LOOM_RETURN_IF_ERROR(CheckHostView(label, node.b));
+  LOOM_RETURN_IF_ERROR(CheckHostView(label, node.c));
+  if (node.epilogue.bias) LOOM_RETURN_IF_ERROR(CheckHostView(label, *node.epilogue.bias));
+  if (node.epilogue.residual) LOOM_RETURN_IF_ERROR(CheckHostView(label, *node.epilogue.residual));
   return absl::OkStatus();
 }
 
@@ -233,7 +235,7 @@ absl::Status ReferenceExecutor::Prepare() {
   for (int i = 0; i < graph_.size(); ++i) {
     const GemmNode& node = graph_.nodes()[i];
     const sched::NodeSchedule& ns = schedule_.nodes[i];
-    LOOM_RETURN_IF_ERROR(CheckHostViews(node));
+    LOOM_RETURN_IF_ERROR(CheckHostViews(graph_, i));
     if (ns.m != node.m() || ns.n != node.n() || ns.k != node.k() ||
         ns.out_cols != node.out_cols()) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -681,8 +683,9 @@ absl::Status RunNaiveGraph(const GemmGraph& graph) {
   // Shapes that do not chain would read and write past the views; the
   // kernels' hardware limits do not apply to this loop.
   LOOM_RETURN_IF_ERROR(graph.ValidateShapes());
-  for (const GemmNode& node : graph.nodes()) {
-    LOOM_RETURN_IF_ERROR(CheckHostViews(node));
+  for (int i = 0; i < graph.size(); ++i) {
+    const GemmNode& node = graph.nodes()[i];
+    LOOM_RETURN_IF_ERROR(CheckHostViews(graph, i));
     const int64_t m = node.m(), n = node.n(), k = node.k();
     if (m == 0 || n == 0) continue;
     const std::vector<double> a = ops::LoadBlock(node.a, 0, m, 0, k);

@@ -829,9 +829,9 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   impl->narrow = UsesNarrowKernel(options, graph, dependencies, rows, device_.sm_count);
   if (const GemmNode* zero_k = FirstZeroKNode(graph); impl->narrow && zero_k != nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "CompileOptions.kernel: kNarrow, but node \"%s\" has K = 0 (its jobs are its epilogue alone), which only "
+        "CompileOptions.kernel: kNarrow, but %s has K = 0 (its jobs are its epilogue alone), which only "
         "the tiled kernel runs; use kAuto or kTiled",
-        zero_k->name));
+        graph.NodeLabel(static_cast<int>(zero_k - graph.nodes().data()))));
   }
   int cluster_size = kClusterSize;
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
@@ -978,7 +978,24 @@ absl::Status MovedFromPlan(absl::string_view method) {
   return absl::FailedPreconditionError(
       absl::StrCat("Plan::", method, ": this Plan was moved from (a moved-from Plan can only be assigned to)"));
 }
+
+absl::Status CheckCurrentDevice(absl::string_view method, int plan_device, int current_device) {
+  if (current_device == plan_device) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "Plan::%s: the current CUDA device is %d, but this plan was compiled for device %d "
+      "(call cudaSetDevice(%d) first)",
+      method, current_device, plan_device, plan_device));
+}
 }  // namespace internal
+
+namespace {
+// internal::CheckCurrentDevice for the calling thread's current device.
+absl::Status CheckCurrentDevice(absl::string_view method, const Plan::Impl& impl) {
+  int current = -1;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  return internal::CheckCurrentDevice(method, impl.device_ordinal, current);
+}
+}  // namespace
 
 Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Plan::Plan(Plan&&) noexcept = default;
@@ -993,6 +1010,7 @@ absl::Status Plan::Launch(cudaStream_t stream) {
         "explained or run by the CPU reference, not launched",
         impl_->device.name));
   }
+  LOOM_RETURN_IF_ERROR(CheckCurrentDevice("Launch", *impl_));
   if (impl_->schedule.queue.empty()) return absl::OkStatus();  // zero-size graph: nothing to do
   // Not over a RepackWeights just before: the narrow kernel streams packed
   // weights in before the previous kernel has ended.
@@ -1015,6 +1033,7 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
   if (impl_->device_ordinal < 0) {
     return absl::FailedPreconditionError("Plan::Synchronize: host-only plan");
   }
+  LOOM_RETURN_IF_ERROR(CheckCurrentDevice("Synchronize", *impl_));
   LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   if (impl_->timeout_host == nullptr) return absl::OkStatus();
   volatile kernel::DeviceTimeoutRecord* record = impl_->timeout_host;
@@ -1037,8 +1056,8 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
   std::string job = "?";
   if (timeout.job >= 0 && timeout.job < static_cast<int>(impl_->schedule.queue.size())) {
     const sched::TileJob& tile_job = impl_->schedule.queue[timeout.job];
-    job = absl::StrFormat("%d (node \"%s\", m-block %d, n-block %d)", timeout.job,
-                          impl_->graph.nodes()[tile_job.node].name, tile_job.m_block, tile_job.n_block);
+    job = absl::StrFormat("%d (%s, m-block %d, n-block %d)", timeout.job, impl_->graph.NodeLabel(tile_job.node),
+                          tile_job.m_block, tile_job.n_block);
   } else if (timeout.job >= 0) {
     job = absl::StrCat(timeout.job);
   }

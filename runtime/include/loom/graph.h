@@ -85,6 +85,10 @@ class GemmGraph {
 
   const std::vector<GemmNode>& nodes() const { return nodes_; }
   int size() const { return static_cast<int>(nodes_.size()); }
+  // How messages name node `index` (Validate's, Compile's, Synchronize's):
+  // `node "name"`, or with its index, `node #3 "name"`, when the name is
+  // empty or another node's too, so that the message still says which node.
+  std::string NodeLabel(int index) const;
 
   // Checks every rule of a well-formed graph; the first violation is returned
   // as InvalidArgument naming the node or tensor, the rule and the value.

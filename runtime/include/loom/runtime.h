@@ -237,6 +237,9 @@ class Plan {
 
   // Enqueues one launch of the persistent kernel on `stream`. Needs no host
   // work beyond the launch itself, so it can be captured in a CUDA graph.
+  // Launch and Synchronize need the plan's device current on the calling
+  // thread (cudaSetDevice; FailedPrecondition otherwise), and `stream` of
+  // that device.
   absl::Status Launch(cudaStream_t stream = nullptr);
   // Waits for `stream`; turns a device time-out into DeadlineExceeded naming
   // the SM, job, flag, expected and seen values (and a job the launched
