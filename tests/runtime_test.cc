@@ -901,10 +901,13 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
       {[](CompileOptions& o) { o.narrow_b_stages = 17; }, {"narrow_b_stages: 17", "[2, 16]"}},
       {[](CompileOptions& o) { o.narrow_consumers = 3; }, {"narrow_consumers: 3", "[0, 2]"}},
       {[](CompileOptions& o) { o.narrow_consumers = -1; }, {"narrow_consumers: -1", "[0, 2]"}},
-      // Checked by the scheduler, whose options carry the same names.
-      {[](CompileOptions& o) { o.group_size = -1; }, {"group_size must be >= 0, got -1"}},
-      {[](CompileOptions& o) { o.reduce_part_rows = 17; }, {"reduce_part_rows must be in [0, 16]", "got 17"}},
-      {[](CompileOptions& o) { o.last_split_extra_k_blocks = -2; }, {"last_split_extra_k_blocks", "got -2"}},
+      // Checked by the scheduler, whose options carry the same names; the
+      // message names CompileOptions.
+      {[](CompileOptions& o) { o.group_size = -1; }, {"CompileOptions.group_size must be >= 0, got -1"}},
+      {[](CompileOptions& o) { o.reduce_part_rows = 17; },
+       {"CompileOptions.reduce_part_rows must be in [0, 16]", "got 17"}},
+      {[](CompileOptions& o) { o.last_split_extra_k_blocks = -2; },
+       {"CompileOptions.last_split_extra_k_blocks", "got -2"}},
   };
   for (const GemmGraph& graph : {OneGemm(), DecodePair(1)}) {
     for (const Case& c : cases) {
