@@ -30,6 +30,11 @@
 // of M rounded up to 8 rows, zero-filled past M) that the consumer waits for
 // too, loaded by a third thread. --job_gap_ns: the consumer idles this long
 // after each job (the narrow kernel's epilogue and flag).
+// --a_multicast=1 (with --a_rows): clusters of two CTAs, each CTA loading
+// half of every A stage (two of its four k-blocks) into both CTAs' rings
+// with one multicast copy, as a narrow kernel whose CTA pairs shared A would:
+// L2 serves each A byte once a pair instead of once a CTA, while every SM
+// still receives all of it. A slot is refilled once both consumers freed it.
 //
 //   stream_probe --rows=28672 --cols=4096 --stages=4,8,12 --modes=kblock,rowmaj
 #include <cuda.h>
@@ -55,6 +60,7 @@ ABSL_FLAG(std::string, modes, "kblock,rowmaj,tile2d,bulk,ldg", "load shapes to t
 ABSL_FLAG(std::string, a_rows, "0", "activation rows to stream beside the weights (0: none), a list");
 ABSL_FLAG(std::string, drain, "0", "0: a job's loads follow the last job's at once; 1: after its last stage landed; a list");
 ABSL_FLAG(int, a_stages, 8, "with --a_rows: the A ring's depth");
+ABSL_FLAG(std::string, a_multicast, "0", "with --a_rows: 1 shares A across CTA pairs (multicast), a list");
 ABSL_FLAG(std::string, job_gap_ns, "0", "consumer idle time after each job, a list");
 ABSL_FLAG(std::string, grids, "0", "CTAs to launch (0: one per SM), a list");
 ABSL_FLAG(std::string, box_rows, "32", "kblock mode: rows a box (32, 16 or 8), a list");
@@ -74,6 +80,8 @@ enum class Mode { kKBlock, kRowMajor, kTile2D, kBulk, kLdg, kRowBulk };
 struct ProbeParams {
   CUtensorMap map;    // the mode's map (unused by bulk and ldg)
   CUtensorMap a_map;  // with a_tile_bytes: A [a_rows, cols] as k-blocks, box {64, a_tile_bytes / 128, 4}
+  CUtensorMap a_half_map;  // the same, box {64, a_tile_bytes / 128, 2} (a_multicast)
+  int a_multicast;         // 1: CTA pairs share A (each loads half a stage into both)
   uint32_t a_tile_bytes;  // 0: no A stream
   int a_stages;
   uint32_t job_gap_ns;
@@ -100,6 +108,19 @@ __device__ __forceinline__ uint64_t GlobalTimer() {
 __device__ __forceinline__ void Wait(uint64_t* barrier, uint32_t parity) {
   while (!cuda::ptx::mbarrier_try_wait_parity(barrier, parity)) {
   }
+}
+
+__device__ __forceinline__ void ClusterSync() {
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+}
+
+// Arrives on the barrier at `barrier`'s offset in the other CTA of the pair.
+__device__ __forceinline__ void ArriveOnPeer(uint64_t* barrier) {
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(cuda::ptx::get_sreg_cluster_ctarank() ^ 1u));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
 }
 
 // Loads stage `s` of job `job` into `dst`, completing on `full`.
@@ -163,11 +184,15 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
     }
     for (int s = 0; s < p.a_stages; ++s) {
       cuda::ptx::mbarrier_init(&a_full[s], 1);
-      cuda::ptx::mbarrier_init(&a_empty[s], 1);
+      cuda::ptx::mbarrier_init(&a_empty[s], p.a_multicast ? 2 : 1);  // both consumers free a shared slot
     }
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  __syncthreads();
+  if (p.a_multicast) {
+    ClusterSync();  // the peer's barriers exist before its copies and arrivals reach them
+  } else {
+    __syncthreads();
+  }
   if (threadIdx.x == 0) {  // the loader
     int slot = 0;
     uint32_t phase = 0;
@@ -192,9 +217,18 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
         Wait(&a_empty[slot], phase ^ 1);
         cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
                                              &a_full[slot], a_stage_bytes);
-        const int32_t coords[3] = {0, 0, s * kKBlocksPerStage};
-        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                        a_ring + slot * a_stage_bytes, &p.a_map, coords, &a_full[slot]);
+        if (p.a_multicast) {
+          // This CTA's half of the stage (k-blocks 2 rank, 2 rank + 1) into both rings.
+          const uint32_t rank = cuda::ptx::get_sreg_cluster_ctarank();
+          const int32_t coords[3] = {0, 0, s * kKBlocksPerStage + 2 * static_cast<int32_t>(rank)};
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                          a_ring + slot * a_stage_bytes + rank * 2 * p.a_tile_bytes, &p.a_half_map,
+                                          coords, &a_full[slot], uint16_t{0b11});
+        } else {
+          const int32_t coords[3] = {0, 0, s * kKBlocksPerStage};
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                          a_ring + slot * a_stage_bytes, &p.a_map, coords, &a_full[slot]);
+        }
         if (++slot == p.a_stages) slot = 0, phase ^= 1;
       }
     }
@@ -208,6 +242,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
           Wait(&a_full[a_slot], a_phase);
           sum += *reinterpret_cast<const uint32_t*>(a_ring + a_slot * kKBlocksPerStage * p.a_tile_bytes);
           cuda::ptx::mbarrier_arrive(&a_empty[a_slot]);
+          if (p.a_multicast) ArriveOnPeer(&a_empty[a_slot]);
           if (++a_slot == p.a_stages) a_slot = 0, a_phase ^= 1;
         }
         Wait(&full[slot], phase);
@@ -223,6 +258,8 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
     }
     if (sum == 0x12345678u) probe_sink = sum;  // keeps the reads
   }
+  // No CTA leaves while its peer may still copy into it or arrive on it.
+  if (p.a_multicast) ClusterSync();
 }
 
 // Plain loads: CTA b streams its jobs' rows with 16-byte vectors.
@@ -242,8 +279,9 @@ __global__ void __launch_bounds__(256) LdgProbe(const uint4* weights, int64_t jo
   if (acc == 0x12345678u) *out = acc;  // keeps the loads
 }
 
+// `box_kblocks` (kblock mode): k-blocks a box; 0: a 16-KiB box.
 bool EncodeMap(Mode mode, void* base, int64_t rows, int64_t cols, uint32_t box_rows, CUtensorMap* map,
-               int64_t pitch = 0) {
+               int64_t pitch = 0, uint32_t box_kblocks = 0) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* pointer = nullptr;
     cudaDriverEntryPointQueryResult result;
@@ -261,7 +299,8 @@ bool EncodeMap(Mode mode, void* base, int64_t rows, int64_t cols, uint32_t box_r
     case Mode::kKBlock:
       dims[0] = kKBlock, dims[1] = rows, dims[2] = kblocks;
       strides[0] = row_bytes, strides[1] = kKBlock * 2;
-      box[0] = kKBlock, box[1] = box_rows, box[2] = kKBlocksPerStage * kJobRows / box_rows;
+      box[0] = kKBlock, box[1] = box_rows;
+      box[2] = box_kblocks != 0 ? box_kblocks : kKBlocksPerStage * kJobRows / box_rows;
       break;
     case Mode::kRowMajor:
       dims[0] = kKBlock, dims[1] = kblocks, dims[2] = rows;
@@ -308,7 +347,7 @@ double MedianUs(int iters, Launch launch) {
 
 // One configuration of a ring mode: every combination of the list flags.
 struct Variant {
-  int box_rows, pad, stages, drain, a_rows, gap_ns, grid;
+  int box_rows, pad, stages, drain, a_rows, gap_ns, grid, a_multicast;
 };
 
 std::vector<Variant> Variants(Mode mode, const std::vector<int>& pads, const std::vector<int>& box_rows_list,
@@ -322,7 +361,10 @@ std::vector<Variant> Variants(Mode mode, const std::vector<int>& pads, const std
           for (int a_rows : ParseIntList("a_rows", absl::GetFlag(FLAGS_a_rows))) {
             for (int gap : ParseIntList("job_gap_ns", absl::GetFlag(FLAGS_job_gap_ns))) {
               for (int grid : ParseIntList("grids", absl::GetFlag(FLAGS_grids))) {
-                variants.push_back({box_rows, pad, stages, drain, a_rows, gap, grid > 0 ? grid : sms});
+                for (int multicast : ParseIntList("a_multicast", absl::GetFlag(FLAGS_a_multicast))) {
+                  if (multicast != 0 && a_rows == 0) continue;  // nothing to share
+                  variants.push_back({box_rows, pad, stages, drain, a_rows, gap, grid > 0 ? grid : sms, multicast});
+                }
               }
             }
           }
@@ -381,8 +423,8 @@ int main(int argc, char** argv) {
   const int stages_per_job = static_cast<int>(cols / (kKBlock * kKBlocksPerStage));
   std::printf("matrix %lld x %lld bf16 (%.1f MB), %d jobs of %d rows, %d SMs\n", static_cast<long long>(rows),
               static_cast<long long>(cols), bytes / 1e6, jobs, kJobRows, sms);
-  std::printf("%-7s %4s %4s %6s %6s %6s %7s %5s %10s %9s\n", "mode", "box", "pad", "stages", "drain", "a_rows",
-              "gap_ns", "grid", "us", "GB/s");
+  std::printf("%-7s %4s %4s %6s %6s %6s %7s %5s %5s %10s %9s\n", "mode", "box", "pad", "stages", "drain", "a_rows",
+              "gap_ns", "grid", "a_mc", "us", "GB/s");
   const char* names[] = {"kblock", "rowmaj", "tile2d", "bulk", "ldg", "rowbulk"};
   std::vector<Mode> modes;
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
@@ -400,8 +442,8 @@ int main(int argc, char** argv) {
         const double us = MedianUs(iters, [&] {
           LdgProbe<<<grid, 256>>>(reinterpret_cast<const uint4*>(weights), kJobRows * cols * 2 / 16, jobs, out);
         });
-        std::printf("%-7s %4s %4s %6s %6s %6s %7s %5d %10.1f %9.0f  (256 threads a CTA)\n", "ldg", "-", "-", "-",
-                    "-", "-", "-", grid, us, bytes / us / 1e3);
+        std::printf("%-7s %4s %4s %6s %6s %6s %7s %5d %5s %10.1f %9.0f  (256 threads a CTA)\n", "ldg", "-", "-",
+                    "-", "-", "-", "-", grid, "-", us, bytes / us / 1e3);
       }
       continue;
     }
@@ -433,14 +475,34 @@ int main(int argc, char** argv) {
                      v.stages, v.a_rows, kMaxStages);
         continue;
       }
+      // A stage: four k-blocks of the rows rounded up to 8, one box (two a
+      // CTA with a_multicast).
+      const uint32_t a_box_rows = static_cast<uint32_t>((v.a_rows + 7) / 8 * 8);
       if (v.a_rows > 0 &&
-          !EncodeMap(Mode::kKBlock, activations, v.a_rows, cols, (v.a_rows + 7) / 8 * 8, &params.a_map)) {
+          (!EncodeMap(Mode::kKBlock, activations, v.a_rows, cols, a_box_rows, &params.a_map, 0, kKBlocksPerStage) ||
+           !EncodeMap(Mode::kKBlock, activations, v.a_rows, cols, a_box_rows, &params.a_half_map, 0, 2))) {
         std::fprintf(stderr, "cuTensorMapEncodeTiled refused A with %d rows\n", v.a_rows);
         return 1;
       }
-      const double us = MedianUs(iters, [&] { RingProbe<<<v.grid, 96, smem_bytes>>>(params); });
-      std::printf("%-7s %4d %4d %6d %6d %6d %7d %5d %10.1f %9.0f\n", names[static_cast<int>(mode)], v.box_rows, v.pad,
-                  v.stages, v.drain, v.a_rows, v.gap_ns, v.grid, us, bytes / us / 1e3);
+      params.a_multicast = v.a_multicast != 0 ? 1 : 0;
+      if (params.a_multicast && (v.grid % 2 != 0 || jobs % 2 != 0)) {
+        std::fprintf(stderr, "skipping a_multicast on grid %d, %d jobs (pairs need both even)\n", v.grid, jobs);
+        continue;
+      }
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(v.grid);
+      config.blockDim = dim3(96);
+      config.dynamicSmemBytes = smem_bytes;
+      cudaLaunchAttribute cluster;
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = params.a_multicast ? 2 : 1;
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      const double us = MedianUs(iters, [&] { PROBE_CHECK(cudaLaunchKernelEx(&config, RingProbe, params)); });
+      std::printf("%-7s %4d %4d %6d %6d %6d %7d %5d %5d %10.1f %9.0f\n", names[static_cast<int>(mode)], v.box_rows,
+                  v.pad, v.stages, v.drain, v.a_rows, v.gap_ns, v.grid, v.a_multicast, us, bytes / us / 1e3);
     }
     PROBE_CHECK(cudaGetLastError());
   }
