@@ -427,6 +427,8 @@ TEST(ValidateTest, EmptyAndSharedNamesAreNamedWithTheirIndex) {
   EXPECT_EQ(shared.NodeLabel(0), "node #0 \"layer\"");
   EXPECT_EQ(unnamed.NodeLabel(0), "node \"ok\"");
   EXPECT_EQ(unnamed.NodeLabel(1), "node #1");
+  EXPECT_EQ(unnamed.NodeLabel(2), "node #2 (no such node)");
+  EXPECT_EQ(unnamed.NodeLabel(-1), "node #-1 (no such node)");
 }
 
 TEST(ValidateTest, ExactMessageForMisalignedStride) {

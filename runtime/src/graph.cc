@@ -59,8 +59,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "loom/scheduler/schedule.h"
@@ -497,6 +497,7 @@ std::vector<int> FindCycle(const std::vector<std::vector<int>>& consumers_of,
 }  // namespace
 
 std::string GemmGraph::NodeLabel(int index) const {
+  if (index < 0 || index >= size()) return absl::StrCat("node #", index, " (no such node)");
   const std::string& name = nodes_[index].name;
   const bool shared = std::any_of(nodes_.begin(), nodes_.end(), [&](const GemmNode& other) {
     return &other != &nodes_[index] && other.name == name;

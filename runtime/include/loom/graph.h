@@ -87,7 +87,8 @@ class GemmGraph {
   int size() const { return static_cast<int>(nodes_.size()); }
   // How messages name node `index` (Validate's, Compile's, Synchronize's):
   // `node "name"`, or with its index, `node #3 "name"`, when the name is
-  // empty or another node's too, so that the message still says which node.
+  // empty or another node's too, so that the message still says which node
+  // (an index outside the graph: `node #9 (no such node)`).
   std::string NodeLabel(int index) const;
 
   // Checks every rule of a well-formed graph; the first violation is returned
