@@ -35,6 +35,8 @@
 // with one multicast copy, as a narrow kernel whose CTA pairs shared A would:
 // L2 serves each A byte once a pair instead of once a CTA, while every SM
 // still receives all of it. A slot is refilled once both consumers freed it.
+// --a_multicast=2: the same clusters of two, each CTA loading its own A (the
+// cluster launch alone, for comparison).
 //
 //   stream_probe --rows=28672 --cols=4096 --stages=4,8,12 --modes=kblock,rowmaj
 #include <cuda.h>
@@ -60,7 +62,8 @@ ABSL_FLAG(std::string, modes, "kblock,rowmaj,tile2d,bulk,ldg", "load shapes to t
 ABSL_FLAG(std::string, a_rows, "0", "activation rows to stream beside the weights (0: none), a list");
 ABSL_FLAG(std::string, drain, "0", "0: a job's loads follow the last job's at once; 1: after its last stage landed; a list");
 ABSL_FLAG(int, a_stages, 8, "with --a_rows: the A ring's depth");
-ABSL_FLAG(std::string, a_multicast, "0", "with --a_rows: 1 shares A across CTA pairs (multicast), a list");
+ABSL_FLAG(std::string, a_multicast, "0",
+          "with --a_rows: 1 shares A across CTA pairs (multicast); 2 launches the pairs without sharing; a list");
 ABSL_FLAG(std::string, job_gap_ns, "0", "consumer idle time after each job, a list");
 ABSL_FLAG(std::string, grids, "0", "CTAs to launch (0: one per SM), a list");
 ABSL_FLAG(std::string, box_rows, "32", "kblock mode: rows a box (32, 16 or 8), a list");
@@ -82,6 +85,7 @@ struct ProbeParams {
   CUtensorMap a_map;  // with a_tile_bytes: A [a_rows, cols] as k-blocks, box {64, a_tile_bytes / 128, 4}
   CUtensorMap a_half_map;  // the same, box {64, a_tile_bytes / 128, 2} (a_multicast)
   int a_multicast;         // 1: CTA pairs share A (each loads half a stage into both)
+  int clustered;           // launched in clusters of two (a_multicast 1 or 2)
   uint32_t a_tile_bytes;  // 0: no A stream
   int a_stages;
   uint32_t job_gap_ns;
@@ -188,7 +192,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
     }
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  if (p.a_multicast) {
+  if (p.clustered) {
     ClusterSync();  // the peer's barriers exist before its copies and arrivals reach them
   } else {
     __syncthreads();
@@ -259,7 +263,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
     if (sum == 0x12345678u) probe_sink = sum;  // keeps the reads
   }
   // No CTA leaves while its peer may still copy into it or arrive on it.
-  if (p.a_multicast) ClusterSync();
+  if (p.clustered) ClusterSync();
 }
 
 // Plain loads: CTA b streams its jobs' rows with 16-byte vectors.
@@ -362,7 +366,7 @@ std::vector<Variant> Variants(Mode mode, const std::vector<int>& pads, const std
             for (int gap : ParseIntList("job_gap_ns", absl::GetFlag(FLAGS_job_gap_ns))) {
               for (int grid : ParseIntList("grids", absl::GetFlag(FLAGS_grids))) {
                 for (int multicast : ParseIntList("a_multicast", absl::GetFlag(FLAGS_a_multicast))) {
-                  if (multicast != 0 && a_rows == 0) continue;  // nothing to share
+                  if (multicast == 1 && a_rows == 0) continue;  // nothing to share
                   variants.push_back({box_rows, pad, stages, drain, a_rows, gap, grid > 0 ? grid : sms, multicast});
                 }
               }
@@ -484,8 +488,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "cuTensorMapEncodeTiled refused A with %d rows\n", v.a_rows);
         return 1;
       }
-      params.a_multicast = v.a_multicast != 0 ? 1 : 0;
-      if (params.a_multicast && (v.grid % 2 != 0 || jobs % 2 != 0)) {
+      params.a_multicast = v.a_multicast == 1 ? 1 : 0;
+      params.clustered = v.a_multicast != 0 ? 1 : 0;
+      if (params.clustered && (v.grid % 2 != 0 || jobs % 2 != 0)) {
         std::fprintf(stderr, "skipping a_multicast on grid %d, %d jobs (pairs need both even)\n", v.grid, jobs);
         continue;
       }
@@ -495,11 +500,16 @@ int main(int argc, char** argv) {
       config.dynamicSmemBytes = smem_bytes;
       cudaLaunchAttribute cluster;
       cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = params.a_multicast ? 2 : 1;
+      cluster.val.clusterDim.x = params.clustered ? 2 : 1;
       cluster.val.clusterDim.y = 1;
       cluster.val.clusterDim.z = 1;
       config.attrs = &cluster;
       config.numAttrs = 1;
+      int resident = 0;  // clusters (CTAs without clusters) the SMs hold at once
+      PROBE_CHECK(cudaOccupancyMaxActiveClusters(&resident, RingProbe, &config));
+      if (resident * (params.clustered ? 2 : 1) < v.grid) {
+        std::printf("  (only %d of the %d CTAs fit at once)\n", resident * (params.clustered ? 2 : 1), v.grid);
+      }
       const double us = MedianUs(iters, [&] { PROBE_CHECK(cudaLaunchKernelEx(&config, RingProbe, params)); });
       std::printf("%-7s %4d %4d %6d %6d %6d %7d %5d %5d %10.1f %9.0f\n", names[static_cast<int>(mode)], v.box_rows,
                   v.pad, v.stages, v.drain, v.a_rows, v.gap_ns, v.grid, v.a_multicast, us, bytes / us / 1e3);
