@@ -385,6 +385,12 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int64_t rows = absl::GetFlag(FLAGS_rows), cols = absl::GetFlag(FLAGS_cols);
   const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
+  for (int multicast : ParseIntList("a_multicast", absl::GetFlag(FLAGS_a_multicast))) {
+    if (multicast < 0 || multicast > 2) {
+      std::fprintf(stderr, "--a_multicast: %d must be 0 (alone), 1 (shared) or 2 (pairs, not shared)\n", multicast);
+      return 1;
+    }
+  }
   if (rows % kJobRows != 0 || cols % (kKBlock * kKBlocksPerStage) != 0) {
     std::fprintf(stderr, "--rows must be a multiple of %d and --cols of %d\n", kJobRows, kKBlock * kKBlocksPerStage);
     return 1;
