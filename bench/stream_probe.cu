@@ -36,7 +36,12 @@
 // L2 serves each A byte once a pair instead of once a CTA, while every SM
 // still receives all of it. A slot is refilled once both consumers freed it.
 // --a_multicast=2: the same clusters of two, each CTA loading its own A (the
-// cluster launch alone, for comparison).
+// cluster launch alone, for comparison). The parts of 1 apart, to find what
+// costs: 3 is 1 with the consumers' arrivals on the peer relaxed instead of
+// release; 4 each CTA loading its own A but a slot refilled only once both
+// consumers freed it; 5 the multicast halves with each CTA's slot refilled
+// once its own consumer freed it (3 and 5 are timing only: a slot may be
+// overwritten before the peer has read it).
 //
 //   stream_probe --rows=28672 --cols=4096 --stages=4,8,12 --modes=kblock,rowmaj
 #include <cuda.h>
@@ -63,7 +68,8 @@ ABSL_FLAG(std::string, a_rows, "0", "activation rows to stream beside the weight
 ABSL_FLAG(std::string, drain, "0", "0: a job's loads follow the last job's at once; 1: after its last stage landed; a list");
 ABSL_FLAG(int, a_stages, 8, "with --a_rows: the A ring's depth");
 ABSL_FLAG(std::string, a_multicast, "0",
-          "with --a_rows: 1 shares A across CTA pairs (multicast); 2 launches the pairs without sharing; a list");
+          "with --a_rows: 1 shares A across CTA pairs (multicast); 2 launches the pairs without sharing; 3-5 parts "
+          "of 1 (see the file's comment); a list");
 ABSL_FLAG(std::string, job_gap_ns, "0", "consumer idle time after each job, a list");
 ABSL_FLAG(std::string, grids, "0", "CTAs to launch (0: one per SM), a list");
 ABSL_FLAG(std::string, box_rows, "32", "kblock mode: rows a box (32, 16 or 8), a list");
@@ -84,8 +90,10 @@ struct ProbeParams {
   CUtensorMap map;    // the mode's map (unused by bulk and ldg)
   CUtensorMap a_map;  // with a_tile_bytes: A [a_rows, cols] as k-blocks, box {64, a_tile_bytes / 128, 4}
   CUtensorMap a_half_map;  // the same, box {64, a_tile_bytes / 128, 2} (a_multicast)
-  int a_multicast;         // 1: CTA pairs share A (each loads half a stage into both)
-  int clustered;           // launched in clusters of two (a_multicast 1 or 2)
+  int clustered;           // launched in clusters of two (--a_multicast 1-5)
+  int a_halves;            // each CTA loads half of every A stage into both CTAs (1, 3, 5)
+  int a_coupled;           // an A slot is refilled once both consumers freed it (1, 3, 4)
+  int a_relaxed;           // the consumers' arrivals on the peer are relaxed (3)
   uint32_t a_tile_bytes;  // 0: no A stream
   int a_stages;
   uint32_t job_gap_ns;
@@ -119,12 +127,19 @@ __device__ __forceinline__ void ClusterSync() {
   cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
 
-// Arrives on the barrier at `barrier`'s offset in the other CTA of the pair.
-__device__ __forceinline__ void ArriveOnPeer(uint64_t* barrier) {
+// Arrives on the barrier at `barrier`'s offset in the other CTA of the pair
+// (`relaxed`: without ordering this thread's earlier reads; timing only).
+__device__ __forceinline__ void ArriveOnPeer(uint64_t* barrier, bool relaxed) {
   const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
   uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(cuda::ptx::get_sreg_cluster_ctarank() ^ 1u));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(local), "r"(cuda::ptx::get_sreg_cluster_ctarank() ^ 1u));
+  if (relaxed) {
+    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
+  } else {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
+  }
 }
 
 // Loads stage `s` of job `job` into `dst`, completing on `full`.
@@ -188,7 +203,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
     }
     for (int s = 0; s < p.a_stages; ++s) {
       cuda::ptx::mbarrier_init(&a_full[s], 1);
-      cuda::ptx::mbarrier_init(&a_empty[s], p.a_multicast ? 2 : 1);  // both consumers free a shared slot
+      cuda::ptx::mbarrier_init(&a_empty[s], p.a_coupled ? 2 : 1);  // both consumers free a shared slot
     }
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
@@ -221,7 +236,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
         Wait(&a_empty[slot], phase ^ 1);
         cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
                                              &a_full[slot], a_stage_bytes);
-        if (p.a_multicast) {
+        if (p.a_halves) {
           // This CTA's half of the stage (k-blocks 2 rank, 2 rank + 1) into both rings.
           const uint32_t rank = cuda::ptx::get_sreg_cluster_ctarank();
           const int32_t coords[3] = {0, 0, s * kKBlocksPerStage + 2 * static_cast<int32_t>(rank)};
@@ -246,7 +261,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
           Wait(&a_full[a_slot], a_phase);
           sum += *reinterpret_cast<const uint32_t*>(a_ring + a_slot * kKBlocksPerStage * p.a_tile_bytes);
           cuda::ptx::mbarrier_arrive(&a_empty[a_slot]);
-          if (p.a_multicast) ArriveOnPeer(&a_empty[a_slot]);
+          if (p.a_coupled) ArriveOnPeer(&a_empty[a_slot], p.a_relaxed != 0);
           if (++a_slot == p.a_stages) a_slot = 0, a_phase ^= 1;
         }
         Wait(&full[slot], phase);
@@ -366,7 +381,7 @@ std::vector<Variant> Variants(Mode mode, const std::vector<int>& pads, const std
             for (int gap : ParseIntList("job_gap_ns", absl::GetFlag(FLAGS_job_gap_ns))) {
               for (int grid : ParseIntList("grids", absl::GetFlag(FLAGS_grids))) {
                 for (int multicast : ParseIntList("a_multicast", absl::GetFlag(FLAGS_a_multicast))) {
-                  if (multicast == 1 && a_rows == 0) continue;  // nothing to share
+                  if (multicast != 0 && multicast != 2 && a_rows == 0) continue;  // nothing to share
                   variants.push_back({box_rows, pad, stages, drain, a_rows, gap, grid > 0 ? grid : sms, multicast});
                 }
               }
@@ -386,8 +401,9 @@ int main(int argc, char** argv) {
   const int64_t rows = absl::GetFlag(FLAGS_rows), cols = absl::GetFlag(FLAGS_cols);
   const int iters = std::max(1, absl::GetFlag(FLAGS_iters));
   for (int multicast : ParseIntList("a_multicast", absl::GetFlag(FLAGS_a_multicast))) {
-    if (multicast < 0 || multicast > 2) {
-      std::fprintf(stderr, "--a_multicast: %d must be 0 (alone), 1 (shared) or 2 (pairs, not shared)\n", multicast);
+    if (multicast < 0 || multicast > 5) {
+      std::fprintf(stderr, "--a_multicast: %d must be 0 (alone), 1 (shared), 2 (pairs, not shared) or 3-5\n",
+                   multicast);
       return 1;
     }
   }
@@ -494,8 +510,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "cuTensorMapEncodeTiled refused A with %d rows\n", v.a_rows);
         return 1;
       }
-      params.a_multicast = v.a_multicast == 1 ? 1 : 0;
-      params.clustered = v.a_multicast != 0 ? 1 : 0;
+      const int m = v.a_multicast;
+      params.clustered = m != 0 ? 1 : 0;
+      params.a_halves = m == 1 || m == 3 || m == 5 ? 1 : 0;
+      params.a_coupled = m == 1 || m == 3 || m == 4 ? 1 : 0;
+      params.a_relaxed = m == 3 ? 1 : 0;
       if (params.clustered && (v.grid % 2 != 0 || jobs % 2 != 0)) {
         std::fprintf(stderr, "skipping a_multicast on grid %d, %d jobs (pairs need both even)\n", v.grid, jobs);
         continue;
