@@ -59,7 +59,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -211,12 +210,9 @@ std::string Describe(std::string_view role, const TensorView& view) {
   return absl::StrFormat("%s \"%s\"", role, view.name);
 }
 
-// `node "name"`: how messages name a node by default (GemmGraph::NodeLabel).
-std::string Quoted(const GemmNode& node) { return absl::StrCat("node \"", node.name, "\""); }
-
-absl::Status NodeError(const GemmNode& node, const std::string& message) {
-  return absl::InvalidArgumentError(absl::StrCat(Quoted(node), ": ", message));
-}
+// A per-node rule's violation; Validate and ValidateShapes put the node's
+// label (GemmGraph::NodeLabel) in front of it.
+absl::Status Violation(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 // A tensor a node uses, with the name of the role it plays.
 struct RoleView {
@@ -247,31 +243,28 @@ std::vector<RoleView> AllViews(const GemmNode& node) {
 }
 
 // Rule 1.
-absl::Status CheckWellFormed(const GemmNode& node, const RoleView& rv) {
+absl::Status CheckWellFormed(const RoleView& rv) {
   const TensorView& v = *rv.view;
   const std::string who = Describe(rv.role, v);
-  if (!v.slice_error.empty()) return NodeError(node, absl::StrFormat("%s: %s", who, v.slice_error));
-  if (v.rows < 0) return NodeError(node, absl::StrFormat("%s: rows %d is negative", who, v.rows));
-  if (v.cols < 0) return NodeError(node, absl::StrFormat("%s: cols %d is negative", who, v.cols));
+  if (!v.slice_error.empty()) return Violation(absl::StrFormat("%s: %s", who, v.slice_error));
+  if (v.rows < 0) return Violation(absl::StrFormat("%s: rows %d is negative", who, v.rows));
+  if (v.cols < 0) return Violation(absl::StrFormat("%s: cols %d is negative", who, v.cols));
   if (v.row_stride < 0) {
-    return NodeError(node,
-                     absl::StrFormat("%s: row stride %d elements is negative", who, v.row_stride));
+    return Violation(absl::StrFormat("%s: row stride %d elements is negative", who, v.row_stride));
   }
   if (v.rows > 1 && v.row_stride < v.cols) {
-    return NodeError(node, absl::StrFormat("%s: row stride %d elements is less than cols %d", who,
-                                           v.row_stride, v.cols));
+    return Violation(absl::StrFormat("%s: row stride %d elements is less than cols %d", who, v.row_stride, v.cols));
   }
   if (v.empty()) return absl::OkStatus();
   if (v.data == nullptr) {
-    return NodeError(node, absl::StrFormat("%s: data is null for a non-empty [%d, %d] view", who,
-                                           v.rows, v.cols));
+    return Violation(absl::StrFormat("%s: data is null for a non-empty [%d, %d] view", who, v.rows, v.cols));
   }
   const Wide end = Address(v) + ExtentBytes(v);
   if (end > static_cast<Wide>(std::numeric_limits<uint64_t>::max()) + 1) {
-    return NodeError(node,
-                     absl::StrFormat("%s: the [%d, %d] view at %p (%s bytes) runs past the "
-                                     "end of the address space",
-                                     who, v.rows, v.cols, v.data, WideToString(ExtentBytes(v))));
+    return Violation(
+        absl::StrFormat("%s: the [%d, %d] view at %p (%s bytes) runs past the "
+                        "end of the address space",
+                        who, v.rows, v.cols, v.data, WideToString(ExtentBytes(v))));
   }
   return absl::OkStatus();
 }
@@ -281,24 +274,23 @@ bool IsBF16OrFP32(DType dtype) { return dtype == DType::kBF16 || dtype == DType:
 // Rule 2.
 absl::Status CheckDTypesAndActivation(const GemmNode& node) {
   if (node.a.dtype != DType::kBF16 || node.b.dtype != DType::kBF16 || !IsBF16OrFP32(node.c.dtype)) {
-    return NodeError(node, absl::StrFormat("dtype tuple (A %s, B %s, C %s) is not supported; "
-                                           "supported: A=B=bf16, C in {bf16, fp32}",
-                                           DTypeName(node.a.dtype), DTypeName(node.b.dtype),
-                                           DTypeName(node.c.dtype)));
+    return Violation(
+        absl::StrFormat("dtype tuple (A %s, B %s, C %s) is not supported; "
+                        "supported: A=B=bf16, C in {bf16, fp32}",
+                        DTypeName(node.a.dtype), DTypeName(node.b.dtype), DTypeName(node.c.dtype)));
   }
   for (const RoleView& rv : Inputs(node)) {
     if (rv.operand != Operand::kBias && rv.operand != Operand::kResidual) continue;
     if (!IsBF16OrFP32(rv.view->dtype)) {
-      return NodeError(node,
-                       absl::StrFormat("%s: dtype %s is not supported; supported: bf16, fp32",
+      return Violation(absl::StrFormat("%s: dtype %s is not supported; supported: bf16, fp32",
                                        Describe(rv.role, *rv.view), DTypeName(rv.view->dtype)));
     }
   }
   // An enum value cast from an integer: the kernels and the reference would
   // each fall back to no activation without saying so.
   if (static_cast<int>(node.epilogue.activation) > static_cast<int>(Activation::kSwiGLU)) {
-    return NodeError(node, absl::StrFormat("epilogue activation %d is not one of none, relu, gelu, silu, swiglu",
-                                           static_cast<int>(node.epilogue.activation)));
+    return Violation(absl::StrFormat("epilogue activation %d is not one of none, relu, gelu, silu, swiglu",
+                                     static_cast<int>(node.epilogue.activation)));
   }
   return absl::OkStatus();
 }
@@ -310,39 +302,44 @@ absl::Status CheckShapes(const GemmNode& node) {
   const TensorView& c = node.c;
   const bool swiglu = node.epilogue.activation == Activation::kSwiGLU;
   if (a.cols != b.cols) {
-    return NodeError(node, absl::StrFormat("shapes do not chain: A \"%s\" has K = %d columns "
-                                           "but B \"%s\" has K = %d (A is [M, K], B is [N, K])",
-                                           a.name, a.cols, b.name, b.cols));
+    return Violation(
+        absl::StrFormat("shapes do not chain: A \"%s\" has K = %d columns "
+                        "but B \"%s\" has K = %d (A is [M, K], B is [N, K])",
+                        a.name, a.cols, b.name, b.cols));
   }
   if (swiglu && b.rows % 2 != 0) {
-    return NodeError(node, absl::StrFormat("swiglu needs an even N (gate and up columns "
-                                           "interleave), but B \"%s\" has N = %d rows",
-                                           b.name, b.rows));
+    return Violation(
+        absl::StrFormat("swiglu needs an even N (gate and up columns "
+                        "interleave), but B \"%s\" has N = %d rows",
+                        b.name, b.rows));
   }
   if (c.rows != a.rows) {
-    return NodeError(node, absl::StrFormat("shapes do not chain: C \"%s\" has %d rows, expected "
-                                           "M = %d (the rows of A \"%s\")",
-                                           c.name, c.rows, a.rows, a.name));
+    return Violation(
+        absl::StrFormat("shapes do not chain: C \"%s\" has %d rows, expected "
+                        "M = %d (the rows of A \"%s\")",
+                        c.name, c.rows, a.rows, a.name));
   }
   if (c.cols != node.out_cols()) {
     const std::string why = swiglu
                                 ? absl::StrFormat("N = %d halved by swiglu", b.rows)
                                 : absl::StrFormat("N = %d, the rows of B \"%s\"", b.rows, b.name);
-    return NodeError(node, absl::StrFormat("shapes do not chain: C \"%s\" has %d columns, "
-                                           "expected N_out = %d (%s)",
-                                           c.name, c.cols, node.out_cols(), why));
+    return Violation(
+        absl::StrFormat("shapes do not chain: C \"%s\" has %d columns, "
+                        "expected N_out = %d (%s)",
+                        c.name, c.cols, node.out_cols(), why));
   }
   if (const auto& bias = node.epilogue.bias; bias && (bias->rows != 1 || bias->cols != b.rows)) {
-    return NodeError(node, absl::StrFormat("shapes do not chain: bias \"%s\" is [%d, %d], "
-                                           "expected [1, N] = [1, %d]",
-                                           bias->name, bias->rows, bias->cols, b.rows));
+    return Violation(
+        absl::StrFormat("shapes do not chain: bias \"%s\" is [%d, %d], "
+                        "expected [1, N] = [1, %d]",
+                        bias->name, bias->rows, bias->cols, b.rows));
   }
   if (const auto& residual = node.epilogue.residual;
       residual && (residual->rows != c.rows || residual->cols != c.cols)) {
-    return NodeError(
-        node, absl::StrFormat("shapes do not chain: residual \"%s\" is [%d, %d], "
-                              "expected [M, N_out] = [%d, %d]",
-                              residual->name, residual->rows, residual->cols, c.rows, c.cols));
+    return Violation(
+        absl::StrFormat("shapes do not chain: residual \"%s\" is [%d, %d], "
+                        "expected [M, N_out] = [%d, %d]",
+                        residual->name, residual->rows, residual->cols, c.rows, c.cols));
   }
   return absl::OkStatus();
 }
@@ -350,53 +347,52 @@ absl::Status CheckShapes(const GemmNode& node) {
 // Rule 5.
 absl::Status CheckK(const GemmNode& node) {
   if (node.k() > kMaxK) {
-    return NodeError(node, absl::StrFormat("K %d exceeds the limit of %d (%d k-blocks of %d: the "
-                                           "tile job keeps k-blocks in 16 bits)",
-                                           node.k(), kMaxK, kJobMaxKBlocks, kJobBlockK));
+    return Violation(
+        absl::StrFormat("K %d exceeds the limit of %d (%d k-blocks of %d: the "
+                        "tile job keeps k-blocks in 16 bits)",
+                        node.k(), kMaxK, kJobMaxKBlocks, kJobBlockK));
   }
   return absl::OkStatus();
 }
 
 // Rule 4, for a tensor loaded or stored by TMA.
-absl::Status CheckTmaLimits(const GemmNode& node, const RoleView& rv) {
+absl::Status CheckTmaLimits(const RoleView& rv) {
   const TensorView& v = *rv.view;
   if (v.empty()) return absl::OkStatus();
   const std::string who = Describe(rv.role, v);
   if (v.rows > kTmaMaxDim) {
-    return NodeError(
-        node, absl::StrFormat("%s: rows %d exceeds TMA's limit of %d", who, v.rows, kTmaMaxDim));
+    return Violation(absl::StrFormat("%s: rows %d exceeds TMA's limit of %d", who, v.rows, kTmaMaxDim));
   }
   if (v.cols > kTmaMaxDim) {
-    return NodeError(
-        node, absl::StrFormat("%s: cols %d exceeds TMA's limit of %d", who, v.cols, kTmaMaxDim));
+    return Violation(absl::StrFormat("%s: cols %d exceeds TMA's limit of %d", who, v.cols, kTmaMaxDim));
   }
   const uint64_t address = reinterpret_cast<uintptr_t>(v.data);
   if (address % kTmaAlignmentBytes != 0) {
-    return NodeError(node, absl::StrFormat("%s: base address 0x%x is not %d-byte aligned", who,
-                                           address, kTmaAlignmentBytes));
+    return Violation(absl::StrFormat("%s: base address 0x%x is not %d-byte aligned", who, address, kTmaAlignmentBytes));
   }
   if (v.rows > 1) {
     const Wide stride = StrideBytes(v);
     if (stride >= kTmaStrideLimitBytes) {
-      return NodeError(node, absl::StrFormat("%s: row stride %s bytes is not below TMA's limit "
-                                             "of 2^40 bytes",
-                                             who, WideToString(stride)));
+      return Violation(
+          absl::StrFormat("%s: row stride %s bytes is not below TMA's limit "
+                          "of 2^40 bytes",
+                          who, WideToString(stride)));
     }
     if (stride % kTmaAlignmentBytes != 0) {
-      return NodeError(node, absl::StrFormat("%s: row stride %s bytes is not a multiple of %d", who,
-                                             WideToString(stride), kTmaAlignmentBytes));
+      return Violation(absl::StrFormat("%s: row stride %s bytes is not a multiple of %d", who, WideToString(stride),
+                                       kTmaAlignmentBytes));
     }
   }
   return absl::OkStatus();
 }
 
 // Rule 4, for the bias (plain loads).
-absl::Status CheckBiasLimits(const GemmNode& node, const TensorView& bias) {
+absl::Status CheckBiasLimits(const TensorView& bias) {
   if (bias.empty()) return absl::OkStatus();
   const uint64_t address = reinterpret_cast<uintptr_t>(bias.data);
   if (address % kBiasAlignmentBytes != 0) {
-    return NodeError(node, absl::StrFormat("%s: base address 0x%x is not %d-byte aligned",
-                                           Describe("bias", bias), address, kBiasAlignmentBytes));
+    return Violation(absl::StrFormat("%s: base address 0x%x is not %d-byte aligned", Describe("bias", bias), address,
+                                     kBiasAlignmentBytes));
   }
   return absl::OkStatus();
 }
@@ -405,11 +401,10 @@ absl::Status CheckBiasLimits(const GemmNode& node, const TensorView& bias) {
 absl::Status CheckNotInPlace(const GemmNode& node) {
   for (const RoleView& input : Inputs(node)) {
     if (Overlaps(*input.view, node.c)) {
-      return NodeError(node,
-                       absl::StrFormat("reads %s %s and writes C \"%s\" %s, which overlap "
-                                       "(in-place GEMMs are not supported)",
-                                       Describe(input.role, *input.view), ByteRange(*input.view),
-                                       node.c.name, ByteRange(node.c)));
+      return Violation(
+          absl::StrFormat("reads %s %s and writes C \"%s\" %s, which overlap "
+                          "(in-place GEMMs are not supported)",
+                          Describe(input.role, *input.view), ByteRange(*input.view), node.c.name, ByteRange(node.c)));
     }
   }
   return absl::OkStatus();
@@ -418,7 +413,7 @@ absl::Status CheckNotInPlace(const GemmNode& node) {
 // Rules 1-3.
 absl::Status CheckNodeShapes(const GemmNode& node) {
   for (const RoleView& rv : AllViews(node)) {
-    if (absl::Status status = CheckWellFormed(node, rv); !status.ok()) return status;
+    if (absl::Status status = CheckWellFormed(rv); !status.ok()) return status;
   }
   if (absl::Status status = CheckDTypesAndActivation(node); !status.ok()) return status;
   return CheckShapes(node);
@@ -427,8 +422,7 @@ absl::Status CheckNodeShapes(const GemmNode& node) {
 absl::Status CheckNode(const GemmNode& node) {
   if (absl::Status status = CheckNodeShapes(node); !status.ok()) return status;
   for (const RoleView& rv : AllViews(node)) {
-    absl::Status status =
-        rv.role == "bias" ? CheckBiasLimits(node, *rv.view) : CheckTmaLimits(node, rv);
+    absl::Status status = rv.role == "bias" ? CheckBiasLimits(*rv.view) : CheckTmaLimits(rv);
     if (!status.ok()) return status;
   }
   if (absl::Status status = CheckK(node); !status.ok()) return status;
@@ -503,24 +497,16 @@ std::string GemmGraph::NodeLabel(int index) const {
     return &other != &nodes_[index] && other.name == name;
   });
   if (name.empty()) return absl::StrCat("node #", index);
-  return shared ? absl::StrCat("node #", index, " \"", name, "\"") : Quoted(nodes_[index]);
+  return absl::StrCat(shared ? absl::StrCat("node #", index, " ") : "node ", "\"", name, "\"");
 }
 
-namespace {
-// A node check's error (NodeError: `node "name": ...`) with the node named
-// by `label` instead, where the two differ (an empty or shared name).
-absl::Status Relabeled(const absl::Status& status, const GemmNode& node, const std::string& label) {
-  const std::string prefix = Quoted(node);
-  if (status.ok() || label == prefix || !absl::StartsWith(status.message(), prefix)) return status;
-  return absl::Status(status.code(), absl::StrCat(label, status.message().substr(prefix.size())));
+absl::Status GemmGraph::NodeError(int index, absl::string_view message) const {
+  return absl::InvalidArgumentError(absl::StrCat(NodeLabel(index), ": ", message));
 }
-}  // namespace
 
 absl::Status GemmGraph::ValidateShapes() const {
   for (int i = 0; i < size(); ++i) {
-    if (absl::Status status = CheckNodeShapes(nodes_[i]); !status.ok()) {
-      return Relabeled(status, nodes_[i], NodeLabel(i));
-    }
+    if (absl::Status status = CheckNodeShapes(nodes_[i]); !status.ok()) return NodeError(i, status.message());
   }
   return absl::OkStatus();
 }
@@ -529,20 +515,17 @@ absl::Status GemmGraph::Validate() const {
   const int n = size();
   // Rules 1-6, node by node.
   for (int i = 0; i < n; ++i) {
-    if (absl::Status status = CheckNode(nodes_[i]); !status.ok()) return Relabeled(status, nodes_[i], NodeLabel(i));
+    if (absl::Status status = CheckNode(nodes_[i]); !status.ok()) return NodeError(i, status.message());
   }
-  const auto node_error = [&](int index, const std::string& message) {
-    return absl::InvalidArgumentError(absl::StrCat(NodeLabel(index), ": ", message));
-  };
 
   // Rule 7: each element written by at most one node.
   for (int j = 0; j < n; ++j) {
     for (int i = 0; i < j; ++i) {
       if (Overlaps(nodes_[j].c, nodes_[i].c)) {
-        return node_error(j, absl::StrFormat("tensor written by two nodes: C \"%s\" %s overlaps C "
-                                             "\"%s\" %s of %s",
-                                             nodes_[j].c.name, ByteRange(nodes_[j].c), nodes_[i].c.name,
-                                             ByteRange(nodes_[i].c), NodeLabel(i)));
+        return NodeError(j, absl::StrFormat("tensor written by two nodes: C \"%s\" %s overlaps C "
+                                            "\"%s\" %s of %s",
+                                            nodes_[j].c.name, ByteRange(nodes_[j].c), nodes_[i].c.name,
+                                            ByteRange(nodes_[i].c), NodeLabel(i)));
       }
     }
   }
@@ -575,13 +558,12 @@ absl::Status GemmGraph::Validate() const {
     for (int later : producers_of[earlier]) {
       if (later <= earlier) continue;
       const RoleView* input = FirstOverlappingInput(inputs[earlier], nodes_[later]);
-      return node_error(
+      return NodeError(
           later, absl::StrFormat("hazard (write after read): writes C \"%s\" %s, which overlaps %s %s "
                                  "read by %s, added earlier; graphs run in data-flow order, "
                                  "so %s would read the new value",
-                                 nodes_[later].c.name, ByteRange(nodes_[later].c),
-                                 Describe(input->role, *input->view), ByteRange(*input->view),
-                                 NodeLabel(earlier), NodeLabel(earlier)));
+                                 nodes_[later].c.name, ByteRange(nodes_[later].c), Describe(input->role, *input->view),
+                                 ByteRange(*input->view), NodeLabel(earlier), NodeLabel(earlier)));
     }
   }
 
@@ -591,12 +573,12 @@ absl::Status GemmGraph::Validate() const {
     if (node.k() != 0 || node.c.empty() || producers_of[j].empty()) continue;
     const int i = producers_of[j].front();
     const RoleView* input = FirstOverlappingInput(inputs[j], nodes_[i]);  // not null: i is a producer of j
-    return node_error(j, absl::StrFormat("K is 0 (C = activation(bias) + residual) and its %s is written by "
-                                         "%s: a job of a node with K = 0 runs its epilogue alone, "
-                                         "and the kernels order an epilogue after its producers only through "
-                                         "the job's loads of A; make the %s a graph input, or give the node "
-                                         "K > 0",
-                                         Describe(input->role, *input->view), NodeLabel(i), input->role));
+    return NodeError(j, absl::StrFormat("K is 0 (C = activation(bias) + residual) and its %s is written by "
+                                        "%s: a job of a node with K = 0 runs its epilogue alone, "
+                                        "and the kernels order an epilogue after its producers only through "
+                                        "the job's loads of A; make the %s a graph input, or give the node "
+                                        "K > 0",
+                                        Describe(input->role, *input->view), NodeLabel(i), input->role));
   }
   return absl::OkStatus();
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "loom/tensor.h"
 
 namespace loom {
@@ -105,6 +106,9 @@ class GemmGraph {
   std::vector<DataDependency> Dependencies() const;
 
  private:
+  // InvalidArgument: NodeLabel(index), then `message`.
+  absl::Status NodeError(int index, absl::string_view message) const;
+
   std::vector<GemmNode> nodes_;
 };
 
