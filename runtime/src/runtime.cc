@@ -654,11 +654,11 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-// The scheduler's check of its options (`options: split_k must be ...`),
-// naming CompileOptions instead: the options a caller sets (split_k,
-// group_size, reduce_part_rows, last_split_extra_k_blocks) carry the same
-// names in both; the rest (tile, cluster_size, num_sms, max_clusters) the
-// runtime fills in.
+// Lower's refusal of its options (sched::ValidateOptions: `options: split_k
+// must be ...`), naming CompileOptions instead; other errors as they are.
+// The options a caller sets (split_k, group_size, reduce_part_rows,
+// last_split_extra_k_blocks) carry the same names in both; the rest (tile,
+// cluster_size, num_sms, max_clusters) the runtime fills in.
 absl::Status AsCompileOptionsError(const absl::Status& status) {
   constexpr absl::string_view kPrefix = "options: ";
   if (status.ok() || !absl::StartsWith(status.message(), kPrefix)) return status;
@@ -923,8 +923,9 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
   scheduler_options.sum_in_last_split = options.sum_in_last_split;
   scheduler_options.last_split_extra_k_blocks = options.last_split_extra_k_blocks;
-  LOOM_RETURN_IF_ERROR(AsCompileOptionsError(sched::ValidateOptions(scheduler_options)));
-  LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph, dependencies), scheduler_options));
+  absl::StatusOr<sched::Schedule> schedule = sched::Lower(ProblemsOf(graph, dependencies), scheduler_options);
+  if (!schedule.ok()) return AsCompileOptionsError(schedule.status());
+  impl->schedule = *std::move(schedule);
   if (!impl->narrow && options.pack_weights && TiledRingsReadPackedWeights(options)) {
     impl->packed_nodes = PackedNodesOf(graph, dependencies, &impl->schedule);
   }
@@ -1003,7 +1004,7 @@ absl::Status CheckCurrentDevice(absl::string_view method, int plan_device, int c
 
 namespace {
 // internal::CheckCurrentDevice for the calling thread's current device.
-absl::Status CheckCurrentDevice(absl::string_view method, const Plan::Impl& impl) {
+absl::Status CheckPlanDeviceIsCurrent(absl::string_view method, const Plan::Impl& impl) {
   int current = -1;
   LOOM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
   return internal::CheckCurrentDevice(method, impl.device_ordinal, current);
@@ -1023,7 +1024,7 @@ absl::Status Plan::Launch(cudaStream_t stream) {
         "explained or run by the CPU reference, not launched",
         impl_->device.name));
   }
-  LOOM_RETURN_IF_ERROR(CheckCurrentDevice("Launch", *impl_));
+  LOOM_RETURN_IF_ERROR(CheckPlanDeviceIsCurrent("Launch", *impl_));
   if (impl_->schedule.queue.empty()) return absl::OkStatus();  // zero-size graph: nothing to do
   // Not over a RepackWeights just before: the narrow kernel streams packed
   // weights in before the previous kernel has ended.
@@ -1046,7 +1047,7 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
   if (impl_->device_ordinal < 0) {
     return absl::FailedPreconditionError("Plan::Synchronize: host-only plan");
   }
-  LOOM_RETURN_IF_ERROR(CheckCurrentDevice("Synchronize", *impl_));
+  LOOM_RETURN_IF_ERROR(CheckPlanDeviceIsCurrent("Synchronize", *impl_));
   LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   if (impl_->timeout_host == nullptr) return absl::OkStatus();
   volatile kernel::DeviceTimeoutRecord* record = impl_->timeout_host;
