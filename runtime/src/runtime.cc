@@ -1084,7 +1084,9 @@ absl::Status Plan::RepackWeights(cudaStream_t stream) {
     return absl::FailedPreconditionError("Plan::RepackWeights: host-only plan");
   }
   if (impl_->packed_weights == nullptr) return absl::OkStatus();
-  LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->device_ordinal));
+  // Refused rather than switched to: `stream` belongs to the current device,
+  // and the caller's current device is the caller's (Launch does the same).
+  LOOM_RETURN_IF_ERROR(CheckPlanDeviceIsCurrent("RepackWeights", *impl_));
   impl_->repacked_since_launch = true;
   return PackWeights(*impl_, stream);
 }

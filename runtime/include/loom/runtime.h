@@ -252,7 +252,8 @@ class Plan {
   // pack_weights), enqueued on `stream`: call it after changing the values of
   // a packed node's B, and keep it apart from launches of this plan on other
   // streams (it rewrites what they read). OK and nothing to do when the plan
-  // packed no weights; FailedPrecondition for a host-only plan.
+  // packed no weights; FailedPrecondition for a host-only plan, and, as
+  // Launch, when the plan's device is not current.
   absl::Status RepackWeights(cudaStream_t stream = nullptr);
   // The record of the last time-out, if one happened.
   std::optional<TimeoutRecord> last_timeout() const;
