@@ -35,13 +35,16 @@
 // with one multicast copy, as a narrow kernel whose CTA pairs shared A would:
 // L2 serves each A byte once a pair instead of once a CTA, while every SM
 // still receives all of it. A slot is refilled once both consumers freed it.
-// --a_multicast=2: the same clusters of two, each CTA loading its own A (the
-// cluster launch alone, for comparison). The parts of 1 apart, to find what
-// costs: 3 is 1 with the consumers' arrivals on the peer relaxed instead of
-// release; 4 each CTA loading its own A but a slot refilled only once both
-// consumers freed it; 5 the multicast halves with each CTA's slot refilled
-// once its own consumer freed it (3 and 5 are timing only: a slot may be
-// overwritten before the peer has read it).
+// A consumer frees the peer's slot with the arrival the tiled kernel's ring
+// release uses (mbarrier.arrive.shared::cluster, release at CTA scope:
+// CtaContext::ArriveOnEveryCta). --a_multicast=2: the same clusters of two,
+// each CTA loading its own A (the cluster launch alone, for comparison). The
+// parts of 1 apart: 3 is 1 with release.cluster arrivals on the peer (what
+// this probe used at first: ~0.4 us a stage, bench/NOTES.md v1.54); 4 each
+// CTA loading its own A but a slot refilled only once both consumers freed
+// it; 5 the multicast halves with each CTA's slot refilled once its own
+// consumer freed it (timing only: a slot may be overwritten before the peer
+// has read it).
 //
 //   stream_probe --rows=28672 --cols=4096 --stages=4,8,12 --modes=kblock,rowmaj
 #include <cuda.h>
@@ -93,7 +96,7 @@ struct ProbeParams {
   int clustered;           // launched in clusters of two (--a_multicast 1-5)
   int a_halves;            // each CTA loads half of every A stage into both CTAs (1, 3, 5)
   int a_coupled;           // an A slot is refilled once both consumers freed it (1, 3, 4)
-  int a_relaxed;           // the consumers' arrivals on the peer are relaxed (3)
+  int a_cluster_release;   // the consumers' arrivals on the peer release at cluster scope (3)
   uint32_t a_tile_bytes;  // 0: no A stream
   int a_stages;
   uint32_t job_gap_ns;
@@ -127,18 +130,18 @@ __device__ __forceinline__ void ClusterSync() {
   cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
 
-// Arrives on the barrier at `barrier`'s offset in the other CTA of the pair
-// (`relaxed`: without ordering this thread's earlier reads; timing only).
-__device__ __forceinline__ void ArriveOnPeer(uint64_t* barrier, bool relaxed) {
+// Arrives on the barrier at `barrier`'s offset in the other CTA of the pair,
+// releasing at CTA scope (the kernel's ring release), or at cluster scope.
+__device__ __forceinline__ void ArriveOnPeer(uint64_t* barrier, bool cluster_scope) {
   const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                : "=r"(remote)
                : "r"(local), "r"(cuda::ptx::get_sreg_cluster_ctarank() ^ 1u));
-  if (relaxed) {
-    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
-  } else {
+  if (cluster_scope) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
+  } else {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
   }
 }
 
@@ -261,7 +264,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
           Wait(&a_full[a_slot], a_phase);
           sum += *reinterpret_cast<const uint32_t*>(a_ring + a_slot * kKBlocksPerStage * p.a_tile_bytes);
           cuda::ptx::mbarrier_arrive(&a_empty[a_slot]);
-          if (p.a_coupled) ArriveOnPeer(&a_empty[a_slot], p.a_relaxed != 0);
+          if (p.a_coupled) ArriveOnPeer(&a_empty[a_slot], p.a_cluster_release != 0);
           if (++a_slot == p.a_stages) a_slot = 0, a_phase ^= 1;
         }
         Wait(&full[slot], phase);
@@ -514,7 +517,7 @@ int main(int argc, char** argv) {
       params.clustered = m != 0 ? 1 : 0;
       params.a_halves = m == 1 || m == 3 || m == 5 ? 1 : 0;
       params.a_coupled = m == 1 || m == 3 || m == 4 ? 1 : 0;
-      params.a_relaxed = m == 3 ? 1 : 0;
+      params.a_cluster_release = m == 3 ? 1 : 0;
       if (params.clustered && (v.grid % 2 != 0 || jobs % 2 != 0)) {
         std::fprintf(stderr, "skipping a_multicast on grid %d, %d jobs (pairs need both even)\n", v.grid, jobs);
         continue;
