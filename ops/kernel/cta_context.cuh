@@ -16,9 +16,10 @@
 //              fetched can start (scheduler_role.cuh)
 //              -> idx = atomicAdd(cursor) -> st.shared::cluster idx into slot s of each CTA
 //              -> mbarrier.arrive.release.cluster on job_full[s] of each CTA     (count 1)
-//   readers:   wait job_full[s] (acquire.cluster: the slot was written remotely)
+//   readers:   wait job_full[s] (CTA scope: JobStream::Next says why that suffices)
 //              -> one lane per warp reads idx -> that lane arrives on rank 0's
-//                 job_empty[s] (count kJobReleasesPerCta * cluster) -> shfl to the warp
+//                 job_empty[s] (CTA-scope release; count kJobReleasesPerCta *
+//                 cluster) -> shfl to the warp
 //   idx < 0 ends the stream. Phase bits flip when s wraps.
 //
 // Operand rings (A: a_stages slots, B: b_stages slots), per slot s:
@@ -236,27 +237,35 @@ class JobStream {
   // The next queue index, or -1 at the end of the queue (or on abort). Called
   // by every thread of the role. In each calling warp one lane (the lowest
   // active) reads the slot, frees it (one release per warp,
-  // Config::kJobReleasesPerCta; at cluster scope only where the slots span
-  // a cluster, Config::kJobSlotsAcrossCluster) and hands the index to the
-  // others.
+  // Config::kJobReleasesPerCta; in rank 0 where the slots span a cluster,
+  // Config::kJobSlotsAcrossCluster) and hands the index to the others.
   // NOTE: one reader per warp, the thread that releases: its read precedes its
   // own release in program order, so the scheduler's next write to the slot
   // cannot overtake it. With every lane reading and lane 0 releasing after a
   // __syncwarp, compute-sanitizer racecheck reported WAR hazards on the slot
   // (v1.9, two job slots).
-  // NOTE: the wait acquires at cluster scope only where the slots span a
-  // cluster (the scheduler of rank 0 writes the peer's slots). On sm_90 an
-  // acquire at cluster scope empties the SM's L1 (CCTL.IVALL after the
-  // try_wait in the SASS), so every role's fetch threw out the job, node and
-  // dependency records every role reads from L1. At CTA scope, for the
-  // narrow kernel: the 8-layer chain at one token 87.9-88.4 us against
-  // 91.1-91.5 packed, the MLP block at 32 tokens 98.1-98.5 against
-  // 101.7-102.0 (bench/NOTES.md v1.25).
+  // NOTE: the wait acquires and the release releases at CTA scope, also where
+  // the slots span a cluster. The slot is a word of this CTA's shared memory
+  // (no cache holds it); the scheduler's st.shared::cluster to it is
+  // performed at cluster scope before its release.cluster arrival completes
+  // the phase this wait observes, and the read follows the wait in program
+  // order. The release orders a read whose value the arrival waits on (it is
+  // under `index >= 0`), as the ring releases order reads completed by
+  // wgmma.wait_group (ptx::mbarrier_arrive_remote). What cluster scope cost:
+  // on sm_90 an acquire at cluster scope empties the SM's L1 (CCTL.IVALL
+  // after the try_wait in the SASS), so every role's fetch threw out the
+  // job, node and dependency records every role reads from L1, and a release
+  // at cluster scope waits for the thread's earlier stores (a consumer
+  // warp's, after its epilogue). On the narrow kernel at CTA scope: the
+  // 8-layer chain at one token 87.9-88.4 us against 91.1-91.5 packed, the
+  // MLP block at 32 tokens 98.1-98.5 against 101.7-102.0 (bench/NOTES.md
+  // v1.25). On the tiled kernel at 8192 tokens: from a tile's staged output
+  // to the next job's fetch 0.45 us (median, traced) against 1.00, and
+  // 8192 x 28672 x 4096 0.979-0.981 of cuBLAS against 0.950-0.962 (v1.54).
   template <typename Ctx>
   __device__ int Next(const Ctx& ctx) {
     const int s = cursor_.stage;
-    if (!ctx.WaitRing(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1,
-                      Ctx::Config::kJobSlotsAcrossCluster)) {
+    if (!ctx.WaitRing(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1, /*cluster_scope=*/false)) {
       return -1;
     }
     const unsigned lanes = __activemask();
@@ -267,7 +276,7 @@ class JobStream {
       if (index >= 0) {
         if constexpr (Ctx::Config::kJobSlotsAcrossCluster) {
           const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(&ctx.barriers->job_empty[s]));
-          ptx::mbarrier_arrive_cluster(ptx::mapa_shared_cluster(local, 0));
+          ptx::mbarrier_arrive_remote(ptx::mapa_shared_cluster(local, 0));
         } else {
           cuda::ptx::mbarrier_arrive(&ctx.barriers->job_empty[s]);
         }

@@ -53,8 +53,8 @@ struct KernelConfig {
   // store warp (one thread each), and every consumer warp.
   static constexpr int kJobReleasesPerCta = 3 + 4 * kConsumerWarpgroups;
   // The job slots are read in every CTA of the cluster and freed in rank 0's
-  // (JobStream::Next, one cluster-scope release each; the waits acquire at
-  // cluster scope).
+  // (JobStream::Next: every reader's wait and release at CTA scope; the
+  // scheduler's wait for the releases acquires at cluster scope).
   static constexpr bool kJobSlotsAcrossCluster = true;
   // A launch whose first wave leaves clusters idle (a one-wave node with
   // fewer cluster tiles than clusters, its consumers behind it) has each

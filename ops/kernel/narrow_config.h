@@ -78,12 +78,11 @@ struct NarrowConfig {
   // Consumer warps that free a ring slot (and hand a tile over): the four of
   // the warpgroup whose job it is.
   static constexpr int kReleasingWarpsPerCta = 4;
-  // No clusters: a job slot is freed and waited for in this CTA, at CTA scope
-  // (an acquire at cluster scope empties L1: JobStream::Next). NOTE: with
-  // the cluster-scope release of the tiled kernel, a consumer warp's release
-  // of its next job's slot waited for its stores to C to complete: the
-  // consumer fetched each job 4-6 us after it had finished the last one
-  // (traced, bench/NOTES.md v1.17).
+  // No clusters: a job slot is freed and waited for in this CTA (at CTA
+  // scope, as in the tiled kernel: JobStream::Next). NOTE: with a
+  // cluster-scope release, a consumer warp's release of its next job's slot
+  // waited for its stores to C to complete: the consumer fetched each job
+  // 4-6 us after it had finished the last one (traced, bench/NOTES.md v1.17).
   static constexpr bool kJobSlotsAcrossCluster = false;
   // A 64-column k-block of A reads two 32-column producer tiles, four of a
   // SwiGLU producer's 16-column ones (dependencies.cuh, AProducerRun).

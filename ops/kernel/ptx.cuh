@@ -59,7 +59,8 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t cluster_address
 // barrier named by its shared::cluster address. For ring slots: the reads that
 // the arrival releases were made by wgmma and completed by wgmma.wait_group,
 // so no generic-proxy ordering at cluster scope is needed (and the cluster-
-// scope release costs a fence on every k-block).
+// scope release costs a fence on every k-block). For job slots: the read it
+// releases has returned its value (JobStream::Next).
 __device__ __forceinline__ void mbarrier_arrive_remote(uint32_t cluster_address) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_address) : "memory");
 }
