@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -679,8 +680,27 @@ int32_t IdleClustersToSpread(const Plan::Impl& impl) {
   return impl.narrow ? 0 : sched::IdleClustersAtLaunch(impl.schedule, impl.grid_clusters);
 }
 
+// Puts the calling thread's current CUDA device back as it found it: Compile
+// works on the runtime's device without leaving the caller on it (Launch,
+// Synchronize and RepackWeights check the current device, never set it).
+class RestoreCurrentDevice {
+ public:
+  RestoreCurrentDevice() {
+    if (cudaGetDevice(&device_) != cudaSuccess) device_ = -1;
+  }
+  ~RestoreCurrentDevice() {
+    int now = -1;
+    if (device_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != device_) cudaSetDevice(device_);
+  }
+  RestoreCurrentDevice(const RestoreCurrentDevice&) = delete;
+  RestoreCurrentDevice& operator=(const RestoreCurrentDevice&) = delete;
+
+ private:
+  int device_ = -1;
+};
+
+// Needs the plan's device current (Compile makes it so).
 absl::Status AllocateDeviceResources(Plan::Impl& impl) {
-  LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl.device_ordinal));
   if (impl.schedule.workspace_elements > 0) {
     LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.workspace),
                                          impl.schedule.workspace_elements * sizeof(float)));
@@ -848,7 +868,11 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   int cluster_size = kClusterSize;
   int coresident = 0;  // clusters (CTAs for the narrow kernel)
   int64_t smem_bytes = 0;  // a CTA's
-  if (has_gpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
+  std::optional<RestoreCurrentDevice> restore;
+  if (has_gpu()) {
+    restore.emplace();
+    LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
+  }
   if (impl->narrow) {
     if (options.pack_weights) {
       impl->packed_nodes = PackedNodesOf(graph, dependencies, /*tiled=*/nullptr);

@@ -299,7 +299,9 @@ class Runtime {
 
   // Validates the graph and lowers it into a Plan. InvalidArgument for a bad
   // graph; FailedPrecondition when the options exceed the device's limits
-  // (shared memory per block, co-resident clusters).
+  // (shared memory per block, co-resident clusters). Allocates on the
+  // runtime's device and leaves the calling thread's current device as it
+  // was (the plan's Launch needs its device current: Plan::Launch).
   absl::StatusOr<Plan> Compile(const GemmGraph& graph, const CompileOptions& options = {}) const;
 
   const DeviceDescription& device() const { return device_; }
