@@ -249,9 +249,10 @@ class JobStream {
   // (no cache holds it); the scheduler's st.shared::cluster to it is
   // performed at cluster scope before its release.cluster arrival completes
   // the phase this wait observes, and the read follows the wait in program
-  // order. The release orders a read whose value the arrival waits on (it is
-  // under `index >= 0`), as the ring releases order reads completed by
-  // wgmma.wait_group (ptx::mbarrier_arrive_remote). What cluster scope cost:
+  // order. The release follows a read that has returned its value (the
+  // arrival is under `index >= 0`), as the ring releases follow reads
+  // completed by wgmma.wait_group (ptx::mbarrier_arrive_remote). What cluster
+  // scope cost:
   // on sm_90 an acquire at cluster scope empties the SM's L1 (CCTL.IVALL
   // after the try_wait in the SASS), so every role's fetch threw out the
   // job, node and dependency records every role reads from L1, and a release
