@@ -67,6 +67,12 @@ TEST(LowerTest, RefusesBadOptionsNamingTheOption) {
   o = Options();
   o.group_size = -1;  // reachable from the command line: loom_graph_bench --group_size
   ExpectInvalid(Lower(g, o), "group_size must be >= 0, got -1");
+  // The field is named as its owner knows it: SchedulerOptions by default,
+  // the caller's options where the caller names them (the runtime's
+  // CompileOptions).
+  EXPECT_EQ(Lower(g, o).status().message(), "SchedulerOptions.group_size must be >= 0, got -1");
+  o.name = "CompileOptions";
+  EXPECT_EQ(Lower(g, o).status().message(), "CompileOptions.group_size must be >= 0, got -1");
 }
 
 TEST(LowerTest, RefusesALastSplitExtraOutsideItsRange) {

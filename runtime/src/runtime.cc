@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -655,17 +654,6 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-// Lower's refusal of its options (sched::ValidateOptions: `options: split_k
-// must be ...`), naming CompileOptions instead; other errors as they are.
-// The options a caller sets (split_k, group_size, reduce_part_rows,
-// last_split_extra_k_blocks) carry the same names in both; the rest (tile,
-// cluster_size, num_sms, max_clusters) the runtime fills in.
-absl::Status AsCompileOptionsError(const absl::Status& status) {
-  constexpr absl::string_view kPrefix = "options: ";
-  if (status.ok() || !absl::StartsWith(status.message(), kPrefix)) return status;
-  return absl::Status(status.code(), absl::StrCat("CompileOptions.", status.message().substr(kPrefix.size())));
-}
-
 // Whether the tiled kernel can read packed weights under `options`: its B
 // loader reads them, which lockstep rings do not run (the A loader carries B
 // there). Compile packs by it and Explain says why not by it.
@@ -947,9 +935,8 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
   scheduler_options.sum_in_last_split = options.sum_in_last_split;
   scheduler_options.last_split_extra_k_blocks = options.last_split_extra_k_blocks;
-  absl::StatusOr<sched::Schedule> schedule = sched::Lower(ProblemsOf(graph, dependencies), scheduler_options);
-  if (!schedule.ok()) return AsCompileOptionsError(schedule.status());
-  impl->schedule = *std::move(schedule);
+  scheduler_options.name = "CompileOptions";  // Lower's option errors name the caller's options
+  LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph, dependencies), scheduler_options));
   if (!impl->narrow && options.pack_weights && TiledRingsReadPackedWeights(options)) {
     impl->packed_nodes = PackedNodesOf(graph, dependencies, &impl->schedule);
   }

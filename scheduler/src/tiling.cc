@@ -21,39 +21,31 @@ absl::Status NodeError(int node_index, const std::string& what) {
 }  // namespace
 
 absl::Status ValidateOptions(const SchedulerOptions& options) {
+  // InvalidArgument naming the field as the caller knows the options.
+  const auto refuse = [&](auto&&... what) {
+    return absl::InvalidArgumentError(absl::StrCat(options.name, ".", what...));
+  };
   const TileShape& t = options.tile;
-  if (t.m <= 0) return absl::InvalidArgumentError(absl::StrCat("options: tile.m must be positive, got ", t.m));
-  if (t.n <= 0) return absl::InvalidArgumentError(absl::StrCat("options: tile.n must be positive, got ", t.n));
-  if (t.k <= 0) return absl::InvalidArgumentError(absl::StrCat("options: tile.k must be positive, got ", t.k));
+  if (t.m <= 0) return refuse("tile.m must be positive, got ", t.m);
+  if (t.n <= 0) return refuse("tile.n must be positive, got ", t.n);
+  if (t.k <= 0) return refuse("tile.k must be positive, got ", t.k);
   if (options.cluster_size != 1 && options.cluster_size != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options: cluster_size must be 1 or 2, got ", options.cluster_size));
+    return refuse("cluster_size must be 1 or 2, got ", options.cluster_size);
   }
-  if (options.num_sms <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("options: num_sms must be positive, got ", options.num_sms));
-  }
-  if (options.max_clusters <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options: max_clusters must be positive, got ", options.max_clusters));
-  }
+  if (options.num_sms <= 0) return refuse("num_sms must be positive, got ", options.num_sms);
+  if (options.max_clusters <= 0) return refuse("max_clusters must be positive, got ", options.max_clusters);
   if (options.split_k < 0 || options.split_k > kMaxSplitK) {
-    return absl::InvalidArgumentError(absl::StrCat("options: split_k must be in [0, ", kMaxSplitK,
-                                                   "] (the TileJob split field is 8-bit), got ",
-                                                   options.split_k));
+    return refuse("split_k must be in [0, ", kMaxSplitK, "] (the TileJob split field is 8-bit), got ",
+                  options.split_k);
   }
-  if (options.group_size < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options: group_size must be >= 0, got ", options.group_size));
-  }
+  if (options.group_size < 0) return refuse("group_size must be >= 0, got ", options.group_size);
   if (options.last_split_extra_k_blocks < -1 || options.last_split_extra_k_blocks > kMaxKBlocks) {
-    return absl::InvalidArgumentError(absl::StrCat("options: last_split_extra_k_blocks must be -1 (the scheduler "
-                                                   "decides) or in [0, ",
-                                                   kMaxKBlocks, "], got ", options.last_split_extra_k_blocks));
+    return refuse("last_split_extra_k_blocks must be -1 (the scheduler decides) or in [0, ", kMaxKBlocks, "], got ",
+                  options.last_split_extra_k_blocks);
   }
   if (options.reduce_part_rows < 0 || options.reduce_part_rows > kFewRowReduceRows) {
-    return absl::InvalidArgumentError(absl::StrCat("options: reduce_part_rows must be in [0, ", kFewRowReduceRows,
-                                                   "] (a part is one few-row reduce), got ",
-                                                   options.reduce_part_rows));
+    return refuse("reduce_part_rows must be in [0, ", kFewRowReduceRows, "] (a part is one few-row reduce), got ",
+                  options.reduce_part_rows);
   }
   return absl::OkStatus();
 }

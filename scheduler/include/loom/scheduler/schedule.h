@@ -156,6 +156,10 @@ struct SchedulerOptions {
   // (ChooseLastSplitExtra, tiling.h); >= 0, that many (at most k_blocks -
   // split_k) wherever the last split sums.
   int32_t last_split_extra_k_blocks = -1;
+  // How errors about these options name them: "<name>.<field> must be ...".
+  // The runtime passes its own options' name (CompileOptions), whose fields
+  // a caller sets carry the same names as these.
+  std::string name = "SchedulerOptions";
 };
 
 struct Schedule {
