@@ -493,11 +493,11 @@ std::vector<int> FindCycle(const std::vector<std::vector<int>>& consumers_of,
 std::string GemmGraph::NodeLabel(int index) const {
   if (index < 0 || index >= size()) return absl::StrCat("node #", index, " (no such node)");
   const std::string& name = nodes_[index].name;
+  if (name.empty()) return absl::StrCat("node #", index);
   const bool shared = std::any_of(nodes_.begin(), nodes_.end(), [&](const GemmNode& other) {
     return &other != &nodes_[index] && other.name == name;
   });
-  if (name.empty()) return absl::StrCat("node #", index);
-  return absl::StrCat(shared ? absl::StrCat("node #", index, " ") : "node ", "\"", name, "\"");
+  return shared ? absl::StrCat("node #", index, " \"", name, "\"") : absl::StrCat("node \"", name, "\"");
 }
 
 absl::Status GemmGraph::NodeError(int index, absl::string_view message) const {
