@@ -63,12 +63,6 @@ __device__ __forceinline__ void WaitCluster(uint64_t* bar, uint32_t parity) {
   }
 }
 
-// As the kernel's (persistent_gemm.cu).
-__device__ __forceinline__ void ClusterSync() {
-  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
-  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
-}
-
 __device__ __forceinline__ void StoreRemote(uint32_t address, float4 v) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(v.x), "f"(v.y), "f"(v.z),
                "f"(v.w)

@@ -151,11 +151,7 @@ std::vector<std::vector<int>> BuildMap(int sms) {
   for (int size : ParseIntList("cluster_sizes", absl::GetFlag(FLAGS_cluster_sizes))) {
     PROBE_CHECK(cudaFuncSetAttribute(ClusterWhere, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = size;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
+    cudaLaunchAttribute attribute = ClusterDimension(size);
     config.attrs = &attribute;
     config.numAttrs = 1;
     config.blockDim = dim3(32);

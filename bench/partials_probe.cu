@@ -419,10 +419,7 @@ int main(int argc, char** argv) {
     config.gridDim = dim3(sms);
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = shared_bytes;
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = cluster;
-    attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+    cudaLaunchAttribute attribute = ClusterDimension(cluster);
     config.attrs = &attribute;
     config.numAttrs = 1;
     PROBE_CHECK(cudaLaunchKernelEx(&config, splits ? SplitProbe : Probe, p));

@@ -125,11 +125,6 @@ __device__ __forceinline__ void Wait(uint64_t* barrier, uint32_t parity) {
   }
 }
 
-__device__ __forceinline__ void ClusterSync() {
-  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
-  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
-}
-
 // Arrives on the barrier at `barrier`'s offset in the other CTA of the pair,
 // releasing at CTA scope (the kernel's ring release), or at cluster scope.
 __device__ __forceinline__ void ArriveOnPeer(uint64_t* barrier, bool cluster_scope) {
@@ -526,11 +521,7 @@ int main(int argc, char** argv) {
       config.gridDim = dim3(v.grid);
       config.blockDim = dim3(96);
       config.dynamicSmemBytes = smem_bytes;
-      cudaLaunchAttribute cluster;
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = params.clustered ? 2 : 1;
-      cluster.val.clusterDim.y = 1;
-      cluster.val.clusterDim.z = 1;
+      cudaLaunchAttribute cluster = ClusterDimension(params.clustered ? 2 : 1);
       config.attrs = &cluster;
       config.numAttrs = 1;
       int resident = 0;  // clusters (CTAs without clusters) the SMs hold at once
