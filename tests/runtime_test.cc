@@ -888,8 +888,12 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
       {[](CompileOptions& o) { o.spin_timeout_ns = int64_t{1} << 62; },
        {"spin_timeout_ns: 4611686018427387904", "[1, 1152921504606846976]"}},
       {[](CompileOptions& o) { o.max_clusters = -1; }, {"max_clusters: -1", "negative"}},
-      {[](CompileOptions& o) { o.a_stages = 9; }, {"a_stages: 9", "[1, 8]"}},
-      {[](CompileOptions& o) { o.b_stages = 0; }, {"b_stages: 0", "[1, 8]"}},
+      {[](CompileOptions& o) { o.a_stages = 9; }, {"a_stages: 9", "[2, 8]"}},
+      {[](CompileOptions& o) { o.b_stages = 0; }, {"b_stages: 0", "[2, 8]"}},
+      // One slot would wait for itself (the consumers free a slot once the
+      // next is full): a hang the watchdog reported, before this check.
+      {[](CompileOptions& o) { o.a_stages = 1; }, {"a_stages: 1", "[2, 8]"}},
+      {[](CompileOptions& o) { o.b_stages = 1; }, {"b_stages: 1", "[2, 8]"}},
       {[](CompileOptions& o) { o.ring_mode = static_cast<RingMode>(7); },
        {"ring_mode: 7", "not one of kSplit (0), kLockstep (1)"}},
       {[](CompileOptions& o) { o.kernel = static_cast<KernelChoice>(5); },

@@ -109,9 +109,12 @@ uint32_t AStageBytesFor(const GemmGraph& graph) {
 // Every option's range, whichever kernel the plan runs on: a bad value is
 // refused even where the chosen kernel would not read it.
 absl::Status CheckOptions(const CompileOptions& options) {
+  // At least two slots a ring: the consumers free a k-block's slot only
+  // once the next k-block's is full (one wgmma group stays in flight,
+  // mma_role.cuh), so a ring of one slot would wait for itself.
   for (auto [name, stages] : {std::pair{"a_stages", options.a_stages}, std::pair{"b_stages", options.b_stages}}) {
-    if (stages < 1 || stages > KernelConfig::kMaxStages) {
-      return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.%s: %d is outside [1, %d]", name, stages,
+    if (stages < 2 || stages > KernelConfig::kMaxStages) {
+      return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.%s: %d is outside [2, %d]", name, stages,
                                                         KernelConfig::kMaxStages));
     }
   }

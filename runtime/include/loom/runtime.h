@@ -90,8 +90,8 @@ inline constexpr int64_t kMaxSpinTimeoutNs = int64_t{1} << 60;
 
 struct CompileOptions {
   RingMode ring_mode = RingMode::kSplit;
-  int a_stages = 4;  // A ring depth
-  int b_stages = 4;  // B ring depth (must equal a_stages for kLockstep)
+  int a_stages = 4;  // A ring depth, [2, 8]
+  int b_stages = 4;  // B ring depth, [2, 8] (must equal a_stages for kLockstep)
   // Clusters to launch; 0: every co-resident cluster. More than are co-resident
   // is refused (a spin-waiting CTA must never keep a producer from running).
   int max_clusters = 0;
