@@ -62,6 +62,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "probe_common.h"
+#include "ptx.cuh"
 
 ABSL_FLAG(int64_t, rows, 28672, "weight rows (output columns of the GEMM)");
 ABSL_FLAG(int64_t, cols, 4096, "weight columns (K); a multiple of 256");
@@ -128,16 +129,10 @@ __device__ __forceinline__ void Wait(uint64_t* barrier, uint32_t parity) {
 // Arrives on the barrier at `barrier`'s offset in the other CTA of the pair,
 // releasing at CTA scope (the kernel's ring release), or at cluster scope.
 __device__ __forceinline__ void ArriveOnPeer(uint64_t* barrier, bool cluster_scope) {
-  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote)
-               : "r"(local), "r"(cuda::ptx::get_sreg_cluster_ctarank() ^ 1u));
-  if (cluster_scope) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
-  } else {
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" : : "r"(remote) : "memory");
-  }
+  namespace ptx = loom::kernel::ptx;
+  const uint32_t remote = ptx::mapa_shared_cluster(static_cast<uint32_t>(__cvta_generic_to_shared(barrier)),
+                                                   cuda::ptx::get_sreg_cluster_ctarank() ^ 1u);
+  cluster_scope ? ptx::mbarrier_arrive_cluster(remote) : ptx::mbarrier_arrive_remote(remote);
 }
 
 // Loads stage `s` of job `job` into `dst`, completing on `full`.
