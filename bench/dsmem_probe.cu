@@ -95,7 +95,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     }
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  ClusterSync();
+  loom::kernel::ptx::cluster_sync();
   float acc[kFloats];
 #pragma unroll
   for (int i = 0; i < kFloats; ++i) acc[i] = static_cast<float>(i + threadIdx.x);
@@ -163,11 +163,11 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
         // The writer may overwrite the region for the next tile only after
         // these reads: the next flag value is released after a cluster sync.
       }
-      ClusterSync();
+      loom::kernel::ptx::cluster_sync();
     }
   }
   const uint64_t end = loom::kernel::ptx::globaltimer();
-  ClusterSync();  // neither CTA leaves while the other may touch its shared memory
+  loom::kernel::ptx::cluster_sync();  // neither CTA leaves while the other may touch its shared memory
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kFloats; ++i) sum += acc[i];

@@ -1,12 +1,12 @@
 // probe_common.h: what the stand-alone device probes (bench/*_probe.cu)
 // share: a CUDA call that exits on failure, the comma-separated integer
-// lists their flags take, and the cluster launch attribute and barrier.
+// lists their flags take, and the cluster launch attribute (the cluster
+// barrier is ops/kernel/ptx.cuh's cluster_sync, as in the kernels).
 #ifndef LOOM_BENCH_PROBE_COMMON_H_
 #define LOOM_BENCH_PROBE_COMMON_H_
 
 #include <cuda_runtime.h>
 
-#include <cuda/ptx>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -51,13 +51,6 @@ inline cudaLaunchAttribute ClusterDimension(int size) {
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
   return attribute;
-}
-
-// Every thread of the cluster arrives, then waits for all (as the kernel's,
-// persistent_gemm.cu).
-__device__ __forceinline__ void ClusterSync() {
-  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
-  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
 
 #endif  // LOOM_BENCH_PROBE_COMMON_H_

@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
   if (p.clustered) {
-    ClusterSync();  // the peer's barriers exist before its copies and arrivals reach them
+    loom::kernel::ptx::cluster_sync();  // the peer's barriers exist before its copies and arrivals reach them
   } else {
     __syncthreads();
   }
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
     if (sum == 0x12345678u) probe_sink = sum;  // keeps the reads
   }
   // No CTA leaves while its peer may still copy into it or arrive on it.
-  if (p.clustered) ClusterSync();
+  if (p.clustered) loom::kernel::ptx::cluster_sync();
 }
 
 // Plain loads: CTA b streams its jobs' rows with 16-byte vectors.

@@ -54,11 +54,6 @@ __device__ void InitBarriers(SmemBarriers* barriers, const KernelParams& params)
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
 
-__device__ void ClusterSync() {
-  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
-  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
-}
-
 // kSplitK: the instantiation for plans with split-K nodes (partials, reduce
 // jobs). Plans without them launch the other one, whose consumers never see
 // the reduce path (see RunConsumer in consumer_role.cuh for why that matters).
@@ -95,7 +90,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                                                         &KernelNode::a_slot_map, &KernelNode::b_slot_map};
     PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
   }
-  ClusterSync();
+  ptx::cluster_sync();
   cudaGridDependencySynchronize();
   // The next launch may start its CTAs as this one's leave: only once this
   // one has waited, so no launch overlaps a kernel two back.
@@ -143,7 +138,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   // No CTA may leave while its peer can still arrive on its barriers or
   // multicast into its shared memory.
-  ClusterSync();
+  ptx::cluster_sync();
 }
 
 // Both instantiations may use all the shared memory the device allows a

@@ -1,11 +1,14 @@
 // ptx.cuh: the few PTX instructions that CUDA 13.0's cuda::ptx does not wrap.
 // One small function per instruction, each saying what it guarantees. Every
-// other TMA / mbarrier / fence operation in the kernel goes through cuda::ptx.
+// other TMA / mbarrier / fence operation in the kernel goes through cuda::ptx;
+// the one pair of them used together everywhere (the whole-cluster barrier,
+// which the kernels and the probes under bench/ share) is named here too.
 #ifndef LOOM_OPS_KERNEL_PTX_CUH_
 #define LOOM_OPS_KERNEL_PTX_CUH_
 
 #include <cuda.h>
 
+#include <cuda/ptx>
 #include <cstdint>
 
 namespace loom::kernel::ptx {
@@ -37,6 +40,14 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// Every thread of the cluster arrives, then waits for all: what each thread
+// did before its arrival is visible to every thread of the cluster after its
+// wait (release / acquire at cluster scope).
+__device__ __forceinline__ void cluster_sync() {
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
 
 // mapa: the shared::cluster address of the same shared-memory offset in
