@@ -283,17 +283,19 @@ TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
   again.ExpectMatchesReference();
 }
 
-// After a time-out every launch of the plan winds down at once until
-// Synchronize has reported it; then the plan runs again (FinishFetching,
-// cta_context.cuh). On both kernels, and on the narrow one with two consumer
-// warpgroups (whose turn waits must give up too): two launches of a plan
-// whose producer never publishes, then one Synchronize, which reports the
-// time-out. Launched once more, the plan must wait and time out again: had
-// Synchronize not cleared the abort flag, that launch would wind down at
-// once, report nothing, and Synchronize would return OK. "tiled_in_parts":
-// the consumer split eight ways and reduced in parts of 16 rows, which both
+// After a time-out every launch of the plan drains (its roles wait for no
+// other CTA and run their jobs through, watchdog.cuh) until Synchronize has
+// reported it; then the plan runs again (FinishFetching, cta_context.cuh).
+// On both kernels, and on the narrow one with two consumer warpgroups
+// (whose turns must keep going too): two launches of a plan whose producer
+// never publishes, then one Synchronize, which reports the time-out.
+// Launched once more, the plan must wait and time out again: had
+// Synchronize not cleared the abort flag, that launch would drain at once,
+// report nothing, and Synchronize would return OK. "tiled_in_parts": the
+// consumer split eight ways and reduced in parts of 16 rows, which both
 // consumer warpgroups sum together (ConsumersMeet, splitk_reduce.cuh), so
-// their meetings are reached in an aborting launch too.
+// their meetings are reached in an aborting launch too, and with no time
+// limit of their own they must all be met.
 class TimedOutPlanTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   LOOM_SKIP_WITHOUT_GPU();

@@ -42,22 +42,20 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
     const int64_t row0 = WarpgroupRow0(work, warpgroup);
     // A gemm job's HandsOverRows (the store thread expects its staging).
     const bool rows_in_range = work.in_range && row0 < node.schedule.m;
-    bool ok;
     if (kSplitK && work.job->kind == static_cast<uint8_t>(sched::JobKind::kReduce)) {
       // A few-row job's rows (its tile's, or its part's) are taken as
       // warpgroup 0's; warpgroup 1 helps sum them when there are two or
-      // more, and must then reach the barriers of SumFewRowPartials even when
-      // the launch is aborting.
+      // more. A launch that is aborting sums whatever the partials hold
+      // (partials_ready false: their waits gave up), as every role drains.
       const bool few_rows = work.in_range && SumsFewRows(node.schedule, work.m_block);
       const bool helps = few_rows && SumsWithBothWarpgroups(node.schedule, work.m_block, work.job->split);
       if (!HandsOverRows(work, warpgroup) && !helps) continue;
       const bool partials_ready = WaitForPartials(ctx, work, node.schedule.split_k, warpgroup, index);
-      if (!few_rows && !partials_ready) return;
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       float sums[128];
       bool stored = false;  // by the decode path, straight into C
       if (few_rows) {
-        if (!SumFewRowPartials(ctx, work, warpgroup, staging, index, partials_ready, sums, &stored)) return;
+        SumFewRowPartials(ctx, work, warpgroup, staging, partials_ready, sums, &stored);
         if (warpgroup == 1) continue;  // warpgroup 0 finishes the tile
       } else {
         SumPartials(ctx, work, warpgroup, sums);
@@ -66,22 +64,20 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       if (stored) {
         // The handshake orders every thread's stores before the store
         // thread's flag release.
-        ok = WaitForStaging(ctx, warpgroup, staging, index);
-        if (ok) PublishPanel(ctx, warpgroup, staging);
+        WaitForStaging(ctx, warpgroup, staging);
+        PublishPanel(ctx, warpgroup, staging);
       } else {
-        ok = StageOutput<!kSplitK>(ctx, work, node, warpgroup, staging, sums, index);
+        StageOutput<!kSplitK>(ctx, work, node, warpgroup, staging, sums);
       }
     } else {
       if (ctx.params.trace != nullptr && recorder && work.job->k_block_end > work.job->k_block_begin) {
         // Waiting for the first slot here too is harmless: the main loop's
         // wait on the same phase then returns at once.
-        if (!ctx.WaitRing(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, index)) {
-          return;
-        }
+        WaitPhase(&ctx.barriers->a_full[a_ring.stage], a_ring.phase);
         RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       }
       float accumulators[128];
-      if (!RunMainLoop(ctx, work, index, warpgroup, rows_in_range, a_ring, b_ring, accumulators)) return;
+      RunMainLoop(ctx, work, warpgroup, rows_in_range, a_ring, b_ring, accumulators);
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
       if (!rows_in_range) continue;
       // NOTE: the job is resolved again (a few cached loads) rather than kept
@@ -93,21 +89,23 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
         // A partial: the raw accumulators of the whole padded tile (no fused
         // op, every column inside the workspace map), or, for a tile of at
         // most 64 rows, only its live rows, straight from registers.
-        ok = StoresPartialDirectly(tile.node->schedule, tile.m_block)
-                 ? StorePartialDirectly(ctx, tile, warpgroup, staging, accumulators, index)
-                 : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, accumulators, index);
+        if (StoresPartialDirectly(tile.node->schedule, tile.m_block)) {
+          StorePartialDirectly(ctx, tile, warpgroup, staging, accumulators);
+        } else {
+          StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, accumulators);
+        }
       } else {
         if (sums_tile) {
           // The last split sums the tile: the others' partials added to its
-          // own accumulators, then the epilogue, as a reduce job's would be.
+          // own accumulators, then the epilogue, as a reduce job's would be
+          // (whatever the partials hold when their waits gave up: draining).
           const int32_t summed = sched::PartialsSummed(tile.node->schedule, *tile.job);
-          if (!WaitForPartials(ctx, tile, summed, warpgroup, index)) return;
+          WaitForPartials(ctx, tile, summed, warpgroup, index);
           AddPartials(ctx, tile, warpgroup, summed, accumulators);
         }
-        ok = StageOutput<!kSplitK>(ctx, tile, *tile.node, warpgroup, staging, accumulators, index);
+        StageOutput<!kSplitK>(ctx, tile, *tile.node, warpgroup, staging, accumulators);
       }
     }
-    if (!ok) return;
     RecordTrace(ctx, index, recorder, &DeviceJobTrace::staged);
   }
 }

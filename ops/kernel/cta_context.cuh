@@ -95,16 +95,33 @@ struct CtaContext {
   uint32_t rank;      // CTA rank in the cluster
   uint32_t epoch;     // this launch's epoch (flags equal to it are done)
   Watchdog watchdog;
-  // Every wait here is bounded: a role whose wait gives up leaves its loop
-  // (and its rings as they are), the scheduler too (RunScheduler; in the
-  // narrow kernel roles drain instead: NarrowContext).
-  static constexpr bool kDrainsOnAbort = false;
+  // Only the waits on other CTAs' work have a time limit (dependency and
+  // partial flags, the scheduler's look at a held job and at the first
+  // fetches). A role whose bounded wait gives up drains, as in the narrow
+  // kernel (watchdog.cuh): it stops waiting for other CTAs and keeps its side
+  // of every ring going, loads and all, until the job stream ends; the
+  // scheduler hands out the rest of the queue (RunScheduler), whose jobs then
+  // wait for nothing. So the waits on this CTA's own rings (and the peer's,
+  // which drains too) need no clock: they are WaitPhase, a bare try-wait
+  // loop. A draining loader still issues its TMA loads (of whatever the
+  // producers left): with the cluster sharing an operand, each CTA's full
+  // barrier expects the peer's multicast half, so a loader that skipped its
+  // loads would leave the peer's barrier short. What the bounded ring waits
+  // cost: spills in the main loop and 1-2% on the 200-row chain
+  // (bench/NOTES.md v1.49, v1.58).
 
-  // Waits for a ring barrier's phase (the rings, staging, job slots):
-  // false once the watchdog gave up.
-  __device__ bool WaitRing(uint64_t* barrier, uint32_t parity, WaitKind what, int job,
-                           bool cluster_scope = false) const {
-    return watchdog.WaitBarrier(barrier, parity, what, job, cluster_scope);
+  // The job slots' waits in the shared protocol code (JobStream,
+  // RunScheduler): no time limit, as for the rings. At cluster scope where
+  // the peer wrote shared memory with generic stores before arriving (the
+  // scheduler's wait for the releases of a slot that spans the cluster).
+  __device__ void WaitJobSlot(uint64_t* barrier, uint32_t parity, bool cluster_scope) const {
+    if (cluster_scope) {
+      while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, barrier,
+                                                  parity)) {
+      }
+    } else {
+      WaitPhase(barrier, parity);
+    }
   }
 
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
@@ -153,9 +170,9 @@ __device__ inline uint32_t SchedulerCount(const KernelParams& params) {
 // block ~0.5-1.3 us slower, bench/NOTES.md v1.22).
 // The abort flag is not reset: a wait may still time out after this call.
 // It stays set until Plan::Synchronize reports the time-out and clears it,
-// so a launch enqueued behind a timed-out one winds down at once (the
-// narrow kernel's runs its jobs through without waiting for producers),
-// and that Synchronize reports the time-out too.
+// so a launch enqueued behind a timed-out one runs its jobs through without
+// waiting for producers (every role drains: watchdog.cuh), and that
+// Synchronize reports the time-out too.
 __device__ inline void FinishFetching(const KernelParams& params, uint32_t epoch) {
   __threadfence();  // this thread's fetches, before its count
   if (atomicAdd(&params.state->finished_fetching, 1u) + 1 == SchedulerCount(params)) {
@@ -207,10 +224,8 @@ __device__ __forceinline__ void PublishPanel(const CtaContext& ctx, int warpgrou
   staging.Advance(KernelConfig::kStagingBuffers);
 }
 
-__device__ __forceinline__ bool WaitForStaging(const CtaContext& ctx, int warpgroup, const RingCursor& staging,
-                                               int job_index) {
-  return ctx.WaitRing(&ctx.barriers->staging_empty[warpgroup][staging.stage], staging.phase ^ 1, WaitKind::kStaging,
-                      job_index);
+__device__ __forceinline__ void WaitForStaging(const CtaContext& ctx, int warpgroup, const RingCursor& staging) {
+  WaitPhase(&ctx.barriers->staging_empty[warpgroup][staging.stage], staging.phase ^ 1);
 }
 
 // Stamps one event of a job's trace (CompileOptions::trace).
@@ -266,9 +281,7 @@ class JobStream {
   template <typename Ctx>
   __device__ int Next(const Ctx& ctx) {
     const int s = cursor_.stage;
-    if (!ctx.WaitRing(&ctx.barriers->job_full[s], cursor_.phase, WaitKind::kJobSlot, -1, /*cluster_scope=*/false)) {
-      return -1;
-    }
+    ctx.WaitJobSlot(&ctx.barriers->job_full[s], cursor_.phase, /*cluster_scope=*/false);
     const unsigned lanes = __activemask();
     const int reader = __ffs(lanes) - 1;
     int index = 0;

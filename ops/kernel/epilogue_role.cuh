@@ -405,26 +405,25 @@ __device__ __forceinline__ void WriteRaggedPanel(const EpilogueFields& node, uin
 // bf16 goes through stmatrix. Measured (v1.9, bench/NOTES.md): the general
 // path's epilogue took ~6 us of each ~90 us tile at 8192^3.
 template <ElementType kOut>
-__device__ inline bool StagePlainTile(const CtaContext& ctx, int warpgroup, RingCursor& staging,
-                                      const float (&acc)[128], int job_index) {
+__device__ inline void StagePlainTile(const CtaContext& ctx, int warpgroup, RingCursor& staging,
+                                      const float (&acc)[128]) {
   using Shape = PanelShape<kOut, false>;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int p = 0; p < Shape::kPanels; ++p) {
-    if (!WaitForStaging(ctx, warpgroup, staging, job_index)) return false;
+    WaitForStaging(ctx, warpgroup, staging);
     StoreFragments<kOut, false>(ctx.staging_panel(warpgroup, staging.stage), warp, lane, acc,
                                 p * Shape::kChunks * 4);
     PublishPanel(ctx, warpgroup, staging);
   }
-  return true;
 }
 
 // The fused epilogue of one tile for one consumer warpgroup: per panel, the
 // passes over that panel's registers, then the panel through a staging buffer.
 template <ElementType kOut, bool kSwiGLU>
-__device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, const EpilogueFields& node,
-                                 int warpgroup, RingCursor& staging, float (&acc)[128], int job_index) {
+__device__ inline void StageTile(const CtaContext& ctx, const CtaWork& work, const EpilogueFields& node,
+                                 int warpgroup, RingCursor& staging, float (&acc)[128]) {
   using Shape = PanelShape<kOut, kSwiGLU>;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
@@ -486,7 +485,7 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
         AddResidual<float, kSwiGLU>(node, row0, out_col_base, warp, lane, acc, 0, kRegs, interior);
       }
     }
-    if (!WaitForStaging(ctx, warpgroup, staging, job_index)) return false;
+    WaitForStaging(ctx, warpgroup, staging);
     uint8_t* panel = ctx.staging_panel(warpgroup, staging.stage);
     if (ragged) {
       WriteRaggedPanel<kOut, kSwiGLU>(node, panel, row0, out_col_base, warp, lane, acc);
@@ -499,7 +498,6 @@ __device__ inline bool StageTile(const CtaContext& ctx, const CtaWork& work, con
       for (int i = 0; i + kRegs < 128; ++i) acc[i] = acc[i + kRegs];
     }
   }
-  return true;
 }
 
 // Whether AddBiasAndResidual can take this warpgroup's part of the tile: no
@@ -548,8 +546,8 @@ __device__ inline void AddBiasAndResidual(const EpilogueFields& node, const CtaW
 // first version of them made it spill 592 / 1784 bytes against 508 / 1524,
 // and the 128-token MLP block ran 5 us slower (bench/NOTES.md v1.49).
 template <bool kWholeTileAdds>
-__device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
-                                   RingCursor& staging, float (&acc)[128], int index) {
+__device__ inline void StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
+                                   RingCursor& staging, float (&acc)[128]) {
   const EpilogueFields fields(node);
   const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
   const bool adds = fields.bias != nullptr || fields.residual != nullptr;
@@ -565,16 +563,17 @@ __device__ inline bool StageOutput(const CtaContext& ctx, const CtaWork& work, c
   }
   if (plain) {
     if (kWholeTileAdds && adds) AddBiasAndResidual(fields, work, warpgroup, acc);
-    return node.out_type == ElementType::kBF16
-               ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, index)
-               : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc, index);
+    node.out_type == ElementType::kBF16 ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc)
+                                        : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc);
+    return;
   }
   if (node.out_type == ElementType::kBF16) {
-    return swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, acc, index)
-                  : StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, acc, index);
+    swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, acc)
+           : StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, acc);
+    return;
   }
-  return swiglu ? StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, acc, index)
-                : StageTile<ElementType::kFP32, false>(ctx, work, fields, warpgroup, staging, acc, index);
+  swiglu ? StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, acc)
+         : StageTile<ElementType::kFP32, false>(ctx, work, fields, warpgroup, staging, acc);
 }
 
 }  // namespace loom::kernel

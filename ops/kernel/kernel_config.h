@@ -142,7 +142,6 @@ struct SmemBarriers {
   uint64_t staging_full[KernelConfig::kConsumerWarpgroups][KernelConfig::kStagingBuffers];
   uint64_t staging_empty[KernelConfig::kConsumerWarpgroups][KernelConfig::kStagingBuffers];
   uint64_t consumers_meet;  // both consumer warpgroups' threads, at a few-row reduce (ConsumersMeet)
-  uint32_t consumers_veto;  // set by a thread that met with a false predicate (the launch is aborting)
 };
 
 LOOM_HOST_DEVICE constexpr SmemLayout ComputeSmemLayout(int a_stages, int b_stages,

@@ -68,23 +68,20 @@ struct LaunchState {
   uint32_t epoch;          // the epoch of the last completed launch
   uint32_t cursor;         // next queue index to hand out
   uint32_t finished_fetching;  // schedulers of the current launch done fetching (FinishFetching)
-  uint32_t abort;  // set when any wait timed out: every role winds down (cleared by Plan::Synchronize)
+  uint32_t abort;  // set when any wait timed out: every role drains (cleared by Plan::Synchronize)
 };
 
-// Written (host-mapped memory) by the first wait that times out.
+// Written (host-mapped memory) by the first wait that times out. Only waits
+// on other CTAs' work have a time limit (a role whose wait gives up drains:
+// watchdog.cuh), so these are all there are.
 enum class WaitKind : int32_t {
   kNone = 0,
   kDependencyFlag = 1,
-  kRingFull = 2,
-  kRingEmpty = 3,
-  kJobSlot = 4,
-  kStaging = 5,
-  kHeldJobInputs = 6,  // the scheduler, holding back until its last job's inputs are ready
-  kFirstFetches = 7,   // the scheduler, before its second fetch, for every scheduler's first
-  kConsumersMeet = 8,  // a consumer warpgroup, for the other at a few-row reduce (ConsumersMeet)
+  kHeldJobInputs = 2,  // the scheduler, holding back until its last job's inputs are ready
+  kFirstFetches = 3,   // the scheduler, before its second fetch, for every scheduler's first
   // Not a wait: a consumer was handed a job the launched kernel has no path
   // for (a loom bug; the narrow kernel's PassOverJob), reported the same way.
-  kNoKernelPath = 9,
+  kNoKernelPath = 4,
 };
 
 // How long the watchdog lets a wait of kind `what` spin before it reports a

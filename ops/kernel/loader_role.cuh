@@ -6,6 +6,9 @@
 // fences the async proxy so its TMA load sees the producer's TMA stores; each
 // wait also reads ahead, so finished producers cost one wait per batch. The B
 // loader has its own ring, so the weight stream runs ahead while A waits.
+// Once a wait for producers gives up (the launch is aborting), a loader
+// drains (watchdog.cuh): it waits for no producer again and
+// goes on loading, whatever the producers left, until the job stream ends.
 //
 // Cluster sharing: boxes are half tiles. When the cluster shares an operand,
 // each CTA loads its half once and multicasts it into both CTAs (same smem
@@ -64,6 +67,7 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
   RingCursor ring;
   DependencyMemo memo;
   KnownARun known;
+  bool draining = false;
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
@@ -91,22 +95,26 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
         a_halves * KernelConfig::kAStageBytes / 2 + (lockstep ? KernelConfig::kBStageBytes : 0);
     memo.Reset();
     known.Reset();
-    if (has_dependencies && !WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo)) return;
+    if (!draining && has_dependencies && !WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo)) {
+      draining = true;
+    }
     // A's producers are known complete for the k-blocks below a_ready_end;
     // each wait looks many producer tile columns ahead.
-    int a_ready_end = HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin : job.k_block_end;
+    int a_ready_end = !draining && HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin
+                                                                                          : job.k_block_end;
     uint64_t a_dependency_ns = 0;  // for the trace
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
       if (kb >= a_ready_end) {
         const uint64_t start = traced ? ptx::globaltimer() : 0;
         a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, kb, job.k_block_end, known);
-        if (a_ready_end < 0) return;
+        if (a_ready_end < 0) {
+          draining = true;
+          a_ready_end = job.k_block_end;
+        }
         if (traced) a_dependency_ns += ptx::globaltimer() - start;
       }
-      if (!ctx.WaitRing(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1, WaitKind::kRingEmpty, index)) {
-        return;
-      }
+      WaitPhase(&ctx.barriers->a_empty[ring.stage], ring.phase ^ 1);
       uint64_t* full = &ctx.barriers->a_full[ring.stage];
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                            cuda::ptx::space_shared, full, slot_bytes);
@@ -131,6 +139,7 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
   JobStream jobs;
   RingCursor ring;
   DependencyMemo memo;
+  bool draining = false;
   const uint64_t policy = ptx::l2_evict_first_policy();
   for (;;) {
     const int index = jobs.Next(ctx);
@@ -173,14 +182,12 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
     memo.Reset();
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
-      if (b_has_producers &&
+      if (b_has_producers && !draining &&
           !WaitForProducers(ctx, node, index, sched::DependencyOperand::kB, n_row0,
                             n_row0 + KernelConfig::kBlockN, k0, k0 + kBlockK, memo)) {
-        return;
+        draining = true;
       }
-      if (!ctx.WaitRing(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1, WaitKind::kRingEmpty, index)) {
-        return;
-      }
+      WaitPhase(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1);
       uint64_t* full = &ctx.barriers->b_full[ring.stage];
       const uint32_t slot_bytes = KernelConfig::kBStageBytes;
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,

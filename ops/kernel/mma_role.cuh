@@ -16,19 +16,16 @@
 
 namespace loom::kernel {
 
-// Runs the k-blocks of one job. Returns false when a ring wait gave up (the
-// launch is aborting); the caller leaves its job loop. The other warpgroup,
-// which may have seen that barrier complete, can then only wait for this one
-// at a few-row reduce's meeting, which gives up with the launch
-// (ConsumersMeet, splitk_reduce.cuh).
+// Runs the k-blocks of one job. The ring waits have no time limit: the
+// loaders keep both rings going even when the launch is aborting
+// (watchdog.cuh).
 // compute == false (this warpgroup's 64 rows are all past M, as in decode):
 // the slots are still waited for and released in step with the other
 // warpgroup and the peer CTA, but no wgmma is issued: for M <= 64 this halves
 // the tensor work of a memory-bound job. (With half-size A stages, warpgroup
 // 1's descriptor would point into the next stage; it never computes there.)
-__device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, int job_index,
-                                   int warpgroup, bool compute, RingCursor& a_ring, RingCursor& b_ring,
-                                   float (&accumulators)[128]) {
+__device__ inline void RunMainLoop(const CtaContext& ctx, const CtaWork& work, int warpgroup, bool compute,
+                                   RingCursor& a_ring, RingCursor& b_ring, float (&accumulators)[128]) {
   const bool lockstep = ctx.params.lockstep != 0;
   const int a_stages = ctx.params.a_stages;
   const int b_stages = ctx.params.b_stages;
@@ -38,14 +35,13 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
                                warpgroup * KernelConfig::kRowsPerConsumer * KernelConfig::kPanelBytes;
   const uint32_t b_ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
 
-  bool ok = true;
   // Zeroed here, before the first fence, rather than by the first wgmma's
   // scale-d: see the note on C7515 above RunConsumer (consumer_role.cuh).
 #pragma unroll
   for (int r = 0; r < 128; ++r) accumulators[r] = 0.0f;
   for (int i = 0; i < k_blocks; ++i) {
-    ok &= ctx.WaitRing(&ctx.barriers->a_full[a_ring.stage], a_ring.phase, WaitKind::kRingFull, job_index);
-    if (!lockstep) ok &= ctx.WaitRing(&ctx.barriers->b_full[b_ring.stage], b_ring.phase, WaitKind::kRingFull, job_index);
+    WaitPhase(&ctx.barriers->a_full[a_ring.stage], a_ring.phase);
+    if (!lockstep) WaitPhase(&ctx.barriers->b_full[b_ring.stage], b_ring.phase);
     const uint64_t desc_a =
         MakeSwizzle128Descriptor(a_ring_base + a_ring.stage * ctx.params.a_stage_bytes);
     // Lockstep mode keeps B in the slot of the same index as A.
@@ -75,7 +71,6 @@ __device__ inline bool RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
     ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[a_ring.Previous(a_stages)]);
     if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[b_ring.Previous(b_stages)]);
   }
-  return ok;
 }
 
 }  // namespace loom::kernel

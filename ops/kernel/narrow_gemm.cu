@@ -97,19 +97,12 @@ struct NarrowContext {
   uint32_t epoch;  // this launch's epoch, once AwaitPreviousLaunch has read it
   Watchdog watchdog;
   int32_t rows_per_block;  // the scheduler's tile.m: a constant but in the kShortRowBlocks kernels
-  // A role whose bounded wait gives up drains (the top of this file); the
-  // scheduler goes on handing out jobs (RunScheduler).
-  static constexpr bool kDrainsOnAbort = true;
-
   // The job slots' waits in the shared protocol code (JobStream, RunScheduler;
   // this kernel's own ring waits call WaitPhase): no time limit, since every
   // role keeps reading and releasing slots until the job stream ends, even
-  // after a time-out. Always true; CtaContext's counterpart may give up. No
-  // clusters here: the scope argument is always false.
-  __device__ bool WaitRing(uint64_t* barrier, uint32_t parity, WaitKind, int, bool) const {
-    WaitPhase(barrier, parity);
-    return true;
-  }
+  // after a time-out (a role whose bounded wait gives up drains: the top of
+  // this file). No clusters here: the scope argument is always false.
+  __device__ void WaitJobSlot(uint64_t* barrier, uint32_t parity, bool) const { WaitPhase(barrier, parity); }
 
   // Waits until the launch before this one on the stream has ended and its
   // writes are visible, then reads this launch's epoch. Every role calls it

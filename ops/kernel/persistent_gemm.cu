@@ -48,7 +48,6 @@ __device__ void InitBarriers(SmemBarriers* barriers, const KernelParams& params)
     }
   }
   cuda::ptx::mbarrier_init(&barriers->consumers_meet, 128 * KernelConfig::kConsumerWarpgroups);
-  barriers->consumers_veto = 0;
   // Make the initialisation visible to the async proxy and to the peer CTA
   // before anyone (TMA, remote arrivals) touches the barriers.
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);

@@ -62,34 +62,25 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch, uint32_t dy
   int last = -1;  // the last job fetched
   for (;;) {
     // Cluster scope only where the slots span a cluster (JobStream::Next).
-    if (!ctx.WaitRing(&ctx.barriers->job_empty[slot.stage], slot.phase ^ 1, WaitKind::kJobSlot, -1,
-                      Ctx::Config::kJobSlotsAcrossCluster)) {
-      return;
-    }
-    // A wait that gives up: in the tiled kernel every role's waits give up
-    // too, and the scheduler leaves; in the narrow kernel the roles drain
-    // (kDrainsOnAbort) and the scheduler hands out the rest of the queue,
-    // whose jobs no longer wait for their producers (every bounded wait
-    // gives up at once after an abort).
+    ctx.WaitJobSlot(&ctx.barriers->job_empty[slot.stage], slot.phase ^ 1, Ctx::Config::kJobSlotsAcrossCluster);
+    // The two waits below have a time limit. One that gives up (the launch
+    // is aborting) hands the job out anyway: every role drains (watchdog.cuh),
+    // and the scheduler hands out the rest of the queue, whose jobs no longer
+    // wait for their producers (every bounded wait gives up at once after an
+    // abort).
     if (last >= 0) {
       const InputFlags inputs = FindInputFlags(ctx, last);
-      if (!ctx.watchdog.SpinUntil(
-              [&] {
-                if (InputsReady(ctx, inputs, last)) return true;
-                __nanosleep(256);
-                return false;
-              },
-              WaitKind::kHeldJobInputs, last) &&
-          !Ctx::kDrainsOnAbort) {
-        return;
-      }
+      ctx.watchdog.SpinUntil(
+          [&] {
+            if (InputsReady(ctx, inputs, last)) return true;
+            __nanosleep(256);
+            return false;
+          },
+          WaitKind::kHeldJobInputs, last);
     }
     if (await_first_fetches != 0 && first_fetch < 0) {
-      if (!ctx.watchdog.SpinUntil([&] { return ptx::ld_volatile(&ctx.params.state->cursor) >= await_first_fetches; },
-                                  WaitKind::kFirstFetches, last) &&
-          !Ctx::kDrainsOnAbort) {
-        return;
-      }
+      ctx.watchdog.SpinUntil([&] { return ptx::ld_volatile(&ctx.params.state->cursor) >= await_first_fetches; },
+                             WaitKind::kFirstFetches, last);
       await_first_fetches = 0;
     }
     int index = first_fetch >= 0 ? first_fetch

@@ -79,19 +79,18 @@ __device__ inline bool StoresPartialDirectly(const sched::NodeSchedule& schedule
 // The consumer side of a direct partial (StoresPartialDirectly): this lane's
 // accumulators of rows inside M, as float2 pairs, into the split's workspace
 // slice (layout: schedule.h, workspace_offset).
-__device__ inline bool StorePartialDirectly(const CtaContext& ctx, const CtaWork& work, int warpgroup,
-                                            RingCursor& staging, const float (&acc)[128], int job_index) {
+__device__ inline void StorePartialDirectly(const CtaContext& ctx, const CtaWork& work, int warpgroup,
+                                            RingCursor& staging, const float (&acc)[128]) {
   const LanePartialRows rows(ctx, work, warpgroup);
   float* lo = rows.lo + work.job->split * rows.split_stride;
   float* hi = rows.hi + work.job->split * rows.split_stride;
-  if (!WaitForStaging(ctx, warpgroup, staging, job_index)) return false;
+  WaitForStaging(ctx, warpgroup, staging);
 #pragma unroll
   for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
     if (rows.lo_ok) *reinterpret_cast<float2*>(lo + 8 * c) = make_float2(acc[4 * c], acc[4 * c + 1]);
     if (rows.hi_ok) *reinterpret_cast<float2*>(hi + 8 * c) = make_float2(acc[4 * c + 2], acc[4 * c + 3]);
   }
   PublishPanel(ctx, warpgroup, staging);
-  return true;
 }
 
 // A barrier over one consumer warpgroup (its NamedBarrier): true in every
@@ -104,25 +103,14 @@ __device__ __forceinline__ bool ConsumerBarrierAnd(int warpgroup, bool predicate
 }
 
 // Both consumer warpgroups meet (all 256 threads arrive; the shared-memory
-// writes of each before it, the reads of the other after it). True in every
-// thread when `predicate` held in all 256, as the named barrier it replaces
-// (bar.red.and over both warpgroups) returned. Not a named barrier: a
-// warpgroup may have left its job loop after a wait that gave up, and a
-// named barrier would keep the other waiting for it with no time limit; this
-// wait gives up with the launch. A false predicate (a wait that gave up: the
-// launch is aborting) sets the CTA's veto before its thread arrives; the
-// veto is never cleared, so every later meeting of the launch is false too.
-__device__ inline bool ConsumersMeet(const CtaContext& ctx, int warpgroup, bool predicate, int job_index) {
-  volatile uint32_t* veto = &ctx.barriers->consumers_veto;
-  if (!predicate) *veto = 1;
+// writes of each before it, the reads of the other after it). No time limit:
+// neither warpgroup leaves its job loop before the job stream ends, also in
+// a launch that is aborting (watchdog.cuh).
+__device__ inline void ConsumersMeet(const CtaContext& ctx) {
   uint64_t* meet = &ctx.barriers->consumers_meet;
   const uint64_t state = cuda::ptx::mbarrier_arrive(meet);
-  const bool met =
-      ctx.watchdog.SpinUntil([&] { return cuda::ptx::mbarrier_try_wait(meet, state); }, WaitKind::kConsumersMeet,
-                             job_index);
-  // The warpgroup leaves together (a thread whose wait gave up while the
-  // others met takes them with it).
-  return ConsumerBarrierAnd(warpgroup, met && *veto == 0);
+  while (!cuda::ptx::mbarrier_try_wait(meet, state)) {
+  }
 }
 
 // Split-K reduce, part 1: waits until splits [0, splits) of this CTA tile
@@ -429,11 +417,12 @@ __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t spl
 //   buffers are waited for as that staging will wait for them, without
 //   moving the cursor, so those waits then pass at once.
 // Warpgroup 1 returns once its rows are in place, with nothing to stage.
-// `partials_ready`: WaitForPartials' result in this warpgroup. Returns false
-// when the launch is aborting.
-__device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
-                                         const RingCursor& staging, int job_index, bool partials_ready,
-                                         float (&acc)[128], bool* stored) {
+// `partials_ready`: WaitForPartials' result in this warpgroup; false (the
+// launch is aborting) skips the sum and leaves whatever the buffers hold,
+// with every wait and meeting as in a sum.
+__device__ inline void SumFewRowPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
+                                         const RingCursor& staging, bool partials_ready, float (&acc)[128],
+                                         bool* stored) {
   static_assert(KernelConfig::kStagingBuffers == 2, "the sums land in both staging buffers");
   static_assert(KernelConfig::kBlockN == 2 * 128, "one column pair per thread of the warpgroup");
   const KernelNode& node = *work.node;
@@ -450,15 +439,16 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   // Row i's sum goes to staging row i: both buffers of warpgroup 0, which are
   // adjacent (unless direct).
   float* sums = reinterpret_cast<float*>(ctx.staging_panel(0, 0));
-  bool ok = partials_ready;
+  const bool ok = partials_ready;
   if (warpgroup == 0 && !direct) {
     RingCursor second = staging;
     second.Advance(KernelConfig::kStagingBuffers);
-    ok = ok && WaitForStaging(ctx, 0, staging, job_index) && WaitForStaging(ctx, 0, second, job_index);
+    WaitForStaging(ctx, 0, staging);
+    WaitForStaging(ctx, 0, second);
   }
   // With both warpgroups, warpgroup 1 may write the buffers once warpgroup 0
   // has waited for them.
-  if (both && !direct && !ConsumersMeet(ctx, warpgroup, ok, job_index)) return false;
+  if (both && !direct) ConsumersMeet(ctx);
   const int first_half = (live_rows + 1) / 2;
   const int first_row = both && warpgroup == 1 ? first_half : 0;
   const int rows = both ? (warpgroup == 0 ? first_half : live_rows - first_half) : live_rows;
@@ -498,10 +488,10 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   }
   // Every row is in place.
   if (both) {
-    if (!ConsumersMeet(ctx, warpgroup, ok, job_index)) return false;
-    if (warpgroup == 1) return true;
-  } else if (!ConsumerBarrierAnd(0, ok)) {
-    return false;
+    ConsumersMeet(ctx);
+    if (warpgroup == 1) return;
+  } else {
+    ConsumerBarrierAnd(0, true);
   }
 
   // Into the accumulator layout: lane l of warp w holds rows 16 w + l / 4
@@ -528,7 +518,6 @@ __device__ inline bool SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   }
   // Every read of the buffers comes before the epilogue writes its first panel.
   ConsumerBarrierAnd(0, true);
-  return true;
 }
 
 }  // namespace loom::kernel

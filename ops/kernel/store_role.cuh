@@ -3,7 +3,9 @@
 // hardware; split-K partials go to the workspace through a 3-D map), hands
 // each staging buffer back once the TMA engine has read it, and once the
 // tile's stores are complete marks the tile's flag with the launch epoch.
-// Protocol and fences: cta_context.cuh.
+// It waits for nothing but its own CTA's consumers, so it never gives up:
+// in a launch that is aborting it stores and publishes what the draining
+// roles computed. Protocol and fences: cta_context.cuh.
 #ifndef LOOM_OPS_KERNEL_STORE_ROLE_CUH_
 #define LOOM_OPS_KERNEL_STORE_ROLE_CUH_
 
@@ -57,10 +59,7 @@ __device__ inline void RunStore(const CtaContext& ctx) {
         if (!hands_over[w]) continue;
         const int64_t rows = row0 + w * KernelConfig::kRowsPerConsumer;
         RingCursor& cursor = staging[w];
-        if (!ctx.WaitRing(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase, WaitKind::kStaging, index)) {
-          cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
-          return;
-        }
+        WaitPhase(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase);
         const int64_t panel_col0 = out_col0 + p * cols_per_panel;
         if (direct) {
           // written by the consumers (StorePartialDirectly, SumFewRowPartials)

@@ -1,17 +1,20 @@
-// watchdog.cuh: bounded waiting. Every spin in the kernels goes through here.
+// watchdog.cuh: waiting, bounded where it waits on other CTAs.
 //
-// A wait that runs past KernelParams::spin_timeout_ns claims the host-mapped
-// DeviceTimeoutRecord (first one wins), fills in who waited on what, and sets
-// LaunchState::abort. Every other bounded wait sees the abort flag within a
-// few microseconds and gives up too. In the tiled kernel every wait is
-// bounded, so each role leaves its loop; in the narrow kernel only the waits
-// on other CTAs (dependency flags, tagged copies, the scheduler's look at a
-// held job) are, and a role whose wait gave up drains instead: it keeps its
-// side of each ring going, without data and without waiting for producers,
-// until the job stream ends (narrow_gemm.cu), so that ring waits
-// (WaitPhase) need no clock. Either way each CTA reaches its final
-// barrier and the kernel returns: the host then reports a DeadlineExceeded
-// status instead of hanging (and no trap kills the context).
+// Only the waits on other CTAs' work have a time limit: dependency and
+// partial flags, tagged copies, the scheduler's look at a held job and at the
+// first fetches (SpinUntil). One that runs past KernelParams::spin_timeout_ns
+// claims the host-mapped DeviceTimeoutRecord (first one wins), fills in who
+// waited on what, and sets LaunchState::abort. Every other bounded wait sees
+// the abort flag within a few microseconds and gives up too. A role whose
+// wait gave up drains: it waits for no other CTA again and keeps its side of
+// each ring going until the job stream ends (the narrow kernel's loaders
+// without data, narrow_gemm.cu; the tiled kernel's with whatever the
+// producers left, cta_context.cuh), and the scheduler hands out the rest of
+// the queue. So the waits on a CTA's own rings, staging buffers, job slots
+// and consumer meetings (WaitPhase) need no clock, and each CTA reaches its
+// final barrier and the kernel returns: the host then reports a
+// DeadlineExceeded status instead of hanging (and no trap kills the
+// context).
 #ifndef LOOM_OPS_KERNEL_WATCHDOG_CUH_
 #define LOOM_OPS_KERNEL_WATCHDOG_CUH_
 
@@ -26,13 +29,15 @@ namespace loom::kernel {
 
 // Waits, with no time limit, for the phase with parity `parity` of an
 // mbarrier in this CTA to complete (acquire, CTA scope). Only for a barrier
-// that is certain to complete: the narrow kernel's rings, whose every role
-// keeps its side of each ring going until the job stream ends, even after a
-// time-out (narrow_gemm.cu: a role that gives up drains). What bounds such a
-// wait is the watchdog's bound on the waits that can give up by themselves.
-// NOTE: the loop must stay this bare. Against Watchdog::WaitBarrier's
-// bounded loop, a narrow CTA streamed 7-12% faster at 33 CTAs and the
-// 64-token MLP block and chain took 3-5 us less; every bounded shape tried
+// that is certain to complete: a CTA's own rings, staging buffers and job
+// slots, whose every role keeps its side going until the job stream ends,
+// even after a time-out (a role that gives up drains: above). What bounds
+// such a wait is the watchdog's bound on the waits that can give up by
+// themselves.
+// NOTE: the loop must stay this bare. Against the bounded loop the ring
+// waits had before (the watchdog's clock and abort checks), a narrow CTA
+// streamed 7-12% faster at 33 CTAs and the 64-token MLP block and chain took
+// 3-5 us less (the tiled kernel: bench/NOTES.md v1.58); every bounded shape tried
 // was as slow as that loop or slower, however rarely its checks ran (checks
 // every 4096 tries, a first try with a suspend hint, 64 or 1024 plain tries
 // first: bench/NOTES.md v1.47), and a loop that read one shared-memory word
@@ -94,25 +99,6 @@ class Watchdog {
       if (verdict == 2) report();
       if (verdict != 0) return false;
     }
-  }
-
-  // Waits for the phase with parity `parity` of an mbarrier in this CTA to
-  // complete. Acquire at CTA scope by default (ring and staging barriers order
-  // async-proxy traffic, which the barrier's complete_tx already covers);
-  // at cluster scope where the peer wrote shared memory with generic stores
-  // before arriving (job slots).
-  // (The narrow kernel's ring waits are WaitPhase instead: see there.)
-  __device__ bool WaitBarrier(uint64_t* barrier, uint32_t parity, WaitKind what, int job,
-                              bool cluster_scope = false) const {
-    if (cluster_scope) {
-      return SpinUntil(
-          [&] {
-            return cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster,
-                                                       barrier, parity);
-          },
-          what, job);
-    }
-    return SpinUntil([&] { return cuda::ptx::mbarrier_try_wait_parity(barrier, parity); }, what, job);
   }
 
   __device__ void Report(WaitKind what, int job, int flag, uint32_t expected, uint32_t seen) const {

@@ -967,20 +967,10 @@ const char* WaitKindName(int32_t kind) {
   switch (static_cast<kernel::WaitKind>(kind)) {
     case kernel::WaitKind::kDependencyFlag:
       return "dependency flag";
-    case kernel::WaitKind::kRingFull:
-      return "operand ring full barrier";
-    case kernel::WaitKind::kRingEmpty:
-      return "operand ring empty barrier";
-    case kernel::WaitKind::kJobSlot:
-      return "job slot barrier";
-    case kernel::WaitKind::kStaging:
-      return "epilogue staging barrier";
     case kernel::WaitKind::kHeldJobInputs:
       return "its inputs, held back by the scheduler";
     case kernel::WaitKind::kFirstFetches:
       return "every cluster's first fetch, before the scheduler's second";
-    case kernel::WaitKind::kConsumersMeet:
-      return "the other consumer warpgroup, to sum a few-row reduce together";
     case kernel::WaitKind::kNoKernelPath:
       return "nothing: the launched kernel has no path for the job";
     default:

@@ -244,9 +244,9 @@ class Plan {
   // Waits for `stream`; turns a device time-out into DeadlineExceeded naming
   // the SM, job, flag, expected and seen values (and a job the launched
   // kernel has no path for, a loom bug, into Internal). After a time-out
-  // every launch of the plan winds down at once (its results are not
-  // written) until Synchronize has reported it; then the plan runs normally
-  // again.
+  // every launch of the plan runs its jobs through without waiting for
+  // producers (its outputs are unspecified) until Synchronize has reported
+  // it; then the plan runs normally again.
   absl::Status Synchronize(cudaStream_t stream = nullptr);
   // Copies B again into the plan's packed weights (CompileOptions::
   // pack_weights), enqueued on `stream`: call it after changing the values of
