@@ -117,7 +117,7 @@ static_assert(KernelConfig::kBlockK == PackedLayout::kKBlockElements &&
 
 // Named barriers (bar.sync / bar.red ids; 0 is __syncthreads'): one per
 // consumer warpgroup for syncs among its 128 threads. (Both warpgroups meet
-// on an mbarrier instead, which a wait can give up on: ConsumersMeet.)
+// on an mbarrier: ConsumersMeet.)
 enum class NamedBarrier : int { kConsumer0 = 1, kConsumer1 = 2 };
 
 // Byte offsets into the dynamic shared memory of one CTA.
