@@ -7,8 +7,8 @@
 // wait also reads ahead, so finished producers cost one wait per batch. The B
 // loader has its own ring, so the weight stream runs ahead while A waits.
 // Once a wait for producers gives up (the launch is aborting), a loader
-// drains (watchdog.cuh): it waits for no producer again and
-// goes on loading, whatever the producers left, until the job stream ends.
+// drains (watchdog.cuh): it waits for no producer again and goes on
+// loading, whatever the producers left, until the job stream ends.
 //
 // Cluster sharing: boxes are half tiles. When the cluster shares an operand,
 // each CTA loads its half once and multicasts it into both CTAs (same smem
