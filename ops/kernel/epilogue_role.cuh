@@ -563,17 +563,22 @@ __device__ inline void StageOutput(const CtaContext& ctx, const CtaWork& work, c
   }
   if (plain) {
     if (kWholeTileAdds && adds) AddBiasAndResidual(fields, work, warpgroup, acc);
-    node.out_type == ElementType::kBF16 ? StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc)
-                                        : StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc);
-    return;
+    if (node.out_type == ElementType::kBF16) {
+      StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc);
+    } else {
+      StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc);
+    }
+  } else if (node.out_type == ElementType::kBF16) {
+    if (swiglu) {
+      StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, acc);
+    } else {
+      StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, acc);
+    }
+  } else if (swiglu) {
+    StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, acc);
+  } else {
+    StageTile<ElementType::kFP32, false>(ctx, work, fields, warpgroup, staging, acc);
   }
-  if (node.out_type == ElementType::kBF16) {
-    swiglu ? StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, acc)
-           : StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, acc);
-    return;
-  }
-  swiglu ? StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, acc)
-         : StageTile<ElementType::kFP32, false>(ctx, work, fields, warpgroup, staging, acc);
 }
 
 }  // namespace loom::kernel

@@ -47,6 +47,13 @@ __device__ __forceinline__ void WaitPhase(uint64_t* barrier, uint32_t parity) {
   }
 }
 
+// WaitPhase acquiring at cluster scope: for a barrier whose arrivals release
+// generic stores another CTA of the cluster made to this CTA's shared memory.
+__device__ __forceinline__ void WaitPhaseCluster(uint64_t* barrier, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, barrier, parity)) {
+  }
+}
+
 class Watchdog {
  public:
   // NOTE: holds a reference to the __grid_constant__ parameters, not copies of
