@@ -86,10 +86,10 @@ enum class WaitKind : int32_t {
 
 // How long the watchdog lets a wait of kind `what` spin before it reports a
 // time-out (Watchdog::SpinUntil), from CompileOptions::spin_timeout_ns:
-// that for a dependency flag; four times that for every other wait (rings,
-// staging, job slots, the scheduler's), each a downstream symptom of some
-// other wait, so that the root cause is the one reported. The host's
-// time-out status names the same limit.
+// that for a dependency flag; four times that for the scheduler's two
+// waits (a held job's inputs, the first fetches), each a downstream symptom
+// of some dependency wait, so that the root cause is the one reported. The
+// host's time-out status names the same limit.
 LOOM_HOST_DEVICE constexpr uint64_t WaitLimitNs(WaitKind what, uint64_t spin_timeout_ns) {
   return what == WaitKind::kDependencyFlag ? spin_timeout_ns : 4 * spin_timeout_ns;
 }

@@ -184,9 +184,10 @@ struct CompileOptions {
   // CUDA rule for that attribute; kernels launched without it just wait).
   bool overlap_launches = true;
   // A device spin wait on a dependency flag gives up after this long and
-  // reports a time-out; every other wait (rings, staging, job slots: waits
-  // downstream of some other wait) after four times this long. 1 to
-  // kMaxSpinTimeoutNs.
+  // reports a time-out; the scheduler's waits on a held job's inputs and on
+  // the first fetches (downstream of some dependency wait) after four times
+  // this long. Waits on a CTA's own rings have no limit: after a time-out
+  // every role drains. 1 to kMaxSpinTimeoutNs.
   int64_t spin_timeout_ns = 2'000'000'000;
   // Record every job's timeline on the device (Plan::Timeline). Costs a few
   // global stores per job, and the store thread waits for each tile's stores
