@@ -439,7 +439,6 @@ __device__ inline void SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   // Row i's sum goes to staging row i: both buffers of warpgroup 0, which are
   // adjacent (unless direct).
   float* sums = reinterpret_cast<float*>(ctx.staging_panel(0, 0));
-  const bool ok = partials_ready;
   if (warpgroup == 0 && !direct) {
     RingCursor second = staging;
     second.Advance(KernelConfig::kStagingBuffers);
@@ -457,7 +456,7 @@ __device__ inline void SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   const PartialLayout layout(ctx, schedule);
   const int64_t col = int64_t{work.n_block} * KernelConfig::kBlockN + 2 * t;  // this thread's pair
   const float* partials = layout.At(row0 + first_row, col);
-  if (ok) {
+  if (partials_ready) {
     PairOps ops;
     if (direct) {
       ops.apply = true;
