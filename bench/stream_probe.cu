@@ -132,7 +132,11 @@ __device__ __forceinline__ void ArriveOnPeer(uint64_t* barrier, bool cluster_sco
   namespace ptx = loom::kernel::ptx;
   const uint32_t remote = ptx::mapa_shared_cluster(static_cast<uint32_t>(__cvta_generic_to_shared(barrier)),
                                                    cuda::ptx::get_sreg_cluster_ctarank() ^ 1u);
-  cluster_scope ? ptx::mbarrier_arrive_cluster(remote) : ptx::mbarrier_arrive_remote(remote);
+  if (cluster_scope) {
+    ptx::mbarrier_arrive_cluster(remote);
+  } else {
+    ptx::mbarrier_arrive_remote(remote);
+  }
 }
 
 // Loads stage `s` of job `job` into `dst`, completing on `full`.

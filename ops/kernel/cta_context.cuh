@@ -115,7 +115,11 @@ struct CtaContext {
   // the peer wrote shared memory with generic stores before arriving (the
   // scheduler's wait for the releases of a slot that spans the cluster).
   __device__ void WaitJobSlot(uint64_t* barrier, uint32_t parity, bool cluster_scope) const {
-    cluster_scope ? WaitPhaseCluster(barrier, parity) : WaitPhase(barrier, parity);
+    if (cluster_scope) {
+      WaitPhaseCluster(barrier, parity);
+    } else {
+      WaitPhase(barrier, parity);
+    }
   }
 
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
