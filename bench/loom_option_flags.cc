@@ -10,6 +10,7 @@ ABSL_FLAG(int, max_clusters, 0,
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
           "most 128 rows)");
+ABSL_FLAG(int, tile_n, 0, "loom: the tiled kernel's tile width, 128 or 256 (0: 256; CompileOptions::tile_n)");
 ABSL_FLAG(int, narrow_a_stages, 0,
           "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-32 rows; "
           "at most 6 stages with packed weights at up to 16 rows)");
@@ -43,6 +44,7 @@ CompileOptions LoomOptionsFromFlags() {
   CompileOptions options;
   options.a_stages = absl::GetFlag(FLAGS_a_stages);
   options.b_stages = absl::GetFlag(FLAGS_b_stages);
+  options.tile_n = absl::GetFlag(FLAGS_tile_n);
   options.max_clusters = absl::GetFlag(FLAGS_max_clusters);
   options.kernel = absl::GetFlag(FLAGS_kernel);
   options.narrow_a_stages = absl::GetFlag(FLAGS_narrow_a_stages);

@@ -490,17 +490,20 @@ void AddFusedGemm(GpuHarness& h, Rng& rng, const Shape& shape, Activation activa
   });
 }
 
+// `tile_n`: the tiled kernel's tile width (CompileOptions::tile_n; 0: 256).
 void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
-                  DType residual_type, bool narrow = false) {
+                  DType residual_type, bool narrow = false, int tile_n = 0, bool pack_weights = false) {
   Rng rng;
   GpuHarness h;
   AddFusedGemm(h, rng, shape, activation, out_type, bias_type, residual_type);
   CompileOptions options;
   options.split_k = split_k;
   options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
+  options.tile_n = tile_n;
+  options.pack_weights = pack_weights;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
   EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1) << "split_k " << split_k;
-  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : 256) << "narrow " << narrow;
+  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : (tile_n != 0 ? tile_n : 256)) << "narrow " << narrow;
   h.ExpectMatchesReference();
 }
 
@@ -544,6 +547,62 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{100, 512, 2048}, 3, Activation::kNone, DType::kFP32},
                       std::tuple{Shape{128, 1024, 4096}, 8, Activation::kReLU, DType::kBF16}),
     SplitCaseName);
+
+// Tiles of 128 columns (CompileOptions::tile_n = 128: m64n128k16, 64
+// accumulators a thread, B boxes and packed stages of 64 and 128 rows):
+// every path of the 256-wide tests above. Ragged N (257, 778, 1000) and K
+// (4104); unsplit; a tile summed by its last split (129 rows and more, or a
+// ragged N); few-row reduces (16 and 2 rows: the warpgroup's first 64
+// threads, one column pair each); reduces in parts (100 and 128 rows);
+// partials of at most 64 live rows straight from registers (17, 64 rows);
+// SwiGLU (an output tile of 64 columns). Packed weights in the cases marked.
+class TileWidth128Test
+    : public ::testing::TestWithParam<std::tuple<Shape, int, Activation, DType, bool>> {};
+TEST_P(TileWidth128Test, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [shape, split_k, activation, out_type, packed] = GetParam();
+  const DType other = out_type == DType::kBF16 ? DType::kFP32 : DType::kBF16;
+  RunFusedGemm(shape, split_k, activation, out_type, /*bias_type=*/other, /*residual_type=*/out_type,
+               /*narrow=*/false, /*tile_n=*/128, packed);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Paths, TileWidth128Test,
+    ::testing::Values(std::tuple{Shape{1, 1, 8}, 1, Activation::kNone, DType::kBF16, false},
+                      std::tuple{Shape{129, 257, 520}, 1, Activation::kReLU, DType::kFP32, false},
+                      std::tuple{Shape{1000, 1000, 248}, 1, Activation::kGELU, DType::kBF16, false},
+                      std::tuple{Shape{200, 1024, 4096}, 1, Activation::kNone, DType::kBF16, true},
+                      std::tuple{Shape{300, 520, 1024}, 2, Activation::kSwiGLU, DType::kBF16, false},
+                      std::tuple{Shape{200, 778, 4104}, 4, Activation::kSiLU, DType::kFP32, false},
+                      std::tuple{Shape{16, 1000, 4096}, 8, Activation::kSiLU, DType::kFP32, false},
+                      std::tuple{Shape{2, 1000, 4096}, 8, Activation::kNone, DType::kBF16, true},
+                      std::tuple{Shape{100, 512, 2048}, 3, Activation::kNone, DType::kFP32, false},
+                      std::tuple{Shape{128, 1024, 4096}, 8, Activation::kReLU, DType::kBF16, true},
+                      std::tuple{Shape{17, 778, 640}, 3, Activation::kGELU, DType::kBF16, false},
+                      std::tuple{Shape{64, 778, 640}, 3, Activation::kSwiGLU, DType::kFP32, false}),
+    [](const auto& info) {
+      return ShapeName(std::get<0>(info.param)) + "_split" + std::to_string(std::get<1>(info.param)) + "_" +
+             std::string(ActivationName(std::get<2>(info.param))) + (std::get<4>(info.param) ? "_packed" : "");
+    });
+
+// Two dependent GEMMs on 128-wide tiles: the consumer's loader waits per
+// k-slice on producer tiles of 128 columns (the dependency boxes follow the
+// tile), at 200 rows (two row blocks) and 100 (one, the down GEMM split).
+TEST(GemmTest, DependentGemmsOnTilesOf128Columns) {
+  LOOM_SKIP_WITHOUT_GPU();
+  for (const int64_t m : {int64_t{200}, int64_t{100}}) {
+    SCOPED_TRACE(absl::StrCat("m ", m));
+    Rng rng;
+    GpuHarness h;
+    AddTwoGemmChain(h, rng, m, /*width=*/1000);
+    CompileOptions options;
+    options.kernel = KernelChoice::kTiled;
+    options.tile_n = 128;
+    options.pack_weights = true;
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
+    EXPECT_EQ(h.plan().schedule().tile.n, 128);
+    h.ExpectEachNodeMatchesReference();
+  }
+}
 
 // Decode-size tiles, every fused op on both paths (unsplit; split, whose
 // partials of at most 64 live rows go straight from registers to the

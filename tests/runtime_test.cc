@@ -58,6 +58,29 @@ TEST(RuntimeTest, CompilesWithoutGpuAndExplains) {
   EXPECT_NE(explain.find("66 clusters"), std::string::npos) << explain;
 }
 
+// CompileOptions::tile_n = 128: the scheduler tiles the plan in 128 x 128
+// tiles (twice the tiles of 256-wide ones), and the shared memory it asks
+// for has B stages of 16 KiB: 4 A and 8 B stages fit where 4 and 4 of 32 KiB
+// fill the H200's 227 KiB.
+TEST(RuntimeTest, TilesOf128ColumnsWhereAsked) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions options;
+  options.tile_n = 128;
+  absl::StatusOr<Plan> plan = runtime.Compile(OneGemm(), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<Plan> wide = runtime.Compile(OneGemm());
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(plan->schedule().tile.n, 128);
+  EXPECT_EQ(wide->schedule().tile.n, 256);
+  EXPECT_EQ(plan->schedule().nodes[0].n_blocks, 2 * wide->schedule().nodes[0].n_blocks);
+  EXPECT_NE(plan->Explain().find("tile 128x128x64"), std::string::npos) << plan->Explain();
+  options.b_stages = 8;
+  EXPECT_TRUE(runtime.Compile(OneGemm(), options).ok());
+  options.tile_n = 256;
+  EXPECT_TRUE(HasStatus(runtime.Compile(OneGemm(), options).status(), absl::StatusCode::kFailedPrecondition,
+                        {"shared memory", "b_stages=8"}));
+}
+
 // The tiled kernel spreads its first fetches where its first wave leaves
 // clusters without a job to start (sched::IdleClustersAtLaunch); Explain
 // says so. The narrow kernel never does (its first wave is static).
@@ -898,6 +921,8 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
        {"ring_mode: 7", "not one of kSplit (0), kLockstep (1)"}},
       {[](CompileOptions& o) { o.kernel = static_cast<KernelChoice>(5); },
        {"kernel: 5", "not one of kAuto, kTiled, kNarrow"}},
+      {[](CompileOptions& o) { o.tile_n = 64; }, {"tile_n: 64", "not 0, 128 or 256"}},
+      {[](CompileOptions& o) { o.tile_n = -256; }, {"tile_n: -256", "not 0, 128 or 256"}},
       {[](CompileOptions& o) { o.narrow_a_stages = -1; }, {"narrow_a_stages: -1", "{0} and [2, 16]"}},
       {[](CompileOptions& o) { o.narrow_a_stages = 1; }, {"narrow_a_stages: 1", "{0} and [2, 16]"}},
       {[](CompileOptions& o) { o.narrow_b_stages = -1; }, {"narrow_b_stages: -1", "[2, 16]"}},

@@ -48,12 +48,16 @@ TEST(WgmmaDescriptorTest, AddressIsTakenModulo256KiB) {
 }
 
 TEST(SmemLayoutTest, DefaultRingsFitTheH200AndTilesAre1024Aligned) {
-  const SmemLayout layout = ComputeSmemLayout(4, 4);
+  const SmemLayout layout = ComputeSmemLayout<KernelConfig>(4, 4);
   EXPECT_LE(layout.total, 232448u);
   EXPECT_EQ(layout.a_ring % 1024, 0u);
   EXPECT_EQ(layout.b_ring % 1024, 0u);
   EXPECT_EQ(layout.staging % 1024, 0u);
-  EXPECT_GT(ComputeSmemLayout(8, 8).total, 232448u);
+  EXPECT_GT(ComputeSmemLayout<KernelConfig>(8, 8).total, 232448u);
+  // 128-wide tiles: B stages of half the bytes, so twice the B stages fit.
+  const SmemLayout narrow_tiles = ComputeSmemLayout<KernelConfigN128>(4, 8);
+  EXPECT_EQ(narrow_tiles.total, layout.total);
+  EXPECT_EQ(narrow_tiles.staging % 1024, 0u);
 }
 
 }  // namespace

@@ -28,8 +28,8 @@ namespace loom::kernel {
 // The build refuses a kernel with C7515 (tests/kernel_codegen_check.cmake).
 // Forced inline: once outlined by nvcc (it happened as the reduce path grew),
 // the consumers' state crossed a call and the kernel spilled more.
-template <bool kSplitK>
-__device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup) {
+template <bool kSplitK, class Config>
+__device__ __forceinline__ void RunConsumer(const CtaContext<Config>& ctx, int warpgroup) {
   const bool recorder = warpgroup == 0 && threadIdx.x % 128 == 0;  // writes the job traces
   JobStream jobs;
   RingCursor a_ring, b_ring, staging;
@@ -52,7 +52,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
       if (!HandsOverRows(work, warpgroup) && !helps) continue;
       const bool partials_ready = WaitForPartials(ctx, work, node.schedule.split_k, warpgroup, index);
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
-      float sums[128];
+      float sums[Config::kAccumulators];
       bool stored = false;  // by the decode path, straight into C
       if (few_rows) {
         SumFewRowPartials(ctx, work, warpgroup, staging, partials_ready, sums, &stored);
@@ -76,7 +76,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext& ctx, int warpgroup
         WaitPhase(&ctx.barriers->a_full[a_ring.stage], a_ring.phase);
         RecordTrace(ctx, index, recorder, &DeviceJobTrace::data_ready);
       }
-      float accumulators[128];
+      float accumulators[Config::kAccumulators];
       RunMainLoop(ctx, work, warpgroup, rows_in_range, a_ring, b_ring, accumulators);
       RecordTrace(ctx, index, recorder, &DeviceJobTrace::mma_done);
       if (!rows_in_range) continue;

@@ -8,7 +8,7 @@
 //     warp 2 lane 0  store      (TMA stores of staged output, tile flags)
 //     warp 3 lane 0  scheduler  (cluster rank 0 only: takes jobs from the queue)
 //   warpgroups 1, 2 (consumers, 224 registers): wgmma + fused epilogue,
-//     each owning 64 rows of the 128 x 256 tile.
+//     each owning 64 rows of the 128 x 256 (or 128 x 128) tile.
 //
 // Job slots (kJobSlots deep; slot data lives in every CTA of the cluster,
 // job_empty only in rank 0):
@@ -84,8 +84,10 @@ struct RingCursor {
   __device__ int Previous(int stages) const { return stage == 0 ? stages - 1 : stage - 1; }
 };
 
+// Config: KernelConfig or KernelConfigN128 (the tile's width).
+template <class ConfigT>
 struct CtaContext {
-  using Config = KernelConfig;  // the tile the shared protocol code (JobStream, dependencies.cuh) works in
+  using Config = ConfigT;  // the tile the shared protocol code (JobStream, dependencies.cuh) works in
   const KernelParams& params;
   SmemBarriers* barriers;
   uint8_t* a_ring;    // [a_stages][kBlockM][kBlockK] bf16, 128B swizzle
@@ -123,10 +125,10 @@ struct CtaContext {
   }
 
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
-  __device__ uint8_t* b_stage(int s) const { return b_ring + s * KernelConfig::kBStageBytes; }
+  __device__ uint8_t* b_stage(int s) const { return b_ring + s * Config::kBStageBytes; }
   // The scheduler's tile (the shared protocol code asks the context: the
   // narrow kernel's rows vary by plan).
-  __device__ static constexpr sched::TileShape tile() { return KernelConfig::tile(); }
+  __device__ static constexpr sched::TileShape tile() { return Config::tile(); }
   __device__ uint8_t* staging_panel(int warpgroup, int buffer) const {
     return staging +
            (warpgroup * KernelConfig::kStagingBuffers + buffer) * KernelConfig::kStagingPanelBytes;
@@ -216,13 +218,16 @@ __device__ inline bool WaitForFlag(const Ctx& ctx, int flag_index, int job_index
 // Staging, consumer side (protocol above): waits until the buffer under the
 // cursor is free, and hands a written one to the store thread (generic-proxy
 // writes that the TMA store, async proxy, will read; then the arrival).
-__device__ __forceinline__ void PublishPanel(const CtaContext& ctx, int warpgroup, RingCursor& staging) {
+template <class Config>
+__device__ __forceinline__ void PublishPanel(const CtaContext<Config>& ctx, int warpgroup, RingCursor& staging) {
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
   cuda::ptx::mbarrier_arrive(&ctx.barriers->staging_full[warpgroup][staging.stage]);
   staging.Advance(KernelConfig::kStagingBuffers);
 }
 
-__device__ __forceinline__ void WaitForStaging(const CtaContext& ctx, int warpgroup, const RingCursor& staging) {
+template <class Config>
+__device__ __forceinline__ void WaitForStaging(const CtaContext<Config>& ctx, int warpgroup,
+                                               const RingCursor& staging) {
   WaitPhase(&ctx.barriers->staging_empty[warpgroup][staging.stage], staging.phase ^ 1);
 }
 

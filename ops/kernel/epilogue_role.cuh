@@ -24,7 +24,6 @@ struct PanelShape {
   static constexpr int kOutCols = KernelConfig::kPanelBytes / kOutBytes;  // output columns per panel
   static constexpr int kAccCols = kOutCols * (kSwiGLU ? 2 : 1);          // accumulator columns per panel
   static constexpr int kChunks = kAccCols / 8;  // 8-column accumulator chunks (4 registers each)
-  static constexpr int kPanels = KernelConfig::kBlockN / kAccCols;
 };
 
 // Panels of this tile that hold at least one output column (the rest are
@@ -36,7 +35,8 @@ __device__ inline int OutputPanels(int64_t out_cols, int32_t out_tile_n, int col
   return panels < tile_panels ? static_cast<int>(panels) : tile_panels;
 }
 
-// NOTE: the epilogue runs once per tile over 128 registers per thread, fully
+// NOTE: the epilogue runs once per tile over every accumulator register of
+// the thread (128 in a 256-column tile, 64 in a 128-column one), fully
 // unrolled (register arrays need compile-time indices). Every per-element
 // branch is multiplied by 128 and by each instantiation, and straight-line
 // code this long misses the instruction cache on every tile: the first
@@ -85,8 +85,8 @@ __device__ __forceinline__ float Activate(EpilogueActivation activation, float v
 
 // The passes below each cover the registers [begin, end) of one panel, so
 // their temporaries (loaded bias and residual values) stay few.
-template <EpilogueActivation kActivation>
-__device__ __forceinline__ void ActivateRange(float (&acc)[128], int begin, int end) {
+template <EpilogueActivation kActivation, int kAcc>
+__device__ __forceinline__ void ActivateRange(float (&acc)[kAcc], int begin, int end) {
 #pragma unroll
   for (int i = begin; i < end; ++i) acc[i] = Activate<kActivation>(acc[i]);
 }
@@ -156,8 +156,9 @@ struct EpilogueFields {
 __device__ __forceinline__ int64_t WarpgroupRow0(const CtaWork& work, int warpgroup) {
   return static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM + warpgroup * KernelConfig::kRowsPerConsumer;
 }
+template <class Config>
 __device__ __forceinline__ int64_t TileCol0(const CtaWork& work) {
-  return static_cast<int64_t>(work.n_block) * KernelConfig::kBlockN;
+  return static_cast<int64_t>(work.n_block) * Config::kBlockN;
 }
 
 // Whether output tile column n_block lies wholly inside C's TMA columns: its
@@ -170,8 +171,8 @@ __device__ __forceinline__ bool TileInsideTmaColumns(int32_t n_block, int32_t ou
 // acc[i] += bias[column of i] (accumulator columns). Registers 4c..4c+3 hold
 // columns 8c + 2 * (lane % 4) + {0, 1} of two rows, so each chunk loads two
 // values. kChecked: the tile reaches past N, so columns are bounds-checked.
-template <typename T, bool kChecked>
-__device__ __forceinline__ void AddBias(const EpilogueFields& node, int64_t acc_col0, int lane, float (&acc)[128],
+template <typename T, bool kChecked, int kAcc>
+__device__ __forceinline__ void AddBias(const EpilogueFields& node, int64_t acc_col0, int lane, float (&acc)[kAcc],
                                         int begin, int end) {
   const int64_t first = acc_col0 + 2 * (lane % 4);
   const T* bias = static_cast<const T*>(node.bias) + first;
@@ -194,9 +195,9 @@ __device__ __forceinline__ void AddBias(const EpilogueFields& node, int64_t acc_
 // past M or past the output's last column. kPairLoads (unchecked, not
 // SwiGLU): one load for each pair of columns a lane holds, whose first
 // column is even and whose rows start 16-byte aligned (graph.cc, rule 4).
-template <typename T, bool kSwiGLU, bool kChecked, bool kPairLoads = false>
+template <typename T, bool kSwiGLU, bool kChecked, bool kPairLoads = false, int kAcc = 0>
 __device__ __forceinline__ void AddResidual(const EpilogueFields& node, int64_t row0, int64_t out_col0, int warp,
-                                            int lane, float (&acc)[128], int begin, int end) {
+                                            int lane, float (&acc)[kAcc], int begin, int end) {
   const int64_t row_lo = row0 + warp * 16 + lane / 4;
   const T* base_lo = static_cast<const T*>(node.residual) + row_lo * node.residual_stride + out_col0;
   const T* base_hi = base_lo + 8 * node.residual_stride;
@@ -227,9 +228,9 @@ __device__ __forceinline__ void AddResidual(const EpilogueFields& node, int64_t 
   }
 }
 
-template <typename T, bool kSwiGLU>
+template <typename T, bool kSwiGLU, int kAcc>
 __device__ __forceinline__ void AddResidual(const EpilogueFields& node, int64_t row0, int64_t out_col0, int warp,
-                                            int lane, float (&acc)[128], int begin, int end, bool interior) {
+                                            int lane, float (&acc)[kAcc], int begin, int end, bool interior) {
   if (interior) {
     AddResidual<T, kSwiGLU, false>(node, row0, out_col0, warp, lane, acc, begin, end);
   } else {
@@ -277,7 +278,8 @@ __device__ __forceinline__ void PrefetchResidualRows(const EpilogueFields& node,
 // NaN) leaves its three neighbours' reciprocals alone; its own output is
 // NaN through n or g. Large |g| behaves as Silu's: t flushes to 0, so silu
 // is g above 0 and -0 below.
-__device__ __forceinline__ void SwiGLURange(float (&acc)[128], int begin, int end) {
+template <int kAcc>
+__device__ __forceinline__ void SwiGLURange(float (&acc)[kAcc], int begin, int end) {
   constexpr float kLog2E = 1.4426950408889634f;
 #pragma unroll
   for (int i = begin; i < end; i += 8) {
@@ -330,8 +332,8 @@ __device__ __forceinline__ void StoreScalar(uint8_t* address, float value) {
 // bf16: one stmatrix per two 8-column chunks: matrices (rows 0-7, chunk c),
 // (rows 8-15, c), (rows 0-7, c + 1), (rows 8-15, c + 1) of the warp's 16 rows,
 // which are exactly this lane's registers 4c .. 4c + 7 packed in pairs.
-template <ElementType kOut, bool kSwiGLU>
-__device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lane, const float (&acc)[128],
+template <ElementType kOut, bool kSwiGLU, int kAcc>
+__device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lane, const float (&acc)[kAcc],
                                                int first) {
   using Shape = PanelShape<kOut, kSwiGLU>;
   if constexpr (kOut == ElementType::kBF16 && !kSwiGLU) {
@@ -371,9 +373,9 @@ __device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lan
 // The same for a panel of the ragged last tile column, registers [0, R):
 // output columns at or past c_tma_cols (the last < 16 bytes of each row, which
 // TMA cannot store exactly) go straight to global memory instead.
-template <ElementType kOut, bool kSwiGLU>
+template <ElementType kOut, bool kSwiGLU, int kAcc>
 __device__ __forceinline__ void WriteRaggedPanel(const EpilogueFields& node, uint8_t* panel, int64_t row0,
-                                                 int64_t out_col_base, int warp, int lane, const float (&acc)[128]) {
+                                                 int64_t out_col_base, int warp, int lane, const float (&acc)[kAcc]) {
   using Shape = PanelShape<kOut, kSwiGLU>;
 #pragma unroll
   for (int c = 0; c < Shape::kChunks; ++c) {
@@ -404,14 +406,15 @@ __device__ __forceinline__ void WriteRaggedPanel(const EpilogueFields& node, uin
 // place (the general path below rotates the array, ~100 moves a panel), and
 // bf16 goes through stmatrix. Measured (v1.9, bench/NOTES.md): the general
 // path's epilogue took ~6 us of each ~90 us tile at 8192^3.
-template <ElementType kOut>
-__device__ inline void StagePlainTile(const CtaContext& ctx, int warpgroup, RingCursor& staging,
-                                      const float (&acc)[128]) {
+template <ElementType kOut, class Config>
+__device__ inline void StagePlainTile(const CtaContext<Config>& ctx, int warpgroup, RingCursor& staging,
+                                      const float (&acc)[Config::kAccumulators]) {
   using Shape = PanelShape<kOut, false>;
+  constexpr int kPanels = Config::kBlockN / Shape::kAccCols;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int p = 0; p < Shape::kPanels; ++p) {
+  for (int p = 0; p < kPanels; ++p) {
     WaitForStaging(ctx, warpgroup, staging);
     StoreFragments<kOut, false>(ctx.staging_panel(warpgroup, staging.stage), warp, lane, acc,
                                 p * Shape::kChunks * 4);
@@ -421,14 +424,14 @@ __device__ inline void StagePlainTile(const CtaContext& ctx, int warpgroup, Ring
 
 // The fused epilogue of one tile for one consumer warpgroup: per panel, the
 // passes over that panel's registers, then the panel through a staging buffer.
-template <ElementType kOut, bool kSwiGLU>
-__device__ inline void StageTile(const CtaContext& ctx, const CtaWork& work, const EpilogueFields& node,
-                                 int warpgroup, RingCursor& staging, float (&acc)[128]) {
+template <ElementType kOut, bool kSwiGLU, class Config>
+__device__ inline void StageTile(const CtaContext<Config>& ctx, const CtaWork& work, const EpilogueFields& node,
+                                 int warpgroup, RingCursor& staging, float (&acc)[Config::kAccumulators]) {
   using Shape = PanelShape<kOut, kSwiGLU>;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const int64_t row0 = WarpgroupRow0(work, warpgroup);
-  const int64_t acc_col0 = TileCol0(work);
+  const int64_t acc_col0 = TileCol0<Config>(work);
   const int64_t out_col0 = static_cast<int64_t>(work.n_block) * node.out_tile_n;
   const int panels = OutputPanels(node.out_cols, node.out_tile_n, Shape::kOutCols, work.n_block);
   const bool ragged = !TileInsideTmaColumns(work.n_block, node.out_tile_n, node.c_tma_cols);
@@ -495,7 +498,7 @@ __device__ inline void StageTile(const CtaContext& ctx, const CtaWork& work, con
     PublishPanel(ctx, warpgroup, staging);
     if (p + 1 < panels) {
 #pragma unroll
-      for (int i = 0; i + kRegs < 128; ++i) acc[i] = acc[i + kRegs];
+      for (int i = 0; i + kRegs < Config::kAccumulators; ++i) acc[i] = acc[i + kRegs];
     }
   }
 }
@@ -503,8 +506,9 @@ __device__ inline void StageTile(const CtaContext& ctx, const CtaWork& work, con
 // Whether AddBiasAndResidual can take this warpgroup's part of the tile: no
 // activation (so an output column is an accumulator column), and every row
 // and column it adds inside the bias and the residual (no checks).
+template <class Config>
 __device__ __forceinline__ bool AddsWholeTile(const EpilogueFields& node, const CtaWork& work, int warpgroup) {
-  const int64_t col_end = TileCol0(work) + KernelConfig::kBlockN;
+  const int64_t col_end = TileCol0<Config>(work) + Config::kBlockN;
   return node.activation == EpilogueActivation::kNone && (node.bias == nullptr || col_end <= node.n) &&
          (node.residual == nullptr ||
           (WarpgroupRow0(work, warpgroup) + KernelConfig::kRowsPerConsumer <= node.m && col_end <= node.out_cols));
@@ -516,25 +520,27 @@ __device__ __forceinline__ bool AddsWholeTile(const EpilogueFields& node, const 
 // panel (traced at 8192 tokens, the MLP block's down projection spent
 // 12.1-12.3 us of each tile's epilogue, 6.9-7.1 this way; bench/NOTES.md
 // v1.49).
+template <class Config>
 __device__ inline void AddBiasAndResidual(const EpilogueFields& node, const CtaWork& work, int warpgroup,
-                                          float (&acc)[128]) {
+                                          float (&acc)[Config::kAccumulators]) {
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const int64_t row0 = WarpgroupRow0(work, warpgroup);
-  const int64_t col0 = TileCol0(work);
+  const int64_t col0 = TileCol0<Config>(work);
   if (node.residual != nullptr) {
     node.residual_type == ElementType::kBF16
-        ? PrefetchResidualRows<__nv_bfloat16>(node, row0, col0, KernelConfig::kBlockN, warp, lane)
-        : PrefetchResidualRows<float>(node, row0, col0, KernelConfig::kBlockN, warp, lane);
+        ? PrefetchResidualRows<__nv_bfloat16>(node, row0, col0, Config::kBlockN, warp, lane)
+        : PrefetchResidualRows<float>(node, row0, col0, Config::kBlockN, warp, lane);
   }
   if (node.bias != nullptr) {
-    node.bias_type == ElementType::kBF16 ? AddBias<__nv_bfloat16, false>(node, col0, lane, acc, 0, 128)
-                                         : AddBias<float, false>(node, col0, lane, acc, 0, 128);
+    constexpr int kAcc = Config::kAccumulators;
+    node.bias_type == ElementType::kBF16 ? AddBias<__nv_bfloat16, false>(node, col0, lane, acc, 0, kAcc)
+                                         : AddBias<float, false>(node, col0, lane, acc, 0, kAcc);
   }
   if (node.residual != nullptr) {
     node.residual_type == ElementType::kBF16
-        ? AddResidual<__nv_bfloat16, false, false, true>(node, row0, col0, warp, lane, acc, 0, 128)
-        : AddResidual<float, false, false, true>(node, row0, col0, warp, lane, acc, 0, 128);
+        ? AddResidual<__nv_bfloat16, false, false, true>(node, row0, col0, warp, lane, acc, 0, Config::kAccumulators)
+        : AddResidual<float, false, false, true>(node, row0, col0, warp, lane, acc, 0, Config::kAccumulators);
   }
 }
 
@@ -545,16 +551,16 @@ __device__ inline void AddBiasAndResidual(const EpilogueFields& node, const CtaW
 // The split-K kernel leaves the whole-tile adds out: beside its reduce path a
 // first version of them made it spill 592 / 1784 bytes against 508 / 1524,
 // and the 128-token MLP block ran 5 us slower (bench/NOTES.md v1.49).
-template <bool kWholeTileAdds>
-__device__ inline void StageOutput(const CtaContext& ctx, const CtaWork& work, const KernelNode& node, int warpgroup,
-                                   RingCursor& staging, float (&acc)[128]) {
+template <bool kWholeTileAdds, class Config>
+__device__ inline void StageOutput(const CtaContext<Config>& ctx, const CtaWork& work, const KernelNode& node,
+                                   int warpgroup, RingCursor& staging, float (&acc)[Config::kAccumulators]) {
   const EpilogueFields fields(node);
   const bool swiglu = node.activation == EpilogueActivation::kSwiGLU;
   const bool adds = fields.bias != nullptr || fields.residual != nullptr;
   bool plain;
   if constexpr (kWholeTileAdds) {
     plain = TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols) &&
-            (adds ? AddsWholeTile(fields, work, warpgroup) : fields.activation == EpilogueActivation::kNone);
+            (adds ? AddsWholeTile<Config>(fields, work, warpgroup) : fields.activation == EpilogueActivation::kNone);
   } else {
     // Spelled as before the whole-tile adds: an equivalent expression
     // changed the split-K kernel's code and spills.
@@ -562,7 +568,7 @@ __device__ inline void StageOutput(const CtaContext& ctx, const CtaWork& work, c
             TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols);
   }
   if (plain) {
-    if (kWholeTileAdds && adds) AddBiasAndResidual(fields, work, warpgroup, acc);
+    if (kWholeTileAdds && adds) AddBiasAndResidual<Config>(fields, work, warpgroup, acc);
     if (node.out_type == ElementType::kBF16) {
       StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc);
     } else {

@@ -12,11 +12,17 @@
 
 namespace loom::kernel {
 
-struct KernelConfig {
-  // CTA tile: two consumer warpgroups, each owns 64 rows x 256 columns of FP32
-  // accumulators (wgmma m64n256k16, 128 registers per thread).
+// kTileN, the tile's width: 256 (KernelConfig, every plan's by default) or
+// 128 (KernelConfigN128: twice the tiles of a node, each half the weights of
+// a k-block; CompileOptions::tile_n).
+template <int kTileN>
+struct TiledConfig {
+  // CTA tile: two consumer warpgroups, each owns 64 rows x kTileN columns of
+  // FP32 accumulators (wgmma m64n256k16 or m64n128k16, kAccumulators
+  // registers per thread).
   static constexpr int kBlockM = 128;
-  static constexpr int kBlockN = 256;
+  static constexpr int kBlockN = kTileN;
+  static constexpr int kAccumulators = kBlockN / 2;  // 64 rows x kBlockN over 128 threads
   static constexpr int kBlockK = 64;  // 64 bf16 = 128 bytes = one 128B swizzle row
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kRowsPerConsumer = kBlockM / kConsumerWarpgroups;  // 64
@@ -82,9 +88,9 @@ struct KernelConfig {
 
   // TMA boxes: half-tiles, so a cluster peer can load its half for both CTAs.
   static constexpr int kABoxRows = kBlockM / 2;  // 64
-  static constexpr int kBBoxRows = kBlockN / 2;  // 128
+  static constexpr int kBBoxRows = kBlockN / 2;  // 128 (64)
   static constexpr uint32_t kAStageBytes = kBlockM * kBlockK * 2;  // 16 KiB
-  static constexpr uint32_t kBStageBytes = kBlockN * kBlockK * 2;  // 32 KiB
+  static constexpr uint32_t kBStageBytes = kBlockN * kBlockK * 2;  // 32 KiB (16)
   // A plan whose every node has at most kRowsPerConsumer rows (decode) only
   // ever loads and reads the first half of an A stage (warpgroup 0's rows):
   // its A stages are that half (KernelParams::a_stage_bytes), 32 KiB less
@@ -109,11 +115,16 @@ struct KernelConfig {
                 "register split exceeds the registers the CTA holds at launch: setmaxnreg.inc would hang");
   static_assert(kProducerRegisters % 8 == 0 && kConsumerRegisters % 8 == 0,
                 "setmaxnreg takes multiples of 8");
+  static_assert(kTileN == 256 || kTileN == 128, "the main loop has m64n256k16 and m64n128k16");
+  static_assert(kBlockK == PackedLayout::kKBlockElements && Packed().StageBytes() == kBStageBytes,
+                "a packed stage is the bytes a B stage's tensor load writes");
 };
 
-static_assert(KernelConfig::kBlockK == PackedLayout::kKBlockElements &&
-                  KernelConfig::Packed().StageBytes() == KernelConfig::kBStageBytes,
-              "a packed stage is the bytes a B stage's tensor load writes");
+// The tiled kernel's two tile widths. What does not depend on the width
+// (kBlockM, kBlockK, rings, staging, registers) is the same in both, and code
+// that runs for either reads it from KernelConfig.
+using KernelConfig = TiledConfig<256>;
+using KernelConfigN128 = TiledConfig<128>;
 
 // Named barriers (bar.sync / bar.red ids; 0 is __syncthreads'): one per
 // consumer warpgroup for syncs among its 128 threads. (Both warpgroups meet
@@ -144,14 +155,15 @@ struct SmemBarriers {
   uint64_t consumers_meet;  // both consumer warpgroups' threads, at a few-row reduce (ConsumersMeet)
 };
 
+template <class Config>
 LOOM_HOST_DEVICE constexpr SmemLayout ComputeSmemLayout(int a_stages, int b_stages,
-                                                        uint32_t a_stage_bytes = KernelConfig::kAStageBytes) {
+                                                        uint32_t a_stage_bytes = Config::kAStageBytes) {
   SmemLayout layout;
   uint32_t offset = 0;
   layout.a_ring = offset;
   offset += static_cast<uint32_t>(a_stages) * a_stage_bytes;
   layout.b_ring = offset;
-  offset += static_cast<uint32_t>(b_stages) * KernelConfig::kBStageBytes;
+  offset += static_cast<uint32_t>(b_stages) * Config::kBStageBytes;
   layout.staging = offset;
   offset += KernelConfig::kConsumerWarpgroups * KernelConfig::kStagingBuffers *
             KernelConfig::kStagingPanelBytes;

@@ -30,11 +30,12 @@ namespace loom::kernel {
 // rows do (bench/NOTES.md, v1.12). evict_first: the load carries `policy`
 // (ptx::l2_evict_first_policy); for operands no other job reads (not
 // multicast: only a B that no cluster shares).
-__device__ inline void LoadOperandSlot(const CtaContext& ctx, const CUtensorMap* half_map,
+template <class Config>
+__device__ inline void LoadOperandSlot(const CtaContext<Config>& ctx, const CUtensorMap* half_map,
                                        const CUtensorMap* slot_map, uint8_t* slot, uint64_t* full_barrier,
                                        int32_t k0, int32_t row0, int32_t box_rows, bool shared_by_cluster,
                                        int halves = 2, bool evict_first = false, uint64_t policy = 0) {
-  const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * KernelConfig::kPanelBytes;
+  const uint32_t box_bytes = static_cast<uint32_t>(box_rows) * Config::kPanelBytes;
   if (evict_first && !shared_by_cluster) {
     ptx::cp_async_bulk_tensor_2d_l2_hint(slot, halves == 2 ? slot_map : half_map, k0, row0, full_barrier, policy);
     return;
@@ -52,15 +53,17 @@ __device__ inline void LoadOperandSlot(const CtaContext& ctx, const CUtensorMap*
   }
 }
 
-__device__ inline bool SharesOperand(const CtaContext& ctx, const KernelNode& node,
+template <class Config>
+__device__ inline bool SharesOperand(const CtaContext<Config>& ctx, const KernelNode& node,
                                      sched::ClusterShare operand) {
   return ctx.params.cluster_size > 1 && node.schedule.share == operand;
 }
 
 // The A loader. In lockstep mode it also loads B into the same slot index,
 // under A's barriers.
-__device__ inline void RunALoader(const CtaContext& ctx) {
-  constexpr int kBlockK = KernelConfig::kBlockK;
+template <class Config>
+__device__ inline void RunALoader(const CtaContext<Config>& ctx) {
+  constexpr int kBlockK = Config::kBlockK;
   const bool lockstep = ctx.params.lockstep != 0;
   const bool traced = ctx.params.trace != nullptr;
   JobStream jobs;
@@ -82,17 +85,17 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
     const bool has_dependencies = schedule.dependency_count > 0;
     const bool share_a = SharesOperand(ctx, node, sched::ClusterShare::kShareA);
     const bool share_b = SharesOperand(ctx, node, sched::ClusterShare::kShareB);
-    const int32_t row0 = work.m_block * KernelConfig::kBlockM;
-    const int32_t n_row0 = work.n_block * KernelConfig::kBlockN;
+    const int32_t row0 = work.m_block * Config::kBlockM;
+    const int32_t n_row0 = work.n_block * Config::kBlockN;
     // A tile whose second half of rows lies wholly past M (decode) loads only
     // the first: those rows are the second consumer warpgroup's, which then
     // issues no wgmma (RunMainLoop), so no load of all-zero rows is needed.
     // A plan with half-size A stages (KernelParams::a_stage_bytes) has only
     // nodes of at most 64 rows, so a_halves is 1 throughout it.
-    static_assert(KernelConfig::kABoxRows == KernelConfig::kRowsPerConsumer, "an A half is one warpgroup's rows");
-    const int a_halves = row0 + KernelConfig::kABoxRows < schedule.m ? 2 : 1;
+    static_assert(Config::kABoxRows == Config::kRowsPerConsumer, "an A half is one warpgroup's rows");
+    const int a_halves = row0 + Config::kABoxRows < schedule.m ? 2 : 1;
     const uint32_t slot_bytes =
-        a_halves * KernelConfig::kAStageBytes / 2 + (lockstep ? KernelConfig::kBStageBytes : 0);
+        a_halves * Config::kAStageBytes / 2 + (lockstep ? Config::kBStageBytes : 0);
     memo.Reset();
     known.Reset();
     if (!draining && has_dependencies && !WaitForEpilogueInputs(ctx, node, index, row0, work.n_block, memo)) {
@@ -119,10 +122,10 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                            cuda::ptx::space_shared, full, slot_bytes);
       LoadOperandSlot(ctx, &node.a_map, &node.a_slot_map, ctx.a_stage(ring.stage), full, k0, row0,
-                      KernelConfig::kABoxRows, share_a, a_halves);
+                      Config::kABoxRows, share_a, a_halves);
       if (lockstep) {
         LoadOperandSlot(ctx, &node.b_map, &node.b_slot_map, ctx.b_stage(ring.stage), full, k0, n_row0,
-                        KernelConfig::kBBoxRows, share_b);
+                        Config::kBBoxRows, share_b);
       }
       ring.Advance(ctx.params.a_stages);
     }
@@ -133,8 +136,9 @@ __device__ inline void RunALoader(const CtaContext& ctx) {
 // The B loader (split-ring mode only). B normally has no producer in the
 // graph, so this thread runs ahead of A by up to b_stages slots, across job
 // boundaries and across A's dependency waits.
-__device__ inline void RunBLoader(const CtaContext& ctx) {
-  constexpr int kBlockK = KernelConfig::kBlockK;
+template <class Config>
+__device__ inline void RunBLoader(const CtaContext<Config>& ctx) {
+  constexpr int kBlockK = Config::kBlockK;
   const bool lockstep = ctx.params.lockstep != 0;
   JobStream jobs;
   RingCursor ring;
@@ -158,8 +162,8 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
     // and flags that are read again (128 tokens: MLP block 132.7 -> 128.2 us,
     // bench/NOTES.md v1.23). With more row blocks, other jobs re-read B.
     const bool read_once = node.schedule.m_blocks == 1;
-    const int32_t n_row0 = work.n_block * KernelConfig::kBlockN;
-    // Packed weights (KernelConfig::Packed): a stage is 32 contiguous KiB
+    const int32_t n_row0 = work.n_block * Config::kBlockN;
+    // Packed weights (Config::Packed): a stage is 32 contiguous KiB
     // instead of 256 rows K apart, one bulk copy, or, with B shared by the
     // cluster, one of 16 KiB (the CTA's half of the rows) to both CTAs. The
     // runtime packs the nodes of at most two row blocks whose B no node
@@ -171,30 +175,30 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
     // not shared means one row block (read once: evict-first, as the tensor
     // path). A cluster peer whose tile lies past N (it still runs the job's
     // ring steps) has no packed stages; its tensor loads read zeros.
-    constexpr uint32_t kHalfStage = KernelConfig::kBStageBytes / 2;
+    constexpr uint32_t kHalfStage = Config::kBStageBytes / 2;
     const uint32_t packed_half = share_b ? ctx.rank * kHalfStage : 0;
     const uint8_t* packed_stage =
         node.packed_b == nullptr || work.n_block >= node.schedule.n_blocks
             ? nullptr
             : node.packed_b + packed_half +
-                  KernelConfig::Packed().StageOffset(work.n_block, job.k_block_begin,
-                                                     KernelConfig::Packed().StagesPerTile(node.schedule.k));
+                  Config::Packed().StageOffset(work.n_block, job.k_block_begin,
+                                                     Config::Packed().StagesPerTile(node.schedule.k));
     memo.Reset();
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
       if (b_has_producers && !draining &&
           !WaitForProducers(ctx, node, index, sched::DependencyOperand::kB, n_row0,
-                            n_row0 + KernelConfig::kBlockN, k0, k0 + kBlockK, memo)) {
+                            n_row0 + Config::kBlockN, k0, k0 + kBlockK, memo)) {
         draining = true;
       }
       WaitPhase(&ctx.barriers->b_empty[ring.stage], ring.phase ^ 1);
       uint64_t* full = &ctx.barriers->b_full[ring.stage];
-      const uint32_t slot_bytes = KernelConfig::kBStageBytes;
+      const uint32_t slot_bytes = Config::kBStageBytes;
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                            cuda::ptx::space_shared, full, slot_bytes);
       if (packed_stage != nullptr) {
         if (share_b) {
-          static_assert(KernelConfig::kMaxClusterSize == 2, "a shared B stage is two halves");
+          static_assert(Config::kMaxClusterSize == 2, "a shared B stage is two halves");
           cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
                                    ctx.b_stage(ring.stage) + packed_half, packed_stage, kHalfStage, full,
                                    uint16_t{0b11});
@@ -204,7 +208,7 @@ __device__ inline void RunBLoader(const CtaContext& ctx) {
         packed_stage += slot_bytes;
       } else {
         LoadOperandSlot(ctx, &node.b_map, &node.b_slot_map, ctx.b_stage(ring.stage), full, k0, n_row0,
-                        KernelConfig::kBBoxRows, share_b, 2, read_once, policy);
+                        Config::kBBoxRows, share_b, 2, read_once, policy);
       }
       ring.Advance(ctx.params.b_stages);
     }

@@ -1,6 +1,7 @@
 // mma_role.cuh: the consumer warpgroups' main loop. Each of the two consumer
-// warpgroups multiplies its 64 rows of the A slot by the whole 256-row B slot
-// (four wgmma m64n256k16 per k-block) into 128 FP32 registers per thread.
+// warpgroups multiplies its 64 rows of the A slot by the whole kBlockN-row B
+// slot (four wgmma m64n256k16 per k-block into 128 FP32 registers per thread,
+// or m64n128k16 into 64 with 128-column tiles).
 //
 // Release policy: the wgmmas of k-block i are committed as one group; after
 // wgmma.wait_group<1> (only group i may still be running) the slots of k-block
@@ -24,21 +25,31 @@ namespace loom::kernel {
 // warpgroup and the peer CTA, but no wgmma is issued: for M <= 64 this halves
 // the tensor work of a memory-bound job. (With half-size A stages, warpgroup
 // 1's descriptor would point into the next stage; it never computes there.)
-__device__ inline void RunMainLoop(const CtaContext& ctx, const CtaWork& work, int warpgroup, bool compute,
-                                   RingCursor& a_ring, RingCursor& b_ring, float (&accumulators)[128]) {
+// One k16 step of the warpgroup's 64 x kBlockN tile, accumulating.
+__device__ __forceinline__ void WgmmaTile(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  wgmma_m64n256k16_bf16(d, desc_a, desc_b, /*accumulate=*/true);
+}
+__device__ __forceinline__ void WgmmaTile(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  wgmma_m64n128k16_bf16(d, desc_a, desc_b, /*accumulate=*/true);
+}
+
+template <class Config>
+__device__ inline void RunMainLoop(const CtaContext<Config>& ctx, const CtaWork& work, int warpgroup, bool compute,
+                                   RingCursor& a_ring, RingCursor& b_ring,
+                                   float (&accumulators)[Config::kAccumulators]) {
   const bool lockstep = ctx.params.lockstep != 0;
   const int a_stages = ctx.params.a_stages;
   const int b_stages = ctx.params.b_stages;
   const bool release_lane = (threadIdx.x % 32) == 0;
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
   const uint32_t a_ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring)) +
-                               warpgroup * KernelConfig::kRowsPerConsumer * KernelConfig::kPanelBytes;
+                               warpgroup * Config::kRowsPerConsumer * Config::kPanelBytes;
   const uint32_t b_ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
 
   // Zeroed here, before the first fence, rather than by the first wgmma's
   // scale-d: see the note on C7515 above RunConsumer (consumer_role.cuh).
 #pragma unroll
-  for (int r = 0; r < 128; ++r) accumulators[r] = 0.0f;
+  for (int r = 0; r < Config::kAccumulators; ++r) accumulators[r] = 0.0f;
   for (int i = 0; i < k_blocks; ++i) {
     WaitPhase(&ctx.barriers->a_full[a_ring.stage], a_ring.phase);
     if (!lockstep) WaitPhase(&ctx.barriers->b_full[b_ring.stage], b_ring.phase);
@@ -46,13 +57,12 @@ __device__ inline void RunMainLoop(const CtaContext& ctx, const CtaWork& work, i
         MakeSwizzle128Descriptor(a_ring_base + a_ring.stage * ctx.params.a_stage_bytes);
     // Lockstep mode keeps B in the slot of the same index as A.
     const int b_stage = lockstep ? a_ring.stage : b_ring.stage;
-    const uint64_t desc_b = MakeSwizzle128Descriptor(b_ring_base + b_stage * KernelConfig::kBStageBytes);
+    const uint64_t desc_b = MakeSwizzle128Descriptor(b_ring_base + b_stage * Config::kBStageBytes);
     if (compute) {
       ptx::wgmma_fence();
 #pragma unroll
-      for (int k16 = 0; k16 < KernelConfig::kBlockK / 16; ++k16) {
-        wgmma_m64n256k16_bf16(accumulators, AdvanceDescriptorK16(desc_a, k16),
-                              AdvanceDescriptorK16(desc_b, k16), /*accumulate=*/true);
+      for (int k16 = 0; k16 < Config::kBlockK / 16; ++k16) {
+        WgmmaTile(accumulators, AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16));
       }
       ptx::wgmma_commit_group();
     }

@@ -53,17 +53,19 @@ __device__ void InitBarriers(SmemBarriers* barriers, const KernelParams& params)
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
 
-// kSplitK: the instantiation for plans with split-K nodes (partials, reduce
-// jobs). Plans without them launch the other one, whose consumers never see
-// the reduce path (see RunConsumer in consumer_role.cuh for why that matters).
-template <bool kSplitK>
+// Config: the tile's width (KernelConfig or KernelConfigN128, a plan's
+// choice: KernelParams::tile_n). kSplitK: the instantiation for plans with
+// split-K nodes (partials, reduce jobs). Plans without them launch the other
+// one, whose consumers never see the reduce path (see RunConsumer in
+// consumer_role.cuh for why that matters).
+template <class Config, bool kSplitK>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     PersistentGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
   // 128B-swizzled tiles need 1024-byte alignment; the layout reserved slack.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
-  const SmemLayout layout = ComputeSmemLayout(params.a_stages, params.b_stages, params.a_stage_bytes);
+  const SmemLayout layout = ComputeSmemLayout<Config>(params.a_stages, params.b_stages, params.a_stage_bytes);
   auto* barriers = reinterpret_cast<SmemBarriers*>(smem + layout.barriers);
   auto* epoch_slot = reinterpret_cast<uint32_t*>(smem + layout.epoch);
 
@@ -95,7 +97,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // one has waited, so no launch overlaps a kernel two back.
   cudaTriggerProgrammaticLaunchCompletion();
 
-  const CtaContext ctx{params,
+  const CtaContext<Config> ctx{params,
                        barriers,
                        smem + layout.a_ring,
                        smem + layout.b_ring,
@@ -151,7 +153,8 @@ cudaError_t ConfigureKernels() {
       error != cudaSuccess) {
     return error;
   }
-  for (auto kernel : {PersistentGemmKernel<false>, PersistentGemmKernel<true>}) {
+  for (auto kernel : {PersistentGemmKernel<KernelConfig, false>, PersistentGemmKernel<KernelConfig, true>,
+                      PersistentGemmKernel<KernelConfigN128, false>, PersistentGemmKernel<KernelConfigN128, true>}) {
     if (cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
         error != cudaSuccess) {
       return error;
@@ -182,14 +185,17 @@ cudaLaunchConfig_t MakeLaunchConfig(int ctas, uint32_t smem_bytes, cudaStream_t 
 
 }  // namespace
 
-cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size,
+cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size, int tile_n,
                                   int* clusters) {
   if (cudaError_t error = ConfigureKernels(); error != cudaSuccess) return error;
-  const uint32_t smem_bytes = SharedMemoryBytes(a_stages, b_stages, a_stage_bytes);
+  const uint32_t smem_bytes = SharedMemoryBytes(a_stages, b_stages, a_stage_bytes, tile_n);
   cudaLaunchAttribute attributes[2];
   cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, attributes, cluster_size, false);
   *clusters = 0;
-  for (auto kernel : {PersistentGemmKernel<false>, PersistentGemmKernel<true>}) {
+  const bool half_width = tile_n == KernelConfigN128::kBlockN;
+  for (auto kernel :
+       {half_width ? PersistentGemmKernel<KernelConfigN128, false> : PersistentGemmKernel<KernelConfig, false>,
+        half_width ? PersistentGemmKernel<KernelConfigN128, true> : PersistentGemmKernel<KernelConfig, true>}) {
     int fit = 0;
     if (cudaError_t error = cudaOccupancyMaxActiveClusters(&fit, kernel, &config); error != cudaSuccess) return error;
     *clusters = *clusters == 0 ? fit : std::min(*clusters, fit);
@@ -199,12 +205,16 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
 
 cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, bool overlap_previous,
                                  cudaStream_t stream) {
-  const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages, params.a_stage_bytes);
+  const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages, params.a_stage_bytes, params.tile_n);
   cudaLaunchAttribute attributes[2];
   cudaLaunchConfig_t config = MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, attributes,
                                                params.cluster_size, overlap_previous);
-  return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<true>, params)
-                                 : cudaLaunchKernelEx(&config, PersistentGemmKernel<false>, params);
+  if (params.tile_n == KernelConfigN128::kBlockN) {
+    return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<KernelConfigN128, true>, params)
+                   : cudaLaunchKernelEx(&config, PersistentGemmKernel<KernelConfigN128, false>, params);
+  }
+  return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<KernelConfig, true>, params)
+                 : cudaLaunchKernelEx(&config, PersistentGemmKernel<KernelConfig, false>, params);
 }
 
 }  // namespace loom::kernel

@@ -10,22 +10,26 @@
 
 namespace loom::kernel {
 
-// Dynamic shared memory one CTA needs for these ring depths and A stages.
-inline uint32_t SharedMemoryBytes(int a_stages, int b_stages, uint32_t a_stage_bytes) {
-  return ComputeSmemLayout(a_stages, b_stages, a_stage_bytes).total;
+// Dynamic shared memory one CTA needs for these ring depths and A stages, with
+// tiles `tile_n` wide (256 or 128: kernel_config.h).
+inline uint32_t SharedMemoryBytes(int a_stages, int b_stages, uint32_t a_stage_bytes, int tile_n) {
+  return tile_n == KernelConfigN128::kBlockN
+             ? ComputeSmemLayout<KernelConfigN128>(a_stages, b_stages, a_stage_bytes).total
+             : ComputeSmemLayout<KernelConfig>(a_stages, b_stages, a_stage_bytes).total;
 }
 
 // Clusters of `cluster_size` CTAs of the kernel that can be resident at once
 // on the current device with this shared memory (occupancy API; the smaller
-// of the two instantiations' answers). Also raises the kernels' shared-memory
-// limit to the device's maximum, so call it (Runtime::Compile does) before
-// LaunchPersistentGemm on a device.
-cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size,
+// of the two instantiations' answers for tiles `tile_n` wide). Also raises
+// every kernel's shared-memory limit to the device's maximum, so call it
+// (Runtime::Compile does) before LaunchPersistentGemm on a device.
+cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size, int tile_n,
                                   int* clusters);
 
 // Launches the persistent kernel: `clusters` clusters of params.cluster_size
-// CTAs; the split-K instantiation when `split_k` (some node of the plan splits
-// K), else the one without the reduce path. overlap_previous: launched with
+// CTAs, with tiles params.tile_n wide; the split-K instantiation when
+// `split_k` (some node of the plan splits K), else the one without the reduce
+// path. overlap_previous: launched with
 // programmatic stream serialization: its CTAs start (barriers, tensor-map
 // prefetches) as the previous kernel's leave, and wait for that kernel to
 // end before reading anything else.

@@ -27,9 +27,10 @@ struct PartialLayout {
   int64_t row_stride;    // floats from one row to the next (the padded columns)
   int64_t split_stride;  // floats from one split's slice to the next
 
-  __device__ PartialLayout(const CtaContext& ctx, const sched::NodeSchedule& schedule)
+  template <class Config>
+  __device__ PartialLayout(const CtaContext<Config>& ctx, const sched::NodeSchedule& schedule)
       : split0(ctx.params.workspace + schedule.workspace_offset),
-        row_stride(int64_t{schedule.n_blocks} * KernelConfig::kBlockN),
+        row_stride(int64_t{schedule.n_blocks} * Config::kBlockN),
         split_stride(int64_t{schedule.m_blocks} * KernelConfig::kBlockM * row_stride) {}
   // Row `row`, column `col` of split 0's slice.
   __device__ float* At(int64_t row, int64_t col) const { return split0 + row * row_stride + col; }
@@ -45,7 +46,8 @@ struct LanePartialRows {
   int64_t split_stride;
   bool lo_ok, hi_ok;  // the row is inside M
 
-  __device__ LanePartialRows(const CtaContext& ctx, const CtaWork& work, int warpgroup) {
+  template <class Config>
+  __device__ LanePartialRows(const CtaContext<Config>& ctx, const CtaWork& work, int warpgroup) {
     const sched::NodeSchedule& schedule = work.node->schedule;
     const PartialLayout partials(ctx, schedule);
     const int warp = (threadIdx.x / 32) % 4;
@@ -55,7 +57,7 @@ struct LanePartialRows {
     split_stride = partials.split_stride;
     lo_ok = row_lo < schedule.m;
     hi_ok = row_lo + 8 < schedule.m;
-    lo = partials.At(row_lo, int64_t{work.n_block} * KernelConfig::kBlockN + 2 * (lane % 4));
+    lo = partials.At(row_lo, int64_t{work.n_block} * Config::kBlockN + 2 * (lane % 4));
     hi = lo + 8 * partials.row_stride;
   }
 };
@@ -79,14 +81,15 @@ __device__ inline bool StoresPartialDirectly(const sched::NodeSchedule& schedule
 // The consumer side of a direct partial (StoresPartialDirectly): this lane's
 // accumulators of rows inside M, as float2 pairs, into the split's workspace
 // slice (layout: schedule.h, workspace_offset).
-__device__ inline void StorePartialDirectly(const CtaContext& ctx, const CtaWork& work, int warpgroup,
-                                            RingCursor& staging, const float (&acc)[128]) {
+template <class Config>
+__device__ inline void StorePartialDirectly(const CtaContext<Config>& ctx, const CtaWork& work, int warpgroup,
+                                            RingCursor& staging, const float (&acc)[Config::kAccumulators]) {
   const LanePartialRows rows(ctx, work, warpgroup);
   float* lo = rows.lo + work.job->split * rows.split_stride;
   float* hi = rows.hi + work.job->split * rows.split_stride;
   WaitForStaging(ctx, warpgroup, staging);
 #pragma unroll
-  for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
+  for (int c = 0; c < Config::kAccumulators / 4; ++c) {  // 8-column chunk c: registers 4c..4c+3
     if (rows.lo_ok) *reinterpret_cast<float2*>(lo + 8 * c) = make_float2(acc[4 * c], acc[4 * c + 1]);
     if (rows.hi_ok) *reinterpret_cast<float2*>(hi + 8 * c) = make_float2(acc[4 * c + 2], acc[4 * c + 3]);
   }
@@ -106,7 +109,8 @@ __device__ __forceinline__ bool ConsumerBarrierAnd(int warpgroup, bool predicate
 // writes of each before it, the reads of the other after it). No time limit:
 // neither warpgroup leaves its job loop before the job stream ends, also in
 // a launch that is aborting (watchdog.cuh).
-__device__ inline void ConsumersMeet(const CtaContext& ctx) {
+template <class Config>
+__device__ inline void ConsumersMeet(const CtaContext<Config>& ctx) {
   uint64_t* meet = &ctx.barriers->consumers_meet;
   const uint64_t state = cuda::ptx::mbarrier_arrive(meet);
   while (!cuda::ptx::mbarrier_try_wait(meet, state)) {
@@ -129,7 +133,8 @@ __device__ inline void ConsumersMeet(const CtaContext& ctx) {
 // Waiting here again put the loaders' dependency code into the consumer role
 // and its register pressure into the main loop (spills, a quarter of the
 // GEMM throughput lost).
-__device__ inline bool WaitForPartials(const CtaContext& ctx, const CtaWork& work, int splits, int warpgroup,
+template <class Config>
+__device__ inline bool WaitForPartials(const CtaContext<Config>& ctx, const CtaWork& work, int splits, int warpgroup,
                                        int job_index) {
   const sched::NodeSchedule& schedule = work.node->schedule;
   const int first_flag = sched::PartialFlagIndex(schedule, work.m_block, work.n_block, 0);
@@ -175,14 +180,15 @@ __device__ inline void DiscardWarpPartials(const float* first, int rows, int64_t
 // reduce job (bench/NOTES.md v1.44), the tile's own partial never leaves
 // registers, the others' are read once, and no cluster has to take a reduce
 // job while the next node waits.
-__device__ inline void AddPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, int splits,
-                                   float (&acc)[128]) {
+template <class Config>
+__device__ inline void AddPartials(const CtaContext<Config>& ctx, const CtaWork& work, int warpgroup, int splits,
+                                   float (&acc)[Config::kAccumulators]) {
   const LanePartialRows rows(ctx, work, warpgroup);
   for (int split = 0; split < splits; ++split) {
     const float* lo = rows.lo + split * rows.split_stride;
     const float* hi = rows.hi + split * rows.split_stride;
 #pragma unroll
-    for (int c = 0; c < 32; ++c) {  // 8-column chunk c: registers 4c..4c+3
+    for (int c = 0; c < Config::kAccumulators / 4; ++c) {  // 8-column chunk c: registers 4c..4c+3
       if (rows.lo_ok) {
         const float2 v = *reinterpret_cast<const float2*>(lo + 8 * c);
         acc[4 * c] += v.x;
@@ -200,9 +206,11 @@ __device__ inline void AddPartials(const CtaContext& ctx, const CtaWork& work, i
 // Split-K reduce, part 2: sums the partials in split order (the same order
 // every run, so the result is bit-for-bit reproducible) into the accumulator
 // layout.
-__device__ inline void SumPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup, float (&acc)[128]) {
+template <class Config>
+__device__ inline void SumPartials(const CtaContext<Config>& ctx, const CtaWork& work, int warpgroup,
+                                   float (&acc)[Config::kAccumulators]) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < Config::kAccumulators; ++i) acc[i] = 0.0f;
   AddPartials(ctx, work, warpgroup, work.node->schedule.split_k, acc);
 }
 
@@ -222,7 +230,7 @@ struct ReduceRows {
 };
 __device__ __forceinline__ ReduceRows ReduceRowsOfJob(const sched::NodeSchedule& schedule, int32_t m_block,
                                                       int part) {
-  const sched::RowRange range = sched::ReduceRowsOf(schedule, KernelConfig::tile(), part);
+  const sched::RowRange range = sched::ReduceRowsOf(schedule, KernelConfig::tile(), part);  // rows: either width
   const int64_t tile_row0 = int64_t{m_block} * KernelConfig::kBlockM;
   const int64_t end = min(tile_row0 + range.end, schedule.m);
   return ReduceRows{tile_row0 + range.begin, static_cast<int>(end - tile_row0 - range.begin)};
@@ -281,7 +289,8 @@ __device__ inline bool ReduceStoresDirectly(const KernelNode& node, int32_t m_bl
 // one of the last few launches', never 2^24 launches old.) Each CAS is a
 // release of this part's stores and an acquire of the earlier parts', so the
 // last part's flag release covers every part.
-__device__ inline bool FinishesReducePart(const CtaContext& ctx, const sched::NodeSchedule& schedule,
+template <class Config>
+__device__ inline bool FinishesReducePart(const CtaContext<Config>& ctx, const sched::NodeSchedule& schedule,
                                           int32_t m_block, int32_t n_block) {
   static_assert(KernelConfig::kBlockM <= 0xFF, "a tile's parts (at most one per row) fit the count's 8 bits");
   uint32_t* word = &ctx.params.flags[sched::ReducePartCountIndex(schedule, m_block, n_block)];
@@ -298,10 +307,6 @@ __device__ inline bool FinishesReducePart(const CtaContext& ctx, const sched::No
     seen = prior;
   }
 }
-
-static_assert(sched::kFewRowReduceRows * KernelConfig::kBlockN * 4 ==
-                  KernelConfig::kStagingBuffers * KernelConfig::kStagingPanelBytes,
-              "a few-row tile's sums fill both staging buffers");
 
 // The fused ops SumFewRowPartials applies to one thread's column pair.
 struct PairOps {
@@ -337,8 +342,10 @@ struct PairOps {
 };
 
 // Where SumColumnPair puts row i's finished pair: fp32 into the staging row
-// `staging` + i * kBlockN, or, when `c` is set, converted straight into C's
-// row i (`c` points at the thread's pair in the first row).
+// `staging` + i * kRowFloats (the tile's width), or, when `c` is set,
+// converted straight into C's row i (`c` points at the thread's pair in the
+// first row).
+template <int kRowFloats>
 struct PairSink {
   float* staging = nullptr;
   void* c = nullptr;
@@ -347,7 +354,7 @@ struct PairSink {
 
   __device__ void Store(int i, float2 x) const {
     if (c == nullptr) {
-      *reinterpret_cast<float2*>(staging + i * KernelConfig::kBlockN) = x;
+      *reinterpret_cast<float2*>(staging + i * kRowFloats) = x;
     } else if (c_type == ElementType::kBF16) {
       reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(c) + i * c_stride)[0] = __float22bfloat162_rn(x);
     } else {
@@ -365,9 +372,9 @@ struct PairSink {
 // measured 2-3x slower). Traced on the H200 at 16 tokens, 1 row at a time
 // summed a chain layer's 16 x 8 in ~11.5 us, 2 or 4 rows in 7-11; at one
 // token, 2 rows (the row and its repeat) cost the chain 3 us against 1.
-template <int kRows>
+template <int kRows, class Sink>
 __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t split_stride, int64_t padded_cols,
-                                              int live_rows, int split_k, const PairOps& ops, const PairSink& out) {
+                                              int live_rows, int split_k, const PairOps& ops, const Sink& out) {
 #pragma unroll 1
   for (int i = 0; i < live_rows; i += kRows) {
     const float* row[kRows];
@@ -420,11 +427,15 @@ __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t spl
 // `partials_ready`: WaitForPartials' result in this warpgroup; false (the
 // launch is aborting) skips the sum and leaves whatever the buffers hold,
 // with every wait and meeting as in a sum.
-__device__ inline void SumFewRowPartials(const CtaContext& ctx, const CtaWork& work, int warpgroup,
-                                         const RingCursor& staging, bool partials_ready, float (&acc)[128],
-                                         bool* stored) {
+template <class Config>
+__device__ inline void SumFewRowPartials(const CtaContext<Config>& ctx, const CtaWork& work, int warpgroup,
+                                         const RingCursor& staging, bool partials_ready,
+                                         float (&acc)[Config::kAccumulators], bool* stored) {
   static_assert(KernelConfig::kStagingBuffers == 2, "the sums land in both staging buffers");
-  static_assert(KernelConfig::kBlockN == 2 * 128, "one column pair per thread of the warpgroup");
+  static_assert(Config::kBlockN <= 2 * 128, "at most one column pair per thread of the warpgroup");
+  static_assert(sched::kFewRowReduceRows * Config::kBlockN * 4 <=
+                    KernelConfig::kStagingBuffers * KernelConfig::kStagingPanelBytes,
+                "a few-row tile's sums fit in both staging buffers");
   const KernelNode& node = *work.node;
   const sched::NodeSchedule& schedule = node.schedule;
   const EpilogueFields fields(node);
@@ -454,9 +465,10 @@ __device__ inline void SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
 
   const int t = threadIdx.x % 128;
   const PartialLayout layout(ctx, schedule);
-  const int64_t col = int64_t{work.n_block} * KernelConfig::kBlockN + 2 * t;  // this thread's pair
+  const int64_t col = int64_t{work.n_block} * Config::kBlockN + 2 * t;  // this thread's pair
   const float* partials = layout.At(row0 + first_row, col);
-  if (partials_ready) {
+  // Tiles of 128 columns: the warpgroup's first 64 threads, one pair each.
+  if (partials_ready && t < Config::kBlockN / 2) {
     PairOps ops;
     if (direct) {
       ops.apply = true;
@@ -468,7 +480,7 @@ __device__ inline void SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
       ops.residual_at = (row0 + first_row) * fields.residual_stride + col;
       ops.residual_stride = fields.residual_stride;
     }
-    PairSink sink;
+    PairSink<Config::kBlockN> sink;
     if (direct) {  // a whole tile: output column = tile column
       sink.c_type = node.out_type;
       sink.c_stride = fields.c_stride;
@@ -476,7 +488,7 @@ __device__ inline void SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
       sink.c = node.out_type == ElementType::kBF16 ? static_cast<void*>(static_cast<__nv_bfloat16*>(fields.c) + at)
                                                     : static_cast<void*>(static_cast<float*>(fields.c) + at);
     } else {
-      sink.staging = sums + first_row * KernelConfig::kBlockN + 2 * t;
+      sink.staging = sums + first_row * Config::kBlockN + 2 * t;
     }
     if (rows == 1) {
       SumColumnPair<1>(partials, layout.split_stride, layout.row_stride, rows, split_k, ops, sink);
@@ -503,10 +515,10 @@ __device__ inline void SumFewRowPartials(const CtaContext& ctx, const CtaWork& w
   // in the split-K kernel, against 0.46 KB.
   const int row_lo = warp * 16 + lane / 4;
   const int rows_in_acc = direct ? 0 : live_rows;
-  const float* lo = sums + row_lo * KernelConfig::kBlockN + 2 * (lane % 4);
-  const float* hi = lo + 8 * KernelConfig::kBlockN;
+  const float* lo = sums + row_lo * Config::kBlockN + 2 * (lane % 4);
+  const float* hi = lo + 8 * Config::kBlockN;
 #pragma unroll
-  for (int c = 0; c < 32; ++c) {
+  for (int c = 0; c < Config::kAccumulators / 4; ++c) {
     const float2 v_lo = row_lo < rows_in_acc ? *reinterpret_cast<const float2*>(lo + 8 * c) : make_float2(0.0f, 0.0f);
     const float2 v_hi =
         row_lo + 8 < rows_in_acc ? *reinterpret_cast<const float2*>(hi + 8 * c) : make_float2(0.0f, 0.0f);

@@ -18,9 +18,10 @@
 namespace loom::kernel {
 
 // The store thread.
-__device__ inline void RunStore(const CtaContext& ctx) {
+template <class Config>
+__device__ inline void RunStore(const CtaContext<Config>& ctx) {
   JobStream jobs;
-  RingCursor staging[KernelConfig::kConsumerWarpgroups];
+  RingCursor staging[Config::kConsumerWarpgroups];
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) break;
@@ -40,24 +41,24 @@ __device__ inline void RunStore(const CtaContext& ctx) {
     const bool direct = partial ? StoresPartialDirectly(node.schedule, work.m_block)
                                 : reduce && ReduceStoresDirectly(node, work.m_block, work.n_block);
     const int cols_per_panel =
-        KernelConfig::kPanelBytes / (partial || node.out_type == ElementType::kFP32 ? 4 : 2);
-    const int32_t out_tile_n = partial ? KernelConfig::kBlockN : node.schedule.out_tile_n;
+        Config::kPanelBytes / (partial || node.out_type == ElementType::kFP32 ? 4 : 2);
+    const int32_t out_tile_n = partial ? Config::kBlockN : node.schedule.out_tile_n;
     const int panels = direct    ? 1
-                       : partial ? KernelConfig::kBlockN / cols_per_panel
+                       : partial ? Config::kBlockN / cols_per_panel
                                  : OutputPanels(node.schedule.out_cols, out_tile_n, cols_per_panel, work.n_block);
-    const int64_t tma_cols = partial ? int64_t{node.schedule.n_blocks} * KernelConfig::kBlockN : node.c_tma_cols;
-    const int64_t row0 = static_cast<int64_t>(work.m_block) * KernelConfig::kBlockM;
-    bool hands_over[KernelConfig::kConsumerWarpgroups];
+    const int64_t tma_cols = partial ? int64_t{node.schedule.n_blocks} * Config::kBlockN : node.c_tma_cols;
+    const int64_t row0 = static_cast<int64_t>(work.m_block) * Config::kBlockM;
+    bool hands_over[Config::kConsumerWarpgroups];
 #pragma unroll
-    for (int w = 0; w < KernelConfig::kConsumerWarpgroups; ++w) hands_over[w] = HandsOverRows(work, w);
+    for (int w = 0; w < Config::kConsumerWarpgroups; ++w) hands_over[w] = HandsOverRows(work, w);
     const int64_t out_col0 = static_cast<int64_t>(work.n_block) * out_tile_n;
     // One store stays in flight: a panel's buffer is handed back once the
     // next store is issued and wait_group.read<1> says the older one was read.
     uint64_t* pending_empty = nullptr;
     for (int p = 0; p < panels; ++p) {
-      for (int w = 0; w < KernelConfig::kConsumerWarpgroups; ++w) {
+      for (int w = 0; w < Config::kConsumerWarpgroups; ++w) {
         if (!hands_over[w]) continue;
-        const int64_t rows = row0 + w * KernelConfig::kRowsPerConsumer;
+        const int64_t rows = row0 + w * Config::kRowsPerConsumer;
         RingCursor& cursor = staging[w];
         WaitPhase(&ctx.barriers->staging_full[w][cursor.stage], cursor.phase);
         const int64_t panel_col0 = out_col0 + p * cols_per_panel;
@@ -79,7 +80,7 @@ __device__ inline void RunStore(const CtaContext& ctx) {
           cuda::ptx::mbarrier_arrive(pending_empty);
         }
         pending_empty = &ctx.barriers->staging_empty[w][cursor.stage];
-        cursor.Advance(KernelConfig::kStagingBuffers);
+        cursor.Advance(Config::kStagingBuffers);
       }
     }
     if (pending_empty != nullptr) {

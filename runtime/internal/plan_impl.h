@@ -30,6 +30,7 @@ struct Plan::Impl {
   int b_stages = 0;
   int b_in_flight = 0;  // the narrow kernel's B loads in flight at most
   int narrow_consumers = 0;  // the narrow kernel's consumer warpgroups (CompileOptions::narrow_consumers)
+  int tile_n = 0;  // the tiled kernel's tile width (CompileOptions::tile_n); 0 on the narrow kernel
   std::optional<TimeoutRecord> last_timeout;
   // The nodes whose B the kernel reads from the plan's own packed copy
   // (CompileOptions::pack_weights), each at `offset` bytes into

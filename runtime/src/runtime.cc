@@ -32,6 +32,7 @@ namespace loom {
 namespace {
 
 using kernel::KernelConfig;
+using kernel::KernelConfigN128;
 using kernel::NarrowConfig;
 
 constexpr int kClusterSize = 2;
@@ -118,6 +119,10 @@ absl::Status CheckOptions(const CompileOptions& options) {
                                                         KernelConfig::kMaxStages));
     }
   }
+  if (options.tile_n != 0 && options.tile_n != KernelConfig::kBlockN && options.tile_n != KernelConfigN128::kBlockN) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.tile_n: %d is not 0, %d or %d", options.tile_n,
+                                                      KernelConfigN128::kBlockN, KernelConfig::kBlockN));
+  }
   if (options.ring_mode == RingMode::kLockstep && options.a_stages != options.b_stages) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions: lockstep rings need a_stages == b_stages, got %d and %d", options.a_stages,
@@ -187,10 +192,24 @@ absl::Status CheckDevice(const DeviceDescription& device) {
   return absl::OkStatus();
 }
 
+// The tiled kernel's tile width for `options` (CompileOptions::tile_n).
+int TiledTileWidth(const CompileOptions& options) {
+  return options.tile_n != 0 ? options.tile_n : KernelConfig::kBlockN;
+}
+
+// The tiled kernel's tile and packed-weight layout for tiles `tile_n` wide.
+sched::TileShape TiledTile(int tile_n) {
+  return tile_n == KernelConfigN128::kBlockN ? KernelConfigN128::tile() : KernelConfig::tile();
+}
+kernel::PackedLayout TiledPackedLayout(int tile_n) {
+  return tile_n == KernelConfigN128::kBlockN ? KernelConfigN128::Packed() : KernelConfig::Packed();
+}
+
 // The tiled kernel's shared memory for the options' ring depths.
 absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceDescription& device,
                                     uint32_t a_stage_bytes) {
-  const int64_t smem = kernel::SharedMemoryBytes(options.a_stages, options.b_stages, a_stage_bytes);
+  const int64_t smem =
+      kernel::SharedMemoryBytes(options.a_stages, options.b_stages, a_stage_bytes, TiledTileWidth(options));
   if (smem > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shared memory: a_stages=%d (of %d bytes), b_stages=%d need %d bytes per block, but %s allows %d",
@@ -468,7 +487,8 @@ absl::Status Upload(const std::vector<T>& host, T** device) {
 // k-blocks at a time where K is a multiple of 64, else one k-block a load (the
 // kernel tells them apart the same way). The tiled kernel's: half-tile boxes
 // and whole-slot boxes of each.
-absl::Status EncodeOperandMaps(const GemmNode& node, bool narrow, uint32_t a_stage_bytes, kernel::KernelNode& out) {
+absl::Status EncodeOperandMaps(const GemmNode& node, bool narrow, uint32_t a_stage_bytes, int tile_n,
+                               kernel::KernelNode& out) {
   if (narrow) {
     const uint32_t a_rows = NarrowConfig::ATileRows(a_stage_bytes);
     if (node.k() % NarrowConfig::kBlockK == 0) {
@@ -479,18 +499,19 @@ absl::Status EncodeOperandMaps(const GemmNode& node, bool narrow, uint32_t a_sta
     return internal::EncodeTensorMap(node.b, NarrowConfig::kBlockK, NarrowConfig::kBlockN, &out.b_map);
   }
   LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
-  LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, KernelConfig::kBBoxRows, &out.b_map));
+  const int b_box_rows = tile_n / 2;  // TiledConfig::kBBoxRows: half a tile, a cluster peer's share
+  LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, b_box_rows, &out.b_map));
   LOOM_RETURN_IF_ERROR(
       internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, 2 * KernelConfig::kABoxRows, &out.a_slot_map));
-  return internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, 2 * KernelConfig::kBBoxRows, &out.b_slot_map);
+  return internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, 2 * b_box_rows, &out.b_slot_map);
 }
 
 // The nodes as the kernel reads them. `narrow`: for the narrow decode kernel
 // (its A and B maps: EncodeOperandMaps), which stores C itself and has no
-// partials.
+// partials; else for the tiled kernel with tiles `tile_n` wide.
 absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& graph,
                                                               const sched::Schedule& schedule, float* workspace,
-                                                              bool narrow, uint32_t a_stage_bytes) {
+                                                              bool narrow, uint32_t a_stage_bytes, int tile_n) {
   std::vector<kernel::KernelNode> nodes(graph.nodes().size());
   std::vector<bool> has_dependents(nodes.size(), false);
   for (const sched::DependencyEdge& edge : schedule.dependencies) has_dependents[edge.producer] = true;
@@ -515,12 +536,12 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
       out.residual_stride = node.epilogue.residual->row_stride;
     }
     if (!HasJobs(node)) continue;  // no tensor maps
-    if (LoadsOperands(node)) LOOM_RETURN_IF_ERROR(EncodeOperandMaps(node, narrow, a_stage_bytes, out));
+    if (LoadsOperands(node)) LOOM_RETURN_IF_ERROR(EncodeOperandMaps(node, narrow, a_stage_bytes, tile_n, out));
     if (narrow) continue;  // it stores C itself and has no partials
     const sched::NodeSchedule& lowered = schedule.nodes[i];
     if (lowered.split_k > 1) {
       LOOM_RETURN_IF_ERROR(internal::EncodeWorkspaceMap(
-          workspace + lowered.workspace_offset, int64_t{lowered.n_blocks} * KernelConfig::kBlockN, lowered.m,
+          workspace + lowered.workspace_offset, int64_t{lowered.n_blocks} * tile_n, lowered.m,
           int64_t{lowered.m_blocks} * KernelConfig::kBlockM, sched::PartialSlices(lowered),
           KernelConfig::kPanelBytes / 4, KernelConfig::kRowsPerConsumer, &out.partial_map));
     }
@@ -542,9 +563,10 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
   return nodes;
 }
 
-// The stage order a kernel's packed weights take (packed_layout.h).
-kernel::PackedLayout PackedLayoutFor(bool narrow) {
-  return narrow ? NarrowConfig::Packed() : KernelConfig::Packed();
+// The stage order a kernel's packed weights take (packed_layout.h): the
+// narrow kernel's, or the tiled kernel's for tiles `tile_n` wide.
+kernel::PackedLayout PackedLayoutFor(bool narrow, int tile_n) {
+  return narrow ? NarrowConfig::Packed() : TiledPackedLayout(tile_n);
 }
 
 // The nodes whose B the plan reads packed (CompileOptions::pack_weights), in
@@ -557,7 +579,8 @@ kernel::PackedLayout PackedLayoutFor(bool narrow) {
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
                                                   const std::vector<DataDependency>& dependencies,
                                                   const sched::Schedule* tiled) {
-  const kernel::PackedLayout layout = PackedLayoutFor(/*narrow=*/tiled == nullptr);
+  const kernel::PackedLayout layout =
+      PackedLayoutFor(/*narrow=*/tiled == nullptr, tiled == nullptr ? 0 : static_cast<int>(tiled->tile.n));
   std::vector<bool> b_written(graph.nodes().size(), false);
   for (const DataDependency& dependency : dependencies) {
     if (dependency.operand == Operand::kB) b_written[dependency.consumer] = true;
@@ -650,7 +673,7 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
     if (!packed.copies) continue;
     const TensorView& b = impl.graph.nodes()[packed.node].b;
     LOOM_RETURN_IF_ERROR(internal::CudaStatus(
-        kernel::PackWeights(b.data, b.rows, b.cols, b.row_stride, PackedLayoutFor(impl.narrow),
+        kernel::PackWeights(b.data, b.rows, b.cols, b.row_stride, PackedLayoutFor(impl.narrow, impl.tile_n),
                             impl.packed_weights + packed.offset, stream),
         absl::StrCat("packing the weights ", b.name)));
   }
@@ -702,7 +725,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
         cudaMemset(impl.workspace, 0xFF, impl.schedule.workspace_elements * sizeof(float)));
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,
-                        KernelNodesOf(impl.graph, impl.schedule, impl.workspace, impl.narrow, impl.a_stage_bytes));
+                        KernelNodesOf(impl.graph, impl.schedule, impl.workspace, impl.narrow, impl.a_stage_bytes,
+                                      impl.tile_n));
   if (!impl.packed_nodes.empty()) {
     LOOM_CUDA_RETURN_IF_ERROR(
         cudaMalloc(reinterpret_cast<void**>(&impl.packed_weights), PackedCopyBytes(impl.packed_nodes)));
@@ -750,6 +774,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.b_stages = impl.b_stages;
   params.b_in_flight = impl.b_in_flight;
   params.a_stage_bytes = impl.a_stage_bytes;
+  params.tile_n = impl.tile_n;
   params.block_m = impl.schedule.tile.m;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
   params.first_fetch_spread_cycles =
@@ -893,13 +918,15 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     impl->a_stages = options.a_stages;
     impl->b_stages = options.b_stages;
     impl->a_stage_bytes = AStageBytesFor(graph);
+    impl->tile_n = TiledTileWidth(options);
     LOOM_RETURN_IF_ERROR(CheckTiledSharedMemory(options, device_, impl->a_stage_bytes));
-    smem_bytes = kernel::SharedMemoryBytes(options.a_stages, options.b_stages, impl->a_stage_bytes);
+    smem_bytes = kernel::SharedMemoryBytes(options.a_stages, options.b_stages, impl->a_stage_bytes, impl->tile_n);
     coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
                                                      : device_.sm_count / kClusterSize;
     if (has_gpu()) {
       LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentClusters(options.a_stages, options.b_stages,
-                                                              impl->a_stage_bytes, kClusterSize, &coresident));
+                                                              impl->a_stage_bytes, kClusterSize, impl->tile_n,
+                                                              &coresident));
     }
   }
   if (coresident < 1) {
@@ -928,7 +955,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   }
 
   sched::SchedulerOptions scheduler_options;
-  scheduler_options.tile = impl->narrow ? NarrowConfig::tile(rows) : KernelConfig::tile();
+  scheduler_options.tile = impl->narrow ? NarrowConfig::tile(rows) : TiledTile(impl->tile_n);
   scheduler_options.cluster_size = cluster_size;
   scheduler_options.num_sms = device_.sm_count;
   scheduler_options.max_clusters = impl->grid_clusters;

@@ -123,6 +123,12 @@ struct CompileOptions {
   // split_k must be 0 or 1, and max_clusters counts CTAs (it has no
   // clusters).
   KernelChoice kernel = KernelChoice::kAuto;
+  // The tiled kernel's tile width: 256 (128 x 256 tiles, m64n256k16) or 128
+  // (128 x 128, m64n128k16: twice the tiles of a node, so fewer splits of K
+  // where 256-wide tiles would leave SMs without a tile, at ~60% of the
+  // tensor pipe's rate a k-block; bench/NOTES.md v1.60); 0: 256. Does not
+  // apply on the narrow kernel.
+  int tile_n = 0;
   // The narrow kernel's A ring depth; 0: the longest job's A, within 128 KiB
   // (96 KiB for 9-32 rows), and at most 6 stages with packed weights at up
   // to 16 rows (the rest of shared memory to B). 2 to 16.
