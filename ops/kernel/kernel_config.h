@@ -99,7 +99,7 @@ struct TiledConfig {
 
   static constexpr sched::TileShape tile() { return {kBlockM, kBlockN, kBlockK}; }
   // Packed weights (CompileOptions::pack_weights; the layout:
-  // packed_layout.h): a stage, one k-block of a 256-row tile, is one 32 KiB
+  // packed_layout.h): a stage, one k-block of a kBlockN-row tile, is one kBStageBytes
   // block, which the B loader reads with one bulk copy, or, where the
   // cluster shares B, each CTA half of it for both (RunBLoader,
   // loader_role.cuh). Packed for nodes of at most kMaxPackedRowBlocks row

@@ -163,9 +163,10 @@ __device__ inline void RunBLoader(const CtaContext<Config>& ctx) {
     // bench/NOTES.md v1.23). With more row blocks, other jobs re-read B.
     const bool read_once = node.schedule.m_blocks == 1;
     const int32_t n_row0 = work.n_block * Config::kBlockN;
-    // Packed weights (Config::Packed): a stage is 32 contiguous KiB
-    // instead of 256 rows K apart, one bulk copy, or, with B shared by the
-    // cluster, one of 16 KiB (the CTA's half of the rows) to both CTAs. The
+    // Packed weights (Config::Packed): a stage is kBStageBytes contiguous
+    // (32 KiB at 256 columns) instead of kBlockN rows K apart, one bulk copy,
+    // or, with B shared by the cluster, one of half that (the CTA's half of
+    // the rows) to both CTAs. The
     // runtime packs the nodes of at most two row blocks whose B no node
     // writes (runtime.cc, PackedNodesOf). Measured on the MLP block at 128
     // tokens: gate/up's main loops 58.5 us against 60.5, the down
@@ -182,7 +183,7 @@ __device__ inline void RunBLoader(const CtaContext<Config>& ctx) {
             ? nullptr
             : node.packed_b + packed_half +
                   Config::Packed().StageOffset(work.n_block, job.k_block_begin,
-                                                     Config::Packed().StagesPerTile(node.schedule.k));
+                                               Config::Packed().StagesPerTile(node.schedule.k));
     memo.Reset();
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
       const int32_t k0 = kb * kBlockK;
