@@ -126,6 +126,14 @@ struct TiledConfig {
 using KernelConfig = TiledConfig<256>;
 using KernelConfigN128 = TiledConfig<128>;
 
+// `f` called with the config of tiles `tile_n` wide (a plan's width,
+// CompileOptions::tile_n, already checked: anything but 128 is 256), for the
+// host code that picks by it: the one place a width becomes its config.
+template <class F>
+constexpr decltype(auto) WithTiledConfig(int tile_n, F&& f) {
+  return tile_n == KernelConfigN128::kBlockN ? f(KernelConfigN128{}) : f(KernelConfig{});
+}
+
 // Named barriers (bar.sync / bar.red ids; 0 is __syncthreads'): one per
 // consumer warpgroup for syncs among its 128 threads. (Both warpgroups meet
 // on an mbarrier: ConsumersMeet.)

@@ -141,7 +141,6 @@ struct KernelParams {
   // KernelConfig::kFirstFetchSpreadCycles where sched::IdleClustersAtLaunch
   // is above 0).
   uint32_t first_fetch_spread_cycles;
-  int32_t tile_n;  // tiled kernel: the tile's width, KernelConfig's or KernelConfigN128's kBlockN
 };
 
 }  // namespace loom::kernel

@@ -17,6 +17,7 @@
 #include <cuda/ptx>
 
 #include <algorithm>
+#include <utility>
 
 #include "consumer_role.cuh"
 #include "loader_role.cuh"
@@ -54,7 +55,7 @@ __device__ void InitBarriers(SmemBarriers* barriers, const KernelParams& params)
 }
 
 // Config: the tile's width (KernelConfig or KernelConfigN128, a plan's
-// choice: KernelParams::tile_n). kSplitK: the instantiation for plans with
+// choice: CompileOptions::tile_n). kSplitK: the instantiation for plans with
 // split-K nodes (partials, reduce jobs). Plans without them launch the other
 // one, whose consumers never see the reduce path (see RunConsumer in
 // consumer_role.cuh for why that matters).
@@ -192,10 +193,11 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
   cudaLaunchAttribute attributes[2];
   cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, attributes, cluster_size, false);
   *clusters = 0;
-  const bool half_width = tile_n == KernelConfigN128::kBlockN;
-  for (auto kernel :
-       {half_width ? PersistentGemmKernel<KernelConfigN128, false> : PersistentGemmKernel<KernelConfig, false>,
-        half_width ? PersistentGemmKernel<KernelConfigN128, true> : PersistentGemmKernel<KernelConfig, true>}) {
+  const auto [plain, split] = WithTiledConfig(tile_n, [](auto width) {
+    using Config = decltype(width);
+    return std::pair{PersistentGemmKernel<Config, false>, PersistentGemmKernel<Config, true>};
+  });
+  for (auto kernel : {plain, split}) {
     int fit = 0;
     if (cudaError_t error = cudaOccupancyMaxActiveClusters(&fit, kernel, &config); error != cudaSuccess) return error;
     *clusters = *clusters == 0 ? fit : std::min(*clusters, fit);
@@ -203,18 +205,17 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
   return cudaSuccess;
 }
 
-cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, bool overlap_previous,
-                                 cudaStream_t stream) {
-  const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages, params.a_stage_bytes, params.tile_n);
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, int tile_n, bool split_k,
+                                 bool overlap_previous, cudaStream_t stream) {
+  const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages, params.a_stage_bytes, tile_n);
   cudaLaunchAttribute attributes[2];
   cudaLaunchConfig_t config = MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, attributes,
                                                params.cluster_size, overlap_previous);
-  if (params.tile_n == KernelConfigN128::kBlockN) {
-    return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<KernelConfigN128, true>, params)
-                   : cudaLaunchKernelEx(&config, PersistentGemmKernel<KernelConfigN128, false>, params);
-  }
-  return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<KernelConfig, true>, params)
-                 : cudaLaunchKernelEx(&config, PersistentGemmKernel<KernelConfig, false>, params);
+  return WithTiledConfig(tile_n, [&](auto width) {
+    using Config = decltype(width);
+    return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<Config, true>, params)
+                   : cudaLaunchKernelEx(&config, PersistentGemmKernel<Config, false>, params);
+  });
 }
 
 }  // namespace loom::kernel

@@ -13,9 +13,9 @@ namespace loom::kernel {
 // Dynamic shared memory one CTA needs for these ring depths and A stages, with
 // tiles `tile_n` wide (256 or 128: kernel_config.h).
 inline uint32_t SharedMemoryBytes(int a_stages, int b_stages, uint32_t a_stage_bytes, int tile_n) {
-  return tile_n == KernelConfigN128::kBlockN
-             ? ComputeSmemLayout<KernelConfigN128>(a_stages, b_stages, a_stage_bytes).total
-             : ComputeSmemLayout<KernelConfig>(a_stages, b_stages, a_stage_bytes).total;
+  return WithTiledConfig(tile_n, [&](auto config) {
+    return ComputeSmemLayout<decltype(config)>(a_stages, b_stages, a_stage_bytes).total;
+  });
 }
 
 // Clusters of `cluster_size` CTAs of the kernel that can be resident at once
@@ -27,14 +27,14 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
                                   int* clusters);
 
 // Launches the persistent kernel: `clusters` clusters of params.cluster_size
-// CTAs, with tiles params.tile_n wide; the split-K instantiation when
-// `split_k` (some node of the plan splits K), else the one without the reduce
-// path. overlap_previous: launched with
+// CTAs, the instantiation for tiles `tile_n` wide (the plan's), with the
+// split-K path when `split_k` (some node of the plan splits K), else the one
+// without the reduce path. overlap_previous: launched with
 // programmatic stream serialization: its CTAs start (barriers, tensor-map
 // prefetches) as the previous kernel's leave, and wait for that kernel to
 // end before reading anything else.
-cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, bool split_k, bool overlap_previous,
-                                 cudaStream_t stream);
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, int tile_n, bool split_k,
+                                 bool overlap_previous, cudaStream_t stream);
 
 }  // namespace loom::kernel
 

@@ -197,12 +197,9 @@ int TiledTileWidth(const CompileOptions& options) {
   return options.tile_n != 0 ? options.tile_n : KernelConfig::kBlockN;
 }
 
-// The tiled kernel's tile and packed-weight layout for tiles `tile_n` wide.
+// The tiled kernel's tile for tiles `tile_n` wide.
 sched::TileShape TiledTile(int tile_n) {
-  return tile_n == KernelConfigN128::kBlockN ? KernelConfigN128::tile() : KernelConfig::tile();
-}
-kernel::PackedLayout TiledPackedLayout(int tile_n) {
-  return tile_n == KernelConfigN128::kBlockN ? KernelConfigN128::Packed() : KernelConfig::Packed();
+  return kernel::WithTiledConfig(tile_n, [](auto config) { return decltype(config)::tile(); });
 }
 
 // The tiled kernel's shared memory for the options' ring depths.
@@ -257,10 +254,11 @@ int64_t MaxRows(const GemmGraph& graph) {
 }
 
 // Whether `node`, of at most 128 rows, would have its K split on the tiled
-// kernel launched on every cluster of a device with `sms` SMs (one row
-// block: its clusters share A and take kClusterSize column tiles each).
-bool TiledKernelSplitsK(const GemmNode& node, int sms) {
-  const int64_t n_blocks = (node.n() + KernelConfig::kBlockN - 1) / KernelConfig::kBlockN;
+// kernel with tiles `tile_n` wide launched on every cluster of a device with
+// `sms` SMs (one row block: its clusters share A and take kClusterSize column
+// tiles each).
+bool TiledKernelSplitsK(const GemmNode& node, int sms, int tile_n) {
+  const int64_t n_blocks = (node.n() + tile_n - 1) / tile_n;
   const int64_t k_blocks = (node.k() + KernelConfig::kBlockK - 1) / KernelConfig::kBlockK;
   return sched::ChooseSplitK((n_blocks + kClusterSize - 1) / kClusterSize, static_cast<int32_t>(k_blocks),
                              sms / kClusterSize, /*forced=*/0, /*few_row_reduce=*/true) > 1;
@@ -335,7 +333,9 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int64_t weight_bytes = WeightBytes(nodes[i]);
     if (NarrowTiles(nodes[i]) > kMaxWaves * sms) wide_bytes += weight_bytes;
-    if (dependent[i] && TiledKernelSplitsK(nodes[i], sms)) split_dependent_bytes += weight_bytes;
+    if (dependent[i] && TiledKernelSplitsK(nodes[i], sms, TiledTileWidth(options))) {
+      split_dependent_bytes += weight_bytes;
+    }
   }
   return wide_bytes <= 2 * split_dependent_bytes;
 }
@@ -499,7 +499,7 @@ absl::Status EncodeOperandMaps(const GemmNode& node, bool narrow, uint32_t a_sta
     return internal::EncodeTensorMap(node.b, NarrowConfig::kBlockK, NarrowConfig::kBlockN, &out.b_map);
   }
   LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
-  const int b_box_rows = tile_n / 2;  // TiledConfig::kBBoxRows: half a tile, a cluster peer's share
+  const int b_box_rows = kernel::WithTiledConfig(tile_n, [](auto config) { return decltype(config)::kBBoxRows; });
   LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.b, KernelConfig::kBlockK, b_box_rows, &out.b_map));
   LOOM_RETURN_IF_ERROR(
       internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, 2 * KernelConfig::kABoxRows, &out.a_slot_map));
@@ -566,7 +566,8 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
 // The stage order a kernel's packed weights take (packed_layout.h): the
 // narrow kernel's, or the tiled kernel's for tiles `tile_n` wide.
 kernel::PackedLayout PackedLayoutFor(bool narrow, int tile_n) {
-  return narrow ? NarrowConfig::Packed() : TiledPackedLayout(tile_n);
+  return narrow ? NarrowConfig::Packed()
+                : kernel::WithTiledConfig(tile_n, [](auto config) { return decltype(config)::Packed(); });
 }
 
 // The nodes whose B the plan reads packed (CompileOptions::pack_weights), in
@@ -774,7 +775,6 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.b_stages = impl.b_stages;
   params.b_in_flight = impl.b_in_flight;
   params.a_stage_bytes = impl.a_stage_bytes;
-  params.tile_n = impl.tile_n;
   params.block_m = impl.schedule.tile.m;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
   params.first_fetch_spread_cycles =
@@ -1069,7 +1069,8 @@ absl::Status Plan::Launch(cudaStream_t stream) {
                                 "launching the narrow decode kernel");
   }
   return internal::CudaStatus(
-      kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->has_split_k, overlap, stream),
+      kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->tile_n, impl_->has_split_k,
+                                   overlap, stream),
       "launching the persistent kernel");
 }
 
