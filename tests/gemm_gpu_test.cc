@@ -408,6 +408,63 @@ TEST(GemmTest, ConsumerWaitsForEachProducerTileItReadsAhead) {
   EXPECT_EQ(h.plan().last_timeout()->flag, first.flag_base + missing) << status;
 }
 
+// The A loader takes consecutive producer tiles, one a k-block (or a power
+// of two of them), for a run it polls at once (dependencies.cuh,
+// AProducerRun). A run must end before a producer's ragged last tile: the
+// k-block that reads it also reads what follows it, here the second
+// producer's columns. A SwiGLU producer writes h[:, 0:left] (on 128-wide
+// tiles, 64-column output tiles: the third holds 8 columns; on the narrow
+// kernel, 16-column ones: the twelfth holds 8), a second producer the rest
+// of h[:, 0:192]; the consumer reads all of h, so its third k-block reads
+// both. With every tile of the second producer left unpublished, the
+// consumer must time out on that producer's flag (before the fix it read
+// the unfinished columns and completed). Param: kernel, tile width, left.
+class RaggedProducerRunTest : public ::testing::TestWithParam<std::tuple<KernelChoice, int, int64_t>> {};
+TEST_P(RaggedProducerRunTest, RunOfProducerTilesEndsAtARaggedTile) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [kernel, tile_n, left] = GetParam();
+  const int64_t m = kernel == KernelChoice::kNarrow ? 40 : 100, right = 192 - left;
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", DType::kBF16, m, 64, rng);
+  h.Input("z", DType::kBF16, m, 128, rng);
+  h.Input("w_left", DType::kBF16, 2 * left, 64, rng);
+  h.Input("w_right", DType::kBF16, right, 128, rng);
+  h.Input("w2", DType::kBF16, 256, 192, rng);
+  h.Output("h", DType::kBF16, m, 192);
+  h.Output("y", DType::kBF16, m, 256);
+  h.Build([left = left, right](const auto& t, GemmGraph& g) {
+    g.AddGemm("left", t("x"), t("w_left"), t("h").Columns(0, left).Named("h.left"),
+              {.activation = Activation::kSwiGLU});
+    g.AddGemm("right", t("z"), t("w_right"), t("h").Columns(left, right).Named("h.right"));
+    g.AddGemm("consumer", t("h"), t("w2"), t("y"));
+  });
+  CompileOptions options;
+  options.kernel = kernel;
+  options.tile_n = tile_n;
+  options.split_k = 1;
+  options.spin_timeout_ns = 2'000'000'000;  // 2 s: the first launch may run under compute-sanitizer
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  const sched::NodeSchedule& right_node = h.plan().schedule().nodes[1];
+  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/1));
+  LOOM_ASSERT_OK(internal::PublishFlagsForTesting(h.plan(), /*node=*/1, /*except_tile=*/0));
+  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+  const absl::Status status = h.plan().Synchronize(nullptr);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(std::string(status.message()).find("node \"consumer\""), std::string::npos) << status;
+  ASSERT_TRUE(h.plan().last_timeout().has_value());
+  EXPECT_EQ(h.plan().last_timeout()->flag, right_node.flag_base) << status;
+}
+INSTANTIATE_TEST_SUITE_P(Producers, RaggedProducerRunTest,
+                         ::testing::Values(std::tuple{KernelChoice::kTiled, 128, int64_t{136}},
+                                           std::tuple{KernelChoice::kTiled, 256, int64_t{136}},
+                                           std::tuple{KernelChoice::kNarrow, 0, int64_t{184}}),
+                         [](const auto& info) {
+                           return AbslUnparseFlag(std::get<0>(info.param)) + std::to_string(std::get<1>(info.param)) +
+                                  "_left" + std::to_string(std::get<2>(info.param));
+                         });
+
 // The narrow decode kernel's A loader reads many producer flags per poll too,
 // two 32-column producer tiles per k-block (four of a SwiGLU producer's
 // 16-column ones). All but one of the producer's tiles count as published;

@@ -209,6 +209,56 @@ INSTANTIATE_TEST_SUITE_P(Splits, TwoProducersTest,
                                   (std::get<1>(info.param) ? "_residual_node" : "");
                          });
 
+// The random-options soak's graph 45 (seed 4628001401029613178): 215 rows,
+// a SwiGLU producer of h[:, 0:136] and a SiLU producer of h[:, 136:392], and
+// a SwiGLU consumer of all of h, split in two where the param says.
+//   h[:, 0:136]   = swiglu(x W0ᵀ + b0)   x [215, 64],  W0 [272, 64]
+//   h[:, 136:392] = silu(z W1ᵀ + b1)     z [215, 256], W1 [256, 256]
+//   y             = swiglu(h W2ᵀ)        W2 [272, 392]
+// On 128-wide tiles the consumer's third k-block reads the last 8 columns of
+// the SwiGLU producer's 64-column tiles and the SiLU producer's first; the A
+// loader took the first producer's three tiles for a run of three k-blocks
+// and did not wait for the second (fixed; the deterministic check is
+// GemmTest.RunOfProducerTilesEndsAtARaggedTile). Param: tile width, split_k.
+class TwoProducersOfOneSplitConsumerTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+TEST_P(TwoProducersOfOneSplitConsumerTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [tile_n, split_k] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t m = 215;
+  h.Input("x", kBF16, m, 64, rng);
+  h.Input("z", kBF16, m, 256, rng);
+  h.Input("W0", kBF16, 272, 64, rng);
+  h.Input("b0", kBF16, 1, 272, rng);
+  h.Input("W1", kBF16, 256, 256, rng);
+  h.Input("b1", kBF16, 1, 256, rng);
+  h.Input("W2", kBF16, 272, 392, rng);
+  h.Output("h", kBF16, m, 392);
+  h.Output("y", kBF16, m, 136);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("left", t("x"), t("W0"), t("h").Columns(0, 136).Named("h.left"),
+              {.activation = Activation::kSwiGLU, .bias = t("b0")});
+    g.AddGemm("right", t("z"), t("W1"), t("h").Columns(136, 256).Named("h.right"),
+              {.activation = Activation::kSiLU, .bias = t("b1")});
+    g.AddGemm("consumer", t("h"), t("W2"), t("y"), {.activation = Activation::kSwiGLU});
+  });
+  CompileOptions options;
+  options.tile_n = tile_n;
+  options.split_k = split_k;
+  for (int round = 0; round < 3 && !HasFailure(); ++round) {
+    SCOPED_TRACE(round);
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+    ExpectNodesRightAndReplayIdentical(h);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Options, TwoProducersOfOneSplitConsumerTest,
+                         ::testing::Combine(::testing::Values(128, 256), ::testing::Values(2, 0)),
+                         [](const auto& info) {
+                           return "tile" + std::to_string(std::get<0>(info.param)) + "_split" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
 // ---------------------------------------------------------------------------
 // 4. MLP blocks.
 // ---------------------------------------------------------------------------

@@ -113,12 +113,17 @@ __device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, 
 // tiles_per_granule whole producer tile columns of one tile row (a_wait_k_blocks
 // k-blocks = tiles_per_granule x the producer's out_tile_n columns, kb's
 // granule starting on a tile boundary), so granule j reads the tiles
-// first_flag + j * tiles_per_granule onwards. tiles_per_granule is 1 for the
-// tiled kernel (Config::kMaxTilesPerGranule), 2 or 4 for the narrow decode
-// kernel's 32- and 16-column tiles: a power of two, so that a poll finds a
-// flag's granule with a shift (a division there made the one-token chain
-// ~1 us slower, and the 64-token one ~4 us; bench/NOTES.md v1.20). The run
-// ends at kb_end or at the producer's last tile column; each poll reads as
+// first_flag + j * tiles_per_granule onwards, all of them whole.
+// tiles_per_granule is 1 for the tiled kernel (Config::kMaxTilesPerGranule),
+// 2 or 4 for the narrow decode kernel's 32- and 16-column tiles: a power of
+// two, so that a poll finds a flag's granule with a shift (a division there
+// made the one-token chain ~1 us slower, and the 64-token one ~4 us;
+// bench/NOTES.md v1.20). The run ends at kb_end or at the producer's last
+// whole tile column: a ragged last tile (its output columns end inside it)
+// shares its k-block with whatever follows it in A, another producer's
+// columns perhaps, which the run's flags do not cover (found by the
+// random-options soak on 128-wide tiles, whose SwiGLU output tiles are one
+// k-block wide). Each poll reads as
 // much of it as the Config::kFlagWordsPerPoll words from its first flag's
 // hold (WaitForAProducersAhead). granules == 0 when the pattern does not
 // hold (several A edges, offsets inside a tile column): the caller then
@@ -158,7 +163,10 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
                        ++edges;
                        tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
                        run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
-                       columns_left = producer.n_blocks - box.n_begin;
+                       // Whole tile columns only (see above): a ragged last
+                       // tile's k-block is waited for on its own.
+                       const bool ragged = int64_t{producer.n_blocks} * producer.out_tile_n > producer.out_cols;
+                       columns_left = producer.n_blocks - box.n_begin - (ragged ? 1 : 0);
                        const int granule_cols = node.schedule.a_wait_k_blocks * Ctx::Config::kBlockK;
                        if constexpr (kOneTile) {
                          whole_columns = granule_cols == producer.out_tile_n;
