@@ -10,7 +10,8 @@ ABSL_FLAG(int, max_clusters, 0,
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "loom: auto, tiled or narrow (CompileOptions::kernel; narrow: the narrow decode kernel for graphs of at "
           "most 128 rows)");
-ABSL_FLAG(int, tile_n, 0, "loom: the tiled kernel's tile width, 128 or 256 (0: 256; CompileOptions::tile_n)");
+ABSL_FLAG(int, tile_n, 0,
+          "loom: the tiled kernel's tile width, 128 or 256 (0: the plan chooses; CompileOptions::tile_n)");
 ABSL_FLAG(int, narrow_a_stages, 0,
           "loom: the narrow kernel's A ring depth (0: the longest job's A, within 128 KiB, 96 KiB for 9-32 rows; "
           "at most 6 stages with packed weights at up to 16 rows)");

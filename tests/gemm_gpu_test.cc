@@ -28,7 +28,13 @@ std::string ShapeName(const Shape& s) {
   return absl::StrCat("M", s.m, "_N", s.n, "_K", s.k);
 }
 
-class SingleGemmTest : public ::testing::TestWithParam<std::tuple<Shape, DType, KernelChoice>> {};
+// A kernel and, on the tiled kernel, a tile width (0: the plan's choice).
+struct KernelWidth {
+  KernelChoice kernel;
+  int tile_n;
+};
+
+class SingleGemmTest : public ::testing::TestWithParam<std::tuple<Shape, DType, KernelWidth>> {};
 
 TEST_P(SingleGemmTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -40,14 +46,17 @@ TEST_P(SingleGemmTest, MatchesReference) {
   h.Output("C", out_type, shape.m, shape.n);
   h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
   CompileOptions options;
-  options.kernel = kernel;
+  options.kernel = kernel.kernel;
+  options.tile_n = kernel.tile_n;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   h.ExpectMatchesReference();
 }
 
 // M, N from TESTING.md's edge list; K around one ring's worth of k-blocks
 // (64 * 4 stages +- 8), tiny K and a long K. On both kernels (kNarrow runs
-// 65 and 127 rows in two row blocks, the shapes of more than 128 tiled).
+// 65 and 127 rows in two row blocks, the shapes of more than 128 tiled); the
+// tiled kernel at the width it chooses (128 at all these sizes: at most 64
+// tiles of 128 columns) and at 256.
 INSTANTIATE_TEST_SUITE_P(
     EdgeShapes, SingleGemmTest,
     ::testing::Combine(::testing::Values(Shape{1, 1, 8}, Shape{3, 63, 16}, Shape{63, 64, 248},
@@ -55,10 +64,12 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{129, 1000, 264}, Shape{1000, 3, 4096}, Shape{1000, 1000, 248},
                                          Shape{256, 512, 1024}, Shape{129, 257, 520}),
                        ::testing::Values(DType::kBF16, DType::kFP32),
-                       ::testing::Values(KernelChoice::kTiled, KernelChoice::kNarrow)),
+                       ::testing::Values(KernelWidth{KernelChoice::kTiled, 0}, KernelWidth{KernelChoice::kTiled, 256},
+                                         KernelWidth{KernelChoice::kNarrow, 0})),
     [](const auto& info) {
+      const KernelWidth kernel = std::get<2>(info.param);
       return ShapeName(std::get<0>(info.param)) + (std::get<1>(info.param) == DType::kBF16 ? "_bf16" : "_fp32") +
-             "_" + AbslUnparseFlag(std::get<2>(info.param));
+             "_" + AbslUnparseFlag(kernel.kernel) + (kernel.tile_n != 0 ? std::to_string(kernel.tile_n) : "");
     });
 
 // 0.5, 1.25 and 2.5 waves of CTA tiles with the grid capped at 8 clusters (16 CTAs).
@@ -94,10 +105,11 @@ TEST(GemmTest, IntegerDataIsExact) {
   h.ExpectMatchesReference(/*exact=*/true);
 }
 
-class EpilogueTest : public ::testing::TestWithParam<std::tuple<Activation, bool, bool, DType>> {};
+// Every fused op with and without bias and residual, on tiles of either width.
+class EpilogueTest : public ::testing::TestWithParam<std::tuple<Activation, bool, bool, DType, int>> {};
 TEST_P(EpilogueTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
-  const auto [activation, with_bias, with_residual, out_type] = GetParam();
+  const auto [activation, with_bias, with_residual, out_type, tile_n] = GetParam();
   Rng rng;
   GpuHarness h;
   const int64_t m = 200, n = 520, k = 320;
@@ -114,14 +126,15 @@ TEST_P(EpilogueTest, MatchesReference) {
     if (with_residual) epilogue.residual = t("residual");
     g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
   });
-  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), CompileOptions{.tile_n = tile_n}));
   h.ExpectMatchesReference();
 }
 INSTANTIATE_TEST_SUITE_P(
     Epilogues, EpilogueTest,
     ::testing::Combine(::testing::Values(Activation::kNone, Activation::kReLU, Activation::kGELU,
                                          Activation::kSiLU, Activation::kSwiGLU),
-                       ::testing::Bool(), ::testing::Bool(), ::testing::Values(DType::kBF16, DType::kFP32)));
+                       ::testing::Bool(), ::testing::Bool(), ::testing::Values(DType::kBF16, DType::kFP32),
+                       ::testing::Values(128, 256)));
 
 // The tiled kernel's SwiGLU pass (SwiGLURange) shares one reciprocal among
 // four outputs of a thread (rows r and r + 8, output columns c and c + 4).
@@ -156,8 +169,7 @@ TEST(GemmTest, TiledSwiGLUAtExtremeGates) {
   h.Build([](const auto& t, GemmGraph& g) {
     g.AddGemm("gemm", t("A"), t("B"), t("C"), {.activation = Activation::kSwiGLU});
   });
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
+  CompileOptions options = WideTiledOptions();
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   const HostMatrix& c = h.host("C");
   int64_t wrong = 0;
@@ -547,9 +559,9 @@ void AddFusedGemm(GpuHarness& h, Rng& rng, const Shape& shape, Activation activa
   });
 }
 
-// `tile_n`: the tiled kernel's tile width (CompileOptions::tile_n; 0: 256).
+// `tile_n`: the tiled kernel's tile width (CompileOptions::tile_n).
 void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
-                  DType residual_type, bool narrow = false, int tile_n = 0, bool pack_weights = false) {
+                  DType residual_type, bool narrow = false, int tile_n = 256, bool pack_weights = false) {
   Rng rng;
   GpuHarness h;
   AddFusedGemm(h, rng, shape, activation, out_type, bias_type, residual_type);
@@ -560,7 +572,7 @@ void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType 
   options.pack_weights = pack_weights;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
   EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1) << "split_k " << split_k;
-  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : (tile_n != 0 ? tile_n : 256)) << "narrow " << narrow;
+  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : tile_n) << "narrow " << narrow;
   h.ExpectMatchesReference();
 }
 
@@ -872,8 +884,7 @@ TEST_P(LastSplitSumsTest, MatchesTheReduceJob) {
   AddFusedGemm(last, rng, shape, activation, out_type, DType::kBF16, DType::kFP32);
   AddFusedGemm(reduce, rng, shape, activation, out_type, DType::kBF16, DType::kFP32);
   CopyInputs(last, reduce);
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
+  CompileOptions options = WideTiledOptions();
   options.split_k = split_k;
   LOOM_ASSERT_OK(last.Run(TestRuntime(), options, /*launches=*/2));
   options.sum_in_last_split = false;
@@ -912,8 +923,7 @@ TEST(GemmTest, LongerLastSplitMatchesTheReference) {
     Rng rng;
     GpuHarness h;
     AddFusedGemm(h, rng, c.shape, Activation::kGELU, DType::kBF16, DType::kBF16, DType::kFP32);
-    CompileOptions options;
-    options.kernel = KernelChoice::kTiled;
+    CompileOptions options = WideTiledOptions();
     options.split_k = c.split_k;
     options.last_split_extra_k_blocks = c.extra;
     LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));

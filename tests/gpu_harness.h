@@ -206,6 +206,17 @@ inline const Runtime& TestRuntime() {
   return **runtime;
 }
 
+// Options for the tiled kernel on 256-wide tiles: the tests of its split-K,
+// reduce, packed-weight and dependency paths, whose shapes were chosen for
+// that width's tile counts (CompileOptions::tile_n = 0 would take 128-wide
+// tiles at most of these tests' sizes; TileWidth128Test covers those paths).
+inline CompileOptions WideTiledOptions() {
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.tile_n = 256;
+  return options;
+}
+
 // Every output's bytes (rows at their stride), as last copied back.
 using Snapshot = std::map<std::string, std::vector<std::byte>>;
 

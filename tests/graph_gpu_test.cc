@@ -311,8 +311,7 @@ TEST_P(LongDownKTest, PollsAlongTheRunMatchReference) {
   Rng rng;
   GpuHarness h;
   AddMlpBlock(h, rng, /*tokens=*/300, /*intermediate=*/3968);
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
+  CompileOptions options = WideTiledOptions();
   options.split_k = GetParam();
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   ExpectNodesRightAndReplayIdentical(h);
@@ -338,8 +337,7 @@ TEST_P(FreshPartialsTest, EveryLaunchSumsItsOwnPartials) {
   Rng rng;
   GpuHarness h;
   AddMlpBlock(h, rng, GetParam());
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
+  CompileOptions options = WideTiledOptions();
   options.split_k = 4;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   EXPECT_NE(h.plan().Explain().find("split_k 4"), std::string::npos) << h.plan().Explain();
@@ -394,8 +392,7 @@ TEST(GraphTest, EightLayerChainAtOneToken) {
   Rng rng;
   GpuHarness h;
   AddEightLayerChain(h, rng, /*tokens=*/1);
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
+  CompileOptions options = WideTiledOptions();
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   EXPECT_EQ(h.plan().schedule().tile.n, 256);
   ExpectNodesRightAndReplayIdentical(h);
@@ -770,8 +767,7 @@ TEST_P(ResidualOfProducerTest, SplitConsumerFinishesAndMatches) {
     g.AddGemm("producer", t("x"), t("W0"), t("h"));
     g.AddGemm("consumer", t("h"), t("W1"), t("y"), {.activation = activation, .residual = t("h")});
   });
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
+  CompileOptions options = WideTiledOptions();
   options.max_clusters = clusters;
   options.split_k = 3;
   options.reduce_in_parts = sums == SplitSums::kDefaults;
@@ -821,8 +817,7 @@ TEST(GraphTest, ChainWithLongerLastSplitsMatches) {
                   {.activation = Activation::kGELU, .residual = i == 1 ? std::optional<TensorView>(in) : std::nullopt});
       }
     });
-    CompileOptions options;
-    options.kernel = KernelChoice::kTiled;
+    CompileOptions options = WideTiledOptions();
     options.last_split_extra_k_blocks = extra;
     LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
     for (const sched::NodeSchedule& node : h.plan().schedule().nodes) {
@@ -1067,8 +1062,7 @@ TEST_P(ChainReducedInPartsTest, EveryLayerMatchesReference) {
       g.AddGemm(absl::StrCat("layer", i), in, t(absl::StrCat("W", i)), t(absl::StrCat("h", i + 1)), epilogue);
     }
   });
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
+  CompileOptions options = WideTiledOptions();
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   for (const sched::NodeSchedule& node : h.plan().schedule().nodes) {
     EXPECT_GT(node.split_k, 1);
@@ -1161,8 +1155,7 @@ TEST(GraphTest, SchedulerChosenSplitKOnSkinnyLongK) {
   h.Input("B", kBF16, 1024, 4096, rng);
   h.Output("C", kBF16, 8, 1024);
   h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
+  CompileOptions options = WideTiledOptions();
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   std::printf("[ loom     ] scheduler chose split_k = %d\n", h.plan().schedule().nodes[0].split_k);
   ExpectNodesRightAndReplayIdentical(h);
@@ -1363,17 +1356,12 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
 // the 8-layer chain at 128, and random graphs of up to 128 rows; random
 // graphs of up to 400 rows mix packed nodes with nodes of three or four row
 // blocks, which read B in place.
-CompileOptions TiledOptions() {
-  CompileOptions options;
-  options.kernel = KernelChoice::kTiled;
-  return options;
-}
 
 class TiledPackedWeightsTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(TiledPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
   LOOM_SKIP_WITHOUT_GPU();
   // A random graph of up to 400 rows may have no node of at most 256.
-  ExpectPackedMatchesUnpacked(GetParam(), TiledOptions(), /*random_graphs=*/8, /*random_graphs_pack=*/false);
+  ExpectPackedMatchesUnpacked(GetParam(), WideTiledOptions(), /*random_graphs=*/8, /*random_graphs_pack=*/false);
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, TiledPackedWeightsTest,
                          ::testing::Values("mlp8", "mlp100", "mlp128", "mlp129", "mlp256", "ragged_chain65",

@@ -68,7 +68,7 @@ TEST(RuntimeTest, TilesOf128ColumnsWhereAsked) {
   options.tile_n = 128;
   absl::StatusOr<Plan> plan = runtime.Compile(OneGemm(), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<Plan> wide = runtime.Compile(OneGemm());
+  absl::StatusOr<Plan> wide = runtime.Compile(OneGemm(), CompileOptions{.tile_n = 256});
   ASSERT_TRUE(wide.ok()) << wide.status();
   EXPECT_EQ(plan->schedule().tile.n, 128);
   EXPECT_EQ(wide->schedule().tile.n, 256);
@@ -136,7 +136,8 @@ TEST(RuntimeTest, LaunchOfHostOnlyPlanIsFailedPrecondition) {
 // The test hook that marks a node's tiles published names what it refuses:
 // a node or a tile out of range, and a plan with no device flags.
 TEST(RuntimeTest, PublishFlagsForTestingRefusesBadArguments) {
-  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm());
+  absl::StatusOr<Plan> plan =
+      Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm(), CompileOptions{.tile_n = 256});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(HasStatus(internal::PublishFlagsForTesting(*plan, 1, 0), absl::StatusCode::kInvalidArgument,
                         {"node 1 is not in [0, 1)"}));
@@ -280,12 +281,13 @@ TEST(RuntimeTest, NarrowRingsThatDoNotFitSayWhatIsLeft) {
 }
 
 // A plan whose nodes all have at most 64 rows (decode) gets half-size A
-// stages, so a fifth B stage fits in shared memory; with one node of 65 rows
-// it does not.
+// stages, so a fifth 256-wide B stage fits in shared memory; with one node
+// of 65 rows it does not.
 TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;
   options.kernel = KernelChoice::kTiled;
+  options.tile_n = 256;
   options.b_stages = 5;
   absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(64), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -330,7 +332,7 @@ TEST(RuntimeTest, ZeroKNodesKeepTheTiledKernel) {
       EXPECT_EQ(job.k_block_end, job.k_block_begin);
       ++zero_k_jobs;
     }
-    EXPECT_EQ(zero_k_jobs, 1);  // one cluster: two 256-column tiles
+    EXPECT_EQ(zero_k_jobs, 512 / (2 * plan->schedule().tile.n));  // a cluster's two tiles a job
     CompileOptions narrow;
     narrow.kernel = KernelChoice::kNarrow;
     EXPECT_TRUE(HasStatus(runtime.Compile(graph, narrow).status(), absl::StatusCode::kInvalidArgument,
@@ -365,8 +367,8 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
     options.split_k = c.split_k;
     absl::StatusOr<Plan> plan = runtime.Compile(WideDecodeGraph(c.rows, c.n), options);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->schedule().tile.n, c.narrow ? 32 : 256);
     EXPECT_EQ(plan->kernel(), c.narrow ? KernelChoice::kNarrow : KernelChoice::kTiled);
+    EXPECT_EQ(plan->schedule().tile.n == 32, c.narrow) << plan->schedule().tile.n;
   }
   // Past 64 rows a node of more than 32 MiB of weights keeps the tiled kernel.
   for (const auto& [k, narrow] : {std::pair{4096, true}, std::pair{4160, false}}) {
@@ -382,7 +384,7 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   lockstep.ring_mode = RingMode::kLockstep;
   absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(1), lockstep);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->schedule().tile.n, 256) << "lockstep rings are the tiled kernel's";
+  EXPECT_EQ(plan->kernel(), KernelChoice::kTiled) << "lockstep rings are the tiled kernel's";
   KernelChoice parsed = KernelChoice::kAuto;
   std::string error;
   EXPECT_TRUE(AbslParseFlag("narrow", &parsed, &error));
@@ -402,6 +404,68 @@ GemmGraph UpDownGraph(int64_t rows, bool dependent) {
   graph.AddGemm("down", dependent ? h : Fake("h2", 0x38000000, rows, 28672), Fake("v", 0x40000000, 4096, 28672),
                 Fake("y", 0x60000000, rows, 4096));
   return graph;
+}
+
+// `count` independent [rows x 4096] x [n x 4096] GEMMs, or a chain of them
+// (each reading the one before: n must be 4096), in buffers 1 GiB apart.
+GemmGraph Layers(int count, int64_t rows, int64_t n, bool chained) {
+  GemmGraph graph;
+  const auto at = [](int i, uintptr_t offset) { return (uintptr_t{1} << 30) * (i + 1) + offset; };
+  TensorView x = Fake("x", at(0, 0), rows, 4096);
+  for (int i = 0; i < count; ++i) {
+    const TensorView y = Fake(absl::StrCat("y", i), at(i, 0x20000000), rows, n);
+    graph.AddGemm(absl::StrCat("layer", i), chained ? x : Fake(absl::StrCat("x", i), at(i, 0), rows, 4096),
+                  Fake(absl::StrCat("w", i), at(i, 0x10000000), n, 4096), y);
+    x = y;
+  }
+  return graph;
+}
+
+// CompileOptions::tile_n = 0 (the default): 128 where, at every step of the
+// graph (the nodes of one dependency depth), 128-wide tiles fit in half the
+// grid or fill at least nine tenths of it; else 256. A width the options set
+// is kept.
+TEST(RuntimeTest, TileWidthFollowsTheTilesOfEachStep) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  ASSERT_EQ(runtime.device().sm_count, 132);
+  struct Case {
+    std::string name;
+    GemmGraph graph;
+    int max_clusters;
+    int tile_n;  // chosen
+  };
+  const std::vector<Case> cases = {
+      {"200 rows: 64 tiles, half the grid", Layers(1, 200, 4096, false), 0, 128},
+      {"256 rows x 4352: 68 tiles, past half", Layers(1, 256, 4352, false), 0, 256},
+      {"640 x 2048: 80 tiles", Layers(1, 640, 2048, false), 0, 256},
+      {"448 rows: 128 tiles, nine tenths", Layers(1, 448, 4096, false), 0, 128},
+      {"256 rows x 7680: 120 tiles, nine tenths", Layers(1, 256, 7680, false), 0, 128},
+      {"256 rows x 7424: 116 tiles", Layers(1, 256, 7424, false), 0, 256},
+      {"640 rows: 160 tiles, past one wave", Layers(1, 640, 4096, false), 0, 256},
+      {"a chain at 256 rows: 64 tiles a step", Layers(8, 256, 4096, true), 0, 128},
+      {"two independent layers at 256 rows: 128 tiles in one step", Layers(2, 256, 4096, false), 0, 128},
+      {"three: 192", Layers(3, 256, 4096, false), 0, 256},
+      {"the MLP block at 128 rows: up's 224 tiles", UpDownGraph(128, true), 0, 256},
+      {"200 rows on 8 clusters: 64 tiles, 16 CTAs", Layers(1, 200, 4096, false), 8, 256},
+      {"200 rows x 512 on 8 clusters: 8 tiles", Layers(1, 200, 512, false), 8, 128},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    CompileOptions options;
+    options.kernel = KernelChoice::kTiled;
+    options.max_clusters = c.max_clusters;
+    absl::StatusOr<Plan> plan = runtime.Compile(c.graph, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->schedule().tile.n, c.tile_n);
+    EXPECT_NE(plan->Explain().find(absl::StrFormat("tile 128x%dx64", c.tile_n)), std::string::npos)
+        << plan->Explain();
+    for (const int asked : {128, 256}) {
+      options.tile_n = asked;
+      plan = runtime.Compile(c.graph, options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->schedule().tile.n, asked);
+    }
+  }
 }
 
 // From 17 rows kAuto also takes the narrow kernel for a graph past the
@@ -615,7 +679,7 @@ TEST(RuntimeTest, NarrowDecodePlansUseNarrowTiles) {
   }
   absl::StatusOr<Plan> tall = runtime.Compile(DecodePair(129), options);
   ASSERT_TRUE(tall.ok()) << tall.status();
-  EXPECT_EQ(tall->schedule().tile.n, 256);
+  EXPECT_EQ(tall->kernel(), KernelChoice::kTiled);
   EXPECT_EQ(tall->Explain().find("narrow"), std::string::npos) << tall->Explain();
 }
 
@@ -775,6 +839,7 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
   };
   options.pack_weights = true;
   options.kernel = KernelChoice::kTiled;
+  options.tile_n = 256;
   EXPECT_TRUE(explains(graph, "weights: packed in stage order, a copy of 34.0 MiB made at Compile, for layer1, "
                               "layer2\n"));
   // Not with lockstep rings (the A loader carries B there), and not for

@@ -17,6 +17,7 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
     options.b_stages = Pick(rng, {-1, 0, 1, 2, 3, 4, 5, 8, 16, 40});
     options.max_clusters = Pick(rng, {-1, 0, 1, 2, 33, 66, 67, 132, 133, 1000});
     options.split_k = Pick(rng, {-1, 0, 1, 2, 3, 8, 64, 100000});
+    options.tile_n = Pick(rng, {-1, 0, 64, 128, 256, 512});
     options.group_size = Pick(rng, {-1, 0, 1, 3, 16, 1000});
     options.reduce_part_rows = Pick(rng, {-1, 0, 1, 8, 16, 17});
     options.narrow_a_stages = Pick(rng, {-1, 0, 1, 2, 5, 16, 17});
@@ -29,6 +30,7 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
     options.b_stages = options.ring_mode == RingMode::kLockstep ? options.a_stages : Pick(rng, {2, 3, 4, 5});
     options.max_clusters = Pick(rng, {0, 0, 1, 2, 7, 33});
     options.split_k = Pick(rng, {0, 0, 1, 2, 3});
+    options.tile_n = Pick(rng, {0, 0, 128, 256});
     options.group_size = Pick(rng, {0, 1, 3});
     options.reduce_part_rows = Pick(rng, {0, 8, 16});
     options.narrow_a_stages = Pick(rng, {0, 0, 2, 4, 6});
@@ -48,11 +50,11 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
 
 std::string DescribeOptions(const CompileOptions& options) {
   return absl::StrFormat(
-      "kernel %s, ring %s, stages %d/%d, max_clusters %d, split_k %d, group %d, reduce in parts %d of %d rows, "
-      "last split sums %d (extra %d), narrow stages %d/%d, %d in flight, %d consumers, pack %d, tagged %d, overlap %d, "
-      "timeout %d ns, trace %d",
+      "kernel %s, ring %s, stages %d/%d, max_clusters %d, split_k %d, tile_n %d, group %d, reduce in parts %d of "
+      "%d rows, last split sums %d (extra %d), narrow stages %d/%d, %d in flight, %d consumers, pack %d, tagged %d, "
+      "overlap %d, timeout %d ns, trace %d",
       AbslUnparseFlag(options.kernel), options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
-      options.a_stages, options.b_stages, options.max_clusters, options.split_k, options.group_size,
+      options.a_stages, options.b_stages, options.max_clusters, options.split_k, options.tile_n, options.group_size,
       options.reduce_in_parts, options.reduce_part_rows, options.sum_in_last_split,
       options.last_split_extra_k_blocks, options.narrow_a_stages,
       options.narrow_b_stages,

@@ -126,8 +126,12 @@ struct CompileOptions {
   // The tiled kernel's tile width: 256 (128 x 256 tiles, m64n256k16) or 128
   // (128 x 128, m64n128k16: twice the tiles of a node, so fewer splits of K
   // where 256-wide tiles would leave SMs without a tile, at ~60% of the
-  // tensor pipe's rate a k-block; bench/NOTES.md v1.60); 0: 256. Does not
-  // apply on the narrow kernel.
+  // tensor pipe's rate a k-block; bench/NOTES.md v1.60-v1.61). 0: Compile
+  // chooses: 128 where, at every step of the graph (the nodes of one
+  // dependency depth, which can run at once), 128-wide tiles fit in half the
+  // grid's CTAs or fill at least nine tenths of it; 256 otherwise (the MLP
+  // block at 128 tokens and up, large GEMMs). Plan::schedule().tile.n says
+  // which. Does not apply on the narrow kernel.
   int tile_n = 0;
   // The narrow kernel's A ring depth; 0: the longest job's A, within 128 KiB
   // (96 KiB for 9-32 rows), and at most 6 stages with packed weights at up
