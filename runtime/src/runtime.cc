@@ -215,7 +215,7 @@ int TiledTileWidth(const CompileOptions& options) {
 // 256 x 1024 x 4096 0.48 -> 0.65, 128 x 4096 x 14336 0.78 -> 0.92, the 4096
 // chain at 150-256 rows 0.49-0.54x -> 0.66-0.70x. At a nearly full wave
 // (120-128 tiles) it wins or is level: 1024 x 2048 x 2048 0.73 -> 0.89,
-// 512 x 4096 x 4096 +4-11%, 384 x 5120 x 4096 -0-3%. Between the two, with a
+// 512 x 4096 x 4096 +4-11%, 384 x 5120 x 4096 -0.1 to -3%. Between the two, with a
 // tenth to a half of the SMs left idle, 256-wide tiles split to fill them
 // are level or better: 640 x 2048 x 4096 (80 tiles) -6-11%, 384 x 4096 x
 // 4096 (96) -3-5%, 128 x 9216 x 4096 (72) -1-4% (single nodes of one row
