@@ -207,34 +207,36 @@ int TiledTileWidth(const CompileOptions& options) {
 // one depth in the dependency graph (a node is one deeper than the deepest
 // node it reads), so a batch counts its nodes' tiles together and a chain
 // each layer's alone.
-// NOTE (measured on the H200, bench/NOTES.md v1.60-v1.61, `loom_bench`
-// ratios to cuBLAS, 256 -> 128): a 128 x 128 tile's k-block runs at ~60% of
-// the tensor pipe's rate against ~100% for 128 x 256, but twice the tiles
-// need half the splits of K, or none. Where 128-wide tiles fit in half the
-// grid that wins everywhere measured: 200 x 4096 x 4096 0.72 -> 0.85,
-// 256 x 1024 x 4096 0.48 -> 0.65, 128 x 4096 x 14336 0.78 -> 0.92, the 4096
-// chain at 150-256 rows 0.49-0.54x -> 0.66-0.70x. At a nearly full wave
-// (120-128 tiles) it wins or is level: 1024 x 2048 x 2048 0.73 -> 0.89,
-// 512 x 4096 x 4096 +4-11%, 384 x 5120 x 4096 -0.1 to -3%. Between the two, with a
-// tenth to a half of the SMs left idle, 256-wide tiles split to fill them
-// are level or better: 640 x 2048 x 4096 (80 tiles) -6-11%, 384 x 4096 x
-// 4096 (96) -3-5%, 128 x 9216 x 4096 (72) -1-4% (single nodes of one row
-// block at 96-112 gained 3-13%: not taken). Past one wave: 640 x 4096 x 4096
-// 0.69 -> 0.52, and the MLP block at 128 and 200 tokens (gate/up's 224 and
-// 448 tiles) 113 -> 125 and 175 -> 199 us.
+// NOTE (measured on the H200, bench/NOTES.md v1.60-v1.61, `loom_bench` ratios
+// to cuBLAS, 256 -> 128): a 128 x 128 tile's k-block runs at ~60% of the
+// tensor pipe's rate against ~100% for 128 x 256, but twice the tiles need
+// half the splits of K, or none. Where 128-wide tiles fit in half the grid
+// that wins everywhere measured: 200 x 4096 x 4096 0.72 -> 0.85, 256 x 1024 x
+// 4096 0.48 -> 0.65, 128 x 4096 x 14336 0.78 -> 0.92, the 4096 chain at
+// 150-256 rows 0.49-0.54x -> 0.66-0.70x. At a nearly full wave (120-128 tiles)
+// it wins or is level: 1024 x 2048 x 2048 0.73 -> 0.89, 512 x 4096 x 4096
+// +4-11%, 384 x 5120 x 4096 -0.1 to -3%. Between the two, with a tenth to a
+// half of the SMs left idle, 256-wide tiles split to fill them are level or
+// better: 640 x 2048 x 4096 (80 tiles) -6-11%, 384 x 4096 x 4096 (96) -3-5%,
+// 128 x 9216 x 4096 (72) -1-4% (single nodes of one row block at 96-112 gained
+// 3-13%: not taken). Past one wave: 640 x 4096 x 4096 0.69 -> 0.52, and the
+// MLP block at 128 and 200 tokens (gate/up's 224 and 448 tiles) 113 -> 125 and
+// 175 -> 199 us.
 int ChooseTileWidth(const CompileOptions& options, const GemmGraph& graph,
                     const std::vector<DataDependency>& dependencies, int64_t grid_ctas) {
   if (options.tile_n != 0) return options.tile_n;
   constexpr int64_t kRows = KernelConfigN128::kBlockM;
-  constexpr int64_t kNarrowTile = KernelConfigN128::kBlockN;
+  constexpr int64_t kCols = KernelConfigN128::kBlockN;
   const std::vector<GemmNode>& nodes = graph.nodes();
+  // One pass: Dependencies() lists the edges consumer by consumer, each
+  // producer an earlier node, so a producer's depth is final when read.
   std::vector<int> depth(nodes.size(), 0);
-  for (const DataDependency& dependency : dependencies) {  // producers are earlier nodes (Validate)
+  for (const DataDependency& dependency : dependencies) {
     depth[dependency.consumer] = std::max(depth[dependency.consumer], depth[dependency.producer] + 1);
   }
   std::vector<int64_t> step_tiles(nodes.size(), 0);  // 128-wide tiles at each depth
   for (size_t i = 0; i < nodes.size(); ++i) {
-    step_tiles[depth[i]] += ((nodes[i].m() + kRows - 1) / kRows) * ((nodes[i].n() + kNarrowTile - 1) / kNarrowTile);
+    step_tiles[depth[i]] += ((nodes[i].m() + kRows - 1) / kRows) * ((nodes[i].n() + kCols - 1) / kCols);
   }
   const bool fills_grid = std::all_of(step_tiles.begin(), step_tiles.end(), [&](int64_t tiles) {
     return 2 * tiles <= grid_ctas || (10 * tiles >= 9 * grid_ctas && tiles <= grid_ctas);

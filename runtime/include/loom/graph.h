@@ -101,8 +101,10 @@ class GemmGraph {
   // without the kernels' hardware limits or the rules across nodes.
   absl::Status ValidateShapes() const;
 
-  // The data dependencies between nodes, derived from the tensors' memory.
-  // Meaningful for a graph that passed Validate().
+  // The data dependencies between nodes, derived from the tensors' memory,
+  // in consumer order (each consumer's edges together, consumers ascending;
+  // a producer is always an earlier node). Meaningful for a graph that passed
+  // Validate().
   std::vector<DataDependency> Dependencies() const;
 
  private:
