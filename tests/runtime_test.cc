@@ -78,7 +78,7 @@ TEST(RuntimeTest, TilesOf128ColumnsWhereAsked) {
   EXPECT_TRUE(runtime.Compile(OneGemm(), options).ok());
   options.tile_n = 256;
   EXPECT_TRUE(HasStatus(runtime.Compile(OneGemm(), options).status(), absl::StatusCode::kFailedPrecondition,
-                        {"shared memory", "b_stages=8"}));
+                        {"shared memory", "b_stages=8 (tiles 256 wide)"}));
 }
 
 // The tiled kernel spreads its first fetches where its first wave leaves
@@ -294,7 +294,7 @@ TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
   EXPECT_NE(plan->Explain().find("A 4 stages of 8192 bytes"), std::string::npos) << plan->Explain();
   plan = runtime.Compile(DecodePair(65), options);
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kFailedPrecondition,
-                        {"shared memory", "a_stages=4 (of 16384 bytes), b_stages=5"}));
+                        {"shared memory", "a_stages=4 (of 16384 bytes), b_stages=5 (tiles 256 wide)"}));
 }
 
 // A decode graph with one node `n` columns wide: ceil(n / 32) narrow tiles.
