@@ -265,6 +265,17 @@ void AddTwoGemmChain(GpuHarness& h, Rng& rng, int64_t m, int64_t width) {
   });
 }
 
+// Launches the plan once more with node `producer`'s tile flags all counted
+// as published by the host but `missing`'s (the kernel publishes none of the
+// node's), and returns what Synchronize reports. A consumer that waits for
+// every producer tile it reads must time out on `missing`'s flag.
+absl::Status LaunchWithOneProducerTileMissing(GpuHarness& h, int producer, int missing) {
+  if (absl::Status s = internal::SuppressFlagPublishingForTesting(h.plan(), producer); !s.ok()) return s;
+  if (absl::Status s = internal::PublishFlagsForTesting(h.plan(), producer, missing); !s.ok()) return s;
+  if (absl::Status s = h.plan().Launch(nullptr); !s.ok()) return s;
+  return h.plan().Synchronize(nullptr);
+}
+
 // A dependency that is never satisfied: the producer is told not to publish
 // its tile flags, so the consumer's loader waits until the watchdog fires.
 TEST(GemmTest, UnsatisfiedDependencyTimesOutWithRecord) {
@@ -411,10 +422,7 @@ TEST(GemmTest, ConsumerWaitsForEachProducerTileItReadsAhead) {
   const sched::NodeSchedule& first = h.plan().schedule().nodes[0];
   ASSERT_EQ(first.n_blocks, 17);
   const int missing = 1 * first.n_blocks + 15;  // row 1, tile column 15
-  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
-  LOOM_ASSERT_OK(internal::PublishFlagsForTesting(h.plan(), /*node=*/0, missing));
-  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
-  const absl::Status status = h.plan().Synchronize(nullptr);
+  const absl::Status status = LaunchWithOneProducerTileMissing(h, /*producer=*/0, missing);
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   ASSERT_TRUE(h.plan().last_timeout().has_value());
   EXPECT_EQ(h.plan().last_timeout()->flag, first.flag_base + missing) << status;
@@ -459,10 +467,7 @@ TEST_P(RaggedProducerRunTest, RunOfProducerTilesEndsAtARaggedTile) {
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   h.ExpectEachNodeMatchesReference();
   const sched::NodeSchedule& right_node = h.plan().schedule().nodes[1];
-  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/1));
-  LOOM_ASSERT_OK(internal::PublishFlagsForTesting(h.plan(), /*node=*/1, /*except_tile=*/0));
-  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
-  const absl::Status status = h.plan().Synchronize(nullptr);
+  const absl::Status status = LaunchWithOneProducerTileMissing(h, /*producer=*/1, /*missing=*/0);
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("node \"consumer\""), std::string::npos) << status;
   ASSERT_TRUE(h.plan().last_timeout().has_value());
@@ -510,10 +515,7 @@ TEST_P(NarrowReadAheadTest, ConsumerWaitsForEachProducerTile) {
   ASSERT_EQ(first.n_blocks, 32);
   ASSERT_EQ(first.out_tile_n, swiglu ? 16 : 32);
   const int missing = 17;
-  LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
-  LOOM_ASSERT_OK(internal::PublishFlagsForTesting(h.plan(), /*node=*/0, missing));
-  LOOM_ASSERT_OK(h.plan().Launch(nullptr));
-  const absl::Status status = h.plan().Synchronize(nullptr);
+  const absl::Status status = LaunchWithOneProducerTileMissing(h, /*producer=*/0, missing);
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("node \"second\""), std::string::npos) << status;
   ASSERT_TRUE(h.plan().last_timeout().has_value());
