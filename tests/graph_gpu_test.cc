@@ -2,8 +2,8 @@
 // epilogues and ragged shapes, diamonds (two consumers of one producer; one
 // consumer of two producers that write the column halves of one buffer), MLP
 // blocks, a decode-like chain of 8 layers, split-K, two Plans on two streams
-// at once, and a soak of random graphs with replayed Plans and a device-memory
-// leak check.
+// at once, a soak of random graphs with replayed Plans and a device-memory
+// leak check, and plans on a second GPU (skipped, saying so, with one).
 //
 // Each node is compared with the FP64 CPU reference recomputed from the inputs
 // the GPU gave it (GpuHarness::ExpectEachNodeMatchesReference, TESTING.md's
@@ -1687,6 +1687,178 @@ INSTANTIATE_TEST_SUITE_P(Cases, NarrowOverlapTest,
                                            PingPong{1, true, KernelChoice::kTiled},
                                            PingPong{40, false, KernelChoice::kTiled}),
                          [](const auto& info) { return info.param.name(); });
+
+
+// ---------------------------------------------------------------------------
+// 11. A second GPU (Runtime::Create(1)): plans there beside plans on device
+// 0, each launched and synchronized with its own device current (Plan::Launch
+// refuses any other). Skipped, saying why, on a machine with one Hopper GPU.
+// ---------------------------------------------------------------------------
+
+// Why device 1 cannot run these tests, or "" when it can.
+std::string WhyNoSecondHopperGpu() {
+  int count = 0;
+  if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
+    return absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(error));
+  }
+  if (count < 2) return absl::StrCat("needs a second GPU; this machine has ", count);
+  int major = 0;
+  if (const cudaError_t error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 1);
+      error != cudaSuccess) {
+    return absl::StrCat("cannot query device 1: ", cudaGetErrorName(error));
+  }
+  if (major != 9) return absl::StrCat("device 1 has compute capability ", major, ".x; loom needs sm_90 (Hopper)");
+  return "";
+}
+
+#define LOOM_SKIP_WITHOUT_SECOND_GPU()                                   \
+  do {                                                                   \
+    LOOM_SKIP_WITHOUT_GPU();                                             \
+    if (const std::string why = WhyNoSecondHopperGpu(); !why.empty()) { \
+      GTEST_SKIP() << why;                                               \
+    }                                                                    \
+  } while (false)
+
+// Makes `device` current for a scope; device 0 (every other test's) after it.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) : error_(cudaSetDevice(device)) {}
+  ~OnDevice() { cudaSetDevice(0); }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+  cudaError_t error() const { return error_; }
+
+ private:
+  cudaError_t error_;
+};
+
+// The MLP block on both GPUs from the same data, the two kernels running at
+// once on a stream of each device: each node must match the reference on
+// both, the two must write the same bits where their plans are the same
+// (same GPU model, same schedule), and a replay on device 1 must repeat its
+// first launch. Each plan's Launch is refused while the other device is
+// current, and compiling for device 1 leaves the caller's device current.
+// Param: the block's kernel path ("narrow_packed" 16 tokens; "tiled" 300;
+// "tiled_split4" 128 tokens, every node split in four: workspace, reduce).
+class SecondGpuTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(SecondGpuTest, PlansOnBothGpusAtOnceMatchTheReference) {
+  LOOM_SKIP_WITHOUT_SECOND_GPU();
+  CompileOptions options;
+  int64_t tokens = 300;
+  if (GetParam() == "narrow_packed") {
+    tokens = 16;
+    options.kernel = KernelChoice::kNarrow;
+    options.pack_weights = true;
+  } else if (GetParam() == "tiled_split4") {
+    tokens = 128;
+    options = WideTiledOptions();
+    options.split_k = 4;
+  }
+  Rng rng;
+  Rng same(rng.seed());
+  absl::StatusOr<Runtime> runtime1 = Runtime::Create(1);
+  LOOM_ASSERT_OK(runtime1.status());
+
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  GpuHarness on0;
+  AddMlpBlock(on0, rng, tokens);
+  LOOM_ASSERT_OK(on0.Prepare(TestRuntime(), options));
+  Stream stream0;
+  ASSERT_EQ(stream0.error(), cudaSuccess) << cudaGetErrorName(stream0.error());
+  {
+    const OnDevice device1(1);
+    ASSERT_EQ(device1.error(), cudaSuccess) << cudaGetErrorName(device1.error());
+    GpuHarness on1;  // its buffers on device 1
+    AddMlpBlock(on1, same, tokens);
+    LOOM_ASSERT_OK(on1.Prepare(*runtime1, options));
+    ASSERT_EQ(on1.plan().kernel(), on0.plan().kernel());
+    Stream stream1;
+    ASSERT_EQ(stream1.error(), cudaSuccess) << cudaGetErrorName(stream1.error());
+
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    LOOM_ASSERT_OK(on0.LaunchOn(stream0.get()));
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    LOOM_ASSERT_OK(on1.LaunchOn(stream1.get()));
+    LOOM_ASSERT_OK(on1.FinishOn(stream1.get()));
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    LOOM_ASSERT_OK(on0.FinishOn(stream0.get()));
+    {
+      SCOPED_TRACE("device 0");
+      on0.ExpectEachNodeMatchesReference();
+    }
+    {
+      SCOPED_TRACE("device 1");
+      on1.ExpectEachNodeMatchesReference();
+    }
+    if (on0.plan().Explain() == on1.plan().Explain()) {
+      EXPECT_TRUE(TakeSnapshot(on0) == TakeSnapshot(on1)) << "the same plan wrote different bits on the two GPUs";
+    } else {
+      std::printf("[ loom     ] the two GPUs' plans differ; their outputs were each checked, not compared\n");
+    }
+
+    // Device 0 is current: device 1's plan is refused, and compiling for
+    // device 1 does not move the caller there.
+    const absl::Status refused = on1.plan().Launch(stream0.get());
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), "compiled for device 1")) << refused;
+    {
+      const absl::StatusOr<Plan> again = runtime1->Compile(on1.plan().graph(), options);
+      LOOM_ASSERT_OK(again.status());
+      int current = -1;
+      ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+      EXPECT_EQ(current, 0);
+    }  // destroyed with device 0 current
+
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    const absl::Status refused0 = on0.plan().Launch(stream1.get());
+    EXPECT_EQ(refused0.code(), absl::StatusCode::kFailedPrecondition) << refused0;
+    EXPECT_TRUE(absl::StrContains(refused0.message(), "compiled for device 0")) << refused0;
+    EXPECT_TRUE(ReplayIsBitIdentical(on1));
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Kernels, SecondGpuTest, ::testing::Values("narrow_packed", "tiled", "tiled_split4"),
+                         [](const auto& info) { return info.param; });
+
+// Plans of device 1 destroyed while device 0 is current (Plan::Impl frees on
+// the plan's device): 500 compiled, launched and destroyed that way must
+// leave device 1's free memory exactly where it was, as PlanMemoryTest asks
+// of plans on one device; the last launch's outputs must still be right.
+TEST(SecondGpuMemoryTest, PlansFreedWithTheOtherDeviceCurrent) {
+  LOOM_SKIP_WITHOUT_SECOND_GPU();
+  constexpr int kRounds = 500;
+  absl::StatusOr<Runtime> runtime1 = Runtime::Create(1);
+  LOOM_ASSERT_OK(runtime1.status());
+  const OnDevice device1(1);
+  ASSERT_EQ(device1.error(), cudaSuccess) << cudaGetErrorName(device1.error());
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, 16);
+  CompileOptions options = WideTiledOptions();
+  options.split_k = 4;  // a workspace to free too
+  LOOM_ASSERT_OK(h.Run(*runtime1, options));
+  auto round = [&]() -> absl::Status {
+    std::optional<Plan> plan;
+    {
+      absl::StatusOr<Plan> compiled = runtime1->Compile(h.plan().graph(), options);
+      if (!compiled.ok()) return compiled.status();
+      plan.emplace(std::move(*compiled));
+    }
+    if (absl::Status s = plan->Launch(nullptr); !s.ok()) return s;
+    if (absl::Status s = plan->Synchronize(nullptr); !s.ok()) return s;
+    if (cudaSetDevice(0) != cudaSuccess) return absl::InternalError("cudaSetDevice(0)");
+    plan.reset();
+    if (cudaSetDevice(1) != cudaSuccess) return absl::InternalError("cudaSetDevice(1)");
+    return absl::OkStatus();
+  };
+  LOOM_ASSERT_OK(round());  // warm-up
+  const FreeMemory free = FreeMemoryAround(absl::StrCat(kRounds, " plans on device 1"), [&] {
+    for (int i = 0; i < kRounds; ++i) LOOM_ASSERT_OK(round());
+  });
+  if (HasFailure()) return;
+  EXPECT_EQ(free.lost(), 0) << "device 1 lost " << free.lost() << " bytes over " << kRounds << " plans";
+  LOOM_ASSERT_OK(h.CopyOutputsBack());
+  h.ExpectEachNodeMatchesReference();
+}
 
 }  // namespace
 }  // namespace loom::testbed

@@ -1027,6 +1027,13 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
 }
 
 Plan::Impl::~Impl() {
+  // Freed on the plan's device, which need not be the caller's current one
+  // (a plan may be destroyed on any thread, with any device current).
+  std::optional<RestoreCurrentDevice> restore;
+  if (device_ordinal >= 0) {
+    restore.emplace();
+    cudaSetDevice(device_ordinal);
+  }
   cudaFree(nodes);
   cudaFree(queue);
   cudaFree(dependencies);
