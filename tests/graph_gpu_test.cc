@@ -19,10 +19,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -420,10 +422,12 @@ struct RandomNode {
 // (inputs) and out0, out1, ... (outputs); nodes n0, n1, ...
 class RandomGraph {
  public:
-  RandomGraph(GpuHarness& h, Rng& rng, int64_t max_rows = 300) : h_(h), rng_(rng), max_rows_(max_rows) {}
+  // `widths`: what Width() draws from (the widths and K of the nodes).
+  RandomGraph(GpuHarness& h, Rng& rng, int64_t max_rows = 300, std::span<const int64_t> widths = kSoakWidths)
+      : h_(h), rng_(rng), max_rows_(max_rows), widths_(widths) {}
 
   int64_t Rows() { return rng_.UniformInt(1, max_rows_); }
-  int64_t Width() { return kSoakWidths[rng_.UniformInt(0, 4)]; }
+  int64_t Width() { return widths_[rng_.UniformInt(0, static_cast<int64_t>(widths_.size()) - 1)]; }
   DType BF16OrFP32() { return rng_.UniformInt(0, 1) == 0 ? kBF16 : kFP32; }
 
   std::string Input(DType dtype, int64_t rows, int64_t cols) {
@@ -526,6 +530,7 @@ class RandomGraph {
   GpuHarness& h_;
   Rng& rng_;
   int64_t max_rows_;
+  std::span<const int64_t> widths_;
   int inputs_ = 0, outputs_ = 0;
   std::vector<RandomNode> nodes_;
   std::string description_;
@@ -728,6 +733,45 @@ TEST(GraphSoakTest, RandomGraphsUnderRandomOptions) {
               "refused by Compile)\n",
               ran, kGraphs, ran_zero_k);
   EXPECT_GE(ran, kGraphs / 2);
+}
+
+// Random graphs of longer K and wider nodes than the soak above: widths and
+// K of 264-3080 (each but 264 eight past a multiple of 64, so every node has
+// a ragged k-block and ragged tiles), so consumers poll runs of more than
+// one word of producer flags, nodes take several waves, and split K and
+// reduces in parts meet long runs, at up to 400 rows (128, the narrow
+// kernel's limit, every other graph), under random options. Few graphs by
+// default, since the CPU reference of each takes seconds;
+// LOOM_LONG_SOAK_GRAPHS=<n> runs n.
+constexpr int64_t kLongSoakWidths[] = {264, 1032, 2056, 3080};
+TEST(GraphSoakTest, LongerRandomGraphsUnderRandomOptions) {
+  LOOM_SKIP_WITHOUT_GPU();
+  int graphs = 8;
+  if (const char* env = std::getenv("LOOM_LONG_SOAK_GRAPHS"); env != nullptr) {
+    ASSERT_TRUE(absl::SimpleAtoi(env, &graphs) && graphs > 0) << "LOOM_LONG_SOAK_GRAPHS=" << env;
+  }
+  Rng rng;
+  int ran = 0;
+  for (int i = 0; i < graphs && !HasFailure(); ++i) {
+    GpuHarness h;
+    RandomGraph graph(h, rng, /*max_rows=*/i % 2 == 0 ? kernel::NarrowConfig::kMaxRows : 400, kLongSoakWidths);
+    BuildRandomGraph(graph, rng, /*zero_k=*/true);
+    const CompileOptions options = testbed::RandomCompileOptions(rng, testbed::OptionRanges::kUsable);
+    SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description(), "; options: ",
+                              testbed::DescribeOptions(options)));
+    const absl::Status status = h.Run(TestRuntime(), options);
+    const bool refused = absl::IsInvalidArgument(status) || absl::IsFailedPrecondition(status);  // by Compile
+    std::printf("[ loom     ] longer random graph %d: %s\n", i, refused ? "refused by Compile" : "ran");
+    std::fflush(stdout);
+    if (refused) continue;
+    LOOM_ASSERT_OK(status);
+    ++ran;
+    h.ExpectEachNodeMatchesReference();
+    EXPECT_TRUE(ReplayIsBitIdentical(h));
+  }
+  std::printf("[ loom     ] %d of %d longer random graphs ran under their options (the rest refused by Compile)\n",
+              ran, graphs);
+  EXPECT_GE(ran, 1) << "every graph's options were refused: nothing was checked";
 }
 
 // A consumer whose A and residual are both its producer's output, its K
