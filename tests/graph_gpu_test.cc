@@ -1732,7 +1732,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, NarrowOverlapTest,
                                            PingPong{40, false, KernelChoice::kTiled}),
                          [](const auto& info) { return info.param.name(); });
 
-
 // ---------------------------------------------------------------------------
 // 11. A second GPU (Runtime::Create(1)): plans there beside plans on device
 // 0, each launched and synchronized with its own device current (Plan::Launch
