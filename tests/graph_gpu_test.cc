@@ -221,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(Splits, TwoProducersTest,
 // the SwiGLU producer's 64-column tiles and the SiLU producer's first; the A
 // loader took the first producer's three tiles for a run of three k-blocks
 // and did not wait for the second (fixed; the deterministic check is
-// GemmTest.RunOfProducerTilesEndsAtARaggedTile). Param: tile width, split_k.
+// RaggedProducerRunTest in gemm_gpu_test). Param: tile width, split_k.
 class TwoProducersOfOneSplitConsumerTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
 TEST_P(TwoProducersOfOneSplitConsumerTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -1738,28 +1738,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, NarrowOverlapTest,
 // refuses any other). Skipped, saying why, on a machine with one Hopper GPU.
 // ---------------------------------------------------------------------------
 
-// Why device 1 cannot run these tests, or "" when it can.
-std::string WhyNoSecondHopperGpu() {
-  int count = 0;
-  if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
-    return absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(error));
-  }
-  if (count < 2) return absl::StrCat("needs a second GPU; this machine has ", count);
-  int major = 0;
-  if (const cudaError_t error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 1);
-      error != cudaSuccess) {
-    return absl::StrCat("cannot query device 1: ", cudaGetErrorName(error));
-  }
-  if (major != 9) return absl::StrCat("device 1 has compute capability ", major, ".x; loom needs sm_90 (Hopper)");
-  return "";
-}
-
-#define LOOM_SKIP_WITHOUT_SECOND_GPU()                                   \
-  do {                                                                   \
-    LOOM_SKIP_WITHOUT_GPU();                                             \
-    if (const std::string why = WhyNoSecondHopperGpu(); !why.empty()) { \
-      GTEST_SKIP() << why;                                               \
-    }                                                                    \
+#define LOOM_SKIP_WITHOUT_SECOND_GPU()                                              \
+  do {                                                                              \
+    LOOM_SKIP_WITHOUT_GPU();                                                        \
+    if (std::string why; !HasHopperGpu(&why, /*device=*/1)) GTEST_SKIP() << why;   \
   } while (false)
 
 // Makes `device` current for a scope; device 0 (every other test's) after it.

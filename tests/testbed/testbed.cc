@@ -420,7 +420,7 @@ Comparison CompareExactly(const TensorView& out, const TensorView& ref) {
 
 // --- GPU helpers -------------------------------------------------------------
 
-bool HasHopperGpu(std::string* why) {
+bool HasHopperGpu(std::string* why, int device) {
   int count = 0;
   cudaError_t error = cudaGetDeviceCount(&count);
   std::string reason;
@@ -429,16 +429,19 @@ bool HasHopperGpu(std::string* why) {
                           ": ", cudaGetErrorString(error), ")");
   } else if (count == 0) {
     reason = "no CUDA device";
+  } else if (device >= count) {
+    reason = absl::StrCat("needs CUDA device ", device, "; this machine has ", count, " device",
+                          count == 1 ? "" : "s");
   } else {
     int major = 0, minor = 0;
-    error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (error == cudaSuccess) {
-      error = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+      error = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
     }
     if (error != cudaSuccess) {
-      reason = absl::StrCat("cannot query device 0: ", cudaGetErrorName(error));
+      reason = absl::StrCat("cannot query device ", device, ": ", cudaGetErrorName(error));
     } else if (major != 9) {
-      reason = absl::StrCat("device 0 is sm_", major, minor, "; loom needs sm_90 (Hopper)");
+      reason = absl::StrCat("device ", device, " is sm_", major, minor, "; loom needs sm_90 (Hopper)");
     } else {
       return true;
     }

@@ -212,9 +212,9 @@ Comparison CompareExactly(const TensorView& out, const TensorView& ref);
 // GPU helpers (CUDA runtime API only; no kernels)
 // ---------------------------------------------------------------------------
 
-// True when device 0 is a Hopper (sm_90) GPU; otherwise false and `why` (if
-// non-null) says what was found instead.
-bool HasHopperGpu(std::string* why = nullptr);
+// True when CUDA device `device` exists and is a Hopper (sm_90) GPU;
+// otherwise false and `why` (if non-null) says what was found instead.
+bool HasHopperGpu(std::string* why = nullptr, int device = 0);
 
 // In a test body: skips the test, with the reason, when there is no sm_90 GPU.
 #define LOOM_SKIP_WITHOUT_GPU()                                   \
