@@ -700,6 +700,30 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
                                           << " bytes";
 }
 
+// What one graph of a random-options soak did.
+enum class SoakOutcome { kRefused, kRan, kRanWithZeroK };
+
+// One graph of a random-options soak (`index` names it in failures): a
+// random graph of at most `max_rows` rows, widths and K from `widths`,
+// compiled under random usable options; unless Compile refuses them, each
+// node must match the reference and a replay must repeat the launch bit for
+// bit.
+void SoakOneGraph(Rng& rng, int index, int64_t max_rows, std::span<const int64_t> widths, SoakOutcome* outcome) {
+  *outcome = SoakOutcome::kRefused;
+  GpuHarness h;
+  RandomGraph graph(h, rng, max_rows, widths);
+  BuildRandomGraph(graph, rng, /*zero_k=*/true);
+  const CompileOptions options = testbed::RandomCompileOptions(rng, testbed::OptionRanges::kUsable);
+  SCOPED_TRACE(absl::StrCat("random graph ", index, ": ", graph.description(), "; options: ",
+                            testbed::DescribeOptions(options)));
+  const absl::Status status = h.Run(TestRuntime(), options);
+  if (absl::IsInvalidArgument(status) || absl::IsFailedPrecondition(status)) return;  // refused by Compile
+  LOOM_ASSERT_OK(status);
+  *outcome = absl::StrContains(graph.description(), "K = 0") ? SoakOutcome::kRanWithZeroK : SoakOutcome::kRan;
+  h.ExpectEachNodeMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+}
+
 // Random graphs (up to 128 rows half the time, so the narrow kernel takes
 // many of them) under random options, each within its documented range:
 // ring depths and modes, grids of 1 to 33 clusters, forced splits, group
@@ -715,19 +739,10 @@ TEST(GraphSoakTest, RandomGraphsUnderRandomOptions) {
   Rng rng;
   int ran = 0, ran_zero_k = 0;
   for (int i = 0; i < kGraphs && !HasFailure(); ++i) {
-    GpuHarness h;
-    RandomGraph graph(h, rng, /*max_rows=*/i % 2 == 0 ? kernel::NarrowConfig::kMaxRows : 300);
-    BuildRandomGraph(graph, rng, /*zero_k=*/true);
-    const CompileOptions options = testbed::RandomCompileOptions(rng, testbed::OptionRanges::kUsable);
-    SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description(), "; options: ",
-                              testbed::DescribeOptions(options)));
-    const absl::Status status = h.Run(TestRuntime(), options);
-    if (absl::IsInvalidArgument(status) || absl::IsFailedPrecondition(status)) continue;  // refused by Compile
-    LOOM_ASSERT_OK(status);
-    ++ran;
-    ran_zero_k += absl::StrContains(graph.description(), "K = 0");
-    h.ExpectEachNodeMatchesReference();
-    EXPECT_TRUE(ReplayIsBitIdentical(h));
+    SoakOutcome outcome;
+    SoakOneGraph(rng, i, /*max_rows=*/i % 2 == 0 ? kernel::NarrowConfig::kMaxRows : 300, kSoakWidths, &outcome);
+    ran += outcome != SoakOutcome::kRefused;
+    ran_zero_k += outcome == SoakOutcome::kRanWithZeroK;
   }
   std::printf("[ loom     ] %d of %d random graphs ran under their options (%d with a node of K = 0; the rest "
               "refused by Compile)\n",
@@ -753,21 +768,12 @@ TEST(GraphSoakTest, LongerRandomGraphsUnderRandomOptions) {
   Rng rng;
   int ran = 0;
   for (int i = 0; i < graphs && !HasFailure(); ++i) {
-    GpuHarness h;
-    RandomGraph graph(h, rng, /*max_rows=*/i % 2 == 0 ? kernel::NarrowConfig::kMaxRows : 400, kLongSoakWidths);
-    BuildRandomGraph(graph, rng, /*zero_k=*/true);
-    const CompileOptions options = testbed::RandomCompileOptions(rng, testbed::OptionRanges::kUsable);
-    SCOPED_TRACE(absl::StrCat("random graph ", i, ": ", graph.description(), "; options: ",
-                              testbed::DescribeOptions(options)));
-    const absl::Status status = h.Run(TestRuntime(), options);
-    const bool refused = absl::IsInvalidArgument(status) || absl::IsFailedPrecondition(status);  // by Compile
-    std::printf("[ loom     ] longer random graph %d: %s\n", i, refused ? "refused by Compile" : "ran");
+    SoakOutcome outcome;
+    SoakOneGraph(rng, i, /*max_rows=*/i % 2 == 0 ? kernel::NarrowConfig::kMaxRows : 400, kLongSoakWidths, &outcome);
+    ran += outcome != SoakOutcome::kRefused;
+    std::printf("[ loom     ] longer random graph %d: %s\n", i,
+                outcome == SoakOutcome::kRefused ? "refused by Compile" : "ran");
     std::fflush(stdout);
-    if (refused) continue;
-    LOOM_ASSERT_OK(status);
-    ++ran;
-    h.ExpectEachNodeMatchesReference();
-    EXPECT_TRUE(ReplayIsBitIdentical(h));
   }
   std::printf("[ loom     ] %d of %d longer random graphs ran under their options (the rest refused by Compile)\n",
               ran, graphs);
