@@ -11,6 +11,7 @@
 // (--shapes), named n<N>x<wgmmas a stage>s<sets>:
 //   n32x4s4, n32x8s4   m64n32k16 (RunWgmmaJob's instruction), 4 or 8 a stage
 //   n64x4s2, n64x8s2   m64n64k16 (RunPairedWgmmaJob's)
+//   n128x4s1           m64n128k16 (the tiled kernel's with 128-column tiles)
 //   n256x2s1, n256x4s1 m64n256k16 (the tiled kernel's)
 // At most 8 a stage: with 16 (the narrow kernel's stage) ptxas serializes
 // this loop's wgmmas (C7514, "non wgmma instructions reading accumulator
@@ -81,8 +82,12 @@ struct Stage {
         } else if constexpr (kN == 64) {
           loom::kernel::wgmma_m64n64k16_bf16_ss(acc[j % kSets], AdvanceDescriptorLowK16(a_low, k16),
                                                 AdvanceDescriptorLowK16(b_low, k16));
+        } else if constexpr (kN == 128) {
+          const uint64_t da = MakeSwizzle128Descriptor(a_tile), db = MakeSwizzle128Descriptor(b_tile);
+          loom::kernel::wgmma_m64n128k16_bf16(acc[j % kSets], AdvanceDescriptorK16(da, k16),
+                                              AdvanceDescriptorK16(db, k16), true);
         } else {
-          static_assert(kN == 256, "m64n32k16, m64n64k16 or m64n256k16");
+          static_assert(kN == 256, "m64n32k16, m64n64k16, m64n128k16 or m64n256k16");
           const uint64_t da = MakeSwizzle128Descriptor(a_tile), db = MakeSwizzle128Descriptor(b_tile);
           loom::kernel::wgmma_m64n256k16_bf16(acc[j % kSets], AdvanceDescriptorK16(da, k16),
                                               AdvanceDescriptorK16(db, k16), true);
@@ -181,7 +186,8 @@ struct ProbeShape {
 };
 constexpr ProbeShape kShapes[] = {
     {"n32x4s4", &Run<Stage<32, 4, 4>>}, {"n32x8s4", &Run<Stage<32, 8, 4>>},   {"n64x4s2", &Run<Stage<64, 4, 2>>},
-    {"n64x8s2", &Run<Stage<64, 8, 2>>}, {"n256x2s1", &Run<Stage<256, 2, 1>>}, {"n256x4s1", &Run<Stage<256, 4, 1>>},
+    {"n64x8s2", &Run<Stage<64, 8, 2>>}, {"n128x4s1", &Run<Stage<128, 4, 1>>}, {"n256x2s1", &Run<Stage<256, 2, 1>>},
+    {"n256x4s1", &Run<Stage<256, 4, 1>>},
 };
 
 }  // namespace
