@@ -2,8 +2,8 @@
 
 #include "absl/flags/flag.h"
 
-ABSL_FLAG(int, a_stages, 4, "loom: A ring depth, 2 to 8");
-ABSL_FLAG(int, b_stages, 4, "loom: B ring depth, 2 to 8");
+ABSL_FLAG(int, a_stages, 0, "loom: the tiled kernel's A ring depth, 2 to 8 (0: chosen by the plan)");
+ABSL_FLAG(int, b_stages, 0, "loom: the tiled kernel's B ring depth, 2 to 8 (0: chosen by the plan)");
 ABSL_FLAG(int, max_clusters, 0,
           "loom: clusters to launch, CTAs on the narrow kernel (0: every co-resident one; "
           "CompileOptions::max_clusters)");

@@ -81,6 +81,38 @@ TEST(RuntimeTest, TilesOf128ColumnsWhereAsked) {
                         {"shared memory", "b_stages=8 (tiles 256 wide)"}));
 }
 
+// Ring depths left 0 are chosen by the plan: 7 A and 5 B stages on 128-wide
+// tiles in split rings, 4 and 4 on 256-wide tiles and in lockstep rings.
+// One depth given: the other is the same in lockstep, else its chosen depth
+// lowered until shared memory fits. Depths given are kept.
+TEST(RuntimeTest, RingDepthsLeftZeroAreChosenByTheTileWidth) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  const auto rings_of = [&](CompileOptions options) {
+    absl::StatusOr<Plan> plan = runtime.Compile(OneGemm(), options);
+    if (!plan.ok()) return std::string(plan.status().message());
+    const std::string explain = plan->Explain();
+    const size_t begin = explain.find("rings: ");
+    return explain.substr(begin, explain.find(')', begin) + 1 - begin);
+  };
+  EXPECT_EQ(rings_of({.tile_n = 128}), "rings: split (A 7 stages of 16384 bytes, B 5 stages)");
+  EXPECT_EQ(rings_of({.tile_n = 256}), "rings: split (A 4 stages of 16384 bytes, B 4 stages)");
+  EXPECT_EQ(rings_of({.ring_mode = RingMode::kLockstep, .tile_n = 128}),
+            "rings: lockstep (A 4 stages of 16384 bytes, B 4 stages)");
+  EXPECT_EQ(rings_of({.ring_mode = RingMode::kLockstep, .b_stages = 6, .tile_n = 128}),
+            "rings: lockstep (A 6 stages of 16384 bytes, B 6 stages)");
+  EXPECT_EQ(rings_of({.a_stages = 3, .tile_n = 128}), "rings: split (A 3 stages of 16384 bytes, B 5 stages)");
+  EXPECT_EQ(rings_of({.a_stages = 5, .b_stages = 3, .tile_n = 128}),
+            "rings: split (A 5 stages of 16384 bytes, B 3 stages)");
+  // 8 B stages of 16 KiB leave room for 4 A stages, not 7.
+  EXPECT_EQ(rings_of({.b_stages = 8, .tile_n = 128}), "rings: split (A 4 stages of 16384 bytes, B 8 stages)");
+  // 256-wide B stages of 32 KiB: 5 leave room for 2 A stages of 16 KiB.
+  EXPECT_EQ(rings_of({.b_stages = 5, .tile_n = 256}), "rings: split (A 2 stages of 16384 bytes, B 5 stages)");
+  // Lowered to 2 and still too big: refused, naming both depths.
+  absl::StatusOr<Plan> plan = runtime.Compile(OneGemm(), {.b_stages = 7, .tile_n = 256});
+  EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kFailedPrecondition,
+                        {"shared memory", "a_stages=2 (of 16384 bytes), b_stages=7 (tiles 256 wide)"}));
+}
+
 // The tiled kernel spreads its first fetches where its first wave leaves
 // clusters without a job to start (sched::IdleClustersAtLaunch); Explain
 // says so. The narrow kernel never does (its first wave is static).
@@ -288,6 +320,7 @@ TEST(RuntimeTest, DecodePlansHaveHalfAStages) {
   CompileOptions options;
   options.kernel = KernelChoice::kTiled;
   options.tile_n = 256;
+  options.a_stages = 4;
   options.b_stages = 5;
   absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(64), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -951,10 +984,10 @@ TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
   absl::StatusOr<Plan> plan = runtime.Compile(OneGemm(), lockstep);
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument, {"a_stages == b_stages"}));
 
-  CompileOptions zero_stages;
-  zero_stages.a_stages = 0;
-  plan = runtime.Compile(OneGemm(), zero_stages);
-  EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument, {"a_stages: 0"}));
+  CompileOptions negative_stages;
+  negative_stages.a_stages = -1;
+  plan = runtime.Compile(OneGemm(), negative_stages);
+  EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument, {"a_stages: -1", "{0} and [2, 8]"}));
 }
 
 // Every option is range-checked whichever kernel the plan runs on, the
@@ -976,8 +1009,8 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
       {[](CompileOptions& o) { o.spin_timeout_ns = int64_t{1} << 62; },
        {"spin_timeout_ns: 4611686018427387904", "[1, 1152921504606846976]"}},
       {[](CompileOptions& o) { o.max_clusters = -1; }, {"max_clusters: -1", "negative"}},
-      {[](CompileOptions& o) { o.a_stages = 9; }, {"a_stages: 9", "[2, 8]"}},
-      {[](CompileOptions& o) { o.b_stages = 0; }, {"b_stages: 0", "[2, 8]"}},
+      {[](CompileOptions& o) { o.a_stages = 9; }, {"a_stages: 9", "{0} and [2, 8]"}},
+      {[](CompileOptions& o) { o.b_stages = -3; }, {"b_stages: -3", "{0} and [2, 8]"}},
       // One slot would wait for itself (the consumers free a slot once the
       // next is full): a hang the watchdog reported, before this check.
       {[](CompileOptions& o) { o.a_stages = 1; }, {"a_stages: 1", "[2, 8]"}},

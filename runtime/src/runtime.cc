@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -114,16 +115,17 @@ absl::Status CheckOptions(const CompileOptions& options) {
   // once the next k-block's is full (one wgmma group stays in flight,
   // mma_role.cuh), so a ring of one slot would wait for itself.
   for (auto [name, stages] : {std::pair{"a_stages", options.a_stages}, std::pair{"b_stages", options.b_stages}}) {
-    if (stages < 2 || stages > KernelConfig::kMaxStages) {
-      return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.%s: %d is outside [2, %d]", name, stages,
-                                                        KernelConfig::kMaxStages));
+    if (stages != 0 && (stages < 2 || stages > KernelConfig::kMaxStages)) {
+      return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.%s: %d is outside {0} and [2, %d]", name,
+                                                        stages, KernelConfig::kMaxStages));
     }
   }
   if (options.tile_n != 0 && options.tile_n != KernelConfig::kBlockN && options.tile_n != KernelConfigN128::kBlockN) {
     return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.tile_n: %d is not 0, %d or %d", options.tile_n,
                                                       KernelConfigN128::kBlockN, KernelConfig::kBlockN));
   }
-  if (options.ring_mode == RingMode::kLockstep && options.a_stages != options.b_stages) {
+  if (options.ring_mode == RingMode::kLockstep && options.a_stages != 0 && options.b_stages != 0 &&
+      options.a_stages != options.b_stages) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions: lockstep rings need a_stages == b_stages, got %d and %d", options.a_stages,
         options.b_stages));
@@ -249,17 +251,48 @@ sched::TileShape TiledTile(int tile_n) {
   return kernel::WithTiledConfig(tile_n, [](auto config) { return decltype(config)::tile(); });
 }
 
-// The tiled kernel's shared memory for the options' ring depths, tiles
-// `tile_n` wide.
-absl::Status CheckTiledSharedMemory(const CompileOptions& options, const DeviceDescription& device,
+// The tiled kernel's ring depths: the options', each 0 chosen here. Both 0:
+// 7 A and 5 B stages on 128-wide tiles in split rings (192 KiB of 16-KiB
+// stages, as 4 and 4 were 128 KiB), 4 and 4 otherwise. A 128-wide k-block is
+// multiplied in half the time of a 256-wide one, so the same ring depth
+// covers half the load latency; with 4 and 4 its main loop ran at ~60% of the
+// tensor pipe's rate, and 7 and 5 took `loom_bench` 6-7% faster at 256 and
+// 512 x 4096 x 4096, 3-5% at most other shapes of 128-wide tiles, and the
+// 4096 chain at 512 rows 274 -> 256 us, against 6 / 6, 8 / 4 and 5 / 5
+// (bench/NOTES.md v1.63). One of the two given: in lockstep rings the other
+// is the same; in split rings its chosen depth, lowered (not below 2) until
+// the rings fit in shared memory. Whether they fit is
+// CheckTiledSharedMemory's.
+std::pair<int, int> ChooseTiledRings(const CompileOptions& options, const DeviceDescription& device,
+                                     uint32_t a_stage_bytes, int tile_n) {
+  int a = options.a_stages;
+  int b = options.b_stages;
+  if (options.ring_mode == RingMode::kLockstep) {
+    const int given = std::max(a, b);
+    return given == 0 ? std::pair{4, 4} : std::pair{given, given};
+  }
+  if (a != 0 && b != 0) return {a, b};
+  const bool wide = tile_n == KernelConfig::kBlockN;
+  if (a == 0 && b == 0) return wide ? std::pair{4, 4} : std::pair{7, 5};
+  const bool choose_a = a == 0;
+  int& chosen = choose_a ? a : b;
+  chosen = wide ? 4 : (choose_a ? 7 : 5);
+  while (chosen > 2 && kernel::SharedMemoryBytes(a, b, a_stage_bytes, tile_n) > device.shared_memory_per_block) {
+    --chosen;
+  }
+  return {a, b};
+}
+
+// The tiled kernel's shared memory for ring depths `a_stages` and
+// `b_stages`, tiles `tile_n` wide.
+absl::Status CheckTiledSharedMemory(int a_stages, int b_stages, const DeviceDescription& device,
                                     uint32_t a_stage_bytes, int tile_n) {
-  const int64_t smem = kernel::SharedMemoryBytes(options.a_stages, options.b_stages, a_stage_bytes, tile_n);
+  const int64_t smem = kernel::SharedMemoryBytes(a_stages, b_stages, a_stage_bytes, tile_n);
   if (smem > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shared memory: a_stages=%d (of %d bytes), b_stages=%d (tiles %d wide) need %d bytes per block, but %s "
         "allows %d",
-        options.a_stages, a_stage_bytes, options.b_stages, tile_n, smem, device.name,
-        device.shared_memory_per_block));
+        a_stages, a_stage_bytes, b_stages, tile_n, smem, device.name, device.shared_memory_per_block));
   }
   return absl::OkStatus();
 }
@@ -964,18 +997,19 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
           "for graphs of at most %d rows, needs none)",
           device_.name, kClusterSize, NarrowConfig::kMaxRows));
     }
-    impl->a_stages = options.a_stages;
-    impl->b_stages = options.b_stages;
     impl->a_stage_bytes = AStageBytesFor(graph);
     impl->tile_n = ChooseTileWidth(options, graph, dependencies,
                                    options.max_clusters > 0 ? int64_t{options.max_clusters} * kClusterSize
                                                             : device_.sm_count);
-    LOOM_RETURN_IF_ERROR(CheckTiledSharedMemory(options, device_, impl->a_stage_bytes, impl->tile_n));
-    smem_bytes = kernel::SharedMemoryBytes(options.a_stages, options.b_stages, impl->a_stage_bytes, impl->tile_n);
+    std::tie(impl->a_stages, impl->b_stages) =
+        ChooseTiledRings(options, device_, impl->a_stage_bytes, impl->tile_n);
+    LOOM_RETURN_IF_ERROR(
+        CheckTiledSharedMemory(impl->a_stages, impl->b_stages, device_, impl->a_stage_bytes, impl->tile_n));
+    smem_bytes = kernel::SharedMemoryBytes(impl->a_stages, impl->b_stages, impl->a_stage_bytes, impl->tile_n);
     coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
                                                      : device_.sm_count / kClusterSize;
     if (has_gpu()) {
-      LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentClusters(options.a_stages, options.b_stages,
+      LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentClusters(impl->a_stages, impl->b_stages,
                                                               impl->a_stage_bytes, kClusterSize, impl->tile_n,
                                                               &coresident));
     }

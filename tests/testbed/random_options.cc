@@ -26,8 +26,8 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
     options.narrow_consumers = Pick(rng, {-1, 0, 1, 2, 3});
     options.spin_timeout_ns = Pick<int64_t>(rng, {-5, 0, 1, 2'000'000'000, kMaxSpinTimeoutNs, int64_t{1} << 62});
   } else {
-    options.a_stages = Pick(rng, {2, 3, 4, 5});
-    options.b_stages = options.ring_mode == RingMode::kLockstep ? options.a_stages : Pick(rng, {2, 3, 4, 5});
+    options.a_stages = Pick(rng, {0, 0, 2, 3, 4, 5, 7});
+    options.b_stages = options.ring_mode == RingMode::kLockstep ? options.a_stages : Pick(rng, {0, 0, 2, 3, 4, 5});
     options.max_clusters = Pick(rng, {0, 0, 1, 2, 7, 33});
     options.split_k = Pick(rng, {0, 0, 1, 2, 3});
     options.tile_n = Pick(rng, {0, 0, 128, 256});

@@ -90,8 +90,13 @@ inline constexpr int64_t kMaxSpinTimeoutNs = int64_t{1} << 60;
 
 struct CompileOptions {
   RingMode ring_mode = RingMode::kSplit;
-  int a_stages = 4;  // A ring depth, [2, 8]
-  int b_stages = 4;  // B ring depth, [2, 8] (must equal a_stages for kLockstep)
+  // The tiled kernel's ring depths, each 0 or [2, 8]; with kLockstep, equal
+  // where both are given. 0: chosen by Compile (7 A and 5 B stages on
+  // 128-wide tiles in split rings, 4 and 4 otherwise; one 0 beside a given
+  // depth: the same depth in lockstep, else its chosen depth lowered until
+  // shared memory fits). Explain() says what the plan took.
+  int a_stages = 0;
+  int b_stages = 0;
   // Clusters to launch; 0: every co-resident cluster. More than are co-resident
   // is refused (a spin-waiting CTA must never keep a producer from running).
   int max_clusters = 0;
