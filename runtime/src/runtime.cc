@@ -251,32 +251,37 @@ sched::TileShape TiledTile(int tile_n) {
   return kernel::WithTiledConfig(tile_n, [](auto config) { return decltype(config)::tile(); });
 }
 
-// The tiled kernel's ring depths: the options', each 0 chosen here. Both 0:
-// 7 A and 5 B stages on 128-wide tiles in split rings (192 KiB of 16-KiB
-// stages, as 4 and 4 were 128 KiB), 4 and 4 otherwise. A 128-wide k-block is
-// multiplied in half the time of a 256-wide one, so the same ring depth
-// covers half the load latency; with 4 and 4 its main loop ran at ~60% of the
-// tensor pipe's rate, and 7 and 5 took `loom_bench` 6-7% faster at 256 and
-// 512 x 4096 x 4096, 3-5% at most other shapes of 128-wide tiles, and the
-// 4096 chain at 512 rows 274 -> 256 us, against 6 / 6, 8 / 4 and 5 / 5
-// (bench/NOTES.md v1.63). One of the two given: in lockstep rings the other
-// is the same; in split rings its chosen depth, lowered (not below 2) until
-// the rings fit in shared memory. Whether they fit is
-// CheckTiledSharedMemory's.
+// The tiled kernel's ring depths, {A, B}, where the options leave both 0:
+// 4 and 4, and on 128-wide tiles in split rings 7 and 5 (192 KiB of 16-KiB
+// stages against 128). A 128-wide k-block is multiplied in half the time of
+// a 256-wide one, so a ring of the same depth covers half the load latency;
+// on 4 and 4 its main loop ran at ~60% of the tensor pipe's rate. 7 and 5
+// took the 4096 chain at 512 rows from 273 to 254-256 us in two calls (256
+// rows 1-2% faster, 150 and 200 level) and single GEMMs on 128-wide tiles
+// -3% to +4% over two rounds; against 6 / 6, 8 / 4 and 5 / 5, one run each,
+// it was fastest at 7 of 9 shapes (bench/NOTES.md v1.63). Lockstep rings
+// keep 4 and 4 (not measured deeper).
+constexpr std::pair<int, int> kTiledRings = {4, 4};
+constexpr std::pair<int, int> kTiledRingsOf128 = {7, 5};
+
+// The tiled kernel's ring depths: the options', each 0 chosen. One of the
+// two given: in lockstep rings the other is the same; in split rings the
+// other's chosen depth, lowered (not below 2) until the rings fit in shared
+// memory. Whether they fit is CheckTiledSharedMemory's.
 std::pair<int, int> ChooseTiledRings(const CompileOptions& options, const DeviceDescription& device,
                                      uint32_t a_stage_bytes, int tile_n) {
   int a = options.a_stages;
   int b = options.b_stages;
   if (options.ring_mode == RingMode::kLockstep) {
     const int given = std::max(a, b);
-    return given == 0 ? std::pair{4, 4} : std::pair{given, given};
+    return given == 0 ? kTiledRings : std::pair{given, given};
   }
   if (a != 0 && b != 0) return {a, b};
-  const bool wide = tile_n == KernelConfig::kBlockN;
-  if (a == 0 && b == 0) return wide ? std::pair{4, 4} : std::pair{7, 5};
+  const std::pair<int, int> chosen_rings = tile_n == KernelConfig::kBlockN ? kTiledRings : kTiledRingsOf128;
+  if (a == 0 && b == 0) return chosen_rings;
   const bool choose_a = a == 0;
   int& chosen = choose_a ? a : b;
-  chosen = wide ? 4 : (choose_a ? 7 : 5);
+  chosen = choose_a ? chosen_rings.first : chosen_rings.second;
   while (chosen > 2 && kernel::SharedMemoryBytes(a, b, a_stage_bytes, tile_n) > device.shared_memory_per_block) {
     --chosen;
   }
