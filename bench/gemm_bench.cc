@@ -7,7 +7,8 @@
 //
 // Per shape: inputs rotated across enough buffer sets to exceed twice the L2,
 // warm-up, the median of --iters timed runs of each (CUDA events around each
-// launch; the implementations take turns, see TimeMedianMs), loom's output
+// launch, or around runs of --run_length launches back to back; the
+// implementations take turns, see TimeMedianMs), loom's output
 // checked against an FP64 CPU dot product on sampled elements. Prints TF/s,
 // the ratio and geometric means; writes JSON with --json.
 //
@@ -51,6 +52,10 @@ ABSL_FLAG(std::string, ring, "split", "loom ring mode: split, lockstep or both")
 ABSL_FLAG(std::string, json, "", "write results as JSON to this file");
 ABSL_FLAG(bool, interleave, true,
           "time the implementations in turn per iteration (false: each one's runs back to back, in ABBA order)");
+ABSL_FLAG(int, run_length, 1,
+          "launches timed back to back between two events, each reported as the run's time / run_length "
+          "(1: an event on either side of every launch, so the host's enqueue time, cublasLt's longer than "
+          "loom's, is inside small shapes' figures; bench/NOTES.md v1.63)");
 ABSL_FLAG(bool, timeline, false,
           "also launch a traced plan per shape and print where its time went (Plan::ExplainTimeline)");
 
@@ -111,10 +116,12 @@ std::vector<std::pair<size_t, int>> LaunchOrder(size_t implementations, int iter
 }
 
 // Times each runner (which enqueues one launch of input set i) `iters` times
-// with events, in LaunchOrder. Returns each runner's median.
+// with events, in LaunchOrder, each time a run of `run_length` launches back
+// to back on consecutive input sets. Returns each runner's median time a
+// launch.
 template <typename Run>
 absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int warmup, int iters, int sets,
-                                                 bool interleave) {
+                                                 bool interleave, int run_length) {
   for (int i = 0; i < warmup; ++i) {
     for (Run& run : runs) LOOM_RETURN_IF_ERROR(run(i % sets));
   }
@@ -125,12 +132,12 @@ absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int war
   std::vector<std::vector<double>> times(runs.size());
   for (const auto& [r, i] : LaunchOrder(runs.size(), iters, interleave)) {
     BENCH_CUDA(cudaEventRecord(start));
-    LOOM_RETURN_IF_ERROR(runs[r](i % sets));
+    for (int j = 0; j < run_length; ++j) LOOM_RETURN_IF_ERROR(runs[r]((i * run_length + j) % sets));
     BENCH_CUDA(cudaEventRecord(stop));
     BENCH_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
     BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    times[r].push_back(ms);
+    times[r].push_back(ms / run_length);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -258,7 +265,7 @@ absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Sha
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<double> medians,
                         TimeMedianMs(runs, absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_iters), sets,
-                                     absl::GetFlag(FLAGS_interleave)));
+                                     absl::GetFlag(FLAGS_interleave), absl::GetFlag(FLAGS_run_length)));
   std::vector<Result> results;
   const double cublas_ms = medians[0];
   results.push_back(Result{s, "cublas", cublas_ms, flops / cublas_ms / 1e9, 1.0, 0, true});
@@ -295,6 +302,10 @@ absl::Status ValidateFlags() {
   if (absl::GetFlag(FLAGS_iters) < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--iters must be at least 1, got %d", absl::GetFlag(FLAGS_iters)));
+  }
+  if (absl::GetFlag(FLAGS_run_length) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--run_length must be at least 1, got %d", absl::GetFlag(FLAGS_run_length)));
   }
   if (absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError(
