@@ -267,7 +267,7 @@ constexpr std::pair<int, int> kTiledRingsOf128 = {7, 5};
 // The tiled kernel's ring depths: the options', each 0 chosen. One of the
 // two given: in lockstep rings the other is the same; in split rings the
 // other's chosen depth, lowered (not below 2) until the rings fit in shared
-// memory. Whether they fit is CheckTiledSharedMemory's.
+// memory. Whether they fit is TiledSharedMemory's.
 std::pair<int, int> ChooseTiledRings(const CompileOptions& options, const DeviceDescription& device,
                                      uint32_t a_stage_bytes, int tile_n) {
   int a = options.a_stages;
@@ -288,10 +288,10 @@ std::pair<int, int> ChooseTiledRings(const CompileOptions& options, const Device
   return {a, b};
 }
 
-// The tiled kernel's shared memory for ring depths `a_stages` and
-// `b_stages`, tiles `tile_n` wide.
-absl::Status CheckTiledSharedMemory(int a_stages, int b_stages, const DeviceDescription& device,
-                                    uint32_t a_stage_bytes, int tile_n) {
+// The tiled kernel's shared memory a CTA for ring depths `a_stages` and
+// `b_stages`, tiles `tile_n` wide; refused where the device has less.
+absl::StatusOr<int64_t> TiledSharedMemory(int a_stages, int b_stages, const DeviceDescription& device,
+                                          uint32_t a_stage_bytes, int tile_n) {
   const int64_t smem = kernel::SharedMemoryBytes(a_stages, b_stages, a_stage_bytes, tile_n);
   if (smem > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -299,7 +299,7 @@ absl::Status CheckTiledSharedMemory(int a_stages, int b_stages, const DeviceDesc
         "allows %d",
         a_stages, a_stage_bytes, b_stages, tile_n, smem, device.name, device.shared_memory_per_block));
   }
-  return absl::OkStatus();
+  return smem;
 }
 
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
@@ -1008,9 +1008,8 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
                                                             : device_.sm_count);
     std::tie(impl->a_stages, impl->b_stages) =
         ChooseTiledRings(options, device_, impl->a_stage_bytes, impl->tile_n);
-    LOOM_RETURN_IF_ERROR(
-        CheckTiledSharedMemory(impl->a_stages, impl->b_stages, device_, impl->a_stage_bytes, impl->tile_n));
-    smem_bytes = kernel::SharedMemoryBytes(impl->a_stages, impl->b_stages, impl->a_stage_bytes, impl->tile_n);
+    LOOM_ASSIGN_OR_RETURN(smem_bytes, TiledSharedMemory(impl->a_stages, impl->b_stages, device_,
+                                                        impl->a_stage_bytes, impl->tile_n));
     coresident = device_.max_coresident_clusters > 0 ? device_.max_coresident_clusters
                                                      : device_.sm_count / kClusterSize;
     if (has_gpu()) {
