@@ -82,15 +82,15 @@ struct Stage {
         } else if constexpr (kN == 64) {
           loom::kernel::wgmma_m64n64k16_bf16_ss(acc[j % kSets], AdvanceDescriptorLowK16(a_low, k16),
                                                 AdvanceDescriptorLowK16(b_low, k16));
-        } else if constexpr (kN == 128) {
-          const uint64_t da = MakeSwizzle128Descriptor(a_tile), db = MakeSwizzle128Descriptor(b_tile);
-          loom::kernel::wgmma_m64n128k16_bf16(acc[j % kSets], AdvanceDescriptorK16(da, k16),
-                                              AdvanceDescriptorK16(db, k16), true);
         } else {
-          static_assert(kN == 256, "m64n32k16, m64n64k16, m64n128k16 or m64n256k16");
-          const uint64_t da = MakeSwizzle128Descriptor(a_tile), db = MakeSwizzle128Descriptor(b_tile);
-          loom::kernel::wgmma_m64n256k16_bf16(acc[j % kSets], AdvanceDescriptorK16(da, k16),
-                                              AdvanceDescriptorK16(db, k16), true);
+          static_assert(kN == 128 || kN == 256, "m64n32k16, m64n64k16, m64n128k16 or m64n256k16");
+          const uint64_t da = AdvanceDescriptorK16(MakeSwizzle128Descriptor(a_tile), k16);
+          const uint64_t db = AdvanceDescriptorK16(MakeSwizzle128Descriptor(b_tile), k16);
+          if constexpr (kN == 128) {
+            loom::kernel::wgmma_m64n128k16_bf16(acc[j % kSets], da, db, true);
+          } else {
+            loom::kernel::wgmma_m64n256k16_bf16(acc[j % kSets], da, db, true);
+          }
         }
       }
     }
