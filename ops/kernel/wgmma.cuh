@@ -89,8 +89,11 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t d
 // registers: 244 instructions a stage in RunWgmmaJob's loop against 190 now
 // (cuobjdump on the H200), and the MLP block at 48 / 64 tokens took
 // 103.9-104.2 / 104.7-105.0 us against 99.4-99.6 / 101.7-101.9
-// (bench/NOTES.md v1.31). (The m64n256k16 above keeps 64-bit descriptors:
-// four a k-block, each 128 cycles of tensor work, hide their arithmetic.)
+// (bench/NOTES.md v1.31). (m64n256k16 and m64n128k16 above keep 64-bit
+// descriptors: four a k-block, each 128 or 64 cycles of tensor work, hide
+// their arithmetic; low words there, with the next slots tested early, took
+// a 128-wide k-block from ~727 to ~714 cycles and the timed runs nowhere,
+// v1.64.)
 __device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint32_t desc_a_low, uint32_t desc_b_low) {
   asm volatile(
       "{\n"

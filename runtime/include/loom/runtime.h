@@ -130,8 +130,8 @@ struct CompileOptions {
   KernelChoice kernel = KernelChoice::kAuto;
   // The tiled kernel's tile width: 256 (128 x 256 tiles, m64n256k16) or 128
   // (128 x 128, m64n128k16: twice the tiles of a node, so fewer splits of K
-  // where 256-wide tiles would leave SMs without a tile, at ~60% of the
-  // tensor pipe's rate a k-block; bench/NOTES.md v1.60-v1.61). 0: Compile
+  // where 256-wide tiles would leave SMs without a tile, at ~70% of the
+  // tensor pipe's rate a k-block; bench/NOTES.md v1.60-v1.61, v1.64). 0: Compile
   // chooses: 128 where, at every step of the graph (the nodes of one
   // dependency depth, which can run at once), 128-wide tiles fit in half the
   // grid's CTAs or fill at least nine tenths of it; 256 otherwise (the MLP
