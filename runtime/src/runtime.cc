@@ -255,7 +255,10 @@ sched::TileShape TiledTile(int tile_n) {
 // 4 and 4, and on 128-wide tiles in split rings 7 and 5 (192 KiB of 16-KiB
 // stages against 128). A 128-wide k-block is multiplied in half the time of
 // a 256-wide one, so a ring of the same depth covers half the load latency;
-// on 4 and 4 its main loop ran at ~60% of the tensor pipe's rate. 7 and 5
+// on 4 and 4 its main loop ran at ~60% of the tensor pipe's rate (in time;
+// in cycles 4 / 4 took 48.3 kcycles a 64-k-block job, 7 / 5 46.3 and 6 / 6
+// 45.8 against 32.8 of multiplies: what an SM takes in bounds it, not the
+// depth, bench/NOTES.md v1.64). 7 and 5
 // took the 4096 chain at 512 rows from 273 to 254-256 us in two calls (256
 // rows 1-2% faster, 150 and 200 level) and single GEMMs on 128-wide tiles
 // -3% to +4% over two rounds; against 6 / 6, 8 / 4 and 5 / 5, one run each,
