@@ -370,6 +370,68 @@ __device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lan
   }
 }
 
+// A warp's 16 rows of one 128-byte-wide panel of a bf16 residual, one
+// 16-byte chunk a lane and load: eight lanes read a row's whole 128-byte
+// line. `rows`: the panel's first column in the warp's first row.
+struct ResidualLines {
+  static constexpr int kRowsPerWarp = 16;
+  static constexpr int kLanesPerRow = KernelConfig::kPanelBytes / 16;
+  static constexpr int kLoads = kRowsPerWarp * kLanesPerRow / 32;
+  uint4 chunk[kLoads];
+
+  // The warp row (0..15) of this lane's load j.
+  __device__ static int Row(int lane, int j) { return lane / kLanesPerRow + (32 / kLanesPerRow) * j; }
+
+  __device__ void Load(const __nv_bfloat16* rows, int64_t stride, int lane) {
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      chunk[j] = *reinterpret_cast<const uint4*>(rows + Row(lane, j) * stride + (lane % kLanesPerRow) * 8);
+    }
+  }
+};
+
+// StoreFragments for a bf16 panel (plain, inside C's TMA columns) that also
+// adds a bf16 residual, through the staging buffer: the warp writes its
+// residual lines into `panel`, swizzled as the output will be, takes its
+// fragments back with ldmatrix (the layout stmatrix writes) and writes
+// acc + residual over them (the same adds, in the same order, as
+// AddResidual's). Added straight into registers, each 4-byte load of a
+// fragment touches eight rows' lines: traced at 8192 tokens, the MLP
+// block's down projection spent ~6.1 of its ~9.3-kcycle epilogue in those
+// adds, with or without its rows in L2; this way the whole epilogue takes
+// ~7.8 kcycles (bench/NOTES.md v1.65).
+template <int kAcc>
+__device__ __forceinline__ void StoreFragmentsAddingResidual(uint8_t* panel, const ResidualLines& lines, int warp,
+                                                             int lane, const float (&acc)[kAcc], int first) {
+#pragma unroll
+  for (int j = 0; j < ResidualLines::kLoads; ++j) {
+    const int row = warp * ResidualLines::kRowsPerWarp + ResidualLines::Row(lane, j);
+    *reinterpret_cast<uint4*>(panel + SwizzledPanelOffset(row, (lane % ResidualLines::kLanesPerRow) * 16)) =
+        lines.chunk[j];
+  }
+  __syncwarp();  // the lanes' stores, before the other lanes' ldmatrix reads
+  // As StoreFragments: lane l addresses row l % 8 of matrix l / 8.
+  const int row = warp * ResidualLines::kRowsPerWarp + ((lane >> 3) & 1) * 8 + (lane & 7);
+  const uint32_t row_address =
+      static_cast<uint32_t>(__cvta_generic_to_shared(panel)) + row * KernelConfig::kPanelBytes;
+  const uint32_t chunk0 = static_cast<uint32_t>((lane >> 4) ^ (lane & 7));
+  const auto low = [](uint32_t pair) { return __uint_as_float(pair << 16); };
+  const auto high = [](uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); };
+#pragma unroll
+  for (int q = 0; q < PanelShape<ElementType::kBF16, false>::kChunks / 2; ++q) {
+    // The four matrices read here are written back by the same lanes, once
+    // every lane's read has returned (the stmatrix needs its results).
+    const uint32_t address = row_address + ((chunk0 ^ (2 * q)) << 4);
+    uint32_t r[4];
+    ptx::ldmatrix_x4(address, r);
+    const int i = first + 8 * q;
+    ptx::stmatrix_x4(address, PackBF16x2(acc[i] + low(r[0]), acc[i + 1] + high(r[0])),
+                     PackBF16x2(acc[i + 2] + low(r[1]), acc[i + 3] + high(r[1])),
+                     PackBF16x2(acc[i + 4] + low(r[2]), acc[i + 5] + high(r[2])),
+                     PackBF16x2(acc[i + 6] + low(r[3]), acc[i + 7] + high(r[3])));
+  }
+}
+
 // The same for a panel of the ragged last tile column, registers [0, R):
 // output columns at or past c_tma_cols (the last < 16 bytes of each row, which
 // TMA cannot store exactly) go straight to global memory instead.
@@ -406,13 +468,35 @@ __device__ __forceinline__ void WriteRaggedPanel(const EpilogueFields& node, uin
 // place (the general path below rotates the array, ~100 moves a panel), and
 // bf16 goes through stmatrix. Measured (v1.9, bench/NOTES.md): the general
 // path's epilogue took ~6 us of each ~90 us tile at 8192^3.
+// residual_rows (bf16 output only; null: none): the bf16 residual this tile
+// adds, at its first column in this warpgroup's first row
+// (StoreFragmentsAddingResidual).
 template <ElementType kOut, class Config>
 __device__ inline void StagePlainTile(const CtaContext<Config>& ctx, int warpgroup, RingCursor& staging,
-                                      const float (&acc)[Config::kAccumulators]) {
+                                      const float (&acc)[Config::kAccumulators],
+                                      const __nv_bfloat16* residual_rows = nullptr, int64_t residual_stride = 0) {
   using Shape = PanelShape<kOut, false>;
   constexpr int kPanels = Config::kBlockN / Shape::kAccCols;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
+  if constexpr (kOut == ElementType::kBF16) {
+    if (residual_rows != nullptr) {
+      // Every panel's lines loaded first, so that they cost one round trip
+      // a tile rather than one a panel.
+      const __nv_bfloat16* warp_rows = residual_rows + warp * ResidualLines::kRowsPerWarp * residual_stride;
+      ResidualLines lines[kPanels];
+#pragma unroll
+      for (int p = 0; p < kPanels; ++p) lines[p].Load(warp_rows + p * Shape::kOutCols, residual_stride, lane);
+#pragma unroll
+      for (int p = 0; p < kPanels; ++p) {
+        WaitForStaging(ctx, warpgroup, staging);
+        StoreFragmentsAddingResidual(ctx.staging_panel(warpgroup, staging.stage), lines[p], warp, lane, acc,
+                                     p * Shape::kChunks * 4);
+        PublishPanel(ctx, warpgroup, staging);
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int p = 0; p < kPanels; ++p) {
     WaitForStaging(ctx, warpgroup, staging);
@@ -519,15 +603,16 @@ __device__ __forceinline__ bool AddsWholeTile(const EpilogueFields& node, const 
 // together, one round trip a tile: StageTile, a panel at a time, paid one a
 // panel (traced at 8192 tokens, the MLP block's down projection spent
 // 12.1-12.3 us of each tile's epilogue, 6.9-7.1 this way; bench/NOTES.md
-// v1.49).
+// v1.49). residual_staged: the residual (bf16, of a bf16 output) is left to
+// StagePlainTile, which reads it in whole lines through the staging buffers.
 template <class Config>
 __device__ inline void AddBiasAndResidual(const EpilogueFields& node, const CtaWork& work, int warpgroup,
-                                          float (&acc)[Config::kAccumulators]) {
+                                          float (&acc)[Config::kAccumulators], bool residual_staged) {
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const int64_t row0 = WarpgroupRow0(work, warpgroup);
   const int64_t col0 = TileCol0<Config>(work);
-  if (node.residual != nullptr) {
+  if (node.residual != nullptr && !residual_staged) {
     node.residual_type == ElementType::kBF16
         ? PrefetchResidualRows<__nv_bfloat16>(node, row0, col0, Config::kBlockN, warp, lane)
         : PrefetchResidualRows<float>(node, row0, col0, Config::kBlockN, warp, lane);
@@ -537,7 +622,7 @@ __device__ inline void AddBiasAndResidual(const EpilogueFields& node, const CtaW
     node.bias_type == ElementType::kBF16 ? AddBias<__nv_bfloat16, false>(node, col0, lane, acc, 0, kAcc)
                                          : AddBias<float, false>(node, col0, lane, acc, 0, kAcc);
   }
-  if (node.residual != nullptr) {
+  if (node.residual != nullptr && !residual_staged) {
     node.residual_type == ElementType::kBF16
         ? AddResidual<__nv_bfloat16, false, false, true>(node, row0, col0, warp, lane, acc, 0, Config::kAccumulators)
         : AddResidual<float, false, false, true>(node, row0, col0, warp, lane, acc, 0, Config::kAccumulators);
@@ -568,9 +653,17 @@ __device__ inline void StageOutput(const CtaContext<Config>& ctx, const CtaWork&
             TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols);
   }
   if (plain) {
-    if (kWholeTileAdds && adds) AddBiasAndResidual<Config>(fields, work, warpgroup, acc);
+    // A bf16 residual of a bf16 output goes through the staging buffers
+    // (StoreFragmentsAddingResidual); any other, into the registers first.
+    const bool residual_staged = kWholeTileAdds && fields.residual != nullptr &&
+                                 fields.residual_type == ElementType::kBF16 && node.out_type == ElementType::kBF16;
+    if (kWholeTileAdds && adds) AddBiasAndResidual<Config>(fields, work, warpgroup, acc, residual_staged);
     if (node.out_type == ElementType::kBF16) {
-      StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc);
+      const __nv_bfloat16* residual_rows =
+          residual_staged ? static_cast<const __nv_bfloat16*>(fields.residual) +
+                                WarpgroupRow0(work, warpgroup) * fields.residual_stride + TileCol0<Config>(work)
+                          : nullptr;
+      StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, residual_rows, fields.residual_stride);
     } else {
       StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc);
     }
