@@ -136,6 +136,43 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool(), ::testing::Bool(), ::testing::Values(DType::kBF16, DType::kFP32),
                        ::testing::Values(128, 256)));
 
+// A bf16 residual of a bf16 output on whole tiles goes through the staging
+// buffers in 16-byte row chunks (StoreFragmentsAddingResidual): here the
+// residual is a column view of a wider buffer, so its rows are 768 columns
+// apart and start 128 columns in; M = 300 leaves the third row block's
+// first warpgroup (rows 256..299 of its 64) on the register path. With and
+// without a bias, on tiles of either width, against the reference.
+class StagedResidualTest : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+TEST_P(StagedResidualTest, ColumnViewResidualMatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [with_bias, tile_n] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t m = 300, n = 512, k = 192;
+  h.Input("A", DType::kBF16, m, k, rng);
+  h.Input("B", DType::kBF16, n, k, rng);
+  h.Input("bias", DType::kBF16, 1, n, rng);
+  h.Input("R", DType::kBF16, m, 768, rng);
+  h.Output("C", DType::kBF16, m, n);
+  h.Build([with_bias = with_bias](const auto& t, GemmGraph& g) {
+    Epilogue epilogue;
+    if (with_bias) epilogue.bias = t("bias");
+    epilogue.residual = t("R").Columns(128, 512).Named("R.mid");
+    g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
+  });
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.tile_n = tile_n;
+  options.split_k = 1;  // the unsplit kernel, whose whole tiles take this path
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectMatchesReference();
+}
+INSTANTIATE_TEST_SUITE_P(Tiles, StagedResidualTest, ::testing::Combine(::testing::Bool(), ::testing::Values(128, 256)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "bias" : "no_bias") + "_n" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
 // The tiled kernel's SwiGLU pass (SwiGLURange) shares one reciprocal among
 // four outputs of a thread (rows r and r + 8, output columns c and c + 4).
 // Gates set one by one (A = e_0, so acc = B's column 0): zero, both signs,
