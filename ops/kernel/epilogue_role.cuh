@@ -309,6 +309,12 @@ __device__ __forceinline__ uint32_t PackBF16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
+// The inverse: the two floats of a packed bf16 pair (exact: a bf16 is the
+// high half of its float).
+__device__ __forceinline__ float2 UnpackBF16x2(uint32_t packed) {
+  return make_float2(__uint_as_float(packed << 16), __uint_as_float(packed & 0xffff0000u));
+}
+
 // Byte offset of (row, byte) in a tile of 128-byte rows with the 128B
 // swizzle (a 64 x 128 B staging panel; the narrow kernel's operand
 // k-blocks): the 16-byte chunk index is XORed with row % 8.
@@ -325,28 +331,37 @@ __device__ __forceinline__ void StoreScalar(uint8_t* address, float value) {
   }
 }
 
+// Where lane `lane` of warp `warp` points ldmatrix / stmatrix .x4 in a bf16
+// panel: at step q, matrices (rows 0-7, chunk 2q), (rows 8-15, 2q),
+// (rows 0-7, 2q + 1), (rows 8-15, 2q + 1) of the warp's 16 rows, which hold
+// exactly the lane's accumulator registers 8q .. 8q + 7 packed in pairs. Lane
+// l addresses row l % 8 of matrix l / 8: warp row 8 * ((l / 8) % 2) + l % 8,
+// chunk 2q + l / 16 of the panel, swizzled by row % 8 = l % 8.
+struct FragmentMatrices {
+  uint32_t row_address;
+  uint32_t chunk0;
+  __device__ FragmentMatrices(const uint8_t* panel, int warp, int lane)
+      : row_address(static_cast<uint32_t>(__cvta_generic_to_shared(panel)) +
+                    (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * KernelConfig::kPanelBytes),
+        chunk0(static_cast<uint32_t>((lane >> 4) ^ (lane & 7))) {}
+  __device__ uint32_t Address(int q) const { return row_address + ((chunk0 ^ (2 * q)) << 4); }
+};
+
 // Writes this lane's outputs of one panel, held in registers [first, first +
 // kChunks * 4), into `panel` (64 rows x 128 B, swizzled), for a panel wholly
 // inside C's TMA columns. `first` must be a compile-time constant after
 // inlining and unrolling (register arrays need constant indices).
-// bf16: one stmatrix per two 8-column chunks: matrices (rows 0-7, chunk c),
-// (rows 8-15, c), (rows 0-7, c + 1), (rows 8-15, c + 1) of the warp's 16 rows,
-// which are exactly this lane's registers 4c .. 4c + 7 packed in pairs.
+// bf16: one stmatrix per two 8-column chunks (FragmentMatrices).
 template <ElementType kOut, bool kSwiGLU, int kAcc>
 __device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lane, const float (&acc)[kAcc],
                                                int first) {
   using Shape = PanelShape<kOut, kSwiGLU>;
   if constexpr (kOut == ElementType::kBF16 && !kSwiGLU) {
-    // Lane l addresses row l % 8 of matrix l / 8: warp row 8 * ((l / 8) % 2) +
-    // l % 8, chunk 2q + l / 16 of the panel, swizzled by row % 8 = l % 8.
-    const int row = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-    const uint32_t row_address =
-        static_cast<uint32_t>(__cvta_generic_to_shared(panel)) + row * KernelConfig::kPanelBytes;
-    const uint32_t chunk0 = static_cast<uint32_t>((lane >> 4) ^ (lane & 7));
+    const FragmentMatrices matrices(panel, warp, lane);
 #pragma unroll
     for (int q = 0; q < Shape::kChunks / 2; ++q) {
       const int i = first + 8 * q;
-      ptx::stmatrix_x4(row_address + ((chunk0 ^ (2 * q)) << 4), PackBF16x2(acc[i], acc[i + 1]),
+      ptx::stmatrix_x4(matrices.Address(q), PackBF16x2(acc[i], acc[i + 1]),
                        PackBF16x2(acc[i + 2], acc[i + 3]), PackBF16x2(acc[i + 4], acc[i + 5]),
                        PackBF16x2(acc[i + 6], acc[i + 7]));
     }
@@ -410,25 +425,21 @@ __device__ __forceinline__ void StoreFragmentsAddingResidual(uint8_t* panel, con
         lines.chunk[j];
   }
   __syncwarp();  // the lanes' stores, before the other lanes' ldmatrix reads
-  // As StoreFragments: lane l addresses row l % 8 of matrix l / 8.
-  const int row = warp * ResidualLines::kRowsPerWarp + ((lane >> 3) & 1) * 8 + (lane & 7);
-  const uint32_t row_address =
-      static_cast<uint32_t>(__cvta_generic_to_shared(panel)) + row * KernelConfig::kPanelBytes;
-  const uint32_t chunk0 = static_cast<uint32_t>((lane >> 4) ^ (lane & 7));
-  const auto low = [](uint32_t pair) { return __uint_as_float(pair << 16); };
-  const auto high = [](uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); };
+  const FragmentMatrices matrices(panel, warp, lane);
 #pragma unroll
   for (int q = 0; q < PanelShape<ElementType::kBF16, false>::kChunks / 2; ++q) {
     // The four matrices read here are written back by the same lanes, once
     // every lane's read has returned (the stmatrix needs its results).
-    const uint32_t address = row_address + ((chunk0 ^ (2 * q)) << 4);
+    const uint32_t address = matrices.Address(q);
     uint32_t r[4];
     ptx::ldmatrix_x4(address, r);
     const int i = first + 8 * q;
-    ptx::stmatrix_x4(address, PackBF16x2(acc[i] + low(r[0]), acc[i + 1] + high(r[0])),
-                     PackBF16x2(acc[i + 2] + low(r[1]), acc[i + 3] + high(r[1])),
-                     PackBF16x2(acc[i + 4] + low(r[2]), acc[i + 5] + high(r[2])),
-                     PackBF16x2(acc[i + 6] + low(r[3]), acc[i + 7] + high(r[3])));
+    // Each pair unpacked where it is added (as one float2 per pair first, ptxas
+    // scheduled the kernel differently for no measured reason).
+    ptx::stmatrix_x4(address, PackBF16x2(acc[i] + UnpackBF16x2(r[0]).x, acc[i + 1] + UnpackBF16x2(r[0]).y),
+                     PackBF16x2(acc[i + 2] + UnpackBF16x2(r[1]).x, acc[i + 3] + UnpackBF16x2(r[1]).y),
+                     PackBF16x2(acc[i + 4] + UnpackBF16x2(r[2]).x, acc[i + 5] + UnpackBF16x2(r[2]).y),
+                     PackBF16x2(acc[i + 6] + UnpackBF16x2(r[3]).x, acc[i + 7] + UnpackBF16x2(r[3]).y));
   }
 }
 
