@@ -123,6 +123,9 @@ ABSL_FLAG(bool, timeline, false,
           "after timing, run one traced launch per case and print its per-node timeline (Plan::ExplainTimeline)");
 ABSL_FLAG(std::string, timeline_csv, "",
           "with --timeline: also append every traced job (Plan::Timeline) to this CSV file, one row per job and CTA");
+ABSL_FLAG(int, down_parts, 1,
+          "loom: the MLP block's down projection as this many nodes, each a slice of K, chained through fp32 "
+          "partial outputs taken as the next part's residual (1: one node)");
 ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: the scheduler chooses)");
 ABSL_FLAG(int, group_size, 0,
           "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
@@ -717,9 +720,33 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
                 TensorView::Dense("w_gate_up", weights.gate_up.get(), DType::kBF16, 2 * intermediate, hidden),
                 TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate),
                 Epilogue{.activation = Activation::kSwiGLU});
-  graph.AddGemm("down", TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate),
-                TensorView::Dense("w_down", weights.down.get(), DType::kBF16, hidden, intermediate),
-                TensorView::Dense("y", y_loom.get(), DType::kBF16, tokens, hidden), Epilogue{.residual = x_view});
+  const TensorView h_view = TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate);
+  const TensorView w_down_view = TensorView::Dense("w_down", weights.down.get(), DType::kBF16, hidden, intermediate);
+  const TensorView y_view = TensorView::Dense("y", y_loom.get(), DType::kBF16, tokens, hidden);
+  const int parts = absl::GetFlag(FLAGS_down_parts);
+  std::vector<DeviceBuffer> partials;
+  if (parts <= 1) {
+    graph.AddGemm("down", h_view, w_down_view, y_view, Epilogue{.residual = x_view});
+  } else {
+    // Part p multiplies K slice p and adds part p - 1's fp32 output (x for
+    // the first); the last part writes y.
+    const int64_t slice = intermediate / parts;
+    TensorView residual = x_view;
+    for (int p = 0; p < parts; ++p) {
+      const int64_t k0 = p * slice, k = p + 1 == parts ? intermediate - k0 : slice;
+      TensorView out = y_view;
+      if (p + 1 < parts) {
+        LOOM_ASSIGN_OR_RETURN(DeviceBuffer partial,
+                              AllocateBf16(tokens * hidden * sizeof(float) / kBf16Bytes, "down partial (fp32)"));
+        out = TensorView::Dense(absl::StrCat("y_part", p), partial.get(), DType::kFP32, tokens, hidden);
+        partials.push_back(std::move(partial));
+      }
+      graph.AddGemm(absl::StrCat("down", p), h_view.Columns(k0, k).Named(absl::StrCat("h", p)),
+                    w_down_view.Columns(k0, k).Named(absl::StrCat("w_down", p)), out,
+                    Epilogue{.residual = residual});
+      residual = out;
+    }
+  }
   LOOM_RETURN_IF_ERROR(TimeAgainstBaseline(ctx, graph, baseline_graph, step, result));
 
   ctx.watchdog->SetStep(step + ": comparison");
