@@ -163,6 +163,88 @@ TEST(LowerTest, DependenciesAreGroupedByConsumer) {
   EXPECT_EQ(s->dependencies[2].operand, static_cast<uint8_t>(DependencyOperand::kResidual));
 }
 
+// NodeSchedule::producer_operands holds a bit for each operand some kept
+// edge of the node is on, and none for an edge dropped with its zero-size
+// producer: the kernel asks it instead of reading the edges.
+TEST(LowerTest, ProducerOperandsNameTheOperandsOfTheKeptEdges) {
+  std::vector<NodeProblem> g = {
+      Gemm(256, 512, 256), Gemm(0, 512, 256), Gemm(256, 256, 512, {Edge(0, DependencyOperand::kA)}),
+      Gemm(256, 512, 256,
+           {Edge(2, DependencyOperand::kA), Edge(0, DependencyOperand::kResidual), Edge(1, DependencyOperand::kBias)}),
+      Gemm(256, 256, 512, {Edge(0, DependencyOperand::kB), Edge(3, DependencyOperand::kBias)})};
+  absl::StatusOr<Schedule> s = Lower(g, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto bits = [](std::initializer_list<DependencyOperand> operands) {
+    uint8_t b = 0;
+    for (DependencyOperand o : operands) b |= static_cast<uint8_t>(1u << static_cast<int>(o));
+    return b;
+  };
+  EXPECT_EQ(s->nodes[0].producer_operands, 0);
+  EXPECT_EQ(s->nodes[1].producer_operands, 0);
+  EXPECT_EQ(s->nodes[2].producer_operands, bits({DependencyOperand::kA}));
+  // The bias edge on node 1 (no tiles) is dropped, so no bias bit.
+  EXPECT_EQ(s->nodes[3].producer_operands, bits({DependencyOperand::kA, DependencyOperand::kResidual}));
+  EXPECT_EQ(s->nodes[4].producer_operands, bits({DependencyOperand::kB, DependencyOperand::kBias}));
+  for (int i = 0; i < static_cast<int>(s->nodes.size()); ++i) {
+    const NodeSchedule& node = s->nodes[i];
+    for (uint8_t o = 0; o <= static_cast<uint8_t>(DependencyOperand::kResidual); ++o) {
+      bool any = false;
+      for (int d = 0; d < node.dependency_count; ++d) any |= s->dependencies[node.dependency_begin + d].operand == o;
+      EXPECT_EQ(HasProducerOperand(node, static_cast<DependencyOperand>(o)), any) << "node " << i << " operand " << int{o};
+    }
+  }
+}
+
+// ProducerTiles divides in 32 bits where its clipped bounds fit and in 64
+// where they do not: either way the box is the 64-bit one, checked against
+// the formula here around 2^31 and for offsets that clip.
+TEST(LowerTest, ProducerTilesAgreeWithSixtyFourBitDivisionEitherSideOfTwoToThe31) {
+  auto reference = [](const NodeSchedule& p, const TileShape& tile, const DependencyEdge& e, int64_t r0, int64_t r1,
+                      int64_t c0, int64_t c1) {
+    r0 = std::max<int64_t>(r0 + e.row_offset, 0);
+    r1 = std::min<int64_t>(r1 + e.row_offset, p.m);
+    c0 = std::max<int64_t>(c0 + e.col_offset, 0);
+    c1 = std::min<int64_t>(c1 + e.col_offset, p.out_cols);
+    if (r0 >= r1 || c0 >= c1) return TileBox{};
+    return TileBox{static_cast<int32_t>(r0 / tile.m), static_cast<int32_t>((r1 - 1) / tile.m + 1),
+                   static_cast<int32_t>(c0 / p.out_tile_n), static_cast<int32_t>((c1 - 1) / p.out_tile_n + 1)};
+  };
+  constexpr int64_t kTwo31 = int64_t{1} << 31;
+  const TileShape tiles[] = {{128, 256, 64}, {64, 32, 64}, {40, 32, 64}};
+  const int32_t widths[] = {16, 128, 256};
+  const int64_t sizes[] = {1000, kTwo31 - 1, kTwo31, kTwo31 + 77, int64_t{3} << 31};
+  const int64_t offsets[] = {0, 5, -100, kTwo31 - 64};
+  int checked = 0;
+  for (const TileShape& tile : tiles) {
+    for (int32_t width : widths) {
+      for (int64_t size : sizes) {
+        NodeSchedule producer;
+        producer.m = size;
+        producer.out_cols = size;
+        producer.out_tile_n = width;
+        for (int64_t offset : offsets) {
+          DependencyEdge edge = Edge(0, DependencyOperand::kA, offset, offset);
+          for (int64_t start : {int64_t{0}, size / 2, size - 1, size - tile.m, kTwo31 - 70}) {
+            const int64_t r0 = start, r1 = start + tile.m, c0 = start, c1 = start + 64;
+            const TileBox got = ProducerTiles(producer, tile, edge, r0, r1, c0, c1);
+            const TileBox want = reference(producer, tile, edge, r0, r1, c0, c1);
+            if (want.empty()) {
+              EXPECT_TRUE(got.empty()) << size << " " << offset << " " << start;
+            } else {
+              EXPECT_EQ(std::tie(got.m_begin, got.m_end, got.n_begin, got.n_end),
+                        std::tie(want.m_begin, want.m_end, want.n_begin, want.n_end))
+                  << "size " << size << " offset " << offset << " start " << start << " tile.m " << tile.m
+                  << " width " << width;
+            }
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 3 * 5 * 4 * 5);
+}
+
 TEST(LowerTest, ZeroSizeProducersProduceNoJobsAndNoWaits) {
   // m == 0: no output, no jobs; its consumer does not wait on it.
   std::vector<NodeProblem> g = {Gemm(0, 512, 256), Gemm(256, 256, 512, {Edge(0, DependencyOperand::kA)})};

@@ -21,6 +21,7 @@ __device__ __forceinline__ bool ForEachProducerBox(const Ctx& ctx, const KernelN
                                                    int64_t row_end, int64_t col_begin, int64_t col_end,
                                                    Visit&& visit) {
   const sched::NodeSchedule& schedule = node.schedule;
+  if (!sched::HasProducerOperand(schedule, operand)) return true;  // no edge to read
   for (int d = 0; d < schedule.dependency_count; ++d) {
     const sched::DependencyEdge& edge = ctx.params.dependencies[schedule.dependency_begin + d];
     if (edge.operand != static_cast<uint8_t>(operand)) continue;
@@ -33,15 +34,12 @@ __device__ __forceinline__ bool ForEachProducerBox(const Ctx& ctx, const KernelN
   return true;
 }
 
-// Whether any dependency edge of `node` is on `operand`.
+// Whether any dependency edge of `node` is on `operand`: the schedule's own
+// bit, not a walk over the edges (each edge read was an L2 round trip at the
+// start of a dependent job whose SM had not read them yet).
 template <typename Ctx>
-__device__ inline bool HasProducers(const Ctx& ctx, const KernelNode& node, sched::DependencyOperand operand) {
-  for (int d = 0; d < node.schedule.dependency_count; ++d) {
-    if (ctx.params.dependencies[node.schedule.dependency_begin + d].operand == static_cast<uint8_t>(operand)) {
-      return true;
-    }
-  }
-  return false;
+__device__ inline bool HasProducers(const Ctx&, const KernelNode& node, sched::DependencyOperand operand) {
+  return sched::HasProducerOperand(node.schedule, operand);
 }
 
 // Waits until every producer tile that elements [row_begin, row_end) x

@@ -121,6 +121,7 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
       const NodeSchedule& producer = schedule.nodes[edge.producer];
       if (int64_t{producer.m_blocks} * producer.n_blocks == 0) continue;
       schedule.dependencies.push_back(edge);
+      node.producer_operands |= static_cast<uint8_t>(1u << edge.operand);
     }
     node.dependency_count = static_cast<int32_t>(schedule.dependencies.size()) - node.dependency_begin;
     node.a_wait_k_blocks = AWaitKBlocks(schedule, node);

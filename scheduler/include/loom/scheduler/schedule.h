@@ -103,6 +103,11 @@ struct NodeSchedule {
   int32_t k_blocks = 0;        // ceil(k / tile.k)
   ClusterShare share = ClusterShare::kShareB;
   RasterOrder raster = RasterOrder::kAlongM;
+  // Bit 1 << o set when some edge of this node is on DependencyOperand o
+  // (Lower), so that the kernel asks of an operand without producers
+  // without reading the edges (ProducerOperands). In the padding before
+  // group_size: the fields after it keep their offsets.
+  uint8_t producer_operands = 0;
   int32_t group_size = 1;      // swizzle group width, in cluster tiles
   int32_t split_k = 1;         // number of K splits (1: none)
   int32_t flag_base = 0;       // output tile (mb, nb) has flag flag_base + mb * n_blocks + nb
@@ -212,6 +217,17 @@ LOOM_HOST_DEVICE inline TileBox ProducerTiles(const NodeSchedule& producer, cons
   if (r1 > producer.m) r1 = producer.m;
   if (c1 > producer.out_cols) c1 = producer.out_cols;
   if (r0 >= r1 || c0 >= c1) return TileBox{};
+  // Every bound is now in [0, r1] or [0, c1]. In 32 bits where they fit (in
+  // every plan but ones of 2^31 rows or columns): the kernel's A loader
+  // works out a dependent job's producer tiles here before its first load,
+  // and the four 64-bit divisions were most of that (bench/NOTES.md v1.67).
+  if (r1 <= INT32_MAX && c1 <= INT32_MAX) {
+    const uint32_t m = static_cast<uint32_t>(tile.m), n = static_cast<uint32_t>(producer.out_tile_n);
+    return TileBox{static_cast<int32_t>(static_cast<uint32_t>(r0) / m),
+                   static_cast<int32_t>(static_cast<uint32_t>(r1 - 1) / m + 1),
+                   static_cast<int32_t>(static_cast<uint32_t>(c0) / n),
+                   static_cast<int32_t>(static_cast<uint32_t>(c1 - 1) / n + 1)};
+  }
   return TileBox{static_cast<int32_t>(r0 / tile.m), static_cast<int32_t>((r1 - 1) / tile.m + 1),
                  static_cast<int32_t>(c0 / producer.out_tile_n),
                  static_cast<int32_t>((c1 - 1) / producer.out_tile_n + 1)};
@@ -224,6 +240,12 @@ LOOM_HOST_DEVICE inline TileBox ProducerTiles(const NodeSchedule& producer, cons
 // producer tile column). 1 when a boundary is not k-block aligned; a large
 // value when A has no such edge (one wait per job covers everything).
 int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node);
+
+// Whether some dependency edge of `node` is on `operand`
+// (NodeSchedule::producer_operands).
+LOOM_HOST_DEVICE inline bool HasProducerOperand(const NodeSchedule& node, DependencyOperand operand) {
+  return (node.producer_operands >> static_cast<int>(operand)) & 1;
+}
 
 LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_t m_block,
                                                 int32_t n_block) {
