@@ -1231,5 +1231,78 @@ TEST(RuntimeTest, NoKernelPathIsInternalNotATimeout) {
   EXPECT_TRUE(HasStatus(long_wait, absl::StatusCode::kDeadlineExceeded, {"after 3000000000 ns"})) << long_wait;
 }
 
+
+// KernelNode::a_producer, the copy of a node's one A edge and its producer
+// that the narrow kernel's A loader reads instead of the two records: for
+// every node with one A edge (offsets into the producer's output included),
+// the producer tiles the copy gives are the ones the edge and the producer's
+// schedule give, for every row block and k-block; a node with no A edge, or
+// with A read from two producers, gets no copy.
+TEST(RuntimeTest, AProducerCopiesGiveTheProducerTilesOfTheEdge) {
+  using sched::DependencyOperand;
+  auto edge = [](int producer, DependencyOperand operand, int64_t row_offset = 0, int64_t col_offset = 0) {
+    sched::DependencyEdge e;
+    e.producer = producer;
+    e.operand = static_cast<uint8_t>(operand);
+    e.row_offset = row_offset;
+    e.col_offset = col_offset;
+    return e;
+  };
+  auto gemm = [](int64_t m, int64_t n, int64_t k, std::vector<sched::DependencyEdge> deps, bool swiglu = false) {
+    sched::NodeProblem p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.swiglu = swiglu;
+    p.dependencies = std::move(deps);
+    return p;
+  };
+  // 0: gate/up (SwiGLU); 1: down, A = 0's output; 2: A a column slice of 1's
+  // output starting 96 columns in, residual 0; 3: A from both 1 and 2 (two
+  // column halves of one buffer); 4: B from 2, no A edge.
+  const std::vector<sched::NodeProblem> graph = {
+      gemm(100, 2048, 512, {}, /*swiglu=*/true),
+      gemm(100, 512, 1024, {edge(0, DependencyOperand::kA)}),
+      gemm(100, 256, 320, {edge(1, DependencyOperand::kA, 0, 96), edge(0, DependencyOperand::kResidual)}),
+      gemm(100, 64, 768, {edge(1, DependencyOperand::kA), edge(2, DependencyOperand::kA, 0, -512)}),
+      gemm(100, 128, 256, {edge(2, DependencyOperand::kB)}),
+  };
+  for (const sched::TileShape tile : {sched::TileShape{64, 32, 64}, sched::TileShape{128, 256, 64}}) {
+    sched::SchedulerOptions options;
+    options.tile = tile;
+    options.cluster_size = 1;
+    options.split_k = 1;
+    absl::StatusOr<sched::Schedule> schedule = sched::Lower(graph, options);
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    for (int i = 0; i < static_cast<int>(graph.size()); ++i) {
+      const kernel::KernelNode::AProducer copy = internal::AProducerOf(*schedule, i);
+      const sched::NodeSchedule& node = schedule->nodes[i];
+      if (i == 0 || i >= 3) {
+        EXPECT_EQ(copy.out_tile_n, 0) << "node " << i << " has no single A edge";
+        continue;
+      }
+      ASSERT_NE(copy.out_tile_n, 0) << "node " << i;
+      const sched::DependencyEdge& e = schedule->dependencies[node.dependency_begin];
+      const sched::NodeSchedule& producer = schedule->nodes[e.producer];
+      EXPECT_EQ(std::tie(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.m, copy.out_cols),
+                std::tie(producer.flag_base, producer.n_blocks, producer.out_tile_n, producer.m, producer.out_cols))
+          << "node " << i;
+      EXPECT_EQ(std::tie(copy.row_offset, copy.col_offset), std::tie(e.row_offset, e.col_offset)) << "node " << i;
+      for (int mb = 0; mb < node.m_blocks; ++mb) {
+        for (int kb = 0; kb < node.k_blocks; ++kb) {
+          const int64_t r0 = int64_t{mb} * tile.m, c0 = int64_t{kb} * tile.k;
+          const sched::TileBox want = sched::ProducerTiles(producer, tile, e, r0, r0 + tile.m, c0, c0 + tile.k);
+          const sched::TileBox got = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, tile.m,
+                                                                copy.row_offset, copy.col_offset, r0, r0 + tile.m,
+                                                                c0, c0 + tile.k);
+          EXPECT_EQ(std::tie(got.m_begin, got.m_end, got.n_begin, got.n_end),
+                    std::tie(want.m_begin, want.m_end, want.n_begin, want.n_end))
+              << "node " << i << " m-block " << mb << " k-block " << kb << " tile.m " << tile.m;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom

@@ -35,8 +35,9 @@ __device__ __forceinline__ bool ForEachProducerBox(const Ctx& ctx, const KernelN
 }
 
 // Whether any dependency edge of `node` is on `operand`: the schedule's own
-// bit, not a walk over the edges (each edge read was an L2 round trip at the
-// start of a dependent job whose SM had not read them yet).
+// bit, not a walk over the edges (the walk for the epilogue's inputs alone,
+// which an MLP block's down job does not have, took 1.1-1.5 kcycles at the
+// start of each such job; bench/NOTES.md v1.67).
 template <typename Ctx>
 __device__ inline bool HasProducers(const Ctx&, const KernelNode& node, sched::DependencyOperand operand) {
   return sched::HasProducerOperand(node.schedule, operand);
@@ -155,25 +156,46 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
   int tiles = 0;
   int columns_left = 0;  // producer tile columns from granule 0's to the last
   bool whole_columns = false;
-  ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m,
-                     int64_t{kb} * Ctx::Config::kBlockK, int64_t{kb + 1} * Ctx::Config::kBlockK,
-                     [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
-                       ++edges;
-                       tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
-                       run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
-                       // Whole tile columns only (see above): a ragged last
-                       // tile's k-block is waited for on its own.
-                       const bool ragged = int64_t{producer.n_blocks} * producer.out_tile_n > producer.out_cols;
-                       columns_left = producer.n_blocks - box.n_begin - (ragged ? 1 : 0);
-                       const int granule_cols = node.schedule.a_wait_k_blocks * Ctx::Config::kBlockK;
-                       if constexpr (kOneTile) {
-                         whole_columns = granule_cols == producer.out_tile_n;
-                       } else {
-                         whole_columns = box.m_end - box.m_begin == 1 && granule_cols % producer.out_tile_n == 0 &&
-                                         granule_cols / producer.out_tile_n == box.n_end - box.n_begin;
-                       }
-                       return true;
-                     });
+  // One producer box of A: flag_base, n_blocks, out_tile_n and out_cols are
+  // the producer's.
+  const auto visit = [&](int32_t flag_base, int32_t n_blocks, int32_t out_tile_n, int64_t out_cols,
+                         const sched::TileBox& box) {
+    ++edges;
+    tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
+    run.first_flag = flag_base + box.m_begin * n_blocks + box.n_begin;  // OutputFlagIndex
+    // Whole tile columns only (see above): a ragged last tile's k-block is
+    // waited for on its own.
+    const bool ragged = int64_t{n_blocks} * out_tile_n > out_cols;
+    columns_left = n_blocks - box.n_begin - (ragged ? 1 : 0);
+    const int granule_cols = node.schedule.a_wait_k_blocks * Ctx::Config::kBlockK;
+    if constexpr (kOneTile) {
+      whole_columns = granule_cols == out_tile_n;
+    } else {
+      whole_columns = box.m_end - box.m_begin == 1 && granule_cols % out_tile_n == 0 &&
+                      granule_cols / out_tile_n == box.n_end - box.n_begin;
+    }
+  };
+  const int64_t col_begin = int64_t{kb} * Ctx::Config::kBlockK, col_end = col_begin + Ctx::Config::kBlockK;
+  const KernelNode::AProducer& copy = node.a_producer;
+  bool from_copy = false;
+  // NOTE: the narrow kernel only, where v1.67 measured it; the tiled kernel
+  // walks the edges as before.
+  if constexpr (!kOneTile) {
+    if (copy.out_tile_n != 0) {
+      const sched::TileBox box = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, ctx.tile().m,
+                                                            copy.row_offset, copy.col_offset, row0,
+                                                            row0 + ctx.tile().m, col_begin, col_end);
+      if (!box.empty()) visit(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box);
+      from_copy = true;
+    }
+  }
+  if (!from_copy) {
+    ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m, col_begin, col_end,
+                       [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
+                         visit(producer.flag_base, producer.n_blocks, producer.out_tile_n, producer.out_cols, box);
+                         return true;
+                       });
+  }
   const int granule = node.schedule.a_wait_k_blocks;
   const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
   if constexpr (kOneTile) {

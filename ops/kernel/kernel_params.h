@@ -61,7 +61,24 @@ struct KernelNode {
   // none.
   uint64_t* tagged_c = nullptr;
   const uint64_t* tagged_a = nullptr;
+  // A node whose A has exactly one producer edge, not whole_tensor: that
+  // edge's offsets and the producer's fields that AProducerRun reads, copied
+  // here by the runtime (internal::AProducerOf), so that the narrow kernel's
+  // A loader works out a dependent job's run of flags from this node's own
+  // record (the line its B loader has read already) instead of reading the
+  // edge and then the producer, one after the other, after an acquire fence
+  // has emptied L1. Measured (bench/NOTES.md v1.67): the 64-token 8-layer
+  // chain ~1 us faster than with the edge walk; the MLP block level.
+  // out_tile_n == 0: no such edge; AProducerRun walks the edges.
+  struct AProducer {
+    int64_t row_offset = 0, col_offset = 0;  // the edge's
+    int64_t m = 0, out_cols = 0;             // the producer's
+    int32_t flag_base = 0, n_blocks = 0, out_tile_n = 0;
+  } a_producer;
 };
+// The copy above sits in what was the record's tail padding: the fields
+// before it keep their offsets, and the record its size.
+static_assert(sizeof(KernelNode) == 1024, "KernelNode grew past its 1024 bytes");
 
 // Per-Plan device state that survives launches. Zeroed when the Plan is built.
 struct LaunchState {

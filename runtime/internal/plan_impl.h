@@ -96,6 +96,10 @@ const char* WaitKindName(int32_t kind);
 // for the rest).
 absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl::string_view job,
                                  int64_t spin_timeout_ns);
+// KernelNode::a_producer of node `node`: its one A edge, when it has exactly
+// one and that edge is not whole-tensor, with the producer's fields the
+// kernel's AProducerRun reads; none (out_tile_n 0) otherwise.
+kernel::KernelNode::AProducer AProducerOf(const sched::Schedule& schedule, int node);
 }  // namespace internal
 
 }  // namespace loom

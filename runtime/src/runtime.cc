@@ -610,6 +610,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     kernel::KernelNode& out = nodes[i];
     out.schedule = schedule.nodes[i];
     out.has_dependents = has_dependents[i] ? 1 : 0;
+    out.a_producer = internal::AProducerOf(schedule, static_cast<int>(i));
     out.activation = ActivationOf(node.epilogue.activation);
     out.out_type = ElementTypeOf(node.c.dtype);
     out.c = node.c.data;
@@ -1088,6 +1089,28 @@ Plan::Impl::~Impl() {
 }
 
 namespace internal {
+
+kernel::KernelNode::AProducer AProducerOf(const sched::Schedule& schedule, int node_index) {
+  const sched::NodeSchedule& node = schedule.nodes[node_index];
+  const sched::DependencyEdge* a_edge = nullptr;
+  for (int d = 0; d < node.dependency_count; ++d) {
+    const sched::DependencyEdge& edge = schedule.dependencies[node.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
+    if (a_edge != nullptr) return {};
+    a_edge = &edge;
+  }
+  if (a_edge == nullptr || a_edge->whole_tensor) return {};
+  const sched::NodeSchedule& producer = schedule.nodes[a_edge->producer];
+  kernel::KernelNode::AProducer copy;
+  copy.row_offset = a_edge->row_offset;
+  copy.col_offset = a_edge->col_offset;
+  copy.m = producer.m;
+  copy.out_cols = producer.out_cols;
+  copy.flag_base = producer.flag_base;
+  copy.n_blocks = producer.n_blocks;
+  copy.out_tile_n = producer.out_tile_n;
+  return copy;
+}
 
 const char* WaitKindName(int32_t kind) {
   switch (static_cast<kernel::WaitKind>(kind)) {

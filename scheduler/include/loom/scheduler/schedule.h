@@ -203,6 +203,37 @@ struct TileBox {
   LOOM_HOST_DEVICE bool empty() const { return m_begin >= m_end || n_begin >= n_end; }
 };
 
+// ProducerTiles (below) for an edge that is not whole_tensor, from the fields
+// it uses: the producer's m, out_cols and out_tile_n and the edge's offsets
+// (the kernel keeps a copy of them beside the consumer: KernelNode::a_producer).
+LOOM_HOST_DEVICE inline TileBox ProducerTilesOffset(int64_t producer_m, int64_t producer_out_cols,
+                                                    int32_t producer_out_tile_n, int32_t tile_m,
+                                                    int64_t row_offset, int64_t col_offset, int64_t row_begin,
+                                                    int64_t row_end, int64_t col_begin, int64_t col_end) {
+  int64_t r0 = row_begin + row_offset, r1 = row_end + row_offset;
+  int64_t c0 = col_begin + col_offset, c1 = col_end + col_offset;
+  if (r0 < 0) r0 = 0;
+  if (c0 < 0) c0 = 0;
+  if (r1 > producer_m) r1 = producer_m;
+  if (c1 > producer_out_cols) c1 = producer_out_cols;
+  if (r0 >= r1 || c0 >= c1) return TileBox{};
+  // Every bound is now in [0, r1] or [0, c1]. In 32 bits where they fit (in
+  // every plan but ones of 2^31 rows or columns): the kernel's A loader
+  // works out a dependent job's producer tiles here before its first load,
+  // and the four 64-bit divisions took ~300 of the ~1.5-2 kcycles that costs
+  // (bench/NOTES.md v1.67).
+  if (r1 <= INT32_MAX && c1 <= INT32_MAX) {
+    const uint32_t m = static_cast<uint32_t>(tile_m), n = static_cast<uint32_t>(producer_out_tile_n);
+    return TileBox{static_cast<int32_t>(static_cast<uint32_t>(r0) / m),
+                   static_cast<int32_t>(static_cast<uint32_t>(r1 - 1) / m + 1),
+                   static_cast<int32_t>(static_cast<uint32_t>(c0) / n),
+                   static_cast<int32_t>(static_cast<uint32_t>(c1 - 1) / n + 1)};
+  }
+  return TileBox{static_cast<int32_t>(r0 / tile_m), static_cast<int32_t>((r1 - 1) / tile_m + 1),
+                 static_cast<int32_t>(c0 / producer_out_tile_n),
+                 static_cast<int32_t>((c1 - 1) / producer_out_tile_n + 1)};
+}
+
 // The producer's output tiles that hold the consumer operand's elements
 // [row_begin, row_end) x [col_begin, col_end) under `edge`, clipped to the
 // producer's output. Every tile of the producer when edge.whole_tensor is set.
@@ -210,27 +241,8 @@ LOOM_HOST_DEVICE inline TileBox ProducerTiles(const NodeSchedule& producer, cons
                                               const DependencyEdge& edge, int64_t row_begin,
                                               int64_t row_end, int64_t col_begin, int64_t col_end) {
   if (edge.whole_tensor) return TileBox{0, producer.m_blocks, 0, producer.n_blocks};
-  int64_t r0 = row_begin + edge.row_offset, r1 = row_end + edge.row_offset;
-  int64_t c0 = col_begin + edge.col_offset, c1 = col_end + edge.col_offset;
-  if (r0 < 0) r0 = 0;
-  if (c0 < 0) c0 = 0;
-  if (r1 > producer.m) r1 = producer.m;
-  if (c1 > producer.out_cols) c1 = producer.out_cols;
-  if (r0 >= r1 || c0 >= c1) return TileBox{};
-  // Every bound is now in [0, r1] or [0, c1]. In 32 bits where they fit (in
-  // every plan but ones of 2^31 rows or columns): the kernel's A loader
-  // works out a dependent job's producer tiles here before its first load,
-  // and the four 64-bit divisions were most of that (bench/NOTES.md v1.67).
-  if (r1 <= INT32_MAX && c1 <= INT32_MAX) {
-    const uint32_t m = static_cast<uint32_t>(tile.m), n = static_cast<uint32_t>(producer.out_tile_n);
-    return TileBox{static_cast<int32_t>(static_cast<uint32_t>(r0) / m),
-                   static_cast<int32_t>(static_cast<uint32_t>(r1 - 1) / m + 1),
-                   static_cast<int32_t>(static_cast<uint32_t>(c0) / n),
-                   static_cast<int32_t>(static_cast<uint32_t>(c1 - 1) / n + 1)};
-  }
-  return TileBox{static_cast<int32_t>(r0 / tile.m), static_cast<int32_t>((r1 - 1) / tile.m + 1),
-                 static_cast<int32_t>(c0 / producer.out_tile_n),
-                 static_cast<int32_t>((c1 - 1) / producer.out_tile_n + 1)};
+  return ProducerTilesOffset(producer.m, producer.out_cols, producer.out_tile_n, tile.m, edge.row_offset,
+                             edge.col_offset, row_begin, row_end, col_begin, col_end);
 }
 
 // NodeSchedule::a_wait_k_blocks for `node`, whose edges are already in
