@@ -1248,24 +1248,21 @@ TEST(RuntimeTest, AProducerCopiesGiveTheProducerTilesOfTheEdge) {
     e.col_offset = col_offset;
     return e;
   };
-  auto gemm = [](int64_t m, int64_t n, int64_t k, std::vector<sched::DependencyEdge> deps, bool swiglu = false) {
-    sched::NodeProblem p;
-    p.m = m;
-    p.n = n;
-    p.k = k;
-    p.swiglu = swiglu;
-    p.dependencies = std::move(deps);
-    return p;
-  };
   // 0: gate/up (SwiGLU); 1: down, A = 0's output; 2: A a column slice of 1's
   // output starting 96 columns in, residual 0; 3: A from both 1 and 2 (two
   // column halves of one buffer); 4: B from 2, no A edge.
   const std::vector<sched::NodeProblem> graph = {
-      gemm(100, 2048, 512, {}, /*swiglu=*/true),
-      gemm(100, 512, 1024, {edge(0, DependencyOperand::kA)}),
-      gemm(100, 256, 320, {edge(1, DependencyOperand::kA, 0, 96), edge(0, DependencyOperand::kResidual)}),
-      gemm(100, 64, 768, {edge(1, DependencyOperand::kA), edge(2, DependencyOperand::kA, 0, -512)}),
-      gemm(100, 128, 256, {edge(2, DependencyOperand::kB)}),
+      {.m = 100, .n = 2048, .k = 512, .swiglu = true},
+      {.m = 100, .n = 512, .k = 1024, .dependencies = {edge(0, DependencyOperand::kA)}},
+      {.m = 100,
+       .n = 256,
+       .k = 320,
+       .dependencies = {edge(1, DependencyOperand::kA, 0, 96), edge(0, DependencyOperand::kResidual)}},
+      {.m = 100,
+       .n = 64,
+       .k = 768,
+       .dependencies = {edge(1, DependencyOperand::kA), edge(2, DependencyOperand::kA, 0, -512)}},
+      {.m = 100, .n = 128, .k = 256, .dependencies = {edge(2, DependencyOperand::kB)}},
   };
   for (const sched::TileShape tile : {sched::TileShape{64, 32, 64}, sched::TileShape{128, 256, 64}}) {
     sched::SchedulerOptions options;
