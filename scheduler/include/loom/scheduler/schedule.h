@@ -105,7 +105,7 @@ struct NodeSchedule {
   RasterOrder raster = RasterOrder::kAlongM;
   // Bit 1 << o set when some edge of this node is on DependencyOperand o
   // (Lower), so that the kernel asks of an operand without producers
-  // without reading the edges (ProducerOperands). In the padding before
+  // without reading the edges (HasProducerOperand). In the padding before
   // group_size: the fields after it keep their offsets.
   uint8_t producer_operands = 0;
   int32_t group_size = 1;      // swizzle group width, in cluster tiles
