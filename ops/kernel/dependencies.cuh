@@ -21,7 +21,10 @@ __device__ __forceinline__ bool ForEachProducerBox(const Ctx& ctx, const KernelN
                                                    int64_t row_end, int64_t col_begin, int64_t col_end,
                                                    Visit&& visit) {
   const sched::NodeSchedule& schedule = node.schedule;
-  if (!sched::HasProducerOperand(schedule, operand)) return true;  // no edge to read
+  // No edge on this operand: none read (walking them for the epilogue's
+  // inputs, which an MLP block's down job has none of, took 1.1-1.5 kcycles
+  // at the start of each such job; bench/NOTES.md v1.67).
+  if (!sched::HasProducerOperand(schedule, operand)) return true;
   for (int d = 0; d < schedule.dependency_count; ++d) {
     const sched::DependencyEdge& edge = ctx.params.dependencies[schedule.dependency_begin + d];
     if (edge.operand != static_cast<uint8_t>(operand)) continue;
@@ -32,15 +35,6 @@ __device__ __forceinline__ bool ForEachProducerBox(const Ctx& ctx, const KernelN
     if (!visit(d, producer, box)) return false;
   }
   return true;
-}
-
-// Whether any dependency edge of `node` is on `operand`: the schedule's own
-// bit, not a walk over the edges (the walk for the epilogue's inputs alone,
-// which an MLP block's down job does not have, took 1.1-1.5 kcycles at the
-// start of each such job; bench/NOTES.md v1.67).
-template <typename Ctx>
-__device__ inline bool HasProducers(const Ctx&, const KernelNode& node, sched::DependencyOperand operand) {
-  return sched::HasProducerOperand(node.schedule, operand);
 }
 
 // Waits until every producer tile that elements [row_begin, row_end) x
@@ -162,7 +156,7 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
                          const sched::TileBox& box) {
     ++edges;
     tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
-    run.first_flag = flag_base + box.m_begin * n_blocks + box.n_begin;  // OutputFlagIndex
+    run.first_flag = sched::TileFlagIndex(flag_base, n_blocks, box.m_begin, box.n_begin);
     // Whole tile columns only (see above): a ragged last tile's k-block is
     // waited for on its own.
     const bool ragged = int64_t{n_blocks} * out_tile_n > out_cols;

@@ -103,7 +103,7 @@ __device__ inline void RunALoader(const CtaContext<Config>& ctx) {
     }
     // A's producers are known complete for the k-blocks below a_ready_end;
     // each wait looks many producer tile columns ahead.
-    int a_ready_end = !draining && HasProducers(ctx, node, sched::DependencyOperand::kA) ? job.k_block_begin
+    int a_ready_end = !draining && sched::HasProducerOperand(node.schedule, sched::DependencyOperand::kA) ? job.k_block_begin
                                                                                           : job.k_block_end;
     uint64_t a_dependency_ns = 0;  // for the trace
     for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
@@ -153,9 +153,8 @@ __device__ inline void RunBLoader(const CtaContext<Config>& ctx) {
     const sched::TileJob job = *work.job;  // in registers; see the A loader
     if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
     const KernelNode& node = *work.node;
-    // Looked up once per job: the per-k-block check reads the node's edges
-    // from global memory, which the A loader's acquire fences evict from L1.
-    const bool b_has_producers = HasProducers(ctx, node, sched::DependencyOperand::kB);
+    // Looked up once per job, not per k-block.
+    const bool b_has_producers = sched::HasProducerOperand(node.schedule, sched::DependencyOperand::kB);
     const bool share_b = SharesOperand(ctx, node, sched::ClusterShare::kShareB);
     // B read by this job only (one row block: no other job reads this tile
     // of it): its lines go first from L2, ahead of the activations, partials

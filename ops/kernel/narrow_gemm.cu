@@ -416,7 +416,7 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
       }
     }
     int a_ready_end =
-        !draining && HasProducers(ctx, node, sched::DependencyOperand::kA) ? kb_begin : job.k_block_end;
+        !draining && sched::HasProducerOperand(node.schedule, sched::DependencyOperand::kA) ? kb_begin : job.k_block_end;
     const bool kblock_map = HasKBlockMaps(schedule);
     const uint32_t tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
     uint64_t a_dependency_ns = 0;  // for the trace
@@ -492,7 +492,7 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
     const KernelNode& node = ctx.params.nodes[job.node];
     if (job.node != known_node) {
       known_node = job.node;
-      b_has_producers = HasProducers(ctx, node, sched::DependencyOperand::kB);
+      b_has_producers = sched::HasProducerOperand(node.schedule, sched::DependencyOperand::kB);
       kblock_map = HasKBlockMaps(node.schedule);
       if constexpr (kPackedB) {
         packed_b = node.packed_b;

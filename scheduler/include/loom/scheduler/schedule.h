@@ -259,9 +259,16 @@ LOOM_HOST_DEVICE inline bool HasProducerOperand(const NodeSchedule& node, Depend
   return (node.producer_operands >> static_cast<int>(operand)) & 1;
 }
 
+// The flag of output tile (m_block, n_block) of a node whose tile flags start
+// at flag_base, n_blocks to a row of tiles.
+LOOM_HOST_DEVICE inline int32_t TileFlagIndex(int32_t flag_base, int32_t n_blocks, int32_t m_block,
+                                              int32_t n_block) {
+  return flag_base + m_block * n_blocks + n_block;
+}
+
 LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_t m_block,
                                                 int32_t n_block) {
-  return node.flag_base + m_block * node.n_blocks + n_block;
+  return TileFlagIndex(node.flag_base, node.n_blocks, m_block, n_block);
 }
 
 // How many splits of each tile of a split-K node write a partial (flag and
