@@ -169,15 +169,19 @@ class EventList {
 
 constexpr size_t kBf16Bytes = 2;
 
-absl::StatusOr<DeviceBuffer> AllocateBf16(int64_t elements, std::string_view name) {
+absl::StatusOr<DeviceBuffer> AllocateBytes(size_t bytes, std::string_view name) {
   void* pointer = nullptr;
-  const size_t bytes = std::max<size_t>(static_cast<size_t>(elements) * kBf16Bytes, 16);
+  bytes = std::max<size_t>(bytes, 16);
   const cudaError_t error = cudaMalloc(&pointer, bytes);
   if (error != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrFormat("cudaMalloc(%s, %d bytes): %s", name, bytes,
                                                         cudaGetErrorString(error)));
   }
   return DeviceBuffer(pointer);
+}
+
+absl::StatusOr<DeviceBuffer> AllocateBf16(int64_t elements, std::string_view name) {
+  return AllocateBytes(static_cast<size_t>(elements) * kBf16Bytes, name);
 }
 
 // --- The watchdog: the lead runs this once, unattended; it must end. ---
@@ -724,8 +728,14 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
   const TensorView w_down_view = TensorView::Dense("w_down", weights.down.get(), DType::kBF16, hidden, intermediate);
   const TensorView y_view = TensorView::Dense("y", y_loom.get(), DType::kBF16, tokens, hidden);
   const int parts = absl::GetFlag(FLAGS_down_parts);
+  if (parts < 1 || parts > intermediate) {
+    // More parts than K's columns would leave some with K = 0; slices that
+    // are not 16-byte aligned the runtime refuses by name at Compile.
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--down_parts must be in [1, %d] (the intermediate width), got %d", intermediate, parts));
+  }
   std::vector<DeviceBuffer> partials;
-  if (parts <= 1) {
+  if (parts == 1) {
     graph.AddGemm("down", h_view, w_down_view, y_view, Epilogue{.residual = x_view});
   } else {
     // Part p multiplies K slice p and adds part p - 1's fp32 output (x for
@@ -737,7 +747,7 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
       TensorView out = y_view;
       if (p + 1 < parts) {
         LOOM_ASSIGN_OR_RETURN(DeviceBuffer partial,
-                              AllocateBf16(tokens * hidden * sizeof(float) / kBf16Bytes, "down partial (fp32)"));
+                              AllocateBytes(static_cast<size_t>(tokens * hidden) * sizeof(float), "down partial"));
         out = TensorView::Dense(absl::StrCat("y_part", p), partial.get(), DType::kFP32, tokens, hidden);
         partials.push_back(std::move(partial));
       }
