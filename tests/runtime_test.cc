@@ -1301,5 +1301,78 @@ TEST(RuntimeTest, AProducerCopiesGiveTheProducerTilesOfTheEdge) {
   }
 }
 
+// The narrow kernel's first runs of A flags, worked out at Compile: each
+// granule the run covers reads exactly its tiles_per_granule flags, found
+// from the node's real edge, one row of whole producer tiles; none where the
+// edge walk would find more than one producer (two A edges) or no single
+// edge.
+TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
+  using sched::DependencyOperand;
+  auto edge = [](int producer, DependencyOperand operand, int64_t col_offset = 0) {
+    sched::DependencyEdge e;
+    e.producer = producer;
+    e.operand = static_cast<uint8_t>(operand);
+    e.col_offset = col_offset;
+    return e;
+  };
+  for (const int64_t rows : {1, 16, 64, 100, 128}) {
+    // 0: gate/up (SwiGLU, 16-column output tiles); 1: down, A = 0's output;
+    // 2: A a slice of 1's output 96 columns in (ragged: 1's last tile column
+    // is cut); 3: A from both 1 and 2; 4: a chain layer on 1's output, 1000
+    // wide (ragged last tile).
+    const std::vector<sched::NodeProblem> graph = {
+        {.m = rows, .n = 2048, .k = 512, .swiglu = true},
+        {.m = rows, .n = 500, .k = 1024, .dependencies = {edge(0, DependencyOperand::kA)}},
+        {.m = rows, .n = 256, .k = 320, .dependencies = {edge(1, DependencyOperand::kA, 96)}},
+        {.m = rows,
+         .n = 64,
+         .k = 768,
+         .dependencies = {edge(1, DependencyOperand::kA), edge(2, DependencyOperand::kA, -512)}},
+        {.m = rows, .n = 1000, .k = 500, .dependencies = {edge(1, DependencyOperand::kA)}},
+    };
+    sched::SchedulerOptions options;
+    options.tile = kernel::NarrowConfig::tile(rows);
+    options.cluster_size = 1;
+    options.split_k = 1;
+    absl::StatusOr<sched::Schedule> schedule = sched::Lower(graph, options);
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    const sched::TileShape tile = schedule->tile;
+    int runs_found = 0;
+    for (int i = 0; i < static_cast<int>(graph.size()); ++i) {
+      const sched::NodeSchedule& node = schedule->nodes[i];
+      kernel::KernelNode::FirstARun runs[2];
+      internal::FirstARunsOf(*schedule, i, internal::AProducerOf(*schedule, i), runs);
+      for (int mb = 0; mb < 2; ++mb) {
+        const kernel::KernelNode::FirstARun& run = runs[mb];
+        if (i == 0 || i == 3 || mb >= node.m_blocks) {
+          EXPECT_EQ(run.granules, 0) << rows << " rows, node " << i << " row block " << mb;
+          continue;
+        }
+        ASSERT_GT(run.granules, 0) << rows << " rows, node " << i << " row block " << mb;
+        ++runs_found;
+        const sched::DependencyEdge& e = schedule->dependencies[node.dependency_begin];
+        const sched::NodeSchedule& producer = schedule->nodes[e.producer];
+        const int tiles = 1 << run.tiles_shift;
+        const int64_t granule_cols = int64_t{node.a_wait_k_blocks} * tile.k;
+        for (int j = 0; j < run.granules; ++j) {
+          const int64_t r0 = int64_t{mb} * tile.m, c0 = j * granule_cols;
+          ASSERT_LE(c0 + granule_cols, node.k) << rows << " rows, node " << i << ": granule " << j << " past K";
+          const sched::TileBox box = sched::ProducerTiles(producer, tile, e, r0, r0 + tile.m, c0, c0 + granule_cols);
+          EXPECT_EQ(box.m_end - box.m_begin, 1) << rows << " rows, node " << i << " granule " << j;
+          EXPECT_EQ(box.n_end - box.n_begin, tiles) << rows << " rows, node " << i << " granule " << j;
+          EXPECT_EQ(sched::OutputFlagIndex(producer, box.m_begin, box.n_begin), run.first_flag + j * tiles)
+              << rows << " rows, node " << i << " granule " << j;
+          // Whole tiles: the granule's columns are the tiles' own.
+          EXPECT_EQ(int64_t{box.n_begin} * producer.out_tile_n, c0 + e.col_offset)
+              << rows << " rows, node " << i << " granule " << j;
+          EXPECT_LE(int64_t{box.n_end} * producer.out_tile_n, producer.out_cols)
+              << rows << " rows, node " << i << " granule " << j << " reads a ragged tile";
+        }
+      }
+    }
+    EXPECT_EQ(runs_found, rows > 64 ? 6 : 3) << rows << " rows";
+  }
+}
+
 }  // namespace
 }  // namespace loom

@@ -134,78 +134,59 @@ __device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, 
 // global memory), and those instructions, issued by one thread among busy
 // consumer warps, cost the 8192-token MLP's down projection ~105 us per tile
 // whether it looked ahead 8 or 16 granules per poll (bench/NOTES.md v1.11).
-struct FlagRun {
-  int first_flag = 0;
-  int granules = 0;
-  int tiles_per_granule = 1;
-  int tiles_shift = 0;  // log2(tiles_per_granule)
-};
+using FlagRun = sched::AFlagRun;
 
 template <typename Ctx>
 __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, int64_t row0, int kb,
                                        int kb_end) {
-  constexpr bool kOneTile = Ctx::Config::kMaxTilesPerGranule == 1;
-  FlagRun run;
-  int edges = 0;
-  int tiles = 0;
-  int columns_left = 0;  // producer tile columns from granule 0's to the last
-  bool whole_columns = false;
-  // One producer box of A: flag_base, n_blocks, out_tile_n and out_cols are
-  // the producer's.
-  const auto visit = [&](int32_t flag_base, int32_t n_blocks, int32_t out_tile_n, int64_t out_cols,
-                         const sched::TileBox& box) {
-    ++edges;
-    tiles += (box.m_end - box.m_begin) * (box.n_end - box.n_begin);
-    run.first_flag = sched::TileFlagIndex(flag_base, n_blocks, box.m_begin, box.n_begin);
-    // Whole tile columns only (see above): a ragged last tile's k-block is
-    // waited for on its own.
-    const bool ragged = int64_t{n_blocks} * out_tile_n > out_cols;
-    columns_left = n_blocks - box.n_begin - (ragged ? 1 : 0);
-    const int granule_cols = node.schedule.a_wait_k_blocks * Ctx::Config::kBlockK;
-    if constexpr (kOneTile) {
-      whole_columns = granule_cols == out_tile_n;
-    } else {
-      whole_columns = box.m_end - box.m_begin == 1 && granule_cols % out_tile_n == 0 &&
-                      granule_cols / out_tile_n == box.n_end - box.n_begin;
-    }
-  };
   const int64_t col_begin = int64_t{kb} * Ctx::Config::kBlockK, col_end = col_begin + Ctx::Config::kBlockK;
+  const int granule = node.schedule.a_wait_k_blocks;
+  const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
+  const int granule_cols = granule * Ctx::Config::kBlockK;
   const KernelNode::AProducer& copy = node.a_producer;
-  bool from_copy = false;
   // NOTE: the narrow kernel only, where v1.67 measured it; the tiled kernel
   // walks the edges as before.
-  if constexpr (!kOneTile) {
+  if constexpr (Ctx::Config::kMaxTilesPerGranule > 1) {
     if (copy.out_tile_n != 0) {
       const sched::TileBox box = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, ctx.tile().m,
                                                             copy.row_offset, copy.col_offset, row0,
                                                             row0 + ctx.tile().m, col_begin, col_end);
-      if (!box.empty()) visit(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box);
-      from_copy = true;
+      return sched::ARunOfBox(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box, granule_cols,
+                              granules_left, Ctx::Config::kMaxTilesPerGranule);
     }
   }
-  if (!from_copy) {
+  int edges = 0;  // producer boxes of A: a run only from exactly one
+  FlagRun run;
+  if constexpr (Ctx::Config::kMaxTilesPerGranule == 1) {
+    // NOTE: the tiled kernel's own form (one whole tile a granule), kept
+    // apart from ARunOfBox: that one, compiled in here, raised the tiled
+    // kernels' spills by 16-24 bytes (464 to 510 bytes in an earlier form).
+    bool one_whole_tile = false;
+    int columns_left = 0;
     ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m, col_begin, col_end,
                        [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
-                         visit(producer.flag_base, producer.n_blocks, producer.out_tile_n, producer.out_cols, box);
+                         ++edges;
+                         one_whole_tile = box.m_end - box.m_begin == 1 && box.n_end - box.n_begin == 1 &&
+                                          granule_cols == producer.out_tile_n;
+                         run.first_flag =
+                             sched::TileFlagIndex(producer.flag_base, producer.n_blocks, box.m_begin, box.n_begin);
+                         const bool ragged = int64_t{producer.n_blocks} * producer.out_tile_n > producer.out_cols;
+                         columns_left = producer.n_blocks - box.n_begin - (ragged ? 1 : 0);
                          return true;
                        });
-  }
-  const int granule = node.schedule.a_wait_k_blocks;
-  const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
-  if constexpr (kOneTile) {
-    // NOTE: kept apart from the general form: that one, compiled into the
-    // tiled kernel, raised its spills from 464 to 510 bytes.
-    if (edges != 1 || tiles != 1 || !whole_columns) return run;
+    if (edges != 1 || !one_whole_tile) return FlagRun{};
     run.granules = min(granules_left, columns_left);
+    return run;
   } else {
-    if (edges != 1 || !whole_columns || tiles > Ctx::Config::kMaxTilesPerGranule || (tiles & (tiles - 1)) != 0) {
-      return run;
-    }
-    run.tiles_per_granule = tiles;
-    run.tiles_shift = __ffs(tiles) - 1;
-    run.granules = min(granules_left, columns_left / tiles);
+    ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m, col_begin, col_end,
+                       [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
+                         run = sched::ARunOfBox(producer.flag_base, producer.n_blocks, producer.out_tile_n,
+                                                producer.out_cols, box, granule_cols, granules_left,
+                                                Ctx::Config::kMaxTilesPerGranule);
+                         return ++edges == 1;
+                       });
+    return edges == 1 ? run : FlagRun{};
   }
-  return run;
 }
 
 // How many of the run's granules, from the first, have every flag at this
@@ -271,6 +252,15 @@ struct KnownARun {
   int wait_k_blocks = 1;
   FlagRun run;
   __device__ void Reset() { kb = -1; }
+  // The run the runtime worked out from k-block 0 (KernelNode::first_a_run).
+  __device__ void Seed(int node_wait_k_blocks, const KernelNode::FirstARun& first) {
+    kb = 0;
+    wait_k_blocks = node_wait_k_blocks;
+    run.first_flag = first.first_flag;
+    run.granules = first.granules;
+    run.tiles_shift = first.tiles_shift;
+    run.tiles_per_granule = 1 << first.tiles_shift;
+  }
 };
 
 // Waits until the producer tiles that k-block kb of A reads are complete and

@@ -75,9 +75,22 @@ struct KernelNode {
     int64_t m = 0, out_cols = 0;             // the producer's
     int32_t flag_base = 0, n_blocks = 0, out_tile_n = 0;
   } a_producer;
+  // The narrow kernel's run of A's producer flags (sched::ARunOfBox) from
+  // k-block 0 of a job that spans the node's K, for row blocks 0 and 1 (all
+  // a narrow plan has), worked out by the runtime (internal::FirstARunsOf),
+  // so that the A loader of a dependent job polls without working it out
+  // first: that took it 1.1-1.7 kcycles, on the path of each late SM's first
+  // down job of the 64-token MLP block (bench/NOTES.md v1.67, v1.68).
+  // granules == 0: none; the A loader works the run out (AProducerRun).
+  struct FirstARun {
+    int32_t first_flag = 0;
+    uint16_t granules = 0;
+    uint8_t tiles_shift = 0;  // log2 of tiles a granule
+    uint8_t unused = 0;
+  } first_a_run[2];
 };
-// The copy above sits in what was the record's tail padding: the fields
-// before it keep their offsets, and the record its size.
+// The copy and the runs above sit in what was the record's tail padding:
+// the fields before them keep their offsets, and the record its size.
 static_assert(sizeof(KernelNode) == 1024, "KernelNode grew past its 1024 bytes");
 
 // Per-Plan device state that survives launches. Zeroed when the Plan is built.

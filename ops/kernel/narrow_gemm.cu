@@ -417,6 +417,10 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
     }
     int a_ready_end =
         !draining && sched::HasProducerOperand(node.schedule, sched::DependencyOperand::kA) ? kb_begin : job.k_block_end;
+    if (a_ready_end == 0 && job.k_block_end == schedule.k_blocks && work.m_block < 2) {
+      const KernelNode::FirstARun& first = node.first_a_run[work.m_block];
+      if (first.granules > 0) known.Seed(schedule.a_wait_k_blocks, first);
+    }
     const bool kblock_map = HasKBlockMaps(schedule);
     const uint32_t tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
     uint64_t a_dependency_ns = 0;  // for the trace

@@ -100,6 +100,14 @@ absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl
 // one and that edge is not whole-tensor, with the producer's fields the
 // kernel's AProducerRun reads; none (out_tile_n 0) otherwise.
 kernel::KernelNode::AProducer AProducerOf(const sched::Schedule& schedule, int node);
+// KernelNode::first_a_run of node `node` of a narrow plan (tiles
+// schedule.tile), whose a_producer is `copy`: for each row block, the run of
+// A's producer flags from k-block 0 that the narrow kernel's AProducerRun
+// would find for a job spanning the node's K; none (granules 0) where it
+// finds none, where the node has no row block there, or where the run does
+// not fit the record's 16 bits.
+void FirstARunsOf(const sched::Schedule& schedule, int node, const kernel::KernelNode::AProducer& copy,
+                  kernel::KernelNode::FirstARun (&runs)[2]);
 }  // namespace internal
 
 }  // namespace loom

@@ -611,6 +611,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     out.schedule = schedule.nodes[i];
     out.has_dependents = has_dependents[i] ? 1 : 0;
     out.a_producer = internal::AProducerOf(schedule, static_cast<int>(i));
+    if (narrow) internal::FirstARunsOf(schedule, static_cast<int>(i), out.a_producer, out.first_a_run);
     out.activation = ActivationOf(node.epilogue.activation);
     out.out_type = ElementTypeOf(node.c.dtype);
     out.c = node.c.data;
@@ -1110,6 +1111,30 @@ kernel::KernelNode::AProducer AProducerOf(const sched::Schedule& schedule, int n
   copy.n_blocks = producer.n_blocks;
   copy.out_tile_n = producer.out_tile_n;
   return copy;
+}
+
+void FirstARunsOf(const sched::Schedule& schedule, int node_index, const kernel::KernelNode::AProducer& copy,
+                  kernel::KernelNode::FirstARun (&runs)[2]) {
+  const sched::NodeSchedule& node = schedule.nodes[node_index];
+  for (int mb = 0; mb < 2; ++mb) {
+    runs[mb] = {};
+    if (copy.out_tile_n == 0 || mb >= node.m_blocks || node.k_blocks == 0) continue;
+    const int64_t row0 = int64_t{mb} * schedule.tile.m;
+    const sched::TileBox box = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, schedule.tile.m,
+                                                          copy.row_offset, copy.col_offset, row0,
+                                                          row0 + schedule.tile.m, 0, NarrowConfig::kBlockK);
+    const int32_t granule = node.a_wait_k_blocks;
+    const int64_t granule_cols = int64_t{granule} * NarrowConfig::kBlockK;
+    if (granule_cols > INT32_MAX) continue;  // A has no producer tile boundary to wait on (AWaitKBlocks)
+    const sched::AFlagRun run = sched::ARunOfBox(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box,
+                                                 static_cast<int32_t>(granule_cols),
+                                                 (node.k_blocks + granule - 1) / granule,
+                                                 NarrowConfig::kMaxTilesPerGranule);
+    if (run.granules <= 0 || run.granules > UINT16_MAX) continue;
+    runs[mb].first_flag = run.first_flag;
+    runs[mb].granules = static_cast<uint16_t>(run.granules);
+    runs[mb].tiles_shift = static_cast<uint8_t>(run.tiles_shift);
+  }
 }
 
 const char* WaitKindName(int32_t kind) {

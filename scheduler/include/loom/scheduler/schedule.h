@@ -271,6 +271,48 @@ LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_
   return TileFlagIndex(node.flag_base, node.n_blocks, m_block, n_block);
 }
 
+// A run of A's producer flags: granule j of A (the a_wait_k_blocks k-blocks
+// from the run's first granule on, j < granules) reads exactly the producer
+// tiles whose flags are first_flag + j * tiles_per_granule onwards,
+// tiles_per_granule of them (a power of two, 1 << tiles_shift), all whole.
+// granules == 0: no run (the granules are waited for one by one).
+struct AFlagRun {
+  int32_t first_flag = 0;
+  int32_t granules = 0;
+  int32_t tiles_per_granule = 1;
+  int32_t tiles_shift = 0;
+};
+
+// The run that starts at a granule of A whose producer tiles are `box` (of a
+// producer whose tile flags start at flag_base, n_blocks to a row, out_tile_n
+// output columns each, out_cols in all), when A has that one producer edge:
+// a granule is granule_cols columns of A, granules_left of them remain in
+// the job, and at most max_tiles_per_granule tiles may make one granule (the
+// kernel's poll finds a flag's granule with a shift). The run stops before
+// a ragged last tile column (its k-block may also read whatever follows the
+// producer's columns in A, which no flag of the run covers). Worked out by
+// the kernel's A loader (AProducerRun) and, for the narrow kernel's first
+// run of a job, by the runtime (KernelNode::first_a_run).
+LOOM_HOST_DEVICE inline AFlagRun ARunOfBox(int32_t flag_base, int32_t n_blocks, int32_t out_tile_n,
+                                           int64_t out_cols, const TileBox& box, int32_t granule_cols,
+                                           int32_t granules_left, int32_t max_tiles_per_granule) {
+  AFlagRun run;
+  if (box.empty()) return run;
+  const int32_t rows = box.m_end - box.m_begin, columns = box.n_end - box.n_begin;
+  const bool ragged = int64_t{n_blocks} * out_tile_n > out_cols;
+  const int32_t columns_left = n_blocks - box.n_begin - (ragged ? 1 : 0);
+  if (rows != 1 || granule_cols % out_tile_n != 0 || granule_cols / out_tile_n != columns ||
+      columns > max_tiles_per_granule || (columns & (columns - 1)) != 0) {
+    return run;
+  }
+  run.first_flag = TileFlagIndex(flag_base, n_blocks, box.m_begin, box.n_begin);
+  run.tiles_per_granule = columns;
+  while ((1 << run.tiles_shift) < columns) ++run.tiles_shift;
+  const int32_t runs_left = columns_left / columns;
+  run.granules = granules_left < runs_left ? granules_left : runs_left;
+  return run;
+}
+
 // How many splits of each tile of a split-K node write a partial (flag and
 // workspace slice): all, or all but the last where the last sums
 // (NodeSchedule::reduce_parts == 0). 0 without split-K.
