@@ -148,11 +148,8 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
   // walks the edges as before.
   if constexpr (Ctx::Config::kMaxTilesPerGranule > 1) {
     if (copy.out_tile_n != 0) {
-      const sched::TileBox box = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, ctx.tile().m,
-                                                            copy.row_offset, copy.col_offset, row0,
-                                                            row0 + ctx.tile().m, col_begin, col_end);
-      return sched::ARunOfBox(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box, granule_cols,
-                              granules_left, Ctx::Config::kMaxTilesPerGranule);
+      return ARunOfCopy<Ctx::Config::kBlockK, Ctx::Config::kMaxTilesPerGranule>(copy, granule, ctx.tile().m, row0,
+                                                                                  kb, kb_end);
     }
   }
   int edges = 0;  // producer boxes of A: a run only from exactly one

@@ -93,6 +93,23 @@ struct KernelNode {
 // the fields before them keep their offsets, and the record its size.
 static_assert(sizeof(KernelNode) == 1024, "KernelNode grew past its 1024 bytes");
 
+// The run of A's producer flags (sched::ARunOfBox) from k-block kb of a job
+// that ends at kb_end, for the row block of tile_m rows at row0, of a node
+// whose one A edge is `copy` (KernelNode::a_producer) and whose granules are
+// a_wait_k_blocks k-blocks of kBlockK columns: the narrow kernel's
+// AProducerRun, and what the runtime stores as KernelNode::first_a_run.
+template <int kBlockK, int kMaxTilesPerGranule>
+LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfCopy(const KernelNode::AProducer& copy, int a_wait_k_blocks,
+                                                   int32_t tile_m, int64_t row0, int kb, int kb_end) {
+  const int64_t col_begin = int64_t{kb} * kBlockK;
+  const int granules_left = (kb_end - kb / a_wait_k_blocks * a_wait_k_blocks + a_wait_k_blocks - 1) / a_wait_k_blocks;
+  const sched::TileBox box = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, tile_m,
+                                                        copy.row_offset, copy.col_offset, row0, row0 + tile_m,
+                                                        col_begin, col_begin + kBlockK);
+  return sched::ARunOfBox(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box,
+                          a_wait_k_blocks * kBlockK, granules_left, kMaxTilesPerGranule);
+}
+
 // Per-Plan device state that survives launches. Zeroed when the Plan is built.
 struct LaunchState {
   uint32_t epoch;          // the epoch of the last completed launch

@@ -1119,17 +1119,10 @@ void FirstARunsOf(const sched::Schedule& schedule, int node_index, const kernel:
   for (int mb = 0; mb < 2; ++mb) {
     runs[mb] = {};
     if (copy.out_tile_n == 0 || mb >= node.m_blocks || node.k_blocks == 0) continue;
-    const int64_t row0 = int64_t{mb} * schedule.tile.m;
-    const sched::TileBox box = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, schedule.tile.m,
-                                                          copy.row_offset, copy.col_offset, row0,
-                                                          row0 + schedule.tile.m, 0, NarrowConfig::kBlockK);
-    const int32_t granule = node.a_wait_k_blocks;
-    const int64_t granule_cols = int64_t{granule} * NarrowConfig::kBlockK;
-    if (granule_cols > INT32_MAX) continue;  // A has no producer tile boundary to wait on (AWaitKBlocks)
-    const sched::AFlagRun run = sched::ARunOfBox(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box,
-                                                 static_cast<int32_t>(granule_cols),
-                                                 (node.k_blocks + granule - 1) / granule,
-                                                 NarrowConfig::kMaxTilesPerGranule);
+    // A has no producer tile boundary to wait on (AWaitKBlocks): no run.
+    if (node.a_wait_k_blocks > INT32_MAX / NarrowConfig::kBlockK) continue;
+    const sched::AFlagRun run = kernel::ARunOfCopy<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(
+        copy, node.a_wait_k_blocks, schedule.tile.m, int64_t{mb} * schedule.tile.m, 0, node.k_blocks);
     if (run.granules <= 0 || run.granules > UINT16_MAX) continue;
     runs[mb].first_flag = run.first_flag;
     runs[mb].granules = static_cast<uint16_t>(run.granules);
