@@ -530,6 +530,37 @@ TEST(LowerTest, LastSplitIsLongerWhereTheSplitsStartTogether) {
   EXPECT_EQ(extras(chain(300), forced), V({62, 62}));  // 64 k-blocks, 2 splits: the first keeps one
 }
 
+// Nodes of one dependency depth run side by side, so their splits fill one
+// wave between them: a layer built as two nodes over halves of its columns
+// splits as the one node would, and its consumers (one depth down) count
+// only themselves. Counted per node, each half split in 3 at 300 rows
+// (bench/NOTES.md v1.69).
+TEST(LowerTest, NodesOfOneDepthFillTheWaveTogether) {
+  const SchedulerOptions o = Options();
+  auto splits = [&](const std::vector<NodeProblem>& g) {
+    absl::StatusOr<Schedule> s = Lower(g, o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    std::vector<int32_t> out;
+    if (s.ok()) {
+      for (const NodeSchedule& node : s->nodes) out.push_back(node.split_k);
+    }
+    return out;
+  };
+  using V = std::vector<int32_t>;
+  // One node of 300 x 4096: 24 cluster tiles, split 2 (the last sums).
+  EXPECT_EQ(splits({Gemm(300, 4096, 4096), Gemm(300, 4096, 4096, {Edge(0, DependencyOperand::kA)})}), V({2, 2}));
+  // The same layers as two nodes each (12 cluster tiles a node).
+  const std::vector<NodeProblem> halves = {
+      Gemm(300, 2048, 4096), Gemm(300, 2048, 4096),
+      Gemm(300, 2048, 4096, {Edge(0, DependencyOperand::kA), Edge(1, DependencyOperand::kA, 0, -2048)}),
+      Gemm(300, 2048, 4096, {Edge(0, DependencyOperand::kA), Edge(1, DependencyOperand::kA, 0, -2048)})};
+  EXPECT_EQ(splits(halves), V({2, 2, 2, 2}));
+  EXPECT_EQ(splits({halves[0]}), V({3}));  // alone, 12 cluster tiles split further
+  // A small node beside a step of more than half a wave: not split.
+  EXPECT_EQ(splits({Gemm(4096, 4096, 4096), Gemm(16, 4096, 4096)}), V({1, 1}));
+  EXPECT_EQ(splits({Gemm(16, 4096, 4096)}), V({8}));
+}
+
 TEST(LowerTest, IsDeterministic) {
   std::vector<NodeProblem> g = {Gemm(512, 1024, 512), Gemm(512, 512, 1024, {Edge(0, DependencyOperand::kA)}),
                                 Gemm(32, 2048, 2048)};
@@ -544,7 +575,8 @@ TEST(LowerTest, IsDeterministic) {
 TEST(ExplainTest, MentionsEveryNodeItsDependenciesAndTheQueue) {
   std::vector<NodeProblem> g = {Gemm(4096, 4096, 4096), Gemm(4096, 2 * 14336, 4096, {Edge(0, DependencyOperand::kA)}, true),
                                 Gemm(4096, 4096, 14336, {Edge(1, DependencyOperand::kA), Edge(0, DependencyOperand::kResidual)}),
-                                Gemm(16, 4096, 4096)};
+                                // At its own depth (below 'down'), so split.
+                                Gemm(16, 4096, 4096, {Edge(2, DependencyOperand::kA)})};
   absl::StatusOr<Schedule> s = Lower(g, Options());
   ASSERT_TRUE(s.ok());
   const std::string text = ExplainSchedule(*s, {"o_proj", "up", "down"});

@@ -143,6 +143,18 @@ TEST(ChooseSplitKTest, FewRowReducesKeepEightBlocks) {
   EXPECT_EQ(ChooseSplitK(40, 64, 66, 0, true), 1);   // over half a wave
 }
 
+// The nodes of one dependency depth fill the wave together: the rule counts
+// their cluster tiles (the step's), never fewer than the node's own.
+TEST(ChooseSplitKTest, CountsTheStepsClusterTiles) {
+  EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, false, /*step_cluster_tiles=*/16), 4);  // 16 * 4 = 64 <= 66
+  EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, false, 8), 8);                          // the node alone
+  EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, false, 0), 8);                          // not given: alone
+  EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, false, 4), 8);                          // fewer than its own
+  EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, false, 34), 1);                         // over half a wave
+  EXPECT_EQ(ChooseSplitK(8, 224, 66, 0, true, 33), 2);                          // exactly half
+  EXPECT_EQ(ChooseSplitK(8, 224, 66, 3, false, 200), 3);                        // forced stays forced
+}
+
 // Which nodes TileNode treats as few-row reduces: one row block of at most 16
 // rows, or a node reduced in parts.
 TEST(TileNodeTest, FewRowAndPartedNodesKeepEightBlocksASplit) {

@@ -1,4 +1,5 @@
 // Lower(): a graph of GEMM nodes -> the Schedule the persistent kernel runs.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -51,8 +52,24 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
       }
     }
   }
-  for (int i = 0; i < static_cast<int>(problems.size()); ++i) {
-    absl::StatusOr<NodeSchedule> node = TileNode(problems[i], i, options, has_consumers[i]);
+  // Each node alone first, for its cluster tiles; then again with the cluster
+  // tiles of its whole dependency depth (the longest path from a source), the
+  // nodes that fill a wave together (ChooseSplitK). An edge from a later node
+  // is refused below; here it is left out.
+  const int num_nodes = static_cast<int>(problems.size());
+  std::vector<int32_t> depth(num_nodes, 0);
+  std::vector<int64_t> step_cluster_tiles(num_nodes, 0);  // by depth
+  for (int i = 0; i < num_nodes; ++i) {
+    for (const DependencyEdge& edge : problems[i].dependencies) {
+      if (edge.producer >= 0 && edge.producer < i) depth[i] = std::max(depth[i], depth[edge.producer] + 1);
+    }
+    absl::StatusOr<NodeSchedule> alone = TileNode(problems[i], i, options, has_consumers[i]);
+    if (!alone.ok()) return alone.status();
+    step_cluster_tiles[depth[i]] += ClusterGridOf(*alone, options.cluster_size).size();
+  }
+  for (int i = 0; i < num_nodes; ++i) {
+    absl::StatusOr<NodeSchedule> node =
+        TileNode(problems[i], i, options, has_consumers[i], step_cluster_tiles[depth[i]]);
     if (!node.ok()) return node.status();
     schedule.nodes.push_back(*node);
   }

@@ -75,18 +75,19 @@ CtaTile FirstTileOfCluster(ClusterShare share, int32_t cluster_size, int32_t row
 }
 
 int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced,
-                     bool few_row_reduce) {
+                     bool few_row_reduce, int64_t step_cluster_tiles) {
   if (k_blocks <= 1 || cluster_tiles <= 0) return 1;
   if (forced >= 1) return std::min({forced, k_blocks, kMaxSplitK});
-  // Split only when the node alone leaves most of a wave idle; a node that
-  // fills half a wave or more is better served by other nodes filling the rest
-  // than by paying for a reduction.
-  if (2 * cluster_tiles > max_clusters) return 1;
+  // Split only when the node and the nodes beside it leave most of a wave
+  // idle; a step that fills half a wave or more is better served by other
+  // nodes filling the rest than by paying for a reduction.
+  const int64_t step_tiles = std::max(cluster_tiles, step_cluster_tiles);
+  if (2 * step_tiles > max_clusters) return 1;
   // Each split keeps at least 16 k-blocks (1024 of K): measured on decode
   // chains (bench/NOTES.md, v1.8), 4 splits of 16 beat 8 splits of 8 by
   // 7-10%: half as many partials to reduce per layer, and half the SMs free
   // to hold the next layer's jobs and fill their B rings while they wait.
-  const int64_t to_fill_wave = max_clusters / cluster_tiles;
+  const int64_t to_fill_wave = max_clusters / step_tiles;
   const int64_t keeping_16_blocks = k_blocks / 16;  // floor(k_blocks / s) >= 16
   int64_t split = std::min<int64_t>({to_fill_wave, keeping_16_blocks, kMaxSplitK});
   // A decode node, whose partials the consumer warpgroups sum one column pair
@@ -159,7 +160,8 @@ int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const Sch
 }
 
 absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,
-                                      const SchedulerOptions& options, bool has_consumers) {
+                                      const SchedulerOptions& options, bool has_consumers,
+                                      int64_t step_cluster_tiles) {
   const TileShape& tile = options.tile;
   if (problem.m < 0) return NodeError(node_index, absl::StrCat("M must be >= 0, got ", problem.m));
   if (problem.n < 0) return NodeError(node_index, absl::StrCat("N must be >= 0, got ", problem.n));
@@ -217,7 +219,8 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
   }
   const ReduceParts parts = ChooseReduceParts(node, problem.swiglu, grid.size(), options, has_consumers);
   const bool few_row_reduce = (node.m_blocks == 1 && problem.m <= kFewRowReduceRows) || parts.parts > 1;
-  node.split_k = ChooseSplitK(grid.size(), node.k_blocks, options.max_clusters, options.split_k, few_row_reduce);
+  node.split_k = ChooseSplitK(grid.size(), node.k_blocks, options.max_clusters, options.split_k, few_row_reduce,
+                              step_cluster_tiles);
   if (node.split_k > 1) {
     // Tiles summed whole, each by one reduce job, are summed by their last
     // split instead: that split's partial never leaves its registers, nor

@@ -80,8 +80,11 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 // InvalidArgument naming the node for: negative dimensions; SwiGLU with odd n
 // or odd tile.n; k_blocks past 65535; m_blocks or n_blocks past INT32_MAX.
 // `has_consumers`: a later node reads this one's output (ChooseReduceParts).
+// `step_cluster_tiles`: ChooseSplitK's, the cluster tiles of the node's whole
+// dependency depth (Lower); 0 counts the node alone.
 absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,
-                                      const SchedulerOptions& options, bool has_consumers = false);
+                                      const SchedulerOptions& options, bool has_consumers = false,
+                                      int64_t step_cluster_tiles = 0);
 
 // How a cluster of two shares its tiles (schedule.h: ClusterShare).
 // kShareB (the cluster's CTAs take consecutive m-blocks and share the weight
@@ -150,8 +153,15 @@ ReduceParts ChooseReduceParts(const NodeSchedule& node, bool swiglu, int64_t clu
 // k-blocks, or >= 8 when every reduce job would sum at most
 // kFewRowReduceRows rows (`few_row_reduce`: one row block of that many rows,
 // or a node reduced in parts); otherwise 1. Never more than kMaxSplitK.
+// `step_cluster_tiles`: the cluster tiles of every node of this node's
+// dependency depth, this one's included (Lower): those nodes run side by side
+// and fill the wave together, so the rule above counts them instead of the
+// node alone (0, or fewer than the node's own: the node alone). Counted per
+// node, the 8-layer 4096 chain built as two 2048-column nodes a layer split
+// each node in 3 at 300 rows where the one-node layer splits in 2, and took
+// 350-365 us against 291 (bench/NOTES.md v1.69).
 int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_clusters, int32_t forced,
-                     bool few_row_reduce = false);
+                     bool few_row_reduce = false, int64_t step_cluster_tiles = 0);
 
 // The k-blocks of split `split` of `split_k`: contiguous ranges that partition
 // [0, k_blocks) in order. The last split takes `last_extra` k-blocks more
