@@ -16,7 +16,9 @@
 //          loom: a two-node GemmGraph (gate_up with SwiGLU, down with residual
 //            x), launched as one persistent kernel.
 //   chain  --chain_layers linear layers [width x width] at each --chain_tokens
-//          T: cublasLt GEMMs in one CUDA graph against one loom graph.
+//          T: cublasLt GEMMs in one CUDA graph against one loom graph. With
+//          --chain_parts=P each loom layer is P nodes over column slices of
+//          its output, so each later layer's A has P producers (fan-in).
 //
 // Timing: the baseline and loom take turns, --rounds of them (the default 2:
 // baseline, loom, loom, baseline), each turn after --cooldown_ms of idle GPU,
@@ -126,6 +128,9 @@ ABSL_FLAG(std::string, timeline_csv, "",
 ABSL_FLAG(int, down_parts, 1,
           "loom: the MLP block's down projection as this many nodes, each a slice of K, chained through fp32 "
           "partial outputs taken as the next part's residual (1: one node)");
+ABSL_FLAG(int, chain_parts, 1,
+          "loom: each chain layer as this many nodes over equal column slices of its output (the weights' rows), so "
+          "that every layer after the first reads its A from that many producer nodes (1: one node a layer)");
 ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: the scheduler chooses)");
 ABSL_FLAG(int, group_size, 0,
           "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
@@ -826,15 +831,31 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
   LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
                         CheckChainBaseline(ctx, weights, baseline_activations, tokens, width));
 
+  const int parts = absl::GetFlag(FLAGS_chain_parts);
+  if (parts < 1 || width % parts != 0) {
+    // Equal slices, so that every part is the same GEMM.
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--chain_parts must be at least 1 and divide --chain_width (%d), got %d", width, parts));
+  }
   GemmGraph graph;
   for (int layer = 0; layer < layers; ++layer) {
     const TensorView input =
         layer == 0 ? TensorView::Dense("x", x.get(), DType::kBF16, tokens, width)
                    : TensorView::Dense(absl::StrCat("y", layer - 1), loom_outputs[layer - 1].get(), DType::kBF16,
                                        tokens, width);
-    graph.AddGemm(absl::StrCat("layer", layer), input,
-                  TensorView::Dense(absl::StrCat("w", layer), weights[layer].get(), DType::kBF16, width, width),
-                  TensorView::Dense(absl::StrCat("y", layer), loom_outputs[layer].get(), DType::kBF16, tokens, width));
+    const TensorView w =
+        TensorView::Dense(absl::StrCat("w", layer), weights[layer].get(), DType::kBF16, width, width);
+    const TensorView y =
+        TensorView::Dense(absl::StrCat("y", layer), loom_outputs[layer].get(), DType::kBF16, tokens, width);
+    // Part p computes output columns [p slice, (p + 1) slice) from the same
+    // rows of the weights: the layer's result, bit for bit, in `parts` nodes.
+    const int64_t slice = width / parts;
+    for (int p = 0; p < parts; ++p) {
+      const std::string suffix = parts == 1 ? "" : absl::StrCat("_", p);
+      graph.AddGemm(absl::StrCat("layer", layer, suffix), input,
+                    parts == 1 ? w : w.Rows(p * slice, slice).Named(absl::StrCat("w", layer, suffix)),
+                    parts == 1 ? y : y.Columns(p * slice, slice).Named(absl::StrCat("y", layer, suffix)));
+    }
   }
   LOOM_RETURN_IF_ERROR(TimeAgainstBaseline(ctx, graph, baseline_graph, step, result));
 
