@@ -172,14 +172,9 @@ TEST(GraphTest, TwoConsumersOfOneProducer) {
 //   right = z W2ᵀ + bias2    -> h[:, left:512]
 //   r     = x W4ᵀ            -> r [300, 520] fp32   (residual_node only)
 //   y     = h W3ᵀ (+ r)      -> y [300, 520] bf16
-class TwoProducersTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
-
-TEST_P(TwoProducersTest, OneConsumerOfTwoProducers) {
-  LOOM_SKIP_WITHOUT_GPU();
-  const auto [left, residual_node] = GetParam();
-  Rng rng;
-  GpuHarness h;
-  const int64_t m = 300, width = 512, right = width - left, out = 520;
+// Builds that graph with m rows into `h`.
+void BuildTwoProducers(GpuHarness& h, Rng& rng, int64_t m, int64_t left, bool residual_node) {
+  const int64_t width = 512, right = width - left, out = 520;
   h.Input("x", kBF16, m, 264, rng);
   h.Input("z", kBF16, m, 520, rng);
   h.Input("W1", kBF16, left, 264, rng);
@@ -190,7 +185,7 @@ TEST_P(TwoProducersTest, OneConsumerOfTwoProducers) {
   h.Output("h", kBF16, m, width);
   if (residual_node) h.Output("r", kFP32, m, out);
   h.Output("y", kBF16, m, out);
-  h.Build([left = left, right, residual_node = residual_node](const auto& t, GemmGraph& g) {
+  h.Build([left, right, residual_node](const auto& t, GemmGraph& g) {
     g.AddGemm("left", t("x"), t("W1"), t("h").Columns(0, left).Named("h.left"),
               {.activation = Activation::kReLU});
     g.AddGemm("right", t("z"), t("W2"), t("h").Columns(left, right).Named("h.right"), {.bias = t("bias2")});
@@ -201,6 +196,16 @@ TEST_P(TwoProducersTest, OneConsumerOfTwoProducers) {
     }
     g.AddGemm("consumer", t("h"), t("W3"), t("y"), epilogue);
   });
+}
+
+class TwoProducersTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+
+TEST_P(TwoProducersTest, OneConsumerOfTwoProducers) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [left, residual_node] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  BuildTwoProducers(h, rng, 300, left, residual_node);
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
   ExpectNodesRightAndReplayIdentical(h);
 }
@@ -1230,6 +1235,29 @@ void RunNarrowAndCheck(GpuHarness& h) {
   EXPECT_NE(h.plan().Explain().find("narrow decode kernel"), std::string::npos) << h.plan().Explain();
   ExpectNodesRightAndReplayIdentical(h);
 }
+
+// Diamond B on the narrow kernel: the consumer's A joins two producers'
+// outputs, so its A loader starts from the run the runtime worked out for the
+// edge of k-block 0 (KernelNode::first_a_run, ARunOfEdges) and works out the
+// other edge's where that run ends; with left = 136 a k-block reads both
+// (no run there: granule by granule). 2 rows (flags: a consumer of two
+// producers takes no tagged handoff), 40, 64 and 100 (two row blocks).
+class NarrowTwoProducersTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
+TEST_P(NarrowTwoProducersTest, OneConsumerOfTwoProducers) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [m, left] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  BuildTwoProducers(h, rng, m, left, /*residual_node=*/m == 40);
+  RunNarrowAndCheck(h);
+}
+INSTANTIATE_TEST_SUITE_P(Rows, NarrowTwoProducersTest,
+                         ::testing::Combine(::testing::Values(int64_t{2}, int64_t{40}, int64_t{64}, int64_t{100}),
+                                            ::testing::Values(int64_t{256}, int64_t{136})),
+                         [](const auto& info) {
+                           return "m" + std::to_string(std::get<0>(info.param)) + "_left" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 // The MLP block: a SwiGLU producer of 16-column output tiles, whose down
 // projection reads four of them per k-block; at 65, 100 and 128 tokens in

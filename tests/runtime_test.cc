@@ -1318,8 +1318,8 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
   for (const int64_t rows : {1, 16, 64, 100, 128}) {
     // 0: gate/up (SwiGLU, 16-column output tiles); 1: down, A = 0's output;
     // 2: A a slice of 1's output 96 columns in (ragged: 1's last tile column
-    // is cut); 3: A from both 1 and 2; 4: a chain layer on 1's output, 1000
-    // wide (ragged last tile).
+    // is cut); 3: A from both 1 and 2 (a run from 1's edge, where k-block 0
+    // reads); 4: a chain layer on 1's output, 1000 wide (ragged last tile).
     const std::vector<sched::NodeProblem> graph = {
         {.m = rows, .n = 2048, .k = 512, .swiglu = true},
         {.m = rows, .n = 500, .k = 1024, .dependencies = {edge(0, DependencyOperand::kA)}},
@@ -1329,6 +1329,15 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
          .k = 768,
          .dependencies = {edge(1, DependencyOperand::kA), edge(2, DependencyOperand::kA, -512)}},
         {.m = rows, .n = 1000, .k = 500, .dependencies = {edge(1, DependencyOperand::kA)}},
+        // 5, 6: the two column halves of one buffer; 7 reads all of it, so its
+        // run goes from 5's flags on into 6's where they follow on (one row
+        // block: 6's first flag is next after 5's last).
+        {.m = rows, .n = 256, .k = 128},
+        {.m = rows, .n = 256, .k = 128},
+        {.m = rows,
+         .n = 64,
+         .k = 512,
+         .dependencies = {edge(5, DependencyOperand::kA), edge(6, DependencyOperand::kA, -256)}},
     };
     sched::SchedulerOptions options;
     options.tile = kernel::NarrowConfig::tile(rows);
@@ -1344,19 +1353,37 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
       internal::FirstARunsOf(*schedule, i, internal::AProducerOf(*schedule, i), runs);
       for (int mb = 0; mb < 2; ++mb) {
         const kernel::KernelNode::FirstARun& run = runs[mb];
-        if (i == 0 || i == 3 || mb >= node.m_blocks) {
+        if (i == 0 || i == 5 || i == 6 || mb >= node.m_blocks) {
           EXPECT_EQ(run.granules, 0) << rows << " rows, node " << i << " row block " << mb;
           continue;
         }
         ASSERT_GT(run.granules, 0) << rows << " rows, node " << i << " row block " << mb;
         ++runs_found;
-        const sched::DependencyEdge& e = schedule->dependencies[node.dependency_begin];
-        const sched::NodeSchedule& producer = schedule->nodes[e.producer];
+        if (i == 7) {
+          // The whole of K in one row block; in two, 5's flags of row block
+          // 0 are followed by its row block 1's, not by 6's: 5's half alone.
+          EXPECT_EQ(int64_t{run.granules} * node.a_wait_k_blocks * tile.k, node.m_blocks == 1 ? 512 : 256)
+              << rows << " rows, row block " << mb;
+        }
         const int tiles = 1 << run.tiles_shift;
         const int64_t granule_cols = int64_t{node.a_wait_k_blocks} * tile.k;
         for (int j = 0; j < run.granules; ++j) {
           const int64_t r0 = int64_t{mb} * tile.m, c0 = j * granule_cols;
           ASSERT_LE(c0 + granule_cols, node.k) << rows << " rows, node " << i << ": granule " << j << " past K";
+          // The one A edge whose producer the granule reads (node 3 has two:
+          // its run is the first edge's, up to that producer's last whole tile).
+          const sched::DependencyEdge* read = nullptr;
+          for (int d = 0; d < node.dependency_count; ++d) {
+            const sched::DependencyEdge& e = schedule->dependencies[node.dependency_begin + d];
+            if (!sched::ProducerTiles(schedule->nodes[e.producer], tile, e, r0, r0 + tile.m, c0, c0 + granule_cols)
+                     .empty()) {
+              EXPECT_EQ(read, nullptr) << rows << " rows, node " << i << " granule " << j << " reads two edges";
+              read = &e;
+            }
+          }
+          ASSERT_NE(read, nullptr) << rows << " rows, node " << i << " granule " << j << " reads no producer";
+          const sched::DependencyEdge& e = *read;
+          const sched::NodeSchedule& producer = schedule->nodes[e.producer];
           const sched::TileBox box = sched::ProducerTiles(producer, tile, e, r0, r0 + tile.m, c0, c0 + granule_cols);
           EXPECT_EQ(box.m_end - box.m_begin, 1) << rows << " rows, node " << i << " granule " << j;
           EXPECT_EQ(box.n_end - box.n_begin, tiles) << rows << " rows, node " << i << " granule " << j;
@@ -1370,7 +1397,7 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
         }
       }
     }
-    EXPECT_EQ(runs_found, rows > 64 ? 6 : 3) << rows << " rows";
+    EXPECT_EQ(runs_found, rows > 64 ? 10 : 5) << rows << " rows";
   }
 }
 

@@ -139,25 +139,29 @@ using FlagRun = sched::AFlagRun;
 template <typename Ctx>
 __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, int64_t row0, int kb,
                                        int kb_end) {
-  const int64_t col_begin = int64_t{kb} * Ctx::Config::kBlockK, col_end = col_begin + Ctx::Config::kBlockK;
-  const int granule = node.schedule.a_wait_k_blocks;
-  const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
-  const int granule_cols = granule * Ctx::Config::kBlockK;
-  const KernelNode::AProducer& copy = node.a_producer;
-  // NOTE: the narrow kernel only, where v1.67 measured it; the tiled kernel
-  // walks the edges as before.
+  constexpr int kBlockK = Ctx::Config::kBlockK;
   if constexpr (Ctx::Config::kMaxTilesPerGranule > 1) {
+    // NOTE: the narrow kernel only, where v1.67 measured it; the tiled kernel
+    // walks the edges in its own form (below).
+    const KernelNode::AProducer& copy = node.a_producer;
     if (copy.out_tile_n != 0) {
-      return ARunOfCopy<Ctx::Config::kBlockK, Ctx::Config::kMaxTilesPerGranule>(copy, granule, ctx.tile().m, row0,
-                                                                                  kb, kb_end);
+      return ARunOfCopy<kBlockK, Ctx::Config::kMaxTilesPerGranule>(copy, node.schedule.a_wait_k_blocks,
+                                                                   ctx.tile().m, row0, kb, kb_end);
     }
-  }
-  int edges = 0;  // producer boxes of A: a run only from exactly one
-  FlagRun run;
-  if constexpr (Ctx::Config::kMaxTilesPerGranule == 1) {
+    return ARunOfEdges<kBlockK, Ctx::Config::kMaxTilesPerGranule>(
+        node.schedule, ctx.params.dependencies,
+        [&](int producer) -> const sched::NodeSchedule& { return ctx.params.nodes[producer].schedule; },
+        ctx.tile(), row0, kb, kb_end);
+  } else {
     // NOTE: the tiled kernel's own form (one whole tile a granule), kept
     // apart from ARunOfBox: that one, compiled in here, raised the tiled
     // kernels' spills by 16-24 bytes (464 to 510 bytes in an earlier form).
+    const int64_t col_begin = int64_t{kb} * kBlockK, col_end = col_begin + kBlockK;
+    const int granule = node.schedule.a_wait_k_blocks;
+    const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
+    const int granule_cols = granule * kBlockK;
+    int edges = 0;  // producer boxes of A: a run only from exactly one
+    FlagRun run;
     bool one_whole_tile = false;
     int columns_left = 0;
     ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m, col_begin, col_end,
@@ -174,15 +178,6 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
     if (edges != 1 || !one_whole_tile) return FlagRun{};
     run.granules = min(granules_left, columns_left);
     return run;
-  } else {
-    ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m, col_begin, col_end,
-                       [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
-                         run = sched::ARunOfBox(producer.flag_base, producer.n_blocks, producer.out_tile_n,
-                                                producer.out_cols, box, granule_cols, granules_left,
-                                                Ctx::Config::kMaxTilesPerGranule);
-                         return ++edges == 1;
-                       });
-    return edges == 1 ? run : FlagRun{};
   }
 }
 

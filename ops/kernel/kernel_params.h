@@ -110,6 +110,39 @@ LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfCopy(const KernelNode::AProducer& 
                           a_wait_k_blocks * kBlockK, granules_left, kMaxTilesPerGranule);
 }
 
+// The same for a node with no one-edge copy (several A edges, as where A
+// joins the outputs of several nodes): the run of the one edge whose producer
+// tiles k-block kb's columns read, none (granules 0) where no edge's or more
+// than one edge's do. `dependencies` are the schedule's edges and
+// `producer_of(p)` node p's schedule; `tile` the scheduler's tile. The narrow
+// kernel's AProducerRun for such nodes, and the start of what the runtime
+// stores as their KernelNode::first_a_run (internal::FirstARunsOf, which
+// also joins the runs of edges whose flags follow on).
+template <int kBlockK, int kMaxTilesPerGranule, typename ProducerOf>
+LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfEdges(const sched::NodeSchedule& node,
+                                                    const sched::DependencyEdge* dependencies,
+                                                    ProducerOf&& producer_of, const sched::TileShape& tile,
+                                                    int64_t row0, int kb, int kb_end) {
+  sched::AFlagRun run;
+  if (!sched::HasProducerOperand(node, sched::DependencyOperand::kA)) return run;
+  const int granule = node.a_wait_k_blocks;
+  const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
+  const int64_t col_begin = int64_t{kb} * kBlockK;
+  int edges = 0;  // with a producer box: a run only from exactly one
+  for (int d = 0; d < node.dependency_count; ++d) {
+    const sched::DependencyEdge& edge = dependencies[node.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
+    const sched::NodeSchedule& producer = producer_of(edge.producer);
+    const sched::TileBox box =
+        sched::ProducerTiles(producer, tile, edge, row0, row0 + tile.m, col_begin, col_begin + kBlockK);
+    if (box.empty()) continue;
+    if (++edges > 1) return sched::AFlagRun{};
+    run = sched::ARunOfBox(producer.flag_base, producer.n_blocks, producer.out_tile_n, producer.out_cols, box,
+                           granule * kBlockK, granules_left, kMaxTilesPerGranule);
+  }
+  return run;
+}
+
 // Per-Plan device state that survives launches. Zeroed when the Plan is built.
 struct LaunchState {
   uint32_t epoch;          // the epoch of the last completed launch

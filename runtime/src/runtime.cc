@@ -1118,11 +1118,45 @@ void FirstARunsOf(const sched::Schedule& schedule, int node_index, const kernel:
   const sched::NodeSchedule& node = schedule.nodes[node_index];
   for (int mb = 0; mb < 2; ++mb) {
     runs[mb] = {};
-    if (copy.out_tile_n == 0 || mb >= node.m_blocks || node.k_blocks == 0) continue;
+    if (mb >= node.m_blocks || node.k_blocks == 0) continue;
     // A has no producer tile boundary to wait on (AWaitKBlocks): no run.
     if (node.a_wait_k_blocks > INT32_MAX / NarrowConfig::kBlockK) continue;
-    const sched::AFlagRun run = kernel::ARunOfCopy<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(
-        copy, node.a_wait_k_blocks, schedule.tile.m, int64_t{mb} * schedule.tile.m, 0, node.k_blocks);
+    const int64_t row0 = int64_t{mb} * schedule.tile.m;
+    // What the A loader would work out at k-block 0 (AProducerRun): from the
+    // one-edge copy, or else from the edges themselves (A joining several
+    // nodes' outputs: the run of the edge k-block 0 reads, joined with the
+    // next edges' while their flags follow on).
+    sched::AFlagRun run;
+    if (copy.out_tile_n != 0) {
+      run = kernel::ARunOfCopy<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(
+          copy, node.a_wait_k_blocks, schedule.tile.m, row0, 0, node.k_blocks);
+    } else {
+      auto edge_run_at = [&](int kb) {
+        return kernel::ARunOfEdges<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(
+            node, schedule.dependencies.data(),
+            [&](int producer) -> const sched::NodeSchedule& { return schedule.nodes[producer]; }, schedule.tile,
+            row0, kb, node.k_blocks);
+      };
+      run = edge_run_at(0);
+      // Where the run ends at its producer's last tile and the next edge's
+      // goes on with the very next flags (producers of one row block whose
+      // tiles took consecutive flags, joined by A in that order: the nodes of
+      // a layer built over column slices of its output), one run: the A
+      // loader's first poll then covers both, and it does not stop at the
+      // seam to work out the next edge's run (the device joins none: it cost
+      // the narrow kernel 4-8 bytes of spills). Each edge's run reaches its
+      // producer's end, so one more run an edge at most.
+      for (int d = 1; d < node.dependency_count && run.granules > 0; ++d) {
+        const int next_kb = run.granules * node.a_wait_k_blocks;
+        if (next_kb >= node.k_blocks) break;
+        const sched::AFlagRun next = edge_run_at(next_kb);
+        if (next.granules == 0 || next.tiles_shift != run.tiles_shift ||
+            next.first_flag != run.first_flag + run.granules * run.tiles_per_granule) {
+          break;
+        }
+        run.granules += next.granules;
+      }
+    }
     if (run.granules <= 0 || run.granules > UINT16_MAX) continue;
     runs[mb].first_flag = run.first_flag;
     runs[mb].granules = static_cast<uint16_t>(run.granules);
