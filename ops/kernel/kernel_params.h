@@ -80,7 +80,9 @@ struct KernelNode {
   // a narrow plan has), worked out by the runtime (internal::FirstARunsOf),
   // so that the A loader of a dependent job polls without working it out
   // first: that took it 1.1-1.7 kcycles, on the path of each late SM's first
-  // down job of the 64-token MLP block (bench/NOTES.md v1.67, v1.68).
+  // down job of the 64-token MLP block (bench/NOTES.md v1.67, v1.68). For
+  // a node whose A joins several nodes' outputs, the run may go on from one
+  // edge's producer into the next's, where their flags follow on (v1.69).
   // granules == 0: none; the A loader works the run out (AProducerRun).
   struct FirstARun {
     int32_t first_flag = 0;

@@ -103,9 +103,10 @@ kernel::KernelNode::AProducer AProducerOf(const sched::Schedule& schedule, int n
 // KernelNode::first_a_run of node `node` of a narrow plan (tiles
 // schedule.tile), whose a_producer is `copy`: for each row block, the run of
 // A's producer flags from k-block 0 that the narrow kernel's AProducerRun
-// would find for a job spanning the node's K; none (granules 0) where it
-// finds none, where the node has no row block there, or where the run does
-// not fit the record's 16 bits.
+// would find for a job spanning the node's K, and for a node with several A
+// edges, joined with the next edges' runs while their flags follow on;
+// none (granules 0) where it finds none, where the node has no row block
+// there, or where the run does not fit the record's 16 bits.
 void FirstARunsOf(const sched::Schedule& schedule, int node, const kernel::KernelNode::AProducer& copy,
                   kernel::KernelNode::FirstARun (&runs)[2]);
 }  // namespace internal
