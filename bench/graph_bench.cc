@@ -848,7 +848,7 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
     const TensorView y =
         TensorView::Dense(absl::StrCat("y", layer), loom_outputs[layer].get(), DType::kBF16, tokens, width);
     // Part p computes output columns [p slice, (p + 1) slice) from the same
-    // rows of the weights: the layer's result, bit for bit, in `parts` nodes.
+    // rows of the weights: the layer's products, in `parts` nodes.
     const int64_t slice = width / parts;
     for (int p = 0; p < parts; ++p) {
       const std::string suffix = parts == 1 ? "" : absl::StrCat("_", p);
