@@ -1240,8 +1240,9 @@ void RunNarrowAndCheck(GpuHarness& h) {
 // outputs, so its A loader starts from the run the runtime worked out for the
 // edge of k-block 0 (KernelNode::first_a_run, ARunOfEdges) and works out the
 // other edge's where that run ends; with left = 136 a k-block reads both
-// (no run there: granule by granule). 2 rows (flags: a consumer of two
-// producers takes no tagged handoff), 40, 64 and 100 (two row blocks).
+// (no run there: granule by granule). 2 rows (a tagged handoff from both
+// producers, v1.69; NarrowTaggedHandoffTest's two_producers cases set it
+// beside the flags), 40, 64 and 100 (two row blocks).
 class NarrowTwoProducersTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {};
 TEST_P(NarrowTwoProducersTest, OneConsumerOfTwoProducers) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -1383,6 +1384,10 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     AddRaggedChain(h, rng, rows, kBF16);
   } else if (numbered && kind == "eight_layers") {
     AddEightLayerChain(h, rng, rows);
+  } else if (numbered && kind == "two_producers") {
+    // One consumer of two producers of h's columns 0-135 and 136-511: one
+    // tagged copy of h, the second producer's words from the 68th of a row.
+    BuildTwoProducers(h, rng, rows, /*left=*/136, /*residual_node=*/false);
   } else {
     ADD_FAILURE() << "no packed-weights case named " << which;
     AddMlpBlock(h, rng, 1);
@@ -1499,9 +1504,10 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
 // Cases: a SwiGLU producer (the MLP block, its down projection reading the
 // 16-column tiles' pairs) at 1 and 2 rows, the ragged chain (K of 520 and
 // 264, a bias and a residual) at 1 and 2, widths of 333 and 77 (K ending in
-// half a pair) at 2, the 8-layer chain at 1 and 2, and random decode graphs
-// of at most 2 rows (batches, chains, two consumers of one copy; a consumer
-// of two producers stays on flags).
+// half a pair) at 2, the 8-layer chain at 1 and 2, one consumer of two
+// producers of h's column slices (one copy of h, written by both) at 1 and
+// 2, and random decode graphs of at most 2 rows (batches, chains, two
+// consumers of one copy, consumers of several producers).
 class NarrowTaggedHandoffTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(NarrowTaggedHandoffTest, MatchesTheFlagWaitingPlanBitForBit) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -1534,7 +1540,8 @@ TEST_P(NarrowTaggedHandoffTest, MatchesTheFlagWaitingPlanBitForBit) {
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTaggedHandoffTest,
                          ::testing::Values("mlp1", "mlp2", "ragged_chain1", "ragged_chain2", "odd_chain2",
-                                           "eight_layers1", "eight_layers2", "random2"),
+                                           "eight_layers1", "eight_layers2", "two_producers1", "two_producers2",
+                                           "random2"),
                          [](const auto& info) { return info.param; });
 
 // A packed plan, on either kernel, reads its copy, not B: new values in B

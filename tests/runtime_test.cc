@@ -611,18 +611,38 @@ TEST(RuntimeTest, TaggedHandoffsFollowTheirRule) {
   tiled.kernel = KernelChoice::kTiled;
   EXPECT_EQ(explain(DecodePair(1), tiled).find("tagged"), std::string::npos);
 
-  // Two producers of the column halves of h and a consumer of all of h;
-  // a consumer of h's left half.
-  GemmGraph halves;
+  // Two producers of the column halves of h: a consumer of all of h reads
+  // one copy of h both write (left from column 0, right from 384); a
+  // consumer of h's left half alone reads a copy of that half; with both
+  // consumers, left can write only the first copy, so the second stays on
+  // flags.
   const TensorView h = Fake("h", 0x30000000, 2, 768);
-  halves.AddGemm("left", Fake("x", 0x100000, 2, 1024), Fake("w", 0x10000000, 384, 1024), h.Columns(0, 384));
-  halves.AddGemm("right", Fake("x", 0x100000, 2, 1024), Fake("w2", 0x14000000, 384, 1024), h.Columns(384, 384));
-  halves.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, 2, 256));
-  halves.AddGemm("slice", h.Columns(0, 384), Fake("u", 0x1c000000, 256, 384), Fake("z", 0x24000000, 2, 256));
-  const std::string halves_text = explain(halves, narrow);
-  EXPECT_NE(halves_text.find(absl::StrFormat("%.1f KiB of copies): left -> slice\n", 2 * 192 * 8 / 1024.0)),
+  auto halves = [&](bool down, bool slice) {
+    GemmGraph g;
+    g.AddGemm("left", Fake("x", 0x100000, 2, 1024), Fake("w", 0x10000000, 384, 1024), h.Columns(0, 384));
+    g.AddGemm("right", Fake("x", 0x100000, 2, 1024), Fake("w2", 0x14000000, 384, 1024), h.Columns(384, 384));
+    if (down) g.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, 2, 256));
+    if (slice) {
+      g.AddGemm("slice", h.Columns(0, 384), Fake("u", 0x1c000000, 256, 384), Fake("z", 0x24000000, 2, 256));
+    }
+    return explain(g, narrow);
+  };
+  const std::string both = halves(true, true);
+  EXPECT_NE(both.find(absl::StrFormat("%.1f KiB of copies): left -> down, right -> down\n", 2 * 384 * 8 / 1024.0)),
             std::string::npos)
-      << halves_text;
+      << both;
+  const std::string slice_only = halves(false, true);
+  EXPECT_NE(slice_only.find(absl::StrFormat("%.1f KiB of copies): left -> slice\n", 2 * 192 * 8 / 1024.0)),
+            std::string::npos)
+      << slice_only;
+  // Slices that leave a gap (A's columns 0-127 written by no node): flags.
+  {
+    GemmGraph g;
+    g.AddGemm("left", Fake("x", 0x100000, 2, 1024), Fake("w", 0x10000000, 256, 1024), h.Columns(128, 256));
+    g.AddGemm("right", Fake("x", 0x100000, 2, 1024), Fake("w2", 0x14000000, 384, 1024), h.Columns(384, 384));
+    g.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, 2, 256));
+    EXPECT_EQ(explain(g, narrow).find("tagged"), std::string::npos) << explain(g, narrow);
+  }
 
   for (const auto& [width, handoff] : {std::pair{132 * 32, true}, std::pair{132 * 32 + 8, false}}) {
     SCOPED_TRACE(width);

@@ -46,6 +46,10 @@ struct KernelNode {
   ElementType bias_type = ElementType::kFP32;
   ElementType residual_type = ElementType::kBF16;
   uint8_t has_dependents = 0;      // some node waits on this node's tile flags
+  // Words a row of the tagged copy tagged_c points into (below): (out_cols +
+  // 1) / 2 for a copy of this node's C alone, the buffer's for a column slice
+  // of a buffer whose copy several producers write. In what was padding.
+  uint16_t tagged_c_pitch = 0;
   // Packed weights (CompileOptions::pack_weights): B in the kernel's stage
   // order (NarrowConfig::Packed or KernelConfig::Packed, packed_layout.h),
   // loaded a stage per bulk copy instead of through b_map; null: B through
@@ -53,12 +57,13 @@ struct KernelNode {
   // existed.)
   const uint8_t* packed_b = nullptr;
   // The narrow kernel's tagged handoff (NarrowConfig::kTaggedMaxRows):
-  // tagged_c, where the epilogue also writes C as tagged words, [m][(out_cols
-  // + 1) / 2], each two bf16 of a row in its low half (the lower column
-  // first, 0 past out_cols) and the launch's epoch in its high half;
-  // tagged_a, the tagged copy of the producer whose C is this node's whole
-  // A, which the A loader then reads instead of a_map and A's flags. Null:
-  // none.
+  // tagged_c, where the epilogue also writes C as tagged words, rows of
+  // tagged_c_pitch words (a copy of C alone, or of the buffer C is a column
+  // slice of, from an even column), each two bf16 of a row in its low half
+  // (the lower column first, 0 past out_cols) and the launch's epoch in its
+  // high half; tagged_a, the tagged copy that is this node's whole A, rows
+  // of (K + 1) / 2 words, written by its producers, which the A loader then
+  // reads instead of a_map and A's flags. Null: none.
   uint64_t* tagged_c = nullptr;
   const uint64_t* tagged_a = nullptr;
   // A node whose A has exactly one producer edge, not whole_tensor: that

@@ -680,8 +680,10 @@ struct TaggedTarget {
 };
 template <>
 struct TaggedTarget<true> {
-  __device__ explicit TaggedTarget(const KernelNode& node) : tagged_c(node.tagged_c) {}
+  __device__ explicit TaggedTarget(const KernelNode& node)
+      : tagged_c(node.tagged_c), tagged_c_pitch(node.tagged_c_pitch) {}
   uint64_t* tagged_c;
+  int32_t tagged_c_pitch;
 };
 
 template <bool kTagged>
@@ -757,7 +759,7 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
   __device__ void StoreTagged(const float (&acc)[4], uint32_t epoch) const {
     const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
     const bool tag_lane = (threadIdx.x & (swiglu ? 12 : 4)) == 0;  // its output column is even
-    const int64_t pitch = NarrowConfig::TaggedWordsPerRow(node_.out_cols);
+    const int64_t pitch = this->tagged_c_pitch;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int h = i / 2, e = i % 2;

@@ -49,11 +49,17 @@ struct Plan::Impl {
   // tagged copy, `words` 8-byte words at word `offset` of tagged_copies
   // (consumers of one producer share its copy). Known without a GPU too
   // (Explain).
+  // A consumer reads its A from a tagged copy of A (words of two columns
+  // and a launch's epoch): A's rows of `pitch` words (`words` in all) at
+  // `offset` in tagged_copies, of which `producer` writes the columns from
+  // `col0` on (its C: A's columns from col0, or all of A).
   struct TaggedHandoff {
     int producer = 0;
     int consumer = 0;
     int64_t offset = 0;
     int64_t words = 0;
+    int64_t pitch = 0;
+    int64_t col0 = 0;
   };
   std::vector<TaggedHandoff> tagged_handoffs;
   int64_t tagged_words = 0;  // of every copy

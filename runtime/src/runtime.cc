@@ -705,17 +705,22 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
 // a plan on the mma.sync path (whose A slots are read by generic loads,
 // which the A loader's own stores feed) with one consumer warpgroup (the
 // plan then launches NarrowConfig::Instantiation::kTaggedHandoff), each
-// node of at most kTaggedMaxRows rows with one A producer whose C is
-// exactly its A (the same view, no offsets), both with jobs, the producer's
-// all in one wave (at most `grid_ctas` 32-column tiles). A producer's copy
-// is made once for all such consumers.
+// node of at most kTaggedMaxRows rows whose bf16 A is written whole by its A
+// producers: one whose C is exactly A, or several whose Cs are column slices
+// of it that tile it (each from an even column, each but the last an even
+// number of columns wide, so that no tagged word has two writers), all with
+// jobs and all their 32-column tiles in one wave (at most `grid_ctas`). The
+// copy is of A (rows of (K + 1) / 2 words), made once for all consumers of
+// the same view; a producer writes one copy only, so a second consumer whose
+// A is another view of the producer's C stays on flags.
 // NOTE: a producer of several waves has finished most of its tiles long
 // before its consumer waits for the last: the handoff's shorter hop saves
 // nothing there and its polled words cost more than a TMA load of C. With
 // the MLP block's gate/up (896 tiles) on tagged words, the block at 1 token
 // took 80.8-80.9 us against 80.5-80.6 on flags (bench/NOTES.md v1.34); with
 // this rule, at 1 / 2 tokens 79.3-79.5 / 79.7-79.8 against 79.5-79.8 /
-// 80.6-80.9 before it (v1.35).
+// 80.6-80.9 before it (v1.35). Several producers: the 8-layer 4096 chain
+// built as two nodes a layer took 82 us at one token on flags (v1.69).
 std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
                                                          const std::vector<DataDependency>& dependencies,
                                                          uint32_t a_stage_bytes, int consumers, int grid_ctas,
@@ -726,29 +731,65 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
       consumers != 1) {
     return handoffs;
   }
-  std::vector<int> a_edges(graph.nodes().size(), 0);
-  for (const DataDependency& dependency : dependencies) a_edges[dependency.consumer] += dependency.operand == Operand::kA;
-  std::vector<int64_t> copy_offset(graph.nodes().size(), -1);
+  const int num_nodes = static_cast<int>(graph.nodes().size());
+  std::vector<std::vector<const DataDependency*>> a_edges(num_nodes);
   for (const DataDependency& dependency : dependencies) {
-    if (dependency.operand != Operand::kA || a_edges[dependency.consumer] != 1) continue;
-    const GemmNode& consumer = graph.nodes()[dependency.consumer];
-    const GemmNode& producer = graph.nodes()[dependency.producer];
+    if (dependency.operand == Operand::kA) a_edges[dependency.consumer].push_back(&dependency);
+  }
+  struct Copy {
+    const void* data;
+    int64_t rows, cols, offset;
+  };
+  std::vector<Copy> copies;
+  std::vector<int64_t> tagged_c(num_nodes, -1);  // the word each producer's copy starts at, once chosen
+  for (int consumer_index = 0; consumer_index < num_nodes; ++consumer_index) {
+    const GemmNode& consumer = graph.nodes()[consumer_index];
     const TensorView& a = consumer.a;
-    const TensorView& c = producer.c;
-    if (dependency.whole_tensor || dependency.row_offset != 0 || dependency.col_offset != 0 ||
-        consumer.m() > NarrowConfig::kTaggedMaxRows || !HasJobs(consumer) || !HasJobs(producer) ||
-        NarrowTiles(producer) > grid_ctas ||
-        c.dtype != DType::kBF16 || a.dtype != DType::kBF16 || a.data != c.data || a.rows != c.rows ||
-        a.cols != c.cols || a.row_stride != c.row_stride) {
-      continue;
+    if (a_edges[consumer_index].empty() || consumer.m() > NarrowConfig::kTaggedMaxRows || !HasJobs(consumer) ||
+        a.dtype != DType::kBF16 || NarrowConfig::TaggedWordsPerRow(a.cols) > UINT16_MAX) {
+      continue;  // (the pitch is KernelNode::tagged_c_pitch's 16 bits)
     }
-    const int64_t copy_words = c.rows * NarrowConfig::TaggedWordsPerRow(c.cols);
-    int64_t& offset = copy_offset[dependency.producer];
-    if (offset < 0) {
-      offset = *words;
-      *words += copy_words;
+    // The producers' slices (first column of A, producer), in column order.
+    std::vector<std::pair<int64_t, int>> slices;
+    int64_t tiles = 0;
+    bool usable = true;
+    for (const DataDependency* dependency : a_edges[consumer_index]) {
+      const GemmNode& producer = graph.nodes()[dependency->producer];
+      const TensorView& c = producer.c;
+      const int64_t col0 = -dependency->col_offset;
+      usable = !dependency->whole_tensor && dependency->row_offset == 0 && col0 >= 0 && col0 % 2 == 0 &&
+               HasJobs(producer) && c.dtype == DType::kBF16 && c.rows == a.rows && c.row_stride == a.row_stride &&
+               c.data == static_cast<const uint8_t*>(a.data) + col0 * static_cast<int64_t>(a.element_size());
+      if (!usable) break;
+      tiles += NarrowTiles(producer);
+      slices.emplace_back(col0, dependency->producer);
     }
-    handoffs.push_back({dependency.producer, dependency.consumer, offset, copy_words});
+    if (!usable || tiles > grid_ctas) continue;
+    std::sort(slices.begin(), slices.end());
+    int64_t covered = 0;  // A's columns written, from 0
+    for (size_t i = 0; i < slices.size() && usable; ++i) {
+      const int64_t cols = graph.nodes()[slices[i].second].c.cols;
+      usable = slices[i].first == covered && (i + 1 == slices.size() || cols % 2 == 0);
+      covered += cols;
+    }
+    if (!usable || covered != a.cols) continue;
+    // One copy a buffer, and one copy a producer.
+    auto copy = std::find_if(copies.begin(), copies.end(), [&](const Copy& c) { return c.data == a.data; });
+    if (copy != copies.end() && (copy->rows != a.rows || copy->cols != a.cols)) continue;
+    const int64_t offset = copy != copies.end() ? copy->offset : *words;
+    for (const auto& [col0, producer] : slices) {
+      if (tagged_c[producer] >= 0 && tagged_c[producer] != offset + col0 / 2) usable = false;
+    }
+    if (!usable) continue;
+    const int64_t pitch = NarrowConfig::TaggedWordsPerRow(a.cols);
+    if (copy == copies.end()) {
+      copies.push_back({a.data, a.rows, a.cols, offset});
+      *words += a.rows * pitch;
+    }
+    for (const auto& [col0, producer] : slices) {
+      tagged_c[producer] = offset + col0 / 2;
+      handoffs.push_back({producer, consumer_index, offset, a.rows * pitch, pitch, col0});
+    }
   }
   return handoffs;
 }
@@ -837,7 +878,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
     LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.tagged_copies), bytes));
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.tagged_copies, 0, bytes));
     for (const Plan::Impl::TaggedHandoff& handoff : impl.tagged_handoffs) {
-      nodes[handoff.producer].tagged_c = impl.tagged_copies + handoff.offset;
+      nodes[handoff.producer].tagged_c = impl.tagged_copies + handoff.offset + handoff.col0 / 2;
+      nodes[handoff.producer].tagged_c_pitch = static_cast<uint16_t>(handoff.pitch);
       nodes[handoff.consumer].tagged_a = impl.tagged_copies + handoff.offset;
     }
   }
@@ -1443,19 +1485,23 @@ absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
   const auto handoff = std::find_if(impl.tagged_handoffs.begin(), impl.tagged_handoffs.end(),
                                     [&](const Plan::Impl::TaggedHandoff& h) { return h.producer == node; });
   if (handoff == impl.tagged_handoffs.end()) return absl::OkStatus();
-  const int64_t pitch = NarrowConfig::TaggedWordsPerRow(schedule.out_cols);
-  std::vector<uint64_t> words(static_cast<size_t>(handoff->words), uint64_t{state.epoch + 1} << 32);
+  // Only this producer's words (the columns from col0 of each row).
   const int64_t missing_m = except_tile / schedule.n_blocks, missing_n = except_tile % schedule.n_blocks;
   for (int64_t row = 0; row < schedule.m; ++row) {
-    if (row / impl.schedule.tile.m != missing_m) continue;
-    for (int64_t col = missing_n * schedule.out_tile_n;
-         col < std::min((missing_n + 1) * schedule.out_tile_n, schedule.out_cols); col += 2) {
-      words[static_cast<size_t>(row * pitch + col / 2)] = 0;
+    std::vector<uint64_t> words(static_cast<size_t>(NarrowConfig::TaggedWordsPerRow(schedule.out_cols)),
+                                uint64_t{state.epoch + 1} << 32);
+    if (row / impl.schedule.tile.m == missing_m) {
+      for (int64_t col = missing_n * schedule.out_tile_n;
+           col < std::min((missing_n + 1) * schedule.out_tile_n, schedule.out_cols); col += 2) {
+        words[static_cast<size_t>(col / 2)] = 0;
+      }
     }
+    LOOM_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(impl.tagged_copies + handoff->offset + row * handoff->pitch + handoff->col0 / 2, words.data(),
+                   words.size() * sizeof(uint64_t), cudaMemcpyHostToDevice),
+        "writing the tagged copy"));
   }
-  return CudaStatus(cudaMemcpy(impl.tagged_copies + handoff->offset, words.data(), words.size() * sizeof(uint64_t),
-                               cudaMemcpyHostToDevice),
-                    "writing the tagged copy");
+  return absl::OkStatus();
 }
 
 }  // namespace loom::internal
