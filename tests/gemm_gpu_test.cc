@@ -510,6 +510,43 @@ TEST_P(RaggedProducerRunTest, RunOfProducerTilesEndsAtARaggedTile) {
   ASSERT_TRUE(h.plan().last_timeout().has_value());
   EXPECT_EQ(h.plan().last_timeout()->flag, right_node.flag_base) << status;
 }
+// A tagged handoff from two producers (one copy of h, each writing its
+// columns): with a tile of the producer of h's first half never published,
+// the one-token consumer times out naming that tile's flag. The first A edge
+// is the other producer's (added first, it has the lower node index and
+// flags), so a report that took the first edge for every column named a
+// tile of the wrong node.
+TEST(GemmTest, TaggedHandoffFromTwoProducersTimesOutOnTheMissingTile) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", DType::kBF16, 1, 64, rng);
+  h.Input("z", DType::kBF16, 1, 64, rng);
+  h.Input("w_left", DType::kBF16, 128, 64, rng);
+  h.Input("w_right", DType::kBF16, 128, 64, rng);
+  h.Input("w2", DType::kBF16, 256, 256, rng);
+  h.Output("h", DType::kBF16, 1, 256);
+  h.Output("y", DType::kBF16, 1, 256);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("right", t("z"), t("w_right"), t("h").Columns(128, 128).Named("h.right"));
+    g.AddGemm("left", t("x"), t("w_left"), t("h").Columns(0, 128).Named("h.left"));
+    g.AddGemm("consumer", t("h"), t("w2"), t("y"));
+  });
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.spin_timeout_ns = 2'000'000'000;  // 2 s: the first launch may run under compute-sanitizer
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  ASSERT_NE(h.plan().Explain().find("left -> consumer, right -> consumer"), std::string::npos)
+      << h.plan().Explain();
+  const sched::NodeSchedule& left = h.plan().schedule().nodes[1];
+  const absl::Status status = LaunchWithOneProducerTileMissing(h, /*producer=*/1, /*missing=*/2);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(std::string(status.message()).find("node \"consumer\""), std::string::npos) << status;
+  ASSERT_TRUE(h.plan().last_timeout().has_value());
+  EXPECT_EQ(h.plan().last_timeout()->flag, left.flag_base + 2) << status;
+}
+
 INSTANTIATE_TEST_SUITE_P(Producers, RaggedProducerRunTest,
                          ::testing::Values(std::tuple{KernelChoice::kTiled, 128, int64_t{136}},
                                            std::tuple{KernelChoice::kTiled, 256, int64_t{136}},

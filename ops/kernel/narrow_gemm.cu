@@ -287,12 +287,17 @@ __device__ void ReportTaggedTimeout(const NarrowContext& ctx, const KernelNode& 
   tag = __shfl_sync(0xffffffffu, tag, static_cast<int>(first % 32));
   if (lane != 0) return;
   int flag = -1;
+  const int64_t column = 2 * (pair0 + first);  // of A: the first one missing
   for (int d = 0; d < node.schedule.dependency_count && first != UINT32_MAX; ++d) {
     const sched::DependencyEdge& edge = ctx.params.dependencies[node.schedule.dependency_begin + d];
     if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
     const sched::NodeSchedule& producer = ctx.params.nodes[edge.producer].schedule;
-    flag = sched::OutputFlagIndex(producer, 0, static_cast<int>(2 * (pair0 + first) / producer.out_tile_n));
-    break;  // its one A edge (TaggedHandoffsOf)
+    const int64_t producer_column = column + edge.col_offset;
+    if (producer_column < 0 || producer_column >= producer.out_cols) continue;
+    // The A edge whose producer writes that column (each column has one:
+    // TaggedHandoffsOf).
+    flag = sched::OutputFlagIndex(producer, 0, static_cast<int>(producer_column / producer.out_tile_n));
+    break;
   }
   ctx.watchdog.Report(WaitKind::kDependencyFlag, index, flag, ctx.epoch, tag);
 }
