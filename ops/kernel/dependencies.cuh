@@ -158,7 +158,7 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
     // kernels' spills by 16-24 bytes (464 to 510 bytes in an earlier form).
     const int64_t col_begin = int64_t{kb} * kBlockK, col_end = col_begin + kBlockK;
     const int granule = node.schedule.a_wait_k_blocks;
-    const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
+    const int granules_left = sched::GranulesLeft(kb, kb_end, granule);
     const int granule_cols = granule * kBlockK;
     int edges = 0;  // producer boxes of A: a run only from exactly one
     FlagRun run;

@@ -109,12 +109,12 @@ template <int kBlockK, int kMaxTilesPerGranule>
 LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfCopy(const KernelNode::AProducer& copy, int a_wait_k_blocks,
                                                    int32_t tile_m, int64_t row0, int kb, int kb_end) {
   const int64_t col_begin = int64_t{kb} * kBlockK;
-  const int granules_left = (kb_end - kb / a_wait_k_blocks * a_wait_k_blocks + a_wait_k_blocks - 1) / a_wait_k_blocks;
   const sched::TileBox box = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, tile_m,
                                                         copy.row_offset, copy.col_offset, row0, row0 + tile_m,
                                                         col_begin, col_begin + kBlockK);
   return sched::ARunOfBox(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box,
-                          a_wait_k_blocks * kBlockK, granules_left, kMaxTilesPerGranule);
+                          a_wait_k_blocks * kBlockK, sched::GranulesLeft(kb, kb_end, a_wait_k_blocks),
+                          kMaxTilesPerGranule);
 }
 
 // The same for a node with no one-edge copy (several A edges, as where A
@@ -133,7 +133,7 @@ LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfEdges(const sched::NodeSchedule& n
   sched::AFlagRun run;
   if (!sched::HasProducerOperand(node, sched::DependencyOperand::kA)) return run;
   const int granule = node.a_wait_k_blocks;
-  const int granules_left = (kb_end - kb / granule * granule + granule - 1) / granule;
+  const int granules_left = sched::GranulesLeft(kb, kb_end, granule);
   const int64_t col_begin = int64_t{kb} * kBlockK;
   int edges = 0;  // with a producer box: a run only from exactly one
   for (int d = 0; d < node.dependency_count; ++d) {

@@ -283,6 +283,13 @@ struct AFlagRun {
   int32_t tiles_shift = 0;
 };
 
+// The granules of A (of `granule` k-blocks each) from the one k-block kb
+// falls in to the one before kb_end: what a run from kb may cover of a job
+// that ends at kb_end.
+LOOM_HOST_DEVICE inline int32_t GranulesLeft(int32_t kb, int32_t kb_end, int32_t granule) {
+  return (kb_end - kb / granule * granule + granule - 1) / granule;
+}
+
 // The run that starts at a granule of A whose producer tiles are `box` (of a
 // producer whose tile flags start at flag_base, n_blocks to a row, out_tile_n
 // output columns each, out_cols in all), when A has that one producer edge:
