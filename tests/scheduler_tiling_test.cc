@@ -143,6 +143,26 @@ TEST(ChooseSplitKTest, FewRowReducesKeepEightBlocks) {
   EXPECT_EQ(ChooseSplitK(40, 64, 66, 0, true), 1);   // over half a wave
 }
 
+// Depth: one more than the deepest node read, through any operand; an edge
+// from a node not earlier in the list (which Lower refuses) counts nothing.
+TEST(NodeDepthsTest, OneMoreThanTheDeepestProducer) {
+  auto reads = [](std::vector<int> producers) {
+    NodeProblem p = Gemm(16, 64, 64);
+    for (int producer : producers) {
+      DependencyEdge e;
+      e.producer = producer;
+      e.operand = static_cast<uint8_t>(producer % 2 == 0 ? DependencyOperand::kA : DependencyOperand::kResidual);
+      p.dependencies.push_back(e);
+    }
+    return p;
+  };
+  // 0, 1: sources; 2 reads 0; 3 reads 1 and 2; 4 reads 0 and (wrongly) 5.
+  const std::vector<NodeProblem> g = {Gemm(16, 64, 64), Gemm(16, 64, 64), reads({0}), reads({1, 2}),
+                                      reads({0, 5}), Gemm(16, 64, 64)};
+  EXPECT_EQ(NodeDepths(g), std::vector<int32_t>({0, 0, 1, 2, 1, 0}));
+  EXPECT_TRUE(NodeDepths({}).empty());
+}
+
 // The nodes of one dependency depth fill the wave together: the rule counts
 // their cluster tiles (the step's), never fewer than the node's own.
 TEST(ChooseSplitKTest, CountsTheStepsClusterTiles) {

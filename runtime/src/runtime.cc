@@ -224,21 +224,15 @@ int TiledTileWidth(const CompileOptions& options) {
 // 3-13%: not taken). Past one wave: 640 x 4096 x 4096 0.69 -> 0.52, and the
 // MLP block at 128 and 200 tokens (gate/up's 224 and 448 tiles) 113 -> 125 and
 // 175 -> 199 us.
-int ChooseTileWidth(const CompileOptions& options, const GemmGraph& graph,
-                    const std::vector<DataDependency>& dependencies, int64_t grid_ctas) {
+int ChooseTileWidth(const CompileOptions& options, const std::vector<sched::NodeProblem>& problems,
+                    int64_t grid_ctas) {
   if (options.tile_n != 0) return options.tile_n;
   constexpr int64_t kRows = KernelConfigN128::kBlockM;
   constexpr int64_t kCols = KernelConfigN128::kBlockN;
-  const std::vector<GemmNode>& nodes = graph.nodes();
-  // One pass: Dependencies() lists the edges consumer by consumer, each
-  // producer an earlier node, so a producer's depth is final when read.
-  std::vector<int> depth(nodes.size(), 0);
-  for (const DataDependency& dependency : dependencies) {
-    depth[dependency.consumer] = std::max(depth[dependency.consumer], depth[dependency.producer] + 1);
-  }
-  std::vector<int64_t> step_tiles(nodes.size(), 0);  // 128-wide tiles at each depth
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    step_tiles[depth[i]] += ((nodes[i].m() + kRows - 1) / kRows) * ((nodes[i].n() + kCols - 1) / kCols);
+  const std::vector<int32_t> depth = sched::NodeDepths(problems);
+  std::vector<int64_t> step_tiles(problems.size(), 0);  // 128-wide tiles at each depth
+  for (size_t i = 0; i < problems.size(); ++i) {
+    step_tiles[depth[i]] += ((problems[i].m + kRows - 1) / kRows) * ((problems[i].n + kCols - 1) / kCols);
   }
   const bool fills_grid = std::all_of(step_tiles.begin(), step_tiles.end(), [&](int64_t tiles) {
     return 2 * tiles <= grid_ctas || (10 * tiles >= 9 * grid_ctas && tiles <= grid_ctas);
@@ -1008,6 +1002,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   auto impl = std::make_unique<Plan::Impl>();
   const int64_t rows = MaxRows(graph);
   const std::vector<DataDependency> dependencies = graph.Dependencies();
+  const std::vector<sched::NodeProblem> problems = ProblemsOf(graph, dependencies);
   impl->narrow = UsesNarrowKernel(options, graph, dependencies, rows, device_.sm_count);
   if (const GemmNode* zero_k = FirstZeroKNode(graph); impl->narrow && zero_k != nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -1050,7 +1045,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
           device_.name, kClusterSize, NarrowConfig::kMaxRows));
     }
     impl->a_stage_bytes = AStageBytesFor(graph);
-    impl->tile_n = ChooseTileWidth(options, graph, dependencies,
+    impl->tile_n = ChooseTileWidth(options, problems,
                                    options.max_clusters > 0 ? int64_t{options.max_clusters} * kClusterSize
                                                             : device_.sm_count);
     std::tie(impl->a_stages, impl->b_stages) =
@@ -1102,7 +1097,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.sum_in_last_split = options.sum_in_last_split;
   scheduler_options.last_split_extra_k_blocks = options.last_split_extra_k_blocks;
   scheduler_options.name = "CompileOptions";  // Lower's option errors name the caller's options
-  LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(ProblemsOf(graph, dependencies), scheduler_options));
+  LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(problems, scheduler_options));
   if (!impl->narrow && options.pack_weights && TiledRingsReadPackedWeights(options)) {
     impl->packed_nodes = PackedNodesOf(graph, dependencies, &impl->schedule);
   }

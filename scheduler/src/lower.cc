@@ -52,26 +52,25 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
       }
     }
   }
-  // Each node alone first, for its cluster tiles; then again with the cluster
-  // tiles of its whole dependency depth (the longest path from a source), the
-  // nodes that fill a wave together (ChooseSplitK). An edge from a later node
-  // is refused below; here it is left out.
+  // Each node alone first, for its cluster tiles; then, where other nodes
+  // share its dependency depth (they fill a wave together: ChooseSplitK),
+  // again with the cluster tiles of the whole depth.
   const int num_nodes = static_cast<int>(problems.size());
-  std::vector<int32_t> depth(num_nodes, 0);
+  const std::vector<int32_t> depth = NodeDepths(problems);
   std::vector<int64_t> step_cluster_tiles(num_nodes, 0);  // by depth
   for (int i = 0; i < num_nodes; ++i) {
-    for (const DependencyEdge& edge : problems[i].dependencies) {
-      if (edge.producer >= 0 && edge.producer < i) depth[i] = std::max(depth[i], depth[edge.producer] + 1);
-    }
     absl::StatusOr<NodeSchedule> alone = TileNode(problems[i], i, options, has_consumers[i]);
     if (!alone.ok()) return alone.status();
     step_cluster_tiles[depth[i]] += ClusterGridOf(*alone, options.cluster_size).size();
+    schedule.nodes.push_back(*alone);
   }
   for (int i = 0; i < num_nodes; ++i) {
+    const int64_t own = ClusterGridOf(schedule.nodes[i], options.cluster_size).size();
+    if (step_cluster_tiles[depth[i]] == own) continue;
     absl::StatusOr<NodeSchedule> node =
         TileNode(problems[i], i, options, has_consumers[i], step_cluster_tiles[depth[i]]);
     if (!node.ok()) return node.status();
-    schedule.nodes.push_back(*node);
+    schedule.nodes[i] = *node;
   }
 
   // Flags: every node's output tiles, node after node; then the split-K

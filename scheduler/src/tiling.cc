@@ -159,6 +159,18 @@ int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const Sch
   return kLastSplitExtraKBlocks;
 }
 
+std::vector<int32_t> NodeDepths(const std::vector<NodeProblem>& problems) {
+  std::vector<int32_t> depth(problems.size(), 0);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    for (const DependencyEdge& edge : problems[i].dependencies) {
+      if (edge.producer >= 0 && static_cast<size_t>(edge.producer) < i) {
+        depth[i] = std::max(depth[i], depth[edge.producer] + 1);
+      }
+    }
+  }
+  return depth;
+}
+
 absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index,
                                       const SchedulerOptions& options, bool has_consumers,
                                       int64_t step_cluster_tiles) {

@@ -13,6 +13,7 @@
 #define LOOM_SCHEDULER_TILING_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -79,6 +80,12 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 //
 // InvalidArgument naming the node for: negative dimensions; SwiGLU with odd n
 // or odd tile.n; k_blocks past 65535; m_blocks or n_blocks past INT32_MAX.
+// The dependency depth of each node: 0 for a node that reads no other node,
+// else one more than the deepest node it reads. The nodes of one depth run
+// side by side (a step of the graph). Edges from a node not earlier in the
+// list (which Lower refuses) are left out.
+std::vector<int32_t> NodeDepths(const std::vector<NodeProblem>& problems);
+
 // `has_consumers`: a later node reads this one's output (ChooseReduceParts).
 // `step_cluster_tiles`: ChooseSplitK's, the cluster tiles of the node's whole
 // dependency depth (Lower); 0 counts the node alone.
