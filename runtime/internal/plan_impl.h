@@ -44,20 +44,17 @@ struct Plan::Impl {
     bool copies = true;  // false: an earlier node's copy of the same B
   };
   std::vector<PackedNode> packed_nodes;
-  // The narrow kernel's tagged handoffs (CompileOptions::tagged_handoff):
-  // `consumer` reads its A, the whole of `producer`'s C, from the producer's
-  // tagged copy, `words` 8-byte words at word `offset` of tagged_copies
-  // (consumers of one producer share its copy). Known without a GPU too
-  // (Explain).
-  // A consumer reads its A from a tagged copy of A (words of two columns
-  // and a launch's epoch): A's rows of `pitch` words (`words` in all) at
-  // `offset` in tagged_copies, of which `producer` writes the columns from
-  // `col0` on (its C: A's columns from col0, or all of A).
+  // The narrow kernel's tagged handoffs (CompileOptions::tagged_handoff),
+  // one a (producer, consumer) pair: `consumer` reads its A from a tagged
+  // copy of A (8-byte words of two columns and a launch's epoch), rows of
+  // `pitch` words from word `offset` of tagged_copies, of which `producer`
+  // writes the columns from `col0` on (its C: all of A, or A's columns from
+  // col0). Consumers of the same view share its copy. Known without a GPU
+  // too (Explain).
   struct TaggedHandoff {
     int producer = 0;
     int consumer = 0;
     int64_t offset = 0;
-    int64_t words = 0;
     int64_t pitch = 0;
     int64_t col0 = 0;
   };

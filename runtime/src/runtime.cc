@@ -782,7 +782,7 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
     }
     for (const auto& [col0, producer] : slices) {
       tagged_c[producer] = offset + col0 / 2;
-      handoffs.push_back({producer, consumer_index, offset, a.rows * pitch, pitch, col0});
+      handoffs.push_back({producer, consumer_index, offset, pitch, col0});
     }
   }
   return handoffs;
