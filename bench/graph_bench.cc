@@ -831,12 +831,7 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
   LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
                         CheckChainBaseline(ctx, weights, baseline_activations, tokens, width));
 
-  const int parts = absl::GetFlag(FLAGS_chain_parts);
-  if (parts < 1 || width % parts != 0) {
-    // Equal slices, so that every part is the same GEMM.
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--chain_parts must be at least 1 and divide --chain_width (%d), got %d", width, parts));
-  }
+  const int parts = absl::GetFlag(FLAGS_chain_parts);  // divides width (CheckFlags)
   GemmGraph graph;
   for (int layer = 0; layer < layers; ++layer) {
     const TensorView input =
@@ -1014,6 +1009,12 @@ absl::Status CheckFlags() {
   }
   if (const int layers = absl::GetFlag(FLAGS_chain_layers); layers < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--chain_layers must be at least 0, got ", layers));
+  }
+  // Equal slices, so that every part is the same GEMM.
+  if (const int parts = absl::GetFlag(FLAGS_chain_parts);
+      parts < 1 || absl::GetFlag(FLAGS_chain_width) % parts != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--chain_parts must be at least 1 and divide --chain_width (",
+                                                   absl::GetFlag(FLAGS_chain_width), "), got ", parts));
   }
   return absl::OkStatus();
 }
