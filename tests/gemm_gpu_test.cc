@@ -547,6 +547,57 @@ TEST(GemmTest, TaggedHandoffFromTwoProducersTimesOutOnTheMissingTile) {
   EXPECT_EQ(h.plan().last_timeout()->flag, left.flag_base + 2) << status;
 }
 
+// Two producers of one A in two row blocks: Lower lays their flags out row
+// block by row block (NodeSchedule::flag_row_stride), so a producer's second
+// row of tiles is not where its first ends. With one tile of the left
+// producer's second row block left unpublished (its flags written row by row
+// by PublishFlagsForTesting), the consumer must compute right first, then
+// time out naming that tile's flag: on the narrow kernel the first of its
+// k-block's two 32-column tiles, on the tiled kernel its own. Param: kernel.
+class SharedFlagRowsTest : public ::testing::TestWithParam<KernelChoice> {};
+TEST_P(SharedFlagRowsTest, ConsumerWaitsForTheMissingTileOfTheSecondRowBlock) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const KernelChoice kernel = GetParam();
+  const bool narrow = kernel == KernelChoice::kNarrow;
+  const int64_t m = narrow ? 100 : 200, half = narrow ? 256 : 512;
+  Rng rng;
+  GpuHarness h;
+  h.Input("x", DType::kBF16, m, 64, rng);
+  h.Input("z", DType::kBF16, m, 64, rng);
+  h.Input("w_left", DType::kBF16, half, 64, rng);
+  h.Input("w_right", DType::kBF16, half, 64, rng);
+  h.Input("w2", DType::kBF16, 256, 2 * half, rng);
+  h.Output("h", DType::kBF16, m, 2 * half);
+  h.Output("y", DType::kBF16, m, 256);
+  h.Build([half = half](const auto& t, GemmGraph& g) {
+    g.AddGemm("right", t("z"), t("w_right"), t("h").Columns(half, half).Named("h.right"));
+    g.AddGemm("left", t("x"), t("w_left"), t("h").Columns(0, half).Named("h.left"));
+    g.AddGemm("consumer", t("h"), t("w2"), t("y"));
+  });
+  CompileOptions options;
+  options.kernel = kernel;
+  options.tile_n = narrow ? 0 : 128;
+  options.split_k = 1;
+  options.spin_timeout_ns = 2'000'000'000;  // 2 s: the first launch may run under compute-sanitizer
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  const sched::NodeSchedule& left = h.plan().schedule().nodes[1];
+  const sched::NodeSchedule& right = h.plan().schedule().nodes[0];
+  ASSERT_EQ(left.m_blocks, 2);
+  ASSERT_EQ(left.flag_row_stride, left.n_blocks + right.n_blocks) << h.plan().Explain();
+  ASSERT_EQ(right.flag_base, left.flag_base + left.n_blocks);
+  const int missing_column = 2;  // narrow: k-block 1's first tile; tiled: k-blocks 4-5
+  const absl::Status status =
+      LaunchWithOneProducerTileMissing(h, /*producer=*/1, /*missing=*/left.n_blocks + missing_column);
+  ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(std::string(status.message()).find("node \"consumer\""), std::string::npos) << status;
+  ASSERT_TRUE(h.plan().last_timeout().has_value());
+  EXPECT_EQ(h.plan().last_timeout()->flag, sched::OutputFlagIndex(left, 1, missing_column)) << status;
+}
+INSTANTIATE_TEST_SUITE_P(Kernels, SharedFlagRowsTest,
+                         ::testing::Values(KernelChoice::kNarrow, KernelChoice::kTiled),
+                         [](const auto& info) { return AbslUnparseFlag(info.param); });
+
 INSTANTIATE_TEST_SUITE_P(Producers, RaggedProducerRunTest,
                          ::testing::Values(std::tuple{KernelChoice::kTiled, 128, int64_t{136}},
                                            std::tuple{KernelChoice::kTiled, 256, int64_t{136}},

@@ -1350,8 +1350,8 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
          .dependencies = {edge(1, DependencyOperand::kA), edge(2, DependencyOperand::kA, -512)}},
         {.m = rows, .n = 1000, .k = 500, .dependencies = {edge(1, DependencyOperand::kA)}},
         // 5, 6: the two column halves of one buffer; 7 reads all of it, so its
-        // run goes from 5's flags on into 6's where they follow on (one row
-        // block: 6's first flag is next after 5's last).
+        // run goes from 5's flags on into 6's, which follow on in each row
+        // block (Lower lays out the flags of 7's producers together).
         {.m = rows, .n = 256, .k = 128},
         {.m = rows, .n = 256, .k = 128},
         {.m = rows,
@@ -1380,10 +1380,8 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
         ASSERT_GT(run.granules, 0) << rows << " rows, node " << i << " row block " << mb;
         ++runs_found;
         if (i == 7) {
-          // The whole of K in one row block; in two, 5's flags of row block
-          // 0 are followed by its row block 1's, not by 6's: 5's half alone.
-          EXPECT_EQ(int64_t{run.granules} * node.a_wait_k_blocks * tile.k, node.m_blocks == 1 ? 512 : 256)
-              << rows << " rows, row block " << mb;
+          // The whole of K, in each row block.
+          EXPECT_EQ(int64_t{run.granules} * node.a_wait_k_blocks * tile.k, 512) << rows << " rows, row block " << mb;
         }
         const int tiles = 1 << run.tiles_shift;
         const int64_t granule_cols = int64_t{node.a_wait_k_blocks} * tile.k;

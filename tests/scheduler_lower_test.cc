@@ -149,6 +149,92 @@ TEST(LowerTest, FlagsAreConsecutivePerNodeThenPartials) {
   EXPECT_EQ(s->nodes[1].partial_flag_base, -1);
 }
 
+// The producers of one consumer's A, in the order of A's columns, share
+// their flag rows (FlagGroupsOf): a row block's flags run from one producer
+// into the next. Any other node's flags are its own, as above.
+TEST(LowerTest, ProducersOfOneAShareTheirFlagRows) {
+  SchedulerOptions o = Options();
+  o.split_k = 1;
+  // 0, 1: column slices of one 300 x 1024 buffer, 1 the left half (so A's
+  // column order is 1, 0); 2 reads all of it; 3 reads 0 alone.
+  const std::vector<NodeProblem> graph = {
+      Gemm(300, 512, 256), Gemm(300, 512, 256),
+      Gemm(300, 256, 1024,
+           {Edge(0, DependencyOperand::kA, 0, -512), Edge(1, DependencyOperand::kA), Edge(0, DependencyOperand::kBias)}),
+      Gemm(300, 256, 512, {Edge(0, DependencyOperand::kA)})};
+  absl::StatusOr<Schedule> s = Lower(graph, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const NodeSchedule& left = s->nodes[1];
+  const NodeSchedule& right = s->nodes[0];
+  ASSERT_EQ(left.m_blocks, 3);
+  ASSERT_EQ(left.n_blocks, 2);
+  EXPECT_EQ(left.flag_base, 0);
+  EXPECT_EQ(right.flag_base, 2);
+  EXPECT_EQ(left.flag_row_stride, 4);
+  EXPECT_EQ(right.flag_row_stride, 4);
+  EXPECT_EQ(OutputFlagIndex(left, 1, 1) + 1, OutputFlagIndex(right, 1, 0));  // row block 1 runs on
+  EXPECT_EQ(s->nodes[2].flag_base, 12);
+  EXPECT_EQ(s->nodes[2].flag_row_stride, s->nodes[2].n_blocks);
+  EXPECT_EQ(s->nodes[3].flag_base, 12 + 3);
+  EXPECT_EQ(s->num_flags, 12 + 3 + 3);
+  // Every output tile its own flag, all below the count.
+  std::set<int32_t> seen;
+  for (const NodeSchedule& node : s->nodes) {
+    for (int mb = 0; mb < node.m_blocks; ++mb) {
+      for (int nb = 0; nb < node.n_blocks; ++nb) {
+        const int32_t flag = OutputFlagIndex(node, mb, nb);
+        EXPECT_TRUE(seen.insert(flag).second) << "flag " << flag << " twice";
+        EXPECT_LT(flag, s->num_flags);
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 18u);
+  EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
+}
+
+// Which producers FlagGroupsOf lays out together, and which it leaves alone.
+TEST(LowerTest, FlagGroupsAreTheProducersOfOneA) {
+  auto groups_of = [](const std::vector<NodeProblem>& graph) {
+    SchedulerOptions o = Options();
+    o.split_k = 1;
+    absl::StatusOr<Schedule> s = Lower(graph, o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? FlagGroupsOf(graph, s->nodes) : std::vector<std::vector<int>>{};
+  };
+  using Groups = std::vector<std::vector<int>>;
+  const DependencyOperand kA = DependencyOperand::kA;
+  // A chain: every node alone.
+  EXPECT_EQ(groups_of({Gemm(64, 256, 64), Gemm(64, 256, 256, {Edge(0, kA)})}), (Groups{{0}, {1}}));
+  // Three producers of one A, taken by A's columns; the groups in the order
+  // of their first node.
+  EXPECT_EQ(groups_of({Gemm(64, 8, 8), Gemm(64, 256, 64), Gemm(64, 256, 64), Gemm(64, 256, 64),
+                       Gemm(64, 64, 768, {Edge(3, kA), Edge(1, kA, 0, -512), Edge(2, kA, 0, -256)})}),
+            (Groups{{0}, {3, 2, 1}, {4}}));
+  // A producer the first consumer took stays in its group; the second
+  // consumer's others stay alone.
+  EXPECT_EQ(groups_of({Gemm(64, 256, 64), Gemm(64, 256, 64), Gemm(64, 256, 64),
+                       Gemm(64, 64, 512, {Edge(0, kA), Edge(1, kA, 0, -256)}),
+                       Gemm(64, 64, 512, {Edge(1, kA), Edge(2, kA, 0, -256)})}),
+            (Groups{{0, 1}, {2}, {3}, {4}}));
+  // Not joined: row blocks that differ; row offsets that differ; one
+  // producer read twice; whole-tensor edges; a producer without tiles.
+  EXPECT_EQ(groups_of({Gemm(64, 256, 64), Gemm(300, 256, 64),
+                       Gemm(64, 64, 512, {Edge(0, kA), Edge(1, kA, 0, -256)})}),
+            (Groups{{0}, {1}, {2}}));
+  EXPECT_EQ(groups_of({Gemm(300, 256, 64), Gemm(300, 256, 64),
+                       Gemm(64, 64, 512, {Edge(0, kA), Edge(1, kA, 128, -256)})}),
+            (Groups{{0}, {1}, {2}}));
+  EXPECT_EQ(groups_of({Gemm(64, 256, 64), Gemm(64, 64, 512, {Edge(0, kA), Edge(0, kA, 0, -256)})}),
+            (Groups{{0}, {1}}));
+  DependencyEdge whole = Edge(1, kA, 0, -256);
+  whole.whole_tensor = 1;
+  EXPECT_EQ(groups_of({Gemm(64, 256, 64), Gemm(64, 256, 64), Gemm(64, 64, 512, {Edge(0, kA), whole})}),
+            (Groups{{0}, {1}, {2}}));
+  EXPECT_EQ(groups_of({Gemm(64, 256, 64), Gemm(0, 256, 64),
+                       Gemm(64, 64, 512, {Edge(0, kA), Edge(1, kA, 0, -256)})}),
+            (Groups{{0}, {1}, {2}}));
+}
+
 TEST(LowerTest, DependenciesAreGroupedByConsumer) {
   std::vector<NodeProblem> g = {Gemm(256, 512, 256), Gemm(256, 256, 512, {Edge(0, DependencyOperand::kA)}),
                                 Gemm(256, 512, 256, {Edge(1, DependencyOperand::kA), Edge(0, DependencyOperand::kResidual)})};

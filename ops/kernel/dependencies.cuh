@@ -169,8 +169,7 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
                          ++edges;
                          one_whole_tile = box.m_end - box.m_begin == 1 && box.n_end - box.n_begin == 1 &&
                                           granule_cols == producer.out_tile_n;
-                         run.first_flag =
-                             sched::TileFlagIndex(producer.flag_base, producer.n_blocks, box.m_begin, box.n_begin);
+                         run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
                          const bool ragged = int64_t{producer.n_blocks} * producer.out_tile_n > producer.out_cols;
                          columns_left = producer.n_blocks - box.n_begin - (ragged ? 1 : 0);
                          return true;

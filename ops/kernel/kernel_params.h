@@ -78,7 +78,7 @@ struct KernelNode {
   struct AProducer {
     int64_t row_offset = 0, col_offset = 0;  // the edge's
     int64_t m = 0, out_cols = 0;             // the producer's
-    int32_t flag_base = 0, n_blocks = 0, out_tile_n = 0;
+    int32_t flag_base = 0, flag_row_stride = 0, n_blocks = 0, out_tile_n = 0;
   } a_producer;
   // The narrow kernel's run of A's producer flags (sched::ARunOfBox) from
   // k-block 0 of a job that spans the node's K, for row blocks 0 and 1 (all
@@ -112,8 +112,8 @@ LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfCopy(const KernelNode::AProducer& 
   const sched::TileBox box = sched::ProducerTilesOffset(copy.m, copy.out_cols, copy.out_tile_n, tile_m,
                                                         copy.row_offset, copy.col_offset, row0, row0 + tile_m,
                                                         col_begin, col_begin + kBlockK);
-  return sched::ARunOfBox(copy.flag_base, copy.n_blocks, copy.out_tile_n, copy.out_cols, box,
-                          a_wait_k_blocks * kBlockK, sched::GranulesLeft(kb, kb_end, a_wait_k_blocks),
+  return sched::ARunOfBox(copy.flag_base, copy.flag_row_stride, copy.n_blocks, copy.out_tile_n, copy.out_cols,
+                          box, a_wait_k_blocks * kBlockK, sched::GranulesLeft(kb, kb_end, a_wait_k_blocks),
                           kMaxTilesPerGranule);
 }
 
@@ -144,8 +144,8 @@ LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfEdges(const sched::NodeSchedule& n
         sched::ProducerTiles(producer, tile, edge, row0, row0 + tile.m, col_begin, col_begin + kBlockK);
     if (box.empty()) continue;
     if (++edges > 1) return sched::AFlagRun{};
-    run = sched::ARunOfBox(producer.flag_base, producer.n_blocks, producer.out_tile_n, producer.out_cols, box,
-                           granule * kBlockK, granules_left, kMaxTilesPerGranule);
+    run = sched::ARunOfBox(producer.flag_base, producer.flag_row_stride, producer.n_blocks, producer.out_tile_n,
+                           producer.out_cols, box, granule * kBlockK, granules_left, kMaxTilesPerGranule);
   }
   return run;
 }

@@ -1145,6 +1145,7 @@ kernel::KernelNode::AProducer AProducerOf(const sched::Schedule& schedule, int n
   copy.m = producer.m;
   copy.out_cols = producer.out_cols;
   copy.flag_base = producer.flag_base;
+  copy.flag_row_stride = producer.flag_row_stride;
   copy.n_blocks = producer.n_blocks;
   copy.out_tile_n = producer.out_tile_n;
   return copy;
@@ -1470,11 +1471,18 @@ absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
   }
   kernel::LaunchState state;
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(&state, impl.state, sizeof(state), cudaMemcpyDeviceToHost));
-  std::vector<uint32_t> flags(static_cast<size_t>(tiles), state.epoch + 1);  // the next launch's epoch
-  flags[static_cast<size_t>(except_tile)] = state.epoch;
-  LOOM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(impl.flags + schedule.flag_base, flags.data(),
-                                             flags.size() * sizeof(uint32_t), cudaMemcpyHostToDevice),
-                                  "writing tile flags"));
+  // A row of tiles at a time: the rows need not follow on
+  // (NodeSchedule::flag_row_stride).
+  std::vector<uint32_t> flags(static_cast<size_t>(schedule.n_blocks));
+  for (int mb = 0; mb < schedule.m_blocks; ++mb) {
+    for (int nb = 0; nb < schedule.n_blocks; ++nb) {
+      // The next launch's epoch, but this launch's for the missing tile.
+      flags[nb] = mb * schedule.n_blocks + nb == except_tile ? state.epoch : state.epoch + 1;
+    }
+    LOOM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(impl.flags + sched::OutputFlagIndex(schedule, mb, 0), flags.data(),
+                                               flags.size() * sizeof(uint32_t), cudaMemcpyHostToDevice),
+                                    "writing tile flags"));
+  }
   // Its tagged copy the same way (the values zero): every word the next
   // launch's epoch but those of the missing tile's columns.
   const auto handoff = std::find_if(impl.tagged_handoffs.begin(), impl.tagged_handoffs.end(),

@@ -90,8 +90,13 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
         }
       }
       absl::StrAppendFormat(&out, "; %d jobs\n", NodeJobCount(schedule, i));
-      absl::StrAppendFormat(&out, "  flags [%d, %d)", node.flag_base,
-                            node.flag_base + node.m_blocks * node.n_blocks);
+      if (node.flag_row_stride == node.n_blocks || node.m_blocks <= 1) {
+        absl::StrAppendFormat(&out, "  flags [%d, %d)", node.flag_base, node.flag_base + node.m_blocks * node.n_blocks);
+      } else {
+        // Laid out with other producers of one consumer's A (FlagGroupsOf).
+        absl::StrAppendFormat(&out, "  flags [%d, %d) + %d a tile row", node.flag_base,
+                              node.flag_base + node.n_blocks, node.flag_row_stride);
+      }
       if (node.split_k > 1) {
         absl::StrAppendFormat(&out, "; partial flags [%d, %d); workspace at %d", node.partial_flag_base,
                               node.partial_flag_base + node.m_blocks * node.n_blocks * PartialSlices(node),

@@ -4,11 +4,13 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "loom/scheduler/queue.h"
 #include "loom/scheduler/schedule.h"
 #include "loom/scheduler/tiling.h"
@@ -30,6 +32,50 @@ int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node) {
     granule = std::gcd(granule, offset / k_block);
   }
   return static_cast<int32_t>(granule == 0 ? kNoConstraint : granule);
+}
+
+std::vector<std::vector<int>> FlagGroupsOf(const std::vector<NodeProblem>& problems,
+                                           const std::vector<NodeSchedule>& nodes) {
+  const int num_nodes = static_cast<int>(nodes.size());
+  std::vector<int> group_of(num_nodes, -1);
+  std::vector<std::vector<int>> joined;  // the groups of several
+  auto has_tiles = [&](int p) { return int64_t{nodes[p].m_blocks} * nodes[p].n_blocks > 0; };
+  for (int i = 0; i < num_nodes && i < static_cast<int>(problems.size()); ++i) {
+    // (first column of A it gives, producer, row offset)
+    std::vector<std::tuple<int64_t, int, int64_t>> parts;
+    for (const DependencyEdge& edge : problems[i].dependencies) {
+      if (edge.operand != static_cast<uint8_t>(DependencyOperand::kA) || edge.whole_tensor) continue;
+      if (edge.producer < 0 || edge.producer >= i) continue;  // Lower refuses the graph
+      parts.emplace_back(-edge.col_offset, edge.producer, edge.row_offset);
+    }
+    if (parts.size() < 2) continue;
+    std::sort(parts.begin(), parts.end());
+    bool joinable = true;
+    for (size_t j = 0; j < parts.size() && joinable; ++j) {
+      const auto [column, producer, row_offset] = parts[j];
+      const auto [first_column, first_producer, first_row_offset] = parts[0];
+      joinable = group_of[producer] < 0 && has_tiles(producer) &&
+                 nodes[producer].m_blocks == nodes[first_producer].m_blocks && row_offset == first_row_offset;
+      for (size_t e = 0; e < j && joinable; ++e) joinable = std::get<1>(parts[e]) != producer;
+    }
+    if (!joinable) continue;
+    std::vector<int>& group = joined.emplace_back();
+    for (const auto& part : parts) {
+      group.push_back(std::get<1>(part));
+      group_of[std::get<1>(part)] = static_cast<int>(joined.size()) - 1;
+    }
+  }
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> placed(joined.size(), false);
+  for (int i = 0; i < num_nodes; ++i) {
+    if (group_of[i] < 0) {
+      groups.push_back({i});
+    } else if (!placed[group_of[i]]) {
+      placed[group_of[i]] = true;
+      groups.push_back(joined[group_of[i]]);
+    }
+  }
+  return groups;
 }
 
 absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
@@ -73,19 +119,29 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     schedule.nodes[i] = *node;
   }
 
-  // Flags: every node's output tiles, node after node; then the split-K
-  // partial flags of split nodes, each followed by its tiles' reduce part
-  // counts if it reduces in parts. Workspace: split nodes' partials, in order.
+  // Flags: every node's output tiles, group after group (FlagGroupsOf: a
+  // node alone, or the producers of one consumer's A, row block by row
+  // block); then the split-K partial flags of split nodes, each followed by
+  // its tiles' reduce part counts if it reduces in parts. Workspace: split
+  // nodes' partials, in order.
   int64_t flags = 0;
-  int flags_overflow_node = -1;  // the node whose tiles pass the flag limit
-  for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
-    NodeSchedule& node = schedule.nodes[i];
-    node.flag_base = static_cast<int32_t>(flags);
-    flags += int64_t{node.m_blocks} * node.n_blocks;
-    if (flags > std::numeric_limits<int32_t>::max()) {
-      flags_overflow_node = i;
+  std::vector<int> flags_overflow_group;  // the nodes whose tiles pass the flag limit
+  for (const std::vector<int>& group : FlagGroupsOf(problems, schedule.nodes)) {
+    int64_t row_stride = 0;
+    for (int i : group) row_stride += schedule.nodes[i].n_blocks;
+    const int64_t group_flags = int64_t{schedule.nodes[group.front()].m_blocks} * row_stride;
+    if (flags + group_flags > std::numeric_limits<int32_t>::max()) {
+      flags_overflow_group = group;
+      flags += group_flags;
       break;
     }
+    int64_t offset = 0;
+    for (int i : group) {
+      schedule.nodes[i].flag_base = static_cast<int32_t>(flags + offset);
+      schedule.nodes[i].flag_row_stride = static_cast<int32_t>(row_stride);
+      offset += schedule.nodes[i].n_blocks;
+    }
+    flags += group_flags;
   }
   int64_t workspace = 0;
   for (int i = 0; i < static_cast<int>(schedule.nodes.size()) && flags <= INT32_MAX; ++i) {
@@ -102,13 +158,16 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     workspace += int64_t{PartialSlices(node)} * node.m_blocks * options.tile.m * node.n_blocks * options.tile.n;
   }
   if (flags > std::numeric_limits<int32_t>::max()) {
-    const std::string where =
-        flags_overflow_node >= 0
-            ? absl::StrCat("node ", flags_overflow_node, "'s output tiles (",
-                           int64_t{schedule.nodes[flags_overflow_node].m_blocks} *
-                               schedule.nodes[flags_overflow_node].n_blocks,
-                           ") take the count to ", flags)
-            : absl::StrCat("the split-K partials and reduce part counts take the count to ", flags);
+    std::string where;
+    if (flags_overflow_group.empty()) {
+      where = absl::StrCat("the split-K partials and reduce part counts take the count to ", flags);
+    } else {
+      int64_t tiles = 0;
+      for (int i : flags_overflow_group) tiles += int64_t{schedule.nodes[i].m_blocks} * schedule.nodes[i].n_blocks;
+      where = absl::StrCat(flags_overflow_group.size() == 1 ? "node " : "nodes ",
+                           absl::StrJoin(flags_overflow_group, ", "), "'s output tiles (", tiles,
+                           ") take the count to ", flags);
+    }
     return absl::InvalidArgumentError(absl::StrCat("graph: more than ", std::numeric_limits<int32_t>::max(),
                                                    " tile flags (output tiles + split-K partials + reduce part "
                                                    "counts): ",

@@ -212,6 +212,7 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
   }
   node.m_blocks = static_cast<int32_t>(m_blocks);
   node.n_blocks = static_cast<int32_t>(n_blocks);
+  node.flag_row_stride = node.n_blocks;  // Lower may join it with other producers' (FlagGroupsOf)
   node.k_blocks = static_cast<int32_t>(k_blocks);
   node.share = ChooseShare(node.m_blocks, node.n_blocks);
 

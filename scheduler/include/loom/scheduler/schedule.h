@@ -110,9 +110,17 @@ struct NodeSchedule {
   uint8_t producer_operands = 0;
   int32_t group_size = 1;      // swizzle group width, in cluster tiles
   int32_t split_k = 1;         // number of K splits (1: none)
-  int32_t flag_base = 0;       // output tile (mb, nb) has flag flag_base + mb * n_blocks + nb
+  // Output tile (mb, nb) has flag flag_base + mb * flag_row_stride + nb
+  // (OutputFlagIndex). flag_row_stride is n_blocks, unless Lower gave this
+  // node's tile rows and those of the other producers of one consumer's A
+  // one flag row together (FlagGroupsOf, lower.cc): then a row block's flags
+  // run on from one producer's columns into the next's.
+  int32_t flag_base = 0;
   // Split-K, with P = PartialSlices(*this) partials a tile:
   int32_t partial_flag_base = -1;  // tile t, split s < P -> partial_flag_base + t * P + s
+  // In the padding before workspace_offset: the fields after it keep their
+  // offsets (the kernel's hot paths read them).
+  int32_t flag_row_stride = 0;
   int64_t workspace_offset = -1;   // fp32 partials, [P][m_blocks*tile.m][n_blocks*tile.n]
   int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
   int32_t dependency_count = 0;
@@ -253,6 +261,21 @@ LOOM_HOST_DEVICE inline TileBox ProducerTiles(const NodeSchedule& producer, cons
 // value when A has no such edge (one wait per job covers everything).
 int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node);
 
+// The nodes whose output tile flags Lower lays out together, each group in
+// the order of its flags within a row of tiles, the groups in the order of
+// their first node; every node in exactly one group. A group of several is
+// the producers of one consumer's A (edges that are not whole_tensor) when
+// there are at least two, distinct, none in an earlier group, all with tiles
+// and with the consumer's first such group to claim them, of one m_blocks
+// and one row_offset: taken in the order of the columns of A they give. Row
+// block r of the group is then one run of flags, producer after producer
+// (NodeSchedule::flag_row_stride), which the narrow kernel's first run of A
+// flags can cover whole (KernelNode::first_a_run; two row blocks laid out
+// producer by producer split it at the first seam). `nodes` are the nodes
+// tiled (m_blocks, n_blocks), one per problem.
+std::vector<std::vector<int>> FlagGroupsOf(const std::vector<NodeProblem>& problems,
+                                           const std::vector<NodeSchedule>& nodes);
+
 // Whether some dependency edge of `node` is on `operand`
 // (NodeSchedule::producer_operands).
 LOOM_HOST_DEVICE inline bool HasProducerOperand(const NodeSchedule& node, DependencyOperand operand) {
@@ -260,15 +283,15 @@ LOOM_HOST_DEVICE inline bool HasProducerOperand(const NodeSchedule& node, Depend
 }
 
 // The flag of output tile (m_block, n_block) of a node whose tile flags start
-// at flag_base, n_blocks to a row of tiles.
-LOOM_HOST_DEVICE inline int32_t TileFlagIndex(int32_t flag_base, int32_t n_blocks, int32_t m_block,
+// at flag_base, flag_row_stride flags from one row of tiles to the next.
+LOOM_HOST_DEVICE inline int32_t TileFlagIndex(int32_t flag_base, int32_t flag_row_stride, int32_t m_block,
                                               int32_t n_block) {
-  return flag_base + m_block * n_blocks + n_block;
+  return flag_base + m_block * flag_row_stride + n_block;
 }
 
 LOOM_HOST_DEVICE inline int32_t OutputFlagIndex(const NodeSchedule& node, int32_t m_block,
                                                 int32_t n_block) {
-  return TileFlagIndex(node.flag_base, node.n_blocks, m_block, n_block);
+  return TileFlagIndex(node.flag_base, node.flag_row_stride, m_block, n_block);
 }
 
 // A run of A's producer flags: granule j of A (the a_wait_k_blocks k-blocks
@@ -291,8 +314,9 @@ LOOM_HOST_DEVICE inline int32_t GranulesLeft(int32_t kb, int32_t kb_end, int32_t
 }
 
 // The run that starts at a granule of A whose producer tiles are `box` (of a
-// producer whose tile flags start at flag_base, n_blocks to a row, out_tile_n
-// output columns each, out_cols in all), when A has that one producer edge:
+// producer whose tile flags start at flag_base, flag_row_stride from one row
+// of its n_blocks tiles to the next, out_tile_n output columns each, out_cols
+// in all), when A has that one producer edge:
 // a granule is granule_cols columns of A, granules_left of them remain in
 // the job, and at most max_tiles_per_granule tiles may make one granule (the
 // kernel's poll finds a flag's granule with a shift). The run stops before
@@ -300,7 +324,8 @@ LOOM_HOST_DEVICE inline int32_t GranulesLeft(int32_t kb, int32_t kb_end, int32_t
 // producer's columns in A, which no flag of the run covers). Worked out by
 // the kernel's A loader (AProducerRun) and, for the narrow kernel's first
 // run of a job, by the runtime (KernelNode::first_a_run).
-LOOM_HOST_DEVICE inline AFlagRun ARunOfBox(int32_t flag_base, int32_t n_blocks, int32_t out_tile_n,
+LOOM_HOST_DEVICE inline AFlagRun ARunOfBox(int32_t flag_base, int32_t flag_row_stride, int32_t n_blocks,
+                                           int32_t out_tile_n,
                                            int64_t out_cols, const TileBox& box, int32_t granule_cols,
                                            int32_t granules_left, int32_t max_tiles_per_granule) {
   AFlagRun run;
@@ -312,7 +337,7 @@ LOOM_HOST_DEVICE inline AFlagRun ARunOfBox(int32_t flag_base, int32_t n_blocks, 
       columns > max_tiles_per_granule || (columns & (columns - 1)) != 0) {
     return run;
   }
-  run.first_flag = TileFlagIndex(flag_base, n_blocks, box.m_begin, box.n_begin);
+  run.first_flag = TileFlagIndex(flag_base, flag_row_stride, box.m_begin, box.n_begin);
   run.tiles_per_granule = columns;
   while ((1 << run.tiles_shift) < columns) ++run.tiles_shift;
   const int32_t runs_left = columns_left / columns;
