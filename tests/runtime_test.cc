@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "internal/plan_impl.h"
@@ -1370,7 +1371,7 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
     for (int i = 0; i < static_cast<int>(graph.size()); ++i) {
       const sched::NodeSchedule& node = schedule->nodes[i];
       kernel::KernelNode::FirstARun runs[2];
-      internal::FirstARunsOf(*schedule, i, internal::AProducerOf(*schedule, i), runs);
+      internal::FirstARunsOf(*schedule, i, internal::AProducerOf(*schedule, i), /*narrow=*/true, runs);
       for (int mb = 0; mb < 2; ++mb) {
         const kernel::KernelNode::FirstARun& run = runs[mb];
         if (i == 0 || i == 5 || i == 6 || mb >= node.m_blocks) {
@@ -1416,6 +1417,100 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
       }
     }
     EXPECT_EQ(runs_found, rows > 64 ? 10 : 5) << rows << " rows";
+  }
+}
+
+// The tiled kernel's first runs: row block r's run is row block 0's moved on
+// by r times the step to row block 1's (AProducerRun), from any granule.
+// Every granule of every row block's run must read exactly the one producer
+// tile it names, found from the node's real edges; nodes whose row blocks do
+// not step evenly (an A read from a row offset inside a tile) get none.
+TEST(RuntimeTest, TiledFirstARunsStepEvenlyOverTheRowBlocks) {
+  using sched::DependencyOperand;
+  auto edge = [](int producer, int64_t row_offset = 0, int64_t col_offset = 0) {
+    sched::DependencyEdge e;
+    e.producer = producer;
+    e.operand = static_cast<uint8_t>(DependencyOperand::kA);
+    e.row_offset = row_offset;
+    e.col_offset = col_offset;
+    return e;
+  };
+  for (const int tile_n : {128, 256}) {
+    for (const int64_t rows : {100, 300, 512}) {
+      // 0: gate/up (SwiGLU); 1: down on 0's output; 2, 3: the column halves
+      // of one buffer, 4 reads all of it (one run through both); 5: A from
+      // 1's rows 64 on (past one row block, its row blocks straddle 1's: no
+      // run); 6: 1000 columns on 4's output, 7 on 6's (the run stops before
+      // 6's ragged tile).
+      const std::vector<sched::NodeProblem> graph = {
+          {.m = rows, .n = 2048, .k = 512, .swiglu = true},
+          {.m = rows, .n = 1024, .k = 1024, .dependencies = {edge(0)}},
+          {.m = rows, .n = 512, .k = 256},
+          {.m = rows, .n = 512, .k = 256},
+          {.m = rows, .n = 256, .k = 1024, .dependencies = {edge(2), edge(3, 0, -512)}},
+          {.m = rows - 64, .n = 256, .k = 1024, .dependencies = {edge(1, 64)}},
+          {.m = rows, .n = 1000, .k = 256, .dependencies = {edge(4)}},
+          {.m = rows, .n = 256, .k = 1000, .dependencies = {edge(6)}},
+          // 10: A's rows 0-127 from 8, the rest from 9: row block 1's run is
+          // a whole row of 8's tiles past row block 0's, row block 2's a row
+          // of 9's (twice as wide) past row block 1's: uneven, none.
+          {.m = 128, .n = 256, .k = 64},
+          {.m = 256, .n = 512, .k = 64},
+          {.m = 384, .n = 128, .k = 256, .dependencies = {edge(8), edge(9, -128)}},
+      };
+      sched::SchedulerOptions options;
+      options.tile = {kernel::KernelConfig::kBlockM, tile_n, kernel::KernelConfig::kBlockK};
+      options.cluster_size = 2;
+      options.split_k = 1;
+      absl::StatusOr<sched::Schedule> schedule = sched::Lower(graph, options);
+      ASSERT_TRUE(schedule.ok()) << schedule.status();
+      const sched::TileShape tile = schedule->tile;
+      int runs_found = 0;
+      for (int i = 0; i < static_cast<int>(graph.size()); ++i) {
+        const sched::NodeSchedule& node = schedule->nodes[i];
+        const std::string where = absl::StrCat(rows, " rows, ", tile_n, " wide, node ", i);
+        kernel::KernelNode::FirstARun runs[2];
+        internal::FirstARunsOf(*schedule, i, internal::AProducerOf(*schedule, i), /*narrow=*/false, runs);
+        if (i == 0 || i == 2 || i == 3 || (i == 5 && rows > tile.m) || i >= 8) {
+          EXPECT_EQ(runs[0].granules, 0) << where;
+          EXPECT_EQ(runs[1].granules, 0) << where;
+          continue;
+        }
+        ASSERT_GT(runs[0].granules, 0) << where;
+        EXPECT_EQ(runs[1].granules, node.m_blocks > 1 ? runs[0].granules : 0) << where;
+        EXPECT_EQ(runs[0].tiles_shift, 0) << where;
+        ++runs_found;
+        const int64_t granule_cols = int64_t{node.a_wait_k_blocks} * tile.k;
+        if (i == 4) EXPECT_EQ(runs[0].granules * granule_cols, 1024) << where << ": one run through both producers";
+        if (i == 7) EXPECT_EQ(runs[0].granules * granule_cols, 1000 / tile_n * tile_n) << where;
+        for (int mb = 0; mb < node.m_blocks; ++mb) {
+          const int32_t first_flag = runs[0].first_flag + mb * (runs[1].first_flag - runs[0].first_flag);
+          for (int j = 0; j < runs[0].granules; ++j) {
+            const int64_t r0 = int64_t{mb} * tile.m, c0 = j * granule_cols;
+            ASSERT_LE(c0 + granule_cols, node.k) << where << ": granule " << j << " past K";
+            int boxes = 0;
+            for (int d = 0; d < node.dependency_count; ++d) {
+              const sched::DependencyEdge& e = schedule->dependencies[node.dependency_begin + d];
+              const sched::NodeSchedule& producer = schedule->nodes[e.producer];
+              const sched::TileBox box =
+                  sched::ProducerTiles(producer, tile, e, r0, r0 + tile.m, c0, c0 + granule_cols);
+              if (box.empty()) continue;
+              ++boxes;
+              EXPECT_EQ(box.m_end - box.m_begin, 1) << where << " row block " << mb << " granule " << j;
+              EXPECT_EQ(box.n_end - box.n_begin, 1) << where << " row block " << mb << " granule " << j;
+              EXPECT_EQ(sched::OutputFlagIndex(producer, box.m_begin, box.n_begin), first_flag + j)
+                  << where << " row block " << mb << " granule " << j;
+              EXPECT_EQ(int64_t{box.n_begin} * producer.out_tile_n, c0 + e.col_offset)
+                  << where << " row block " << mb << " granule " << j;
+              EXPECT_LE(int64_t{box.n_end} * producer.out_tile_n, producer.out_cols)
+                  << where << " row block " << mb << " granule " << j << " reads a ragged tile";
+            }
+            EXPECT_EQ(boxes, 1) << where << " row block " << mb << " granule " << j;
+          }
+        }
+      }
+      EXPECT_EQ(runs_found, rows > tile.m ? 4 : 5) << rows << " rows, " << tile_n << " wide";
+    }
   }
 }
 

@@ -156,9 +156,23 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
     // NOTE: the tiled kernel's own form (one whole tile a granule), kept
     // apart from ARunOfBox: that one, compiled in here, raised the tiled
     // kernels' spills by 16-24 bytes (464 to 510 bytes in an earlier form).
-    const int64_t col_begin = int64_t{kb} * kBlockK, col_end = col_begin + kBlockK;
     const int granule = node.schedule.a_wait_k_blocks;
     const int granules_left = sched::GranulesLeft(kb, kb_end, granule);
+    // The run the runtime worked out (KernelNode::first_a_run): row block
+    // 0's from k-block 0, moved on to this row block and to kb's granule.
+    // Not for a row block past M (a cluster peer whose tile lies past it
+    // still runs the job's ring steps): it has no producer tiles, and the
+    // run moved on would name other tiles' flags.
+    const KernelNode::FirstARun& first = node.first_a_run[0];
+    const int32_t m_block = static_cast<int32_t>(row0 / Ctx::Config::kBlockM);
+    if (kb / granule < first.granules && m_block < node.schedule.m_blocks) {
+      FlagRun run;
+      const int32_t step = node.first_a_run[1].first_flag - first.first_flag;
+      run.first_flag = first.first_flag + m_block * step + kb / granule;
+      run.granules = min(first.granules - kb / granule, granules_left);
+      return run;
+    }
+    const int64_t col_begin = int64_t{kb} * kBlockK, col_end = col_begin + kBlockK;
     const int granule_cols = granule * kBlockK;
     int edges = 0;  // producer boxes of A: a run only from exactly one
     FlagRun run;

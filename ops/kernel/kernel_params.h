@@ -80,14 +80,19 @@ struct KernelNode {
     int64_t m = 0, out_cols = 0;             // the producer's
     int32_t flag_base = 0, flag_row_stride = 0, n_blocks = 0, out_tile_n = 0;
   } a_producer;
-  // The narrow kernel's run of A's producer flags (sched::ARunOfBox) from
-  // k-block 0 of a job that spans the node's K, for row blocks 0 and 1 (all
-  // a narrow plan has), worked out by the runtime (internal::FirstARunsOf),
-  // so that the A loader of a dependent job polls without working it out
-  // first: that took it 1.1-1.7 kcycles, on the path of each late SM's first
-  // down job of the 64-token MLP block (bench/NOTES.md v1.67, v1.68). For
-  // a node whose A joins several nodes' outputs, the run may go on from one
-  // edge's producer into the next's, where their flags follow on (v1.69).
+  // The run of A's producer flags (sched::ARunOfBox) from k-block 0 of a job
+  // that spans the node's K, for row blocks 0 and 1, worked out by the
+  // runtime (internal::FirstARunsOf), so that the A loader of a dependent
+  // job polls without working it out first: on the narrow kernel that took
+  // it 1.1-1.7 kcycles, on the path of each late SM's first down job of the
+  // 64-token MLP block (bench/NOTES.md v1.67, v1.68). For a node whose A
+  // joins several nodes' outputs, the run may go on from one edge's producer
+  // into the next's, where their flags follow on (v1.69, v1.70). The narrow
+  // kernel has at most the two row blocks. The tiled kernel takes row block
+  // r's run as row block 0's moved on by r times the flags from row block
+  // 0's first flag to row block 1's (the runtime leaves both none unless
+  // every row block's run is that), and seeds a job starting at any k-block
+  // from it (a later start skips the run's first granules).
   // granules == 0: none; the A loader works the run out (AProducerRun).
   struct FirstARun {
     int32_t first_flag = 0;

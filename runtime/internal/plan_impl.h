@@ -103,14 +103,17 @@ absl::Status DeviceFailureStatus(int32_t kind, const TimeoutRecord& record, absl
 // one and that edge is not whole-tensor, with the producer's fields the
 // kernel's AProducerRun reads; none (out_tile_n 0) otherwise.
 kernel::KernelNode::AProducer AProducerOf(const sched::Schedule& schedule, int node);
-// KernelNode::first_a_run of node `node` of a narrow plan (tiles
-// schedule.tile), whose a_producer is `copy`: for each row block, the run of
-// A's producer flags from k-block 0 that the narrow kernel's AProducerRun
-// would find for a job spanning the node's K, and for a node with several A
-// edges, joined with the next edges' runs while their flags follow on;
-// none (granules 0) where it finds none, where the node has no row block
-// there, or where the run does not fit the record's 16 bits.
-void FirstARunsOf(const sched::Schedule& schedule, int node, const kernel::KernelNode::AProducer& copy,
+// KernelNode::first_a_run of node `node` (tiles schedule.tile), whose
+// a_producer is `copy`: for each row block, the run of A's producer flags
+// from k-block 0 that the kernel's AProducerRun would find for a job
+// spanning the node's K, and for a node with several A edges, joined with
+// the next edges' runs while their flags follow on. `narrow`: row blocks 0
+// and 1 (all a narrow plan has), each none (granules 0) where it finds none
+// or where the run does not fit the record's 16 bits. Else (the tiled
+// kernel, which moves row block 0's run on to row block r by r times the
+// step from row block 0's first flag to row block 1's): both none unless
+// every row block's run is that.
+void FirstARunsOf(const sched::Schedule& schedule, int node, const kernel::KernelNode::AProducer& copy, bool narrow,
                   kernel::KernelNode::FirstARun (&runs)[2]);
 }  // namespace internal
 

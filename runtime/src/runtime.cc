@@ -605,7 +605,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     out.schedule = schedule.nodes[i];
     out.has_dependents = has_dependents[i] ? 1 : 0;
     out.a_producer = internal::AProducerOf(schedule, static_cast<int>(i));
-    if (narrow) internal::FirstARunsOf(schedule, static_cast<int>(i), out.a_producer, out.first_a_run);
+    internal::FirstARunsOf(schedule, static_cast<int>(i), out.a_producer, narrow, out.first_a_run);
     out.activation = ActivationOf(node.epilogue.activation);
     out.out_type = ElementTypeOf(node.c.dtype);
     out.c = node.c.data;
@@ -1151,54 +1151,94 @@ kernel::KernelNode::AProducer AProducerOf(const sched::Schedule& schedule, int n
   return copy;
 }
 
-void FirstARunsOf(const sched::Schedule& schedule, int node_index, const kernel::KernelNode::AProducer& copy,
-                  kernel::KernelNode::FirstARun (&runs)[2]) {
-  const sched::NodeSchedule& node = schedule.nodes[node_index];
-  for (int mb = 0; mb < 2; ++mb) {
-    runs[mb] = {};
-    if (mb >= node.m_blocks || node.k_blocks == 0) continue;
-    // A has no producer tile boundary to wait on (AWaitKBlocks): no run.
-    if (node.a_wait_k_blocks > INT32_MAX / NarrowConfig::kBlockK) continue;
-    const int64_t row0 = int64_t{mb} * schedule.tile.m;
-    // What the A loader would work out at k-block 0 (AProducerRun): from the
-    // one-edge copy, or else from the edges themselves (A joining several
-    // nodes' outputs: the run of the edge k-block 0 reads, joined with the
-    // next edges' while their flags follow on).
-    sched::AFlagRun run;
-    if (copy.out_tile_n != 0) {
-      run = kernel::ARunOfCopy<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(
-          copy, node.a_wait_k_blocks, schedule.tile.m, row0, 0, node.k_blocks);
-    } else {
-      auto edge_run_at = [&](int kb) {
-        return kernel::ARunOfEdges<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(
-            node, schedule.dependencies.data(),
-            [&](int producer) -> const sched::NodeSchedule& { return schedule.nodes[producer]; }, schedule.tile,
-            row0, kb, node.k_blocks);
-      };
-      run = edge_run_at(0);
-      // Where the run ends at its producer's last tile and the next edge's
-      // goes on with the very next flags (producers of one row block whose
-      // tiles took consecutive flags, joined by A in that order: the nodes of
-      // a layer built over column slices of its output), one run: the A
-      // loader's first poll then covers both, and it does not stop at the
-      // seam to work out the next edge's run (the device joins none: it cost
-      // the narrow kernel 4-8 bytes of spills). Each edge's run reaches its
-      // producer's end, so one more run an edge at most.
-      for (int d = 1; d < node.dependency_count && run.granules > 0; ++d) {
-        const int next_kb = run.granules * node.a_wait_k_blocks;
-        if (next_kb >= node.k_blocks) break;
-        const sched::AFlagRun next = edge_run_at(next_kb);
-        if (next.granules == 0 || next.tiles_shift != run.tiles_shift ||
-            next.first_flag != run.first_flag + run.granules * run.tiles_per_granule) {
-          break;
-        }
-        run.granules += next.granules;
-      }
+namespace {
+// The run of A's producer flags from k-block 0 that a kernel's AProducerRun
+// (kBlockK, kMaxTilesPerGranule: its Config's) would find for row block `mb`
+// of a job spanning the node's K: from the one-edge copy, or else from the
+// edges themselves (A joining several nodes' outputs: the run of the edge
+// k-block 0 reads, joined with the next edges' while their flags follow on).
+template <int kBlockK, int kMaxTilesPerGranule>
+sched::AFlagRun FirstARunOfRowBlock(const sched::Schedule& schedule, const sched::NodeSchedule& node,
+                                    const kernel::KernelNode::AProducer& copy, int mb) {
+  // A has no producer tile boundary to wait on (AWaitKBlocks): no run.
+  if (node.k_blocks == 0 || node.a_wait_k_blocks > INT32_MAX / kBlockK) return {};
+  const int64_t row0 = int64_t{mb} * schedule.tile.m;
+  if (copy.out_tile_n != 0) {
+    return kernel::ARunOfCopy<kBlockK, kMaxTilesPerGranule>(copy, node.a_wait_k_blocks, schedule.tile.m, row0, 0,
+                                                            node.k_blocks);
+  }
+  auto edge_run_at = [&](int kb) {
+    return kernel::ARunOfEdges<kBlockK, kMaxTilesPerGranule>(
+        node, schedule.dependencies.data(),
+        [&](int producer) -> const sched::NodeSchedule& { return schedule.nodes[producer]; }, schedule.tile, row0,
+        kb, node.k_blocks);
+  };
+  sched::AFlagRun run = edge_run_at(0);
+  // Where the run ends at its producer's last tile and the next edge's goes
+  // on with the very next flags (the producers of one A, whose flags Lower
+  // lays out together row block by row block: FlagGroupsOf), one run: the A
+  // loader's first poll then covers both, and it does not stop at the seam
+  // to work out the next edge's run (the device joins none: it cost the
+  // narrow kernel 4-8 bytes of spills). Each edge's run reaches its
+  // producer's end, so one more run an edge at most.
+  for (int d = 1; d < node.dependency_count && run.granules > 0; ++d) {
+    const int next_kb = run.granules * node.a_wait_k_blocks;
+    if (next_kb >= node.k_blocks) break;
+    const sched::AFlagRun next = edge_run_at(next_kb);
+    if (next.granules == 0 || next.tiles_shift != run.tiles_shift ||
+        next.first_flag != run.first_flag + run.granules * run.tiles_per_granule) {
+      break;
     }
-    if (run.granules <= 0 || run.granules > UINT16_MAX) continue;
-    runs[mb].first_flag = run.first_flag;
-    runs[mb].granules = static_cast<uint16_t>(run.granules);
-    runs[mb].tiles_shift = static_cast<uint8_t>(run.tiles_shift);
+    run.granules += next.granules;
+  }
+  return run;
+}
+
+// Whether `run` fits KernelNode::FirstARun; if so, stored in `out`.
+bool StoreFirstARun(const sched::AFlagRun& run, kernel::KernelNode::FirstARun& out) {
+  if (run.granules <= 0 || run.granules > UINT16_MAX) return false;
+  out.first_flag = run.first_flag;
+  out.granules = static_cast<uint16_t>(run.granules);
+  out.tiles_shift = static_cast<uint8_t>(run.tiles_shift);
+  return true;
+}
+}  // namespace
+
+void FirstARunsOf(const sched::Schedule& schedule, int node_index, const kernel::KernelNode::AProducer& copy,
+                  bool narrow, kernel::KernelNode::FirstARun (&runs)[2]) {
+  const sched::NodeSchedule& node = schedule.nodes[node_index];
+  runs[0] = runs[1] = {};
+  if (narrow) {
+    for (int mb = 0; mb < 2 && mb < node.m_blocks; ++mb) {
+      const sched::AFlagRun run =
+          FirstARunOfRowBlock<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(schedule, node, copy, mb);
+      if (!StoreFirstARun(run, runs[mb])) runs[mb] = {};
+    }
+    return;
+  }
+  // The tiled kernel: row block r's run is row block 0's moved on by r times
+  // the flags from row block 0's to row block 1's, so every row block's run
+  // must be that (the same granules, its first flag a whole step on).
+  auto run_of = [&](int mb) {
+    return FirstARunOfRowBlock<KernelConfig::kBlockK, KernelConfig::kMaxTilesPerGranule>(schedule, node, copy, mb);
+  };
+  if (node.m_blocks == 0) return;
+  const sched::AFlagRun first = run_of(0);
+  if (first.granules <= 0) return;
+  int64_t step = 0;
+  for (int mb = 1; mb < node.m_blocks; ++mb) {
+    const sched::AFlagRun run = run_of(mb);
+    if (mb == 1) step = int64_t{run.first_flag} - first.first_flag;
+    if (run.granules != first.granules || run.tiles_shift != first.tiles_shift ||
+        run.first_flag != first.first_flag + mb * step) {
+      return;
+    }
+  }
+  if (!StoreFirstARun(first, runs[0])) return;
+  if (node.m_blocks > 1) {
+    sched::AFlagRun second = first;
+    second.first_flag = static_cast<int32_t>(first.first_flag + step);
+    if (!StoreFirstARun(second, runs[1])) runs[0] = {};
   }
 }
 
