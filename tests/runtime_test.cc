@@ -1253,6 +1253,17 @@ TEST(RuntimeTest, NoKernelPathIsInternalNotATimeout) {
 }
 
 
+// The schedule of `graph` on tiles `tile`, unsplit, in clusters of
+// `cluster_size`, as the tests of the runs of A flags below lower it.
+absl::StatusOr<sched::Schedule> LowerUnsplit(const std::vector<sched::NodeProblem>& graph,
+                                             const sched::TileShape& tile, int cluster_size) {
+  sched::SchedulerOptions options;
+  options.tile = tile;
+  options.cluster_size = cluster_size;
+  options.split_k = 1;
+  return sched::Lower(graph, options);
+}
+
 // KernelNode::a_producer, the copy of a node's one A edge and its producer
 // that the narrow kernel's A loader reads instead of the two records: for
 // every node with one A edge (offsets into the producer's output included),
@@ -1286,11 +1297,7 @@ TEST(RuntimeTest, AProducerCopiesGiveTheProducerTilesOfTheEdge) {
       {.m = 100, .n = 128, .k = 256, .dependencies = {edge(2, DependencyOperand::kB)}},
   };
   for (const sched::TileShape tile : {sched::TileShape{64, 32, 64}, sched::TileShape{128, 256, 64}}) {
-    sched::SchedulerOptions options;
-    options.tile = tile;
-    options.cluster_size = 1;
-    options.split_k = 1;
-    absl::StatusOr<sched::Schedule> schedule = sched::Lower(graph, options);
+    absl::StatusOr<sched::Schedule> schedule = LowerUnsplit(graph, tile, /*cluster_size=*/1);
     ASSERT_TRUE(schedule.ok()) << schedule.status();
     for (int i = 0; i < static_cast<int>(graph.size()); ++i) {
       const kernel::KernelNode::AProducer copy = internal::AProducerOf(*schedule, i);
@@ -1360,11 +1367,8 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
          .k = 512,
          .dependencies = {edge(5, DependencyOperand::kA), edge(6, DependencyOperand::kA, -256)}},
     };
-    sched::SchedulerOptions options;
-    options.tile = kernel::NarrowConfig::tile(rows);
-    options.cluster_size = 1;
-    options.split_k = 1;
-    absl::StatusOr<sched::Schedule> schedule = sched::Lower(graph, options);
+    absl::StatusOr<sched::Schedule> schedule =
+        LowerUnsplit(graph, kernel::NarrowConfig::tile(rows), /*cluster_size=*/1);
     ASSERT_TRUE(schedule.ok()) << schedule.status();
     const sched::TileShape tile = schedule->tile;
     int runs_found = 0;
@@ -1458,11 +1462,8 @@ TEST(RuntimeTest, TiledFirstARunsStepEvenlyOverTheRowBlocks) {
           {.m = 256, .n = 512, .k = 64},
           {.m = 384, .n = 128, .k = 256, .dependencies = {edge(8), edge(9, -128)}},
       };
-      sched::SchedulerOptions options;
-      options.tile = {kernel::KernelConfig::kBlockM, tile_n, kernel::KernelConfig::kBlockK};
-      options.cluster_size = 2;
-      options.split_k = 1;
-      absl::StatusOr<sched::Schedule> schedule = sched::Lower(graph, options);
+      absl::StatusOr<sched::Schedule> schedule = LowerUnsplit(
+          graph, {kernel::KernelConfig::kBlockM, tile_n, kernel::KernelConfig::kBlockK}, /*cluster_size=*/2);
       ASSERT_TRUE(schedule.ok()) << schedule.status();
       const sched::TileShape tile = schedule->tile;
       int runs_found = 0;
