@@ -1252,7 +1252,6 @@ TEST(RuntimeTest, NoKernelPathIsInternalNotATimeout) {
   EXPECT_TRUE(HasStatus(long_wait, absl::StatusCode::kDeadlineExceeded, {"after 3000000000 ns"})) << long_wait;
 }
 
-
 // The schedule of `graph` on tiles `tile`, unsplit, in clusters of
 // `cluster_size`, as the tests of the runs of A flags below lower it.
 absl::StatusOr<sched::Schedule> LowerUnsplit(const std::vector<sched::NodeProblem>& graph,
