@@ -91,8 +91,8 @@ struct KernelNode {
   // kernel has at most the two row blocks. The tiled kernel takes row block
   // r's run as row block 0's moved on by r times the flags from row block
   // 0's first flag to row block 1's (the runtime leaves both none unless
-  // every row block's run is that), and seeds a job starting at any k-block
-  // from it (a later start skips the run's first granules).
+  // every row block's run is that), from whichever granule a wait starts at
+  // (AProducerRun), for row blocks within M.
   // granules == 0: none; the A loader works the run out (AProducerRun).
   struct FirstARun {
     int32_t first_flag = 0;

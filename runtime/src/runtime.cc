@@ -1194,7 +1194,8 @@ sched::AFlagRun FirstARunOfRowBlock(const sched::Schedule& schedule, const sched
   return run;
 }
 
-// Whether `run` fits KernelNode::FirstARun; if so, stored in `out`.
+// Whether `run` is one and fits KernelNode::FirstARun; if so, stored in
+// `out` (else `out` is left as it was).
 bool StoreFirstARun(const sched::AFlagRun& run, kernel::KernelNode::FirstARun& out) {
   if (run.granules <= 0 || run.granules > UINT16_MAX) return false;
   out.first_flag = run.first_flag;
@@ -1210,9 +1211,9 @@ void FirstARunsOf(const sched::Schedule& schedule, int node_index, const kernel:
   runs[0] = runs[1] = {};
   if (narrow) {
     for (int mb = 0; mb < 2 && mb < node.m_blocks; ++mb) {
-      const sched::AFlagRun run =
-          FirstARunOfRowBlock<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(schedule, node, copy, mb);
-      if (!StoreFirstARun(run, runs[mb])) runs[mb] = {};
+      StoreFirstARun(
+          FirstARunOfRowBlock<NarrowConfig::kBlockK, NarrowConfig::kMaxTilesPerGranule>(schedule, node, copy, mb),
+          runs[mb]);
     }
     return;
   }

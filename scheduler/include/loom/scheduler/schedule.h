@@ -264,15 +264,15 @@ int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node);
 // The nodes whose output tile flags Lower lays out together, each group in
 // the order of its flags within a row of tiles, the groups in the order of
 // their first node; every node in exactly one group. A group of several is
-// the producers of one consumer's A (edges that are not whole_tensor) when
-// there are at least two, distinct, none in an earlier group, all with tiles
-// and with the consumer's first such group to claim them, of one m_blocks
-// and one row_offset: taken in the order of the columns of A they give. Row
-// block r of the group is then one run of flags, producer after producer
-// (NodeSchedule::flag_row_stride), which the narrow kernel's first run of A
-// flags can cover whole (KernelNode::first_a_run; two row blocks laid out
-// producer by producer split it at the first seam). `nodes` are the nodes
-// tiled (m_blocks, n_blocks), one per problem.
+// the producers of one consumer's A (its edges that are not whole_tensor):
+// at least two, distinct, each with tiles and in no earlier group, of one
+// m_blocks and one row_offset, in the order of the columns of A they give
+// (the first consumer to find such producers claims them). Row block r of
+// the group is then one run of flags, producer after producer
+// (NodeSchedule::flag_row_stride), which a job's first run of A flags can
+// cover whole (KernelNode::first_a_run; laid out producer by producer, two
+// row blocks split it at the first seam). `nodes` are the nodes tiled
+// (m_blocks, n_blocks), one per problem.
 std::vector<std::vector<int>> FlagGroupsOf(const std::vector<NodeProblem>& problems,
                                            const std::vector<NodeSchedule>& nodes);
 
@@ -322,12 +322,12 @@ LOOM_HOST_DEVICE inline int32_t GranulesLeft(int32_t kb, int32_t kb_end, int32_t
 // kernel's poll finds a flag's granule with a shift). The run stops before
 // a ragged last tile column (its k-block may also read whatever follows the
 // producer's columns in A, which no flag of the run covers). Worked out by
-// the kernel's A loader (AProducerRun) and, for the narrow kernel's first
-// run of a job, by the runtime (KernelNode::first_a_run).
+// the narrow kernel's A loader (AProducerRun) and, for a job's first run, by
+// the runtime (KernelNode::first_a_run).
 LOOM_HOST_DEVICE inline AFlagRun ARunOfBox(int32_t flag_base, int32_t flag_row_stride, int32_t n_blocks,
-                                           int32_t out_tile_n,
-                                           int64_t out_cols, const TileBox& box, int32_t granule_cols,
-                                           int32_t granules_left, int32_t max_tiles_per_granule) {
+                                           int32_t out_tile_n, int64_t out_cols, const TileBox& box,
+                                           int32_t granule_cols, int32_t granules_left,
+                                           int32_t max_tiles_per_granule) {
   AFlagRun run;
   if (box.empty()) return run;
   const int32_t rows = box.m_end - box.m_begin, columns = box.n_end - box.n_begin;
