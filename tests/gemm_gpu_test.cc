@@ -510,6 +510,25 @@ TEST_P(RaggedProducerRunTest, RunOfProducerTilesEndsAtARaggedTile) {
   ASSERT_TRUE(h.plan().last_timeout().has_value());
   EXPECT_EQ(h.plan().last_timeout()->flag, right_node.flag_base) << status;
 }
+// Two producers of the column halves of h ([m, 2 * half]), "right" (node 0,
+// h[:, half:]) added before "left" (node 1, h[:, :half]), each from its own
+// [m, 64] input, and "consumer" (node 2) reading all of h: y = h w2ᵀ, 256
+// columns.
+void BuildRightThenLeftHalves(GpuHarness& h, Rng& rng, int64_t m, int64_t half) {
+  h.Input("x", DType::kBF16, m, 64, rng);
+  h.Input("z", DType::kBF16, m, 64, rng);
+  h.Input("w_left", DType::kBF16, half, 64, rng);
+  h.Input("w_right", DType::kBF16, half, 64, rng);
+  h.Input("w2", DType::kBF16, 256, 2 * half, rng);
+  h.Output("h", DType::kBF16, m, 2 * half);
+  h.Output("y", DType::kBF16, m, 256);
+  h.Build([half](const auto& t, GemmGraph& g) {
+    g.AddGemm("right", t("z"), t("w_right"), t("h").Columns(half, half).Named("h.right"));
+    g.AddGemm("left", t("x"), t("w_left"), t("h").Columns(0, half).Named("h.left"));
+    g.AddGemm("consumer", t("h"), t("w2"), t("y"));
+  });
+}
+
 // A tagged handoff from two producers (one copy of h, each writing its
 // columns): with a tile of the producer of h's first half never published,
 // the one-token consumer times out naming that tile's flag. The first A edge
@@ -520,18 +539,7 @@ TEST(GemmTest, TaggedHandoffFromTwoProducersTimesOutOnTheMissingTile) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
   GpuHarness h;
-  h.Input("x", DType::kBF16, 1, 64, rng);
-  h.Input("z", DType::kBF16, 1, 64, rng);
-  h.Input("w_left", DType::kBF16, 128, 64, rng);
-  h.Input("w_right", DType::kBF16, 128, 64, rng);
-  h.Input("w2", DType::kBF16, 256, 256, rng);
-  h.Output("h", DType::kBF16, 1, 256);
-  h.Output("y", DType::kBF16, 1, 256);
-  h.Build([](const auto& t, GemmGraph& g) {
-    g.AddGemm("right", t("z"), t("w_right"), t("h").Columns(128, 128).Named("h.right"));
-    g.AddGemm("left", t("x"), t("w_left"), t("h").Columns(0, 128).Named("h.left"));
-    g.AddGemm("consumer", t("h"), t("w2"), t("y"));
-  });
+  BuildRightThenLeftHalves(h, rng, /*m=*/1, /*half=*/128);
   CompileOptions options;
   options.kernel = KernelChoice::kNarrow;
   options.spin_timeout_ns = 2'000'000'000;  // 2 s: the first launch may run under compute-sanitizer
@@ -562,18 +570,7 @@ TEST_P(SharedFlagRowsTest, ConsumerWaitsForTheMissingTileOfTheSecondRowBlock) {
   const int64_t m = narrow ? 100 : 200, half = narrow ? 256 : 512;
   Rng rng;
   GpuHarness h;
-  h.Input("x", DType::kBF16, m, 64, rng);
-  h.Input("z", DType::kBF16, m, 64, rng);
-  h.Input("w_left", DType::kBF16, half, 64, rng);
-  h.Input("w_right", DType::kBF16, half, 64, rng);
-  h.Input("w2", DType::kBF16, 256, 2 * half, rng);
-  h.Output("h", DType::kBF16, m, 2 * half);
-  h.Output("y", DType::kBF16, m, 256);
-  h.Build([half = half](const auto& t, GemmGraph& g) {
-    g.AddGemm("right", t("z"), t("w_right"), t("h").Columns(half, half).Named("h.right"));
-    g.AddGemm("left", t("x"), t("w_left"), t("h").Columns(0, half).Named("h.left"));
-    g.AddGemm("consumer", t("h"), t("w2"), t("y"));
-  });
+  BuildRightThenLeftHalves(h, rng, m, half);
   CompileOptions options;
   options.kernel = kernel;
   options.tile_n = narrow ? 0 : 128;

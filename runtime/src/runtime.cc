@@ -1226,21 +1226,17 @@ void FirstARunsOf(const sched::Schedule& schedule, int node_index, const kernel:
   if (node.m_blocks == 0) return;
   const sched::AFlagRun first = run_of(0);
   if (first.granules <= 0) return;
-  int64_t step = 0;
+  sched::AFlagRun second;  // row block 1's, where there is one
   for (int mb = 1; mb < node.m_blocks; ++mb) {
     const sched::AFlagRun run = run_of(mb);
-    if (mb == 1) step = int64_t{run.first_flag} - first.first_flag;
+    if (mb == 1) second = run;
     if (run.granules != first.granules || run.tiles_shift != first.tiles_shift ||
-        run.first_flag != first.first_flag + mb * step) {
+        int64_t{run.first_flag} - first.first_flag != mb * (int64_t{second.first_flag} - first.first_flag)) {
       return;
     }
   }
-  if (!StoreFirstARun(first, runs[0])) return;
-  if (node.m_blocks > 1) {
-    sched::AFlagRun second = first;
-    second.first_flag = static_cast<int32_t>(first.first_flag + step);
-    if (!StoreFirstARun(second, runs[1])) runs[0] = {};
-  }
+  // The same granules: both fit, or neither.
+  if (StoreFirstARun(first, runs[0]) && node.m_blocks > 1) StoreFirstARun(second, runs[1]);
 }
 
 const char* WaitKindName(int32_t kind) {
@@ -1531,9 +1527,9 @@ absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
   if (handoff == impl.tagged_handoffs.end()) return absl::OkStatus();
   // Only this producer's words (the columns from col0 of each row).
   const int64_t missing_m = except_tile / schedule.n_blocks, missing_n = except_tile % schedule.n_blocks;
+  std::vector<uint64_t> words(static_cast<size_t>(NarrowConfig::TaggedWordsPerRow(schedule.out_cols)));
   for (int64_t row = 0; row < schedule.m; ++row) {
-    std::vector<uint64_t> words(static_cast<size_t>(NarrowConfig::TaggedWordsPerRow(schedule.out_cols)),
-                                uint64_t{state.epoch + 1} << 32);
+    std::fill(words.begin(), words.end(), uint64_t{state.epoch + 1} << 32);
     if (row / impl.schedule.tile.m == missing_m) {
       for (int64_t col = missing_n * schedule.out_tile_n;
            col < std::min((missing_n + 1) * schedule.out_tile_n, schedule.out_cols); col += 2) {

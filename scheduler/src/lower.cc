@@ -50,13 +50,13 @@ std::vector<std::vector<int>> FlagGroupsOf(const std::vector<NodeProblem>& probl
     }
     if (parts.size() < 2) continue;
     std::sort(parts.begin(), parts.end());
+    const auto [first_column, first_producer, first_row_offset] = parts[0];
     bool joinable = true;
     for (size_t j = 0; j < parts.size() && joinable; ++j) {
       const auto [column, producer, row_offset] = parts[j];
-      const auto [first_column, first_producer, first_row_offset] = parts[0];
       joinable = group_of[producer] < 0 && has_tiles(producer) &&
                  nodes[producer].m_blocks == nodes[first_producer].m_blocks && row_offset == first_row_offset;
-      for (size_t e = 0; e < j && joinable; ++e) joinable = std::get<1>(parts[e]) != producer;
+      for (size_t e = 0; e < j && joinable; ++e) joinable = std::get<1>(parts[e]) != producer;  // each once
     }
     if (!joinable) continue;
     std::vector<int>& group = joined.emplace_back();
