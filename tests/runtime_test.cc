@@ -440,25 +440,40 @@ GemmGraph UpDownGraph(int64_t rows, bool dependent) {
   return graph;
 }
 
-// `count` independent [rows x 4096] x [n x 4096] GEMMs, or a chain of them
-// (each reading the one before: n must be 4096), in buffers 1 GiB apart.
-GemmGraph Layers(int count, int64_t rows, int64_t n, bool chained) {
+// `count` independent [rows x k] x [n x k] GEMMs, or a chain of them (each
+// reading the one before: n must be k), in buffers 1 GiB apart.
+GemmGraph Layers(int count, int64_t rows, int64_t n, bool chained, int64_t k = 4096) {
   GemmGraph graph;
   const auto at = [](int i, uintptr_t offset) { return (uintptr_t{1} << 30) * (i + 1) + offset; };
-  TensorView x = Fake("x", at(0, 0), rows, 4096);
+  TensorView x = Fake("x", at(0, 0), rows, k);
   for (int i = 0; i < count; ++i) {
     const TensorView y = Fake(absl::StrCat("y", i), at(i, 0x20000000), rows, n);
-    graph.AddGemm(absl::StrCat("layer", i), chained ? x : Fake(absl::StrCat("x", i), at(i, 0), rows, 4096),
-                  Fake(absl::StrCat("w", i), at(i, 0x10000000), n, 4096), y);
+    graph.AddGemm(absl::StrCat("layer", i), chained ? x : Fake(absl::StrCat("x", i), at(i, 0), rows, k),
+                  Fake(absl::StrCat("w", i), at(i, 0x10000000), n, k), y);
     x = y;
+  }
+  return graph;
+}
+
+// Two independent [256 x k] x [4096 x k] GEMMs, one step: K 4096, then
+// `second_k`.
+GemmGraph TwoLayersOfK(int64_t second_k) {
+  GemmGraph graph;
+  const auto at = [](int i, uintptr_t offset) { return (uintptr_t{1} << 30) * (i + 1) + offset; };
+  int i = 0;
+  for (const int64_t k : {int64_t{4096}, second_k}) {
+    graph.AddGemm(absl::StrCat("layer", i), Fake(absl::StrCat("x", i), at(i, 0), 256, k),
+                  Fake(absl::StrCat("w", i), at(i, 0x10000000), 4096, k),
+                  Fake(absl::StrCat("y", i), at(i, 0x20000000), 256, 4096));
+    ++i;
   }
   return graph;
 }
 
 // CompileOptions::tile_n = 0 (the default): 128 where, at every step of the
 // graph (the nodes of one dependency depth), 128-wide tiles fit in half the
-// grid or fill at least nine tenths of it; else 256. A width the options set
-// is kept.
+// grid, or fill at least nine tenths of it with K at most 5120; else 256. A
+// width the options set is kept.
 TEST(RuntimeTest, TileWidthFollowsTheTilesOfEachStep) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   ASSERT_EQ(runtime.device().sm_count, 132);
@@ -475,10 +490,15 @@ TEST(RuntimeTest, TileWidthFollowsTheTilesOfEachStep) {
       {"448 rows: 128 tiles, nine tenths", Layers(1, 448, 4096, false), 0, 128},
       {"256 rows x 7680: 120 tiles, nine tenths", Layers(1, 256, 7680, false), 0, 128},
       {"256 rows x 7424: 116 tiles", Layers(1, 256, 7424, false), 0, 256},
+      {"448 rows, K 5120: 128 tiles, nine tenths", Layers(1, 448, 4096, false, 5120), 0, 128},
+      {"448 rows, K 5184: 128 tiles, K too long to leave unsplit", Layers(1, 448, 4096, false, 5184), 0, 256},
+      {"512 rows, K 14336: 128 tiles, K too long", Layers(1, 512, 4096, false, 14336), 0, 256},
+      {"256 rows, K 14336: 64 tiles, half the grid", Layers(1, 256, 4096, false, 14336), 0, 128},
       {"640 rows: 160 tiles, past one wave", Layers(1, 640, 4096, false), 0, 256},
       {"a chain at 256 rows: 64 tiles a step", Layers(8, 256, 4096, true), 0, 128},
       {"two independent layers at 256 rows: 128 tiles in one step", Layers(2, 256, 4096, false), 0, 128},
       {"three: 192", Layers(3, 256, 4096, false), 0, 256},
+      {"two layers, 128 tiles, the second's K 8192", TwoLayersOfK(8192), 0, 256},
       {"the MLP block at 128 rows: up's 224 tiles", UpDownGraph(128, true), 0, 256},
       {"200 rows on 8 clusters: 64 tiles, 16 CTAs", Layers(1, 200, 4096, false), 8, 256},
       {"200 rows x 512 on 8 clusters: 8 tiles", Layers(1, 200, 512, false), 8, 128},
@@ -1283,7 +1303,7 @@ TEST(RuntimeTest, AProducerCopiesGiveTheProducerTilesOfTheEdge) {
   // output starting 96 columns in, residual 0; 3: A from both 1 and 2 (two
   // column halves of one buffer); 4: B from 2, no A edge.
   const std::vector<sched::NodeProblem> graph = {
-      {.m = 100, .n = 2048, .k = 512, .swiglu = true},
+      {.m = 100, .n = 2048, .k = 512, .swiglu = true, .dependencies = {}},
       {.m = 100, .n = 512, .k = 1024, .dependencies = {edge(0, DependencyOperand::kA)}},
       {.m = 100,
        .n = 256,
@@ -1348,7 +1368,7 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
     // is cut); 3: A from both 1 and 2 (a run from 1's edge, where k-block 0
     // reads); 4: a chain layer on 1's output, 1000 wide (ragged last tile).
     const std::vector<sched::NodeProblem> graph = {
-        {.m = rows, .n = 2048, .k = 512, .swiglu = true},
+        {.m = rows, .n = 2048, .k = 512, .swiglu = true, .dependencies = {}},
         {.m = rows, .n = 500, .k = 1024, .dependencies = {edge(0, DependencyOperand::kA)}},
         {.m = rows, .n = 256, .k = 320, .dependencies = {edge(1, DependencyOperand::kA, 96)}},
         {.m = rows,
@@ -1359,8 +1379,8 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
         // 5, 6: the two column halves of one buffer; 7 reads all of it, so its
         // run goes from 5's flags on into 6's, which follow on in each row
         // block (Lower lays out the flags of 7's producers together).
-        {.m = rows, .n = 256, .k = 128},
-        {.m = rows, .n = 256, .k = 128},
+        {.m = rows, .n = 256, .k = 128, .dependencies = {}},
+        {.m = rows, .n = 256, .k = 128, .dependencies = {}},
         {.m = rows,
          .n = 64,
          .k = 512,
@@ -1446,10 +1466,10 @@ TEST(RuntimeTest, TiledFirstARunsStepEvenlyOverTheRowBlocks) {
       // run); 6: 1000 columns on 4's output, 7 on 6's (the run stops before
       // 6's ragged tile).
       const std::vector<sched::NodeProblem> graph = {
-          {.m = rows, .n = 2048, .k = 512, .swiglu = true},
+          {.m = rows, .n = 2048, .k = 512, .swiglu = true, .dependencies = {}},
           {.m = rows, .n = 1024, .k = 1024, .dependencies = {edge(0)}},
-          {.m = rows, .n = 512, .k = 256},
-          {.m = rows, .n = 512, .k = 256},
+          {.m = rows, .n = 512, .k = 256, .dependencies = {}},
+          {.m = rows, .n = 512, .k = 256, .dependencies = {}},
           {.m = rows, .n = 256, .k = 1024, .dependencies = {edge(2), edge(3, 0, -512)}},
           {.m = rows - 64, .n = 256, .k = 1024, .dependencies = {edge(1, 64)}},
           {.m = rows, .n = 1000, .k = 256, .dependencies = {edge(4)}},
@@ -1457,8 +1477,8 @@ TEST(RuntimeTest, TiledFirstARunsStepEvenlyOverTheRowBlocks) {
           // 10: A's rows 0-127 from 8, the rest from 9: row block 1's run is
           // a whole row of 8's tiles past row block 0's, row block 2's a row
           // of 9's (twice as wide) past row block 1's: uneven, none.
-          {.m = 128, .n = 256, .k = 64},
-          {.m = 256, .n = 512, .k = 64},
+          {.m = 128, .n = 256, .k = 64, .dependencies = {}},
+          {.m = 256, .n = 512, .k = 64, .dependencies = {}},
           {.m = 384, .n = 128, .k = 256, .dependencies = {edge(8), edge(9, -128)}},
       };
       absl::StatusOr<sched::Schedule> schedule = LowerUnsplit(
@@ -1481,8 +1501,12 @@ TEST(RuntimeTest, TiledFirstARunsStepEvenlyOverTheRowBlocks) {
         EXPECT_EQ(runs[0].tiles_shift, 0) << where;
         ++runs_found;
         const int64_t granule_cols = int64_t{node.a_wait_k_blocks} * tile.k;
-        if (i == 4) EXPECT_EQ(runs[0].granules * granule_cols, 1024) << where << ": one run through both producers";
-        if (i == 7) EXPECT_EQ(runs[0].granules * granule_cols, 1000 / tile_n * tile_n) << where;
+        if (i == 4) {
+          EXPECT_EQ(runs[0].granules * granule_cols, 1024) << where << ": one run through both producers";
+        }
+        if (i == 7) {
+          EXPECT_EQ(runs[0].granules * granule_cols, 1000 / tile_n * tile_n) << where;
+        }
         for (int mb = 0; mb < node.m_blocks; ++mb) {
           const int32_t first_flag = runs[0].first_flag + mb * (runs[1].first_flag - runs[0].first_flag);
           for (int j = 0; j < runs[0].granules; ++j) {

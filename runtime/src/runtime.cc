@@ -205,10 +205,10 @@ int TiledTileWidth(const CompileOptions& options) {
 // the options' if set; else 128 where, at every step of the graph, 128-wide
 // tiles either fit in half the grid (the scheduler splits their K to fill
 // it, as it would split 256-wide ones) or fill at least nine tenths of it
-// unsplit; 256 otherwise. A step is the nodes that can run at once: those of
-// one depth in the dependency graph (a node is one deeper than the deepest
-// node it reads), so a batch counts its nodes' tiles together and a chain
-// each layer's alone.
+// unsplit with no node's K past kNearFullWaveMaxKBlocks; 256 otherwise. A
+// step is the nodes that can run at once: those of one depth in the
+// dependency graph (a node is one deeper than the deepest node it reads), so
+// a batch counts its nodes' tiles together and a chain each layer's alone.
 // NOTE (measured on the H200, bench/NOTES.md v1.60-v1.61, `loom_bench` ratios
 // to cuBLAS, 256 -> 128): a 128 x 128 tile's k-block runs at ~60% of the
 // tensor pipe's rate against ~100% for 128 x 256, but twice the tiles need
@@ -224,20 +224,36 @@ int TiledTileWidth(const CompileOptions& options) {
 // 3-13%: not taken). Past one wave: 640 x 4096 x 4096 0.69 -> 0.52, and the
 // MLP block at 128 and 200 tokens (gate/up's 224 and 448 tiles) 113 -> 125 and
 // 175 -> 199 us.
+// NOTE (v1.71): the nearly full wave pays only for short K. Unsplit, a
+// 128-wide tile's ~40% slower k-blocks grow with K, while the 256-wide
+// tiles' split costs a partial and a reduce whatever K is. `loom_bench`
+// ratios to cuBLAS, 128 -> 256, at 120-128 tiles: K = 4096 0.71 -> 0.68,
+// 6144 level (0.72-0.73 -> 0.73-0.74), 8192 0.72-0.75 -> 0.74-0.79,
+// 11008 0.73 -> 0.83, 14336 0.74 -> 0.85 (512 x 4096, 1024 x 2048, 640 x
+// 3072, 384 x 5120, 768 x 2560). In half the grid 128 wins at every K
+// (256 x 4096 x 4096-14336 0.72-0.84 against 0.53-0.77).
+constexpr int64_t kNearFullWaveMaxKBlocks = 80;  // K <= 5120: between the last win (4096) and a level (6144)
 int ChooseTileWidth(const CompileOptions& options, const std::vector<sched::NodeProblem>& problems,
                     int64_t grid_ctas) {
   if (options.tile_n != 0) return options.tile_n;
   constexpr int64_t kRows = KernelConfigN128::kBlockM;
   constexpr int64_t kCols = KernelConfigN128::kBlockN;
+  constexpr int64_t kBlockK = KernelConfigN128::kBlockK;
   const std::vector<int32_t> depth = sched::NodeDepths(problems);
-  std::vector<int64_t> step_tiles(problems.size(), 0);  // 128-wide tiles at each depth
+  std::vector<int64_t> step_tiles(problems.size(), 0);     // 128-wide tiles at each depth
+  std::vector<int64_t> step_k_blocks(problems.size(), 0);  // the longest K at each depth, in k-blocks
   for (size_t i = 0; i < problems.size(); ++i) {
     step_tiles[depth[i]] += ((problems[i].m + kRows - 1) / kRows) * ((problems[i].n + kCols - 1) / kCols);
+    step_k_blocks[depth[i]] = std::max(step_k_blocks[depth[i]], (problems[i].k + kBlockK - 1) / kBlockK);
   }
-  const bool fills_grid = std::all_of(step_tiles.begin(), step_tiles.end(), [&](int64_t tiles) {
-    return 2 * tiles <= grid_ctas || (10 * tiles >= 9 * grid_ctas && tiles <= grid_ctas);
-  });
-  return fills_grid ? KernelConfigN128::kBlockN : KernelConfig::kBlockN;
+  for (size_t step = 0; step < problems.size(); ++step) {
+    const int64_t tiles = step_tiles[step];
+    const bool half_grid = 2 * tiles <= grid_ctas;
+    const bool nearly_full_wave = 10 * tiles >= 9 * grid_ctas && tiles <= grid_ctas &&
+                                  step_k_blocks[step] <= kNearFullWaveMaxKBlocks;
+    if (!half_grid && !nearly_full_wave) return KernelConfig::kBlockN;
+  }
+  return KernelConfigN128::kBlockN;
 }
 
 // The tiled kernel's tile for tiles `tile_n` wide.
