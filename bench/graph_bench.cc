@@ -131,9 +131,6 @@ ABSL_FLAG(int, down_parts, 1,
 ABSL_FLAG(int, chain_parts, 1,
           "loom: each chain layer as this many nodes over equal column slices of its output (the weights' rows), so "
           "that every layer after the first reads its A from that many producer nodes (1: one node a layer)");
-ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: the scheduler chooses)");
-ABSL_FLAG(int, group_size, 0,
-          "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 ABSL_FLAG(double, max_seconds, 120, "hard wall-clock limit; the process exits with code 3 past it (0: none)");
 
@@ -1089,8 +1086,6 @@ int Main() {
   BenchContext ctx;
   ctx.runtime = &*runtime;
   ctx.loom_options = LoomOptionsFromFlags();
-  ctx.loom_options.split_k = absl::GetFlag(FLAGS_split_k);
-  ctx.loom_options.group_size = absl::GetFlag(FLAGS_group_size);
   ctx.timeline = absl::GetFlag(FLAGS_timeline);
   ctx.timeline_csv = absl::GetFlag(FLAGS_timeline_csv);
   ctx.watchdog = &watchdog;

@@ -38,6 +38,9 @@ ABSL_FLAG(bool, sum_in_last_split, true,
 ABSL_FLAG(int, last_split_extra, -1,
           "loom: k-blocks the summing last split takes beyond an even share (-1: the scheduler decides; "
           "CompileOptions::last_split_extra_k_blocks)");
+ABSL_FLAG(int, split_k, 0, "loom: force this split-K factor on every node (0: the scheduler chooses)");
+ABSL_FLAG(int, group_size, 0,
+          "loom: force this raster group width, in cluster tiles, on every node (0: the scheduler chooses)");
 
 namespace loom::bench {
 
@@ -59,6 +62,8 @@ CompileOptions LoomOptionsFromFlags() {
   options.reduce_part_rows = absl::GetFlag(FLAGS_reduce_part_rows);
   options.sum_in_last_split = absl::GetFlag(FLAGS_sum_in_last_split);
   options.last_split_extra_k_blocks = absl::GetFlag(FLAGS_last_split_extra);
+  options.split_k = absl::GetFlag(FLAGS_split_k);
+  options.group_size = absl::GetFlag(FLAGS_group_size);
   return options;
 }
 
