@@ -1256,8 +1256,7 @@ INSTANTIATE_TEST_SUITE_P(Rows, NarrowTwoProducersTest,
                          ::testing::Combine(::testing::Values(int64_t{2}, int64_t{40}, int64_t{64}, int64_t{100}),
                                             ::testing::Values(int64_t{256}, int64_t{136})),
                          [](const auto& info) {
-                           return "m" + std::to_string(std::get<0>(info.param)) + "_left" +
-                                  std::to_string(std::get<1>(info.param));
+                           return absl::StrCat("m", std::get<0>(info.param), "_left", std::get<1>(info.param));
                          });
 
 // The MLP block: a SwiGLU producer of 16-column output tiles, whose down
