@@ -29,10 +29,10 @@
 //                 shares this operand, else both halves locally)
 //   consumer:  wait x_full[s] (parity ph) -> wgmma ... commit
 //              -> after wgmma.wait_group<1> says slot s's reads are done,
-//                 lane 0 of each consumer warp arrives on x_empty[s] of EVERY
-//                 CTA in the cluster (count kReleasingWarpsPerCta * cluster):
-//                 a peer may multicast into this slot, so it must wait for both
-//                 CTAs' consumers.
+//                 the first thread of each consumer warpgroup arrives on
+//                 x_empty[s] of EVERY CTA in the cluster (count
+//                 kReleasingArrivalsPerCta * cluster): a peer may multicast
+//                 into this slot, so it must wait for both CTAs' consumers.
 //   Lockstep mode: A's barriers guard both operands (one expect_tx of A+B bytes).
 //
 // Staging (per consumer warpgroup w, kStagingBuffers panels):

@@ -76,9 +76,13 @@ struct TiledConfig {
   // (before the second fetch waited for the first fetches: early clusters
   // took a second gate/up job while late ones had none).
   static constexpr uint32_t kFirstFetchSpreadCycles = 50;
-  // Each consumer warp releases ring slots on its own (lane 0 arrives after the
-  // warp's own wgmma.wait_group).
-  static constexpr int kReleasingWarpsPerCta = 4 * kConsumerWarpgroups;
+  // Each consumer warpgroup releases a ring slot once: its first thread
+  // arrives after the warpgroup's wgmma.wait_group (RunMainLoop, mma_role.cuh).
+  // One arrival a warpgroup instead of one a warp (a quarter of the remote
+  // arrivals): 128-wide tiles 2-6% faster (512 x 4096 x 4096 0.693-0.699 ->
+  // 0.722-0.738, 256 x 4096 x 14336 0.781-0.783 -> 0.808-0.821), the chains
+  // at 200-512 rows 1-2%, 256-wide tiles level (bench/NOTES.md v1.71).
+  static constexpr int kReleasingArrivalsPerCta = kConsumerWarpgroups;
 
   // Epilogue staging: per consumer warpgroup, kStagingBuffers panels of
   // 64 rows x 128 bytes (64 bf16 or 32 fp32 columns), 128B swizzled.

@@ -5,10 +5,21 @@
 //
 // Release policy: the wgmmas of k-block i are committed as one group; after
 // wgmma.wait_group<1> (only group i may still be running) the slots of k-block
-// i - 1 are no longer read, so each warp's lane 0 releases them to every CTA of
-// the cluster. One MMA group stays in flight while the next slot is awaited.
-// The SS (shared-memory A) form reads A until the group retires, so A cannot
-// be released earlier than B here; the split rings still let B run ahead.
+// i - 1 are no longer read, so the warpgroup's first thread releases them to
+// every CTA of the cluster. One MMA group stays in flight while the next slot
+// is awaited. The SS (shared-memory A) form reads A until the group retires,
+// so A cannot be released earlier than B here; the split rings still let B
+// run ahead.
+// One arrival for the warpgroup is enough because its warps cannot drift
+// apart while they multiply: a wgmma group is the warpgroup's, so group i
+// completes only once all four warps have issued it, and warp 0, having seen
+// group i - 1 complete, releases reads that every warp has finished; a warp
+// still behind waits on slot i or i + 1, never on the slot released. A
+// warpgroup that does not multiply (compute == false) has no wgmma to hold
+// its warps together, so they meet at the warpgroup's named barrier before
+// each release: else warp 0 could release a slot that a lagging warp has
+// yet to wait for, and that warp would wait on the slot's next phase
+// forever (the 300-row chain hung so, bench/NOTES.md v1.71).
 #ifndef LOOM_OPS_KERNEL_MMA_ROLE_CUH_
 #define LOOM_OPS_KERNEL_MMA_ROLE_CUH_
 
@@ -40,7 +51,8 @@ __device__ inline void RunMainLoop(const CtaContext<Config>& ctx, const CtaWork&
   const bool lockstep = ctx.params.lockstep != 0;
   const int a_stages = ctx.params.a_stages;
   const int b_stages = ctx.params.b_stages;
-  const bool release_lane = (threadIdx.x % 32) == 0;
+  const bool release_thread = (threadIdx.x % 128) == 0;
+  const uint32_t warpgroup_barrier = static_cast<uint32_t>(NamedBarrier::kConsumer0) + warpgroup;
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
   const uint32_t a_ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring)) +
                                warpgroup * Config::kRowsPerConsumer * Config::kPanelBytes;
@@ -68,7 +80,8 @@ __device__ inline void RunMainLoop(const CtaContext<Config>& ctx, const CtaWork&
     }
     if (i > 0) {
       ptx::wgmma_wait_group<1>();
-      if (release_lane) {
+      if (!compute) ptx::barrier_at<128>(warpgroup_barrier);
+      if (release_thread) {
         ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[a_ring.Previous(a_stages)]);
         if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[b_ring.Previous(b_stages)]);
       }
@@ -77,7 +90,8 @@ __device__ inline void RunMainLoop(const CtaContext<Config>& ctx, const CtaWork&
     if (!lockstep) b_ring.Advance(b_stages);
   }
   ptx::wgmma_wait_group<0>();
-  if (k_blocks > 0 && release_lane) {
+  if (k_blocks > 0 && !compute) ptx::barrier_at<128>(warpgroup_barrier);
+  if (k_blocks > 0 && release_thread) {
     ctx.ArriveOnEveryCta(&ctx.barriers->a_empty[a_ring.Previous(a_stages)]);
     if (!lockstep) ctx.ArriveOnEveryCta(&ctx.barriers->b_empty[b_ring.Previous(b_stages)]);
   }

@@ -32,11 +32,11 @@ __device__ void InitBarriers(SmemBarriers* barriers, const KernelParams& params)
   const uint32_t cluster = static_cast<uint32_t>(params.cluster_size);
   for (int s = 0; s < params.a_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->a_full[s], 1);
-    cuda::ptx::mbarrier_init(&barriers->a_empty[s], KernelConfig::kReleasingWarpsPerCta * cluster);
+    cuda::ptx::mbarrier_init(&barriers->a_empty[s], KernelConfig::kReleasingArrivalsPerCta * cluster);
   }
   for (int s = 0; s < params.b_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->b_full[s], 1);
-    cuda::ptx::mbarrier_init(&barriers->b_empty[s], KernelConfig::kReleasingWarpsPerCta * cluster);
+    cuda::ptx::mbarrier_init(&barriers->b_empty[s], KernelConfig::kReleasingArrivalsPerCta * cluster);
   }
   for (int s = 0; s < KernelConfig::kJobSlots; ++s) {
     cuda::ptx::mbarrier_init(&barriers->job_full[s], 1);
