@@ -63,14 +63,21 @@ int32_t SplitsSummedByLast(int32_t k_blocks, int32_t splits);
 // InvalidArgument naming the option, the rule and the value.
 absl::Status ValidateOptions(const SchedulerOptions& options);
 
+// The dependency depth of each node: 0 for a node that reads no other node,
+// else one more than the deepest node it reads. The nodes of one depth run
+// side by side (a step of the graph). Edges from a node not earlier in the
+// list (which Lower refuses) are left out.
+std::vector<int32_t> NodeDepths(const std::vector<NodeProblem>& problems);
+
 // Tiles node `node_index`: copies m, n, k; sets out_cols, out_tile_n,
 // m/n/k_blocks, share, raster, group_size, split_k, reduce_parts and
 // reduce_part_rows (reduce_parts 0 for a node of at most
 // kMaxSplitsSummedByLast splits whose tiles would each be summed whole by
 // one reduce job, when options.sum_in_last_split: its last split sums them,
 // and unless options.split_k forces the splits, SplitsSummedByLast of them).
-// Leaves flag_base,
-// partial_flag_base, workspace_offset and the dependency range to Lower().
+// flag_row_stride is n_blocks (Lower may join the node's flag rows with
+// other producers': FlagGroupsOf). Leaves flag_base, partial_flag_base,
+// workspace_offset and the dependency range to Lower().
 //
 // NOTE: a node with m or n == 0 has no tiles: m_blocks = n_blocks = 0 (so it
 // has no jobs and no flags, and any consumer box of it is empty). A node with
@@ -80,12 +87,6 @@ absl::Status ValidateOptions(const SchedulerOptions& options);
 //
 // InvalidArgument naming the node for: negative dimensions; SwiGLU with odd n
 // or odd tile.n; k_blocks past 65535; m_blocks or n_blocks past INT32_MAX.
-// The dependency depth of each node: 0 for a node that reads no other node,
-// else one more than the deepest node it reads. The nodes of one depth run
-// side by side (a step of the graph). Edges from a node not earlier in the
-// list (which Lower refuses) are left out.
-std::vector<int32_t> NodeDepths(const std::vector<NodeProblem>& problems);
-
 // `has_consumers`: a later node reads this one's output (ChooseReduceParts).
 // `step_cluster_tiles`: ChooseSplitK's, the cluster tiles of the node's whole
 // dependency depth (Lower); 0 counts the node alone.
