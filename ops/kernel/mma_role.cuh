@@ -19,7 +19,10 @@
 // its warps together, so they meet at the warpgroup's named barrier before
 // each release: else warp 0 could release a slot that a lagging warp has
 // yet to wait for, and that warp would wait on the slot's next phase
-// forever (the 300-row chain hung so, bench/NOTES.md v1.71).
+// forever. (A timing build without the meeting hung the 300-row chain once,
+// bench/NOTES.md v1.71; rebuilt without it, the chain and
+// BackToBackTiledChainTest ran over a thousand launches and never hung,
+// v1.72: the race is argued, not reproduced.)
 #ifndef LOOM_OPS_KERNEL_MMA_ROLE_CUH_
 #define LOOM_OPS_KERNEL_MMA_ROLE_CUH_
 
