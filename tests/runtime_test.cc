@@ -547,6 +547,39 @@ TEST(RuntimeTest, KernelChoiceAvoidsSplittingDependentNodes) {
   }
 }
 
+// The rule above asks whether the tiled kernel would split a dependent node
+// as Lower does, counting the nodes of its dependency depth together. Here
+// one or two nodes read `up`'s output (past three waves of narrow tiles):
+// each alone is 20 cluster tiles of 256-column tiles (split, to fill the
+// 66 clusters), two together are 40 (more than half the wave: neither split).
+// With one reader the narrow kernel; with two nothing dependent would be
+// split, so the tiled one.
+TEST(RuntimeTest, KernelChoiceCountsTheNodesOfADepthTogether) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  constexpr uintptr_t kGiB = uintptr_t{1} << 30;
+  for (const int readers : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << readers << " readers of up");
+    GemmGraph graph;
+    const TensorView h = Fake("h", 1 * kGiB, 64, 28672);
+    graph.AddGemm("up", Fake("x", 2 * kGiB, 64, 4096), Fake("w", 3 * kGiB, 28672, 4096), h);
+    for (int i = 0; i < readers; ++i) {
+      graph.AddGemm(absl::StrCat("down", i), h, Fake(absl::StrCat("v", i), (4 + 2 * i) * kGiB, 10240, 28672),
+                    Fake(absl::StrCat("y", i), (5 + 2 * i) * kGiB, 64, 10240));
+    }
+    absl::StatusOr<Plan> plan = runtime.Compile(graph, CompileOptions{});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->kernel(), readers == 1 ? KernelChoice::kNarrow : KernelChoice::kTiled);
+    CompileOptions tiled;
+    tiled.kernel = KernelChoice::kTiled;
+    tiled.tile_n = 256;
+    plan = runtime.Compile(graph, tiled);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (int i = 1; i <= readers; ++i) {
+      EXPECT_EQ(plan->schedule().nodes[i].split_k > 1, readers == 1) << "the rule's premise, node " << i;
+    }
+  }
+}
+
 // A layer, another that reads it (split on the tiled kernel), then an LM
 // head of `vocab` columns that reads the second: within three waves of
 // narrow tiles (8192), or past them but itself split on the tiled kernel

@@ -353,15 +353,22 @@ int64_t MaxRows(const GemmGraph& graph) {
   return rows;
 }
 
+// The tiled kernel's cluster tiles of `node`, of at most 128 rows, on tiles
+// `tile_n` wide: one row block, whose clusters share A and take kClusterSize
+// column tiles each.
+int64_t TiledClusterTilesOfOneRowBlock(const GemmNode& node, int tile_n) {
+  const int64_t n_blocks = (node.n() + tile_n - 1) / tile_n;
+  return (n_blocks + kClusterSize - 1) / kClusterSize;
+}
+
 // Whether `node`, of at most 128 rows, would have its K split on the tiled
 // kernel with tiles `tile_n` wide launched on every cluster of a device with
-// `sms` SMs (one row block: its clusters share A and take kClusterSize column
-// tiles each).
-bool TiledKernelSplitsK(const GemmNode& node, int sms, int tile_n) {
-  const int64_t n_blocks = (node.n() + tile_n - 1) / tile_n;
+// `sms` SMs. `step_cluster_tiles`: the cluster tiles of every node at the
+// node's dependency depth, which Lower counts together (ChooseSplitK).
+bool TiledKernelSplitsK(const GemmNode& node, int sms, int tile_n, int64_t step_cluster_tiles) {
   const int64_t k_blocks = (node.k() + KernelConfig::kBlockK - 1) / KernelConfig::kBlockK;
-  return sched::ChooseSplitK((n_blocks + kClusterSize - 1) / kClusterSize, static_cast<int32_t>(k_blocks),
-                             sms / kClusterSize, /*forced=*/0, /*few_row_reduce=*/true) > 1;
+  return sched::ChooseSplitK(TiledClusterTilesOfOneRowBlock(node, tile_n), static_cast<int32_t>(k_blocks),
+                             sms / kClusterSize, /*forced=*/0, /*few_row_reduce=*/true, step_cluster_tiles) > 1;
 }
 
 // Whether a graph of at most `rows` rows runs on the narrow decode kernel
@@ -386,9 +393,13 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms, int tile_n) {
 // 123.5 us against 122.8 / 121.2 / 124.3 / 124.8. A graph that a wide node
 // dominates (an LM head after a layer) keeps the tiled kernel, as single
 // wide nodes do (14336 x 4096 even, 16384 and 28672 above); not measured as
-// a graph. `dependencies`: graph.Dependencies().
+// a graph. A node split on its own may not be split beside the other nodes
+// of its dependency depth, which fill the wave with it: the rule asks what
+// Lower would do, counting the whole depth. `dependencies`:
+// graph.Dependencies(); `problems`: ProblemsOf(graph, dependencies).
 bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
-                      const std::vector<DataDependency>& dependencies, int64_t rows, int sms) {
+                      const std::vector<DataDependency>& dependencies,
+                      const std::vector<sched::NodeProblem>& problems, int64_t rows, int sms) {
   constexpr int64_t kMaxWaves = 3;  // of narrow tiles in one node, from 17 rows
   constexpr int64_t kTwoBlockMaxWeightBytes = int64_t{32} << 20;  // a node's, past 64 rows
   switch (options.kernel) {
@@ -428,12 +439,18 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
   if (rows <= NarrowConfig::kMmaSyncRows) return true;
   std::vector<bool> dependent(nodes.size(), false);
   for (const DataDependency& dependency : dependencies) dependent[dependency.consumer] = true;
+  const int tile_n = TiledTileWidth(options);
+  const std::vector<int32_t> depth = sched::NodeDepths(problems);
+  std::vector<int64_t> step_cluster_tiles(nodes.size(), 0);  // by depth
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    step_cluster_tiles[depth[i]] += TiledClusterTilesOfOneRowBlock(nodes[i], tile_n);
+  }
   int64_t wide_bytes = 0;             // weights of the nodes past three waves of narrow tiles
   int64_t split_dependent_bytes = 0;  // weights of the dependent nodes the tiled kernel would split
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int64_t weight_bytes = WeightBytes(nodes[i]);
     if (NarrowTiles(nodes[i]) > kMaxWaves * sms) wide_bytes += weight_bytes;
-    if (dependent[i] && TiledKernelSplitsK(nodes[i], sms, TiledTileWidth(options))) {
+    if (dependent[i] && TiledKernelSplitsK(nodes[i], sms, tile_n, step_cluster_tiles[depth[i]])) {
       split_dependent_bytes += weight_bytes;
     }
   }
@@ -1019,7 +1036,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   const int64_t rows = MaxRows(graph);
   const std::vector<DataDependency> dependencies = graph.Dependencies();
   const std::vector<sched::NodeProblem> problems = ProblemsOf(graph, dependencies);
-  impl->narrow = UsesNarrowKernel(options, graph, dependencies, rows, device_.sm_count);
+  impl->narrow = UsesNarrowKernel(options, graph, dependencies, problems, rows, device_.sm_count);
   if (const GemmNode* zero_k = FirstZeroKNode(graph); impl->narrow && zero_k != nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.kernel: kNarrow, but %s has K = 0 (its jobs are its epilogue alone), which only "
