@@ -21,7 +21,7 @@
 // yet to wait for, and that warp would wait on the slot's next phase
 // forever. (A timing build without the meeting hung the 300-row chain once,
 // bench/NOTES.md v1.71; rebuilt without it, the chain and
-// BackToBackTiledChainTest ran over a thousand launches and never hung,
+// BackToBackTiledChainTest ran over three thousand launches and never hung,
 // v1.72: the race is argued, not reproduced.)
 #ifndef LOOM_OPS_KERNEL_MMA_ROLE_CUH_
 #define LOOM_OPS_KERNEL_MMA_ROLE_CUH_
