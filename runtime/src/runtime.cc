@@ -208,7 +208,8 @@ int TiledTileWidth(const CompileOptions& options) {
 // unsplit with no node's K past kNearFullWaveMaxKBlocks; 256 otherwise. A
 // step is the nodes that can run at once: those of one depth in the
 // dependency graph (a node is one deeper than the deepest node it reads), so
-// a batch counts its nodes' tiles together and a chain each layer's alone.
+// a batch counts its nodes' tiles together and a chain each layer's alone
+// (`depth`: sched::NodeDepths(problems)).
 // NOTE (measured on the H200, bench/NOTES.md v1.60-v1.61, `loom_bench` ratios
 // to cuBLAS, 256 -> 128): a 128 x 128 tile's k-block runs at ~60% of the
 // tensor pipe's rate against ~100% for 128 x 256, but twice the tiles need
@@ -234,12 +235,11 @@ int TiledTileWidth(const CompileOptions& options) {
 // (256 x 4096 x 4096-14336 0.72-0.84 against 0.53-0.77).
 constexpr int64_t kNearFullWaveMaxKBlocks = 80;  // K <= 5120: between the last win (4096) and a level (6144)
 int ChooseTileWidth(const CompileOptions& options, const std::vector<sched::NodeProblem>& problems,
-                    int64_t grid_ctas) {
+                    const std::vector<int32_t>& depth, int64_t grid_ctas) {
   if (options.tile_n != 0) return options.tile_n;
   constexpr int64_t kRows = KernelConfigN128::kBlockM;
   constexpr int64_t kCols = KernelConfigN128::kBlockN;
   constexpr int64_t kBlockK = KernelConfigN128::kBlockK;
-  const std::vector<int32_t> depth = sched::NodeDepths(problems);
   std::vector<int64_t> step_tiles(problems.size(), 0);     // 128-wide tiles at each depth
   std::vector<int64_t> step_k_blocks(problems.size(), 0);  // the longest K at each depth, in k-blocks
   for (size_t i = 0; i < problems.size(); ++i) {
@@ -353,12 +353,14 @@ int64_t MaxRows(const GemmGraph& graph) {
   return rows;
 }
 
-// The tiled kernel's cluster tiles of `node`, of at most 128 rows, on tiles
-// `tile_n` wide: one row block, whose clusters share A and take kClusterSize
-// column tiles each.
+// The tiled kernel's cluster tiles of `node`, of at most 128 rows (one row
+// block), on tiles `tile_n` wide, grouped as the scheduler groups them.
 int64_t TiledClusterTilesOfOneRowBlock(const GemmNode& node, int tile_n) {
-  const int64_t n_blocks = (node.n() + tile_n - 1) / tile_n;
-  return (n_blocks + kClusterSize - 1) / kClusterSize;
+  sched::NodeSchedule tiles;
+  tiles.m_blocks = 1;
+  tiles.n_blocks = static_cast<int32_t>((node.n() + tile_n - 1) / tile_n);
+  tiles.share = sched::ChooseShare(tiles.m_blocks, tiles.n_blocks);
+  return sched::ClusterGridOf(tiles, kClusterSize).size();
 }
 
 // Whether `node`, of at most 128 rows, would have its K split on the tiled
@@ -396,10 +398,11 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms, int tile_n, int64_t step_
 // a graph. A node split on its own may not be split beside the other nodes
 // of its dependency depth, which fill the wave with it: the rule asks what
 // Lower would do, counting the whole depth. `dependencies`:
-// graph.Dependencies(); `problems`: ProblemsOf(graph, dependencies).
+// graph.Dependencies(); `depth`: each node's dependency depth
+// (sched::NodeDepths).
 bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
-                      const std::vector<DataDependency>& dependencies,
-                      const std::vector<sched::NodeProblem>& problems, int64_t rows, int sms) {
+                      const std::vector<DataDependency>& dependencies, const std::vector<int32_t>& depth,
+                      int64_t rows, int sms) {
   constexpr int64_t kMaxWaves = 3;  // of narrow tiles in one node, from 17 rows
   constexpr int64_t kTwoBlockMaxWeightBytes = int64_t{32} << 20;  // a node's, past 64 rows
   switch (options.kernel) {
@@ -440,7 +443,6 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
   std::vector<bool> dependent(nodes.size(), false);
   for (const DataDependency& dependency : dependencies) dependent[dependency.consumer] = true;
   const int tile_n = TiledTileWidth(options);
-  const std::vector<int32_t> depth = sched::NodeDepths(problems);
   std::vector<int64_t> step_cluster_tiles(nodes.size(), 0);  // by depth
   for (size_t i = 0; i < nodes.size(); ++i) {
     step_cluster_tiles[depth[i]] += TiledClusterTilesOfOneRowBlock(nodes[i], tile_n);
@@ -1036,7 +1038,8 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   const int64_t rows = MaxRows(graph);
   const std::vector<DataDependency> dependencies = graph.Dependencies();
   const std::vector<sched::NodeProblem> problems = ProblemsOf(graph, dependencies);
-  impl->narrow = UsesNarrowKernel(options, graph, dependencies, problems, rows, device_.sm_count);
+  const std::vector<int32_t> depth = sched::NodeDepths(problems);  // the graph's steps, for both rules below
+  impl->narrow = UsesNarrowKernel(options, graph, dependencies, depth, rows, device_.sm_count);
   if (const GemmNode* zero_k = FirstZeroKNode(graph); impl->narrow && zero_k != nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.kernel: kNarrow, but %s has K = 0 (its jobs are its epilogue alone), which only "
@@ -1078,7 +1081,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
           device_.name, kClusterSize, NarrowConfig::kMaxRows));
     }
     impl->a_stage_bytes = AStageBytesFor(graph);
-    impl->tile_n = ChooseTileWidth(options, problems,
+    impl->tile_n = ChooseTileWidth(options, problems, depth,
                                    options.max_clusters > 0 ? int64_t{options.max_clusters} * kClusterSize
                                                             : device_.sm_count);
     std::tie(impl->a_stages, impl->b_stages) =
