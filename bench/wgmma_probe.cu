@@ -87,9 +87,9 @@ struct Stage {
           const uint64_t da = AdvanceDescriptorK16(MakeSwizzle128Descriptor(a_tile), k16);
           const uint64_t db = AdvanceDescriptorK16(MakeSwizzle128Descriptor(b_tile), k16);
           if constexpr (kN == 128) {
-            loom::kernel::wgmma_m64n128k16_bf16(acc[j % kSets], da, db, true);
+            loom::kernel::wgmma_m64n128k16<loom::kernel::ElementType::kBF16>(acc[j % kSets], da, db, true);
           } else {
-            loom::kernel::wgmma_m64n256k16_bf16(acc[j % kSets], da, db, true);
+            loom::kernel::wgmma_m64n256k16<loom::kernel::ElementType::kBF16>(acc[j % kSets], da, db, true);
           }
         }
       }

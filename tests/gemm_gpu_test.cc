@@ -6,6 +6,8 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -135,6 +137,88 @@ INSTANTIATE_TEST_SUITE_P(
                                          Activation::kSiLU, Activation::kSwiGLU),
                        ::testing::Bool(), ::testing::Bool(), ::testing::Values(DType::kBF16, DType::kFP32),
                        ::testing::Values(128, 256)));
+
+// fp16 inputs (the tiled kernel's fp16 instantiations, half_types.cuh): the
+// output, bias and residual in fp16 or fp32, through each epilogue path of
+// the tiled kernel: plain tiles through stmatrix, the fused passes, the
+// staged residual, ragged last columns, the last split's sum, and the
+// few-row reduce straight into C (decode sizes: kAuto runs fp16 on the tiled
+// kernel, split).
+struct Fp16Case {
+  std::string name;
+  Shape shape;
+  DType out;
+  Activation activation;
+  std::optional<DType> bias, residual;  // none, or its type
+  int tile_n;       // 0: the plan's choice
+  int split_k = 0;  // 0: the plan's choice
+};
+
+void PrintTo(const Fp16Case& c, std::ostream* os) { *os << c.name; }
+
+class Fp16GemmTest : public ::testing::TestWithParam<Fp16Case> {};
+TEST_P(Fp16GemmTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const Fp16Case& c = GetParam();
+  Rng rng;
+  GpuHarness h;
+  const int64_t out_cols = c.activation == Activation::kSwiGLU ? c.shape.n / 2 : c.shape.n;
+  h.Input("A", DType::kFP16, c.shape.m, c.shape.k, rng);
+  h.Input("B", DType::kFP16, c.shape.n, c.shape.k, rng);
+  if (c.bias) h.Input("bias", *c.bias, 1, c.shape.n, rng);
+  if (c.residual) h.Input("residual", *c.residual, c.shape.m, out_cols, rng);
+  h.Output("C", c.out, c.shape.m, out_cols);
+  h.Build([&](const auto& t, GemmGraph& g) {
+    Epilogue epilogue;
+    epilogue.activation = c.activation;
+    if (c.bias) epilogue.bias = t("bias");
+    if (c.residual) epilogue.residual = t("residual");
+    g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
+  });
+  CompileOptions options;
+  options.tile_n = c.tile_n;
+  options.split_k = c.split_k;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+  h.ExpectMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
+}
+constexpr DType kFP16 = DType::kFP16;
+constexpr DType kFP32 = DType::kFP32;
+INSTANTIATE_TEST_SUITE_P(
+    Paths, Fp16GemmTest,
+    ::testing::Values(
+        Fp16Case{"plain_fp16", {256, 512, 1024}, kFP16, Activation::kNone, {}, {}, 256},
+        Fp16Case{"plain_fp32", {256, 512, 1024}, kFP32, Activation::kNone, {}, {}, 128},
+        Fp16Case{"ragged", {129, 1000, 264}, kFP16, Activation::kNone, {}, {}, 0},
+        Fp16Case{"bias_relu", {200, 520, 320}, kFP16, Activation::kReLU, kFP16, {}, 256},
+        Fp16Case{"gelu_fp32_bias_residual", {200, 520, 320}, kFP32, Activation::kGELU, kFP32, kFP16, 128},
+        Fp16Case{"staged_residual", {256, 512, 320}, kFP16, Activation::kNone, kFP16, kFP16, 256, 1},
+        Fp16Case{"fp32_residual", {256, 512, 320}, kFP16, Activation::kNone, {}, kFP32, 128, 1},
+        Fp16Case{"swiglu", {200, 520, 320}, kFP16, Activation::kSwiGLU, kFP32, kFP16, 256},
+        Fp16Case{"last_split_sums", {300, 1024, 4096}, kFP16, Activation::kNone, kFP16, kFP16, 128, 3},
+        Fp16Case{"decode_one_token", {1, 4096, 4096}, kFP16, Activation::kNone, {}, {}, 0},
+        Fp16Case{"decode_silu_bias_residual", {16, 2048, 8192}, kFP16, Activation::kSiLU, kFP16, kFP16, 0},
+        Fp16Case{"decode_swiglu", {64, 1000, 4096}, kFP16, Activation::kSwiGLU, {}, {}, 0},
+        Fp16Case{"decode_fp32", {16, 2048, 8192}, kFP32, Activation::kNone, kFP32, kFP32, 0}),
+    [](const auto& info) { return info.param.name; });
+
+// Integers in [-300, 300] are exact in fp16 but past 256 most are not in
+// bf16, so a path that read or rounded the inputs as bf16 would show here;
+// |sum| <= 300 * 2 * 520 is exact in FP32 accumulation and output.
+TEST(GemmTest, Fp16IntegerDataIsExact) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", DType::kFP16, 300, 520, rng);
+  h.Input("B", DType::kFP16, 700, 520, rng);
+  FillIntegers(h.host("A"), rng, -300, 300);
+  FillIntegers(h.host("B"), rng, -2, 2);
+  h.Output("C", DType::kFP32, 300, 700);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  h.ExpectMatchesReference(/*exact=*/true);
+}
 
 // A bf16 residual of a bf16 output on whole tiles goes through the staging
 // buffers in 16-byte row chunks (StoreFragmentsAddingResidual): here the

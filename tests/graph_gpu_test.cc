@@ -271,17 +271,18 @@ INSTANTIATE_TEST_SUITE_P(Options, TwoProducersOfOneSplitConsumerTest,
 // 4. MLP blocks.
 // ---------------------------------------------------------------------------
 
-// One MLP block at `tokens`: hidden 512, intermediate 1024 unless said.
+// One MLP block at `tokens`: hidden 512, intermediate 1024 unless said,
+// every tensor `dtype` (bf16 unless said).
 //   h = swiglu(x W_gate_upᵀ): W_gate_up [2048, 512], rows interleaved (row
 //       2j is gate_j, row 2j + 1 is up_j), h [tokens, 1024];
 //   y = h W_downᵀ + x:        W_down [512, 1024], y [tokens, 512].
-void AddMlpBlock(GpuHarness& h, Rng& rng, int64_t tokens, int64_t intermediate = 1024) {
+void AddMlpBlock(GpuHarness& h, Rng& rng, int64_t tokens, int64_t intermediate = 1024, DType dtype = kBF16) {
   const int64_t hidden = 512;
-  h.Input("x", kBF16, tokens, hidden, rng);
-  h.Input("W_gate_up", kBF16, 2 * intermediate, hidden, rng);
-  h.Input("W_down", kBF16, hidden, intermediate, rng);
-  h.Output("h", kBF16, tokens, intermediate);
-  h.Output("y", kBF16, tokens, hidden);
+  h.Input("x", dtype, tokens, hidden, rng);
+  h.Input("W_gate_up", dtype, 2 * intermediate, hidden, rng);
+  h.Input("W_down", dtype, hidden, intermediate, rng);
+  h.Output("h", dtype, tokens, intermediate);
+  h.Output("y", dtype, tokens, hidden);
   h.Build([](const auto& t, GemmGraph& g) {
     g.AddGemm("gate_up", t("x"), t("W_gate_up"), t("h"), {.activation = Activation::kSwiGLU});
     g.AddGemm("down", t("h"), t("W_down"), t("y"), {.residual = t("x")});
@@ -304,6 +305,23 @@ TEST_P(MlpTest, SwiGLUBlockMatchesReference) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{16}, int64_t{128}, int64_t{300}),
+                         [](const auto& info) { return "tokens" + std::to_string(info.param); });
+
+// The same block in fp16 (the tiled kernel's fp16 instantiations; kAuto
+// takes the tiled kernel at every size): decode rows split with few-row
+// reduces, 128 rows, and three row blocks; each node against the reference,
+// and a replay writes the same bits.
+class Fp16MlpTest : public ::testing::TestWithParam<int64_t> {};
+TEST_P(Fp16MlpTest, SwiGLUBlockMatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  AddMlpBlock(h, rng, GetParam(), /*intermediate=*/1024, DType::kFP16);
+  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+  ExpectNodesRightAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(Tokens, Fp16MlpTest, ::testing::Values(int64_t{1}, int64_t{16}, int64_t{128}, int64_t{300}),
                          [](const auto& info) { return "tokens" + std::to_string(info.param); });
 
 // The down projection's A loader polls its producers' flags four 16-byte

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "loom/graph.h"
 #include "loom/tensor.h"
@@ -100,13 +101,13 @@ std::vector<RefusalCase> RefusalCases() {
                                    Typed("w", kW, DType::kFP8E4M3, 256, 128), Y());
                    },
                    {"node \"proj\": dtype tuple (A fp8_e4m3, B fp8_e4m3, C bf16) is not "
-                    "supported; supported: A=B=bf16, C in {bf16, fp32}"}});
+                    "supported; supported: A=B=bf16, C in {bf16, fp32}; A=B=fp16, C in {fp16, fp32}"}});
   // An Activation cast from an integer past the enum: the kernels and the
   // reference would each fall back to no activation.
   cases.push_back({"ActivationOutOfRange",
                    [] { return Single(X(), W(), Y(), WithActivation(static_cast<Activation>(9))); },
                    {"node \"proj\": epilogue activation 9 is not one of none, relu, gelu, silu, swiglu"}});
-  cases.push_back({"DTypeFp16Inputs",
+  cases.push_back({"DTypeFp16InputsBf16Output",
                    [] {
                      return Single(Typed("x", kX, DType::kFP16, 64, 128),
                                    Typed("w", kW, DType::kFP16, 256, 128), Y());
@@ -127,8 +128,23 @@ std::vector<RefusalCase> RefusalCases() {
   cases.push_back(
       {"DTypeBias",
        [] { return Single(X(), W(), Y(), WithBias(Typed("b", kBias, DType::kFP16, 1, 256))); },
-       {"node \"proj\": bias \"b\": dtype fp16 is not supported; supported: bf16, "
+       {"node \"proj\": bias \"b\": dtype fp16 is not supported beside bf16 inputs; supported: bf16, "
         "fp32"}});
+  cases.push_back({"DTypeBf16BiasOfFp16Inputs",
+                   [] {
+                     return Single(Typed("x", kX, DType::kFP16, 64, 128), Typed("w", kW, DType::kFP16, 256, 128),
+                                   Typed("y", kY, DType::kFP16, 64, 256),
+                                   WithBias(Typed("b", kBias, DType::kBF16, 1, 256)));
+                   },
+                   {"node \"proj\": bias \"b\": dtype bf16 is not supported beside fp16 inputs; supported: "
+                    "fp16, fp32"}});
+  cases.push_back({"DTypeBf16ResidualOfFp16Inputs",
+                   [] {
+                     return Single(Typed("x", kX, DType::kFP16, 64, 128), Typed("w", kW, DType::kFP16, 256, 128),
+                                   Typed("y", kY, DType::kFP32, 64, 256),
+                                   WithResidual(Typed("r", kResidual, DType::kBF16, 64, 256)));
+                   },
+                   {"node \"proj\": residual \"r\": dtype bf16 is not supported beside fp16 inputs"}});
   cases.push_back({"DTypeResidual",
                    [] {
                      return Single(X(), W(), Y(),
@@ -472,6 +488,23 @@ TEST(ValidateTest, SingleNodeVariants) {
                   .ok());
   // A Gram matrix reads one tensor twice.
   EXPECT_TRUE(Single(X(), X().Named("x.again"), Bf16("g", kY, 64, 64)).Validate().ok());
+}
+
+// fp16 inputs, with C, bias and residual each fp16 or fp32.
+TEST(ValidateTest, Fp16NodeVariants) {
+  const TensorView x = Typed("x", kX, DType::kFP16, 64, 128);
+  const TensorView w = Typed("w", kW, DType::kFP16, 256, 128);
+  for (DType out : {DType::kFP16, DType::kFP32}) {
+    for (DType extra : {DType::kFP16, DType::kFP32}) {
+      SCOPED_TRACE(std::string(DTypeName(out)) + " output, " + std::string(DTypeName(extra)) + " bias and residual");
+      EXPECT_TRUE(Single(x, w, Typed("y", kY, out, 64, 256)).Validate().ok());
+      const absl::Status status = Single(x, w, Typed("y", kY, out, 64, 256),
+                                         WithBiasAndResidual(Typed("b", kBias, extra, 1, 256),
+                                                             Typed("r", kResidual, extra, 64, 256)))
+                                      .Validate();
+      EXPECT_TRUE(status.ok()) << status;
+    }
+  }
 }
 
 TEST(ValidateTest, PaddedRowStride) {

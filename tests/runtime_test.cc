@@ -580,6 +580,44 @@ TEST(RuntimeTest, KernelChoiceCountsTheNodesOfADepthTogether) {
   }
 }
 
+// An fp16 graph runs on the tiled kernel's fp16 instantiation: kAuto takes
+// the tiled kernel even where a bf16 graph of the same shapes takes the
+// narrow one (which is bf16 only), kNarrow is refused, and so is a graph
+// that mixes fp16 and bf16 nodes (one plan, one 16-bit type).
+TEST(RuntimeTest, Fp16GraphsRunOnTheTiledKernel) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  const auto view = [](const std::string& name, uintptr_t address, DType dtype, int64_t rows, int64_t cols) {
+    return TensorView::Dense(name, reinterpret_cast<void*>(address), dtype, rows, cols);
+  };
+  const auto decode_layer = [&](DType dtype) {
+    GemmGraph graph;
+    graph.AddGemm("proj", view("x", 0x100000, dtype, 16, 4096), view("w", 0x10000000, dtype, 4096, 4096),
+                  view("y", 0x20000000, dtype, 16, 4096));
+    return graph;
+  };
+  absl::StatusOr<Plan> bf16 = runtime.Compile(decode_layer(DType::kBF16));
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->kernel(), KernelChoice::kNarrow);
+  absl::StatusOr<Plan> fp16 = runtime.Compile(decode_layer(DType::kFP16));
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  EXPECT_EQ(fp16->kernel(), KernelChoice::kTiled);
+
+  const absl::Status narrow = runtime.Compile(decode_layer(DType::kFP16), {.kernel = KernelChoice::kNarrow}).status();
+  EXPECT_EQ(narrow.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(narrow.message(),
+            "CompileOptions.kernel: kNarrow, but the graph's inputs are fp16, which only the tiled kernel runs; use "
+            "kAuto or kTiled");
+
+  GemmGraph mixed = decode_layer(DType::kFP16);
+  mixed.AddGemm("other", view("a", 0x30000000, DType::kBF16, 16, 256), view("b", 0x31000000, DType::kBF16, 256, 256),
+                view("c", 0x32000000, DType::kBF16, 16, 256));
+  const absl::Status mixed_status = runtime.Compile(mixed).status();
+  EXPECT_EQ(mixed_status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(mixed_status.message(),
+            "graph: node \"proj\" has fp16 inputs but node \"other\" has bf16; one plan runs one 16-bit type "
+            "(compile each as its own plan)");
+}
+
 // A layer, another that reads it (split on the tiled kernel), then an LM
 // head of `vocab` columns that reads the second: within three waves of
 // narrow tiles (8192), or past them but itself split on the tiled kernel

@@ -84,14 +84,14 @@ struct RingCursor {
   __device__ int Previous(int stages) const { return stage == 0 ? stages - 1 : stage - 1; }
 };
 
-// Config: KernelConfig or KernelConfigN128 (the tile's width).
+// Config: a TiledConfig (the tile's width and the plan's 16-bit type).
 template <class ConfigT>
 struct CtaContext {
   using Config = ConfigT;  // the tile the shared protocol code (JobStream, dependencies.cuh) works in
   const KernelParams& params;
   SmemBarriers* barriers;
-  uint8_t* a_ring;    // [a_stages][kBlockM][kBlockK] bf16, 128B swizzle
-  uint8_t* b_ring;    // [b_stages][kBlockN][kBlockK] bf16, 128B swizzle
+  uint8_t* a_ring;    // [a_stages][kBlockM][kBlockK] 16-bit, 128B swizzle
+  uint8_t* b_ring;    // [b_stages][kBlockN][kBlockK] 16-bit, 128B swizzle
   uint8_t* staging;   // [2 warpgroups][kStagingBuffers][64 rows][128 B], 128B swizzle
   int32_t* job_slots; // [kJobSlots]
   uint32_t rank;      // CTA rank in the cluster

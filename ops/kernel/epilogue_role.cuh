@@ -10,17 +10,19 @@
 #define LOOM_OPS_KERNEL_EPILOGUE_ROLE_CUH_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <type_traits>
 
 #include "cta_context.cuh"
+#include "half_types.cuh"
 
 namespace loom::kernel {
 
 // How a tile's output splits into 128-byte-wide panels.
 template <ElementType kOut, bool kSwiGLU>
 struct PanelShape {
-  static constexpr int kOutBytes = kOut == ElementType::kBF16 ? 2 : 4;
+  static constexpr int kOutBytes = IsHalf(kOut) ? 2 : 4;
   static constexpr int kOutCols = KernelConfig::kPanelBytes / kOutBytes;  // output columns per panel
   static constexpr int kAccCols = kOutCols * (kSwiGLU ? 2 : 1);          // accumulator columns per panel
   static constexpr int kChunks = kAccCols / 8;  // 8-column accumulator chunks (4 registers each)
@@ -91,10 +93,16 @@ __device__ __forceinline__ void ActivateRange(float (&acc)[kAcc], int begin, int
   for (int i = begin; i < end; ++i) acc[i] = Activate<kActivation>(acc[i]);
 }
 
+// The plan's 16-bit type as a C++ type (Config: a TiledConfig).
+template <class Config>
+using HalfOf = typename HalfType<Config::kHalf>::T;
+
 template <typename T>
 __device__ __forceinline__ float LoadFloat(const void* base, int64_t index) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(static_cast<const __half*>(base)[index]);
   } else {
     return static_cast<const float*>(base)[index];
   }
@@ -105,13 +113,16 @@ template <typename T>
 __device__ __forceinline__ float2 LoadFloatPair(const T* pair) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half22float2(*reinterpret_cast<const __half2*>(pair));
   } else {
     return *reinterpret_cast<const float2*>(pair);
   }
 }
 
 // The same, the element type chosen at run time (a bias or residual of
-// either type, read a few values at a time).
+// either type, read a few values at a time; the narrow kernel's, bf16 plans
+// only).
 __device__ __forceinline__ float LoadFloat(ElementType type, const void* base, int64_t index) {
   return type == ElementType::kBF16 ? LoadFloat<__nv_bfloat16>(base, index) : LoadFloat<float>(base, index);
 }
@@ -304,15 +315,9 @@ __device__ __forceinline__ void SwiGLURange(float (&acc)[kAcc], int begin, int e
   }
 }
 
+// Two floats as a packed bf16 pair (the narrow kernel's tagged words).
 __device__ __forceinline__ uint32_t PackBF16x2(float lo, float hi) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&pair);
-}
-
-// The inverse: the two floats of a packed bf16 pair (exact: a bf16 is the
-// high half of its float).
-__device__ __forceinline__ float2 UnpackBF16x2(uint32_t packed) {
-  return make_float2(__uint_as_float(packed << 16), __uint_as_float(packed & 0xffff0000u));
+  return HalfType<ElementType::kBF16>::Pack(lo, hi);
 }
 
 // Byte offset of (row, byte) in a tile of 128-byte rows with the 128B
@@ -324,15 +329,15 @@ __device__ __forceinline__ uint32_t SwizzledPanelOffset(int row, int byte) {
 
 template <ElementType kOut>
 __device__ __forceinline__ void StoreScalar(uint8_t* address, float value) {
-  if constexpr (kOut == ElementType::kBF16) {
-    *reinterpret_cast<__nv_bfloat16*>(address) = __float2bfloat16_rn(value);
+  if constexpr (IsHalf(kOut)) {
+    *reinterpret_cast<typename HalfType<kOut>::T*>(address) = HalfType<kOut>::FromFloat(value);
   } else {
     *reinterpret_cast<float*>(address) = value;
   }
 }
 
-// Where lane `lane` of warp `warp` points ldmatrix / stmatrix .x4 in a bf16
-// panel: at step q, matrices (rows 0-7, chunk 2q), (rows 8-15, 2q),
+// Where lane `lane` of warp `warp` points ldmatrix / stmatrix .x4 in a
+// 16-bit panel: at step q, matrices (rows 0-7, chunk 2q), (rows 8-15, 2q),
 // (rows 0-7, 2q + 1), (rows 8-15, 2q + 1) of the warp's 16 rows, which hold
 // exactly the lane's accumulator registers 8q .. 8q + 7 packed in pairs. Lane
 // l addresses row l % 8 of matrix l / 8: warp row 8 * ((l / 8) % 2) + l % 8,
@@ -351,19 +356,19 @@ struct FragmentMatrices {
 // kChunks * 4), into `panel` (64 rows x 128 B, swizzled), for a panel wholly
 // inside C's TMA columns. `first` must be a compile-time constant after
 // inlining and unrolling (register arrays need constant indices).
-// bf16: one stmatrix per two 8-column chunks (FragmentMatrices).
+// 16-bit outputs: one stmatrix per two 8-column chunks (FragmentMatrices).
 template <ElementType kOut, bool kSwiGLU, int kAcc>
 __device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lane, const float (&acc)[kAcc],
                                                int first) {
   using Shape = PanelShape<kOut, kSwiGLU>;
-  if constexpr (kOut == ElementType::kBF16 && !kSwiGLU) {
+  if constexpr (IsHalf(kOut) && !kSwiGLU) {
+    using Half = HalfType<kOut>;
     const FragmentMatrices matrices(panel, warp, lane);
 #pragma unroll
     for (int q = 0; q < Shape::kChunks / 2; ++q) {
       const int i = first + 8 * q;
-      ptx::stmatrix_x4(matrices.Address(q), PackBF16x2(acc[i], acc[i + 1]),
-                       PackBF16x2(acc[i + 2], acc[i + 3]), PackBF16x2(acc[i + 4], acc[i + 5]),
-                       PackBF16x2(acc[i + 6], acc[i + 7]));
+      ptx::stmatrix_x4(matrices.Address(q), Half::Pack(acc[i], acc[i + 1]), Half::Pack(acc[i + 2], acc[i + 3]),
+                       Half::Pack(acc[i + 4], acc[i + 5]), Half::Pack(acc[i + 6], acc[i + 7]));
     }
   } else {
 #pragma unroll
@@ -375,8 +380,8 @@ __device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lan
         uint8_t* staged = panel + SwizzledPanelOffset(AccRow(i, warp, lane), panel_col * Shape::kOutBytes);
         if constexpr (kSwiGLU) {
           StoreScalar<kOut>(staged, acc[first + i]);
-        } else if constexpr (kOut == ElementType::kBF16) {
-          *reinterpret_cast<uint32_t*>(staged) = PackBF16x2(acc[first + i], acc[first + i + 1]);
+        } else if constexpr (IsHalf(kOut)) {
+          *reinterpret_cast<uint32_t*>(staged) = HalfType<kOut>::Pack(acc[first + i], acc[first + i + 1]);
         } else {
           *reinterpret_cast<float2*>(staged) = make_float2(acc[first + i], acc[first + i + 1]);
         }
@@ -385,7 +390,7 @@ __device__ __forceinline__ void StoreFragments(uint8_t* panel, int warp, int lan
   }
 }
 
-// A warp's 16 rows of one 128-byte-wide panel of a bf16 residual, one
+// A warp's 16 rows of one 128-byte-wide panel of a 16-bit residual, one
 // 16-byte chunk a lane and load: eight lanes read a row's whole 128-byte
 // line. `rows`: the panel's first column in the warp's first row.
 struct ResidualLines {
@@ -397,7 +402,9 @@ struct ResidualLines {
   // The warp row (0..15) of this lane's load j.
   __device__ static int Row(int lane, int j) { return lane / kLanesPerRow + (32 / kLanesPerRow) * j; }
 
-  __device__ void Load(const __nv_bfloat16* rows, int64_t stride, int lane) {
+  template <typename T>
+  __device__ void Load(const T* rows, int64_t stride, int lane) {
+    static_assert(sizeof(T) == 2, "eight elements a 16-byte chunk");
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
       chunk[j] = *reinterpret_cast<const uint4*>(rows + Row(lane, j) * stride + (lane % kLanesPerRow) * 8);
@@ -405,19 +412,20 @@ struct ResidualLines {
   }
 };
 
-// StoreFragments for a bf16 panel (plain, inside C's TMA columns) that also
-// adds a bf16 residual, through the staging buffer: the warp writes its
-// residual lines into `panel`, swizzled as the output will be, takes its
-// fragments back with ldmatrix (the layout stmatrix writes) and writes
-// acc + residual over them (the same adds, in the same order, as
+// StoreFragments for a 16-bit panel (plain, inside C's TMA columns) that also
+// adds a residual of the same type, through the staging buffer: the warp
+// writes its residual lines into `panel`, swizzled as the output will be,
+// takes its fragments back with ldmatrix (the layout stmatrix writes) and
+// writes acc + residual over them (the same adds, in the same order, as
 // AddResidual's). Added straight into registers, each 4-byte load of a
 // fragment touches eight rows' lines: traced at 8192 tokens, the MLP
 // block's down projection spent ~6.1 of its ~9.3-kcycle epilogue in those
 // adds, with or without its rows in L2; this way the whole epilogue takes
 // ~7.8 kcycles (bench/NOTES.md v1.65).
-template <int kAcc>
+template <ElementType kOut, int kAcc>
 __device__ __forceinline__ void StoreFragmentsAddingResidual(uint8_t* panel, const ResidualLines& lines, int warp,
                                                              int lane, const float (&acc)[kAcc], int first) {
+  using Half = HalfType<kOut>;
 #pragma unroll
   for (int j = 0; j < ResidualLines::kLoads; ++j) {
     const int row = warp * ResidualLines::kRowsPerWarp + ResidualLines::Row(lane, j);
@@ -427,7 +435,7 @@ __device__ __forceinline__ void StoreFragmentsAddingResidual(uint8_t* panel, con
   __syncwarp();  // the lanes' stores, before the other lanes' ldmatrix reads
   const FragmentMatrices matrices(panel, warp, lane);
 #pragma unroll
-  for (int q = 0; q < PanelShape<ElementType::kBF16, false>::kChunks / 2; ++q) {
+  for (int q = 0; q < PanelShape<kOut, false>::kChunks / 2; ++q) {
     // The four matrices read here are written back by the same lanes, once
     // every lane's read has returned (the stmatrix needs its results).
     const uint32_t address = matrices.Address(q);
@@ -436,10 +444,10 @@ __device__ __forceinline__ void StoreFragmentsAddingResidual(uint8_t* panel, con
     const int i = first + 8 * q;
     // Each pair unpacked where it is added (as one float2 per pair first, ptxas
     // scheduled the kernel differently for no measured reason).
-    ptx::stmatrix_x4(address, PackBF16x2(acc[i] + UnpackBF16x2(r[0]).x, acc[i + 1] + UnpackBF16x2(r[0]).y),
-                     PackBF16x2(acc[i + 2] + UnpackBF16x2(r[1]).x, acc[i + 3] + UnpackBF16x2(r[1]).y),
-                     PackBF16x2(acc[i + 4] + UnpackBF16x2(r[2]).x, acc[i + 5] + UnpackBF16x2(r[2]).y),
-                     PackBF16x2(acc[i + 6] + UnpackBF16x2(r[3]).x, acc[i + 7] + UnpackBF16x2(r[3]).y));
+    ptx::stmatrix_x4(address, Half::Pack(acc[i] + Half::Unpack(r[0]).x, acc[i + 1] + Half::Unpack(r[0]).y),
+                     Half::Pack(acc[i + 2] + Half::Unpack(r[1]).x, acc[i + 3] + Half::Unpack(r[1]).y),
+                     Half::Pack(acc[i + 4] + Half::Unpack(r[2]).x, acc[i + 5] + Half::Unpack(r[2]).y),
+                     Half::Pack(acc[i + 6] + Half::Unpack(r[3]).x, acc[i + 7] + Half::Unpack(r[3]).y));
   }
 }
 
@@ -477,32 +485,34 @@ __device__ __forceinline__ void WriteRaggedPanel(const EpilogueFields& node, uin
 // columns: every tile of a plain GEMM but the ragged last column, and every
 // split-K partial. The panels are unrolled, so each reads its registers in
 // place (the general path below rotates the array, ~100 moves a panel), and
-// bf16 goes through stmatrix. Measured (v1.9, bench/NOTES.md): the general
-// path's epilogue took ~6 us of each ~90 us tile at 8192^3.
-// residual_rows (bf16 output only; null: none): the bf16 residual this tile
-// adds, at its first column in this warpgroup's first row
-// (StoreFragmentsAddingResidual).
+// 16-bit outputs go through stmatrix. Measured (v1.9, bench/NOTES.md): the
+// general path's epilogue took ~6 us of each ~90 us tile at 8192^3.
+// residual_rows (16-bit output only; null: none): the residual, of the
+// output's type, this tile adds, at its first column in this warpgroup's first
+// row (StoreFragmentsAddingResidual).
 template <ElementType kOut, class Config>
 __device__ inline void StagePlainTile(const CtaContext<Config>& ctx, int warpgroup, RingCursor& staging,
-                                      const float (&acc)[Config::kAccumulators],
-                                      const __nv_bfloat16* residual_rows = nullptr, int64_t residual_stride = 0) {
+                                      const float (&acc)[Config::kAccumulators], const void* residual_rows = nullptr,
+                                      int64_t residual_stride = 0) {
   using Shape = PanelShape<kOut, false>;
   constexpr int kPanels = Config::kBlockN / Shape::kAccCols;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
-  if constexpr (kOut == ElementType::kBF16) {
+  if constexpr (IsHalf(kOut)) {
     if (residual_rows != nullptr) {
       // Every panel's lines loaded first, so that they cost one round trip
       // a tile rather than one a panel.
-      const __nv_bfloat16* warp_rows = residual_rows + warp * ResidualLines::kRowsPerWarp * residual_stride;
+      using T = typename HalfType<kOut>::T;
+      const T* warp_rows =
+          static_cast<const T*>(residual_rows) + warp * ResidualLines::kRowsPerWarp * residual_stride;
       ResidualLines lines[kPanels];
 #pragma unroll
       for (int p = 0; p < kPanels; ++p) lines[p].Load(warp_rows + p * Shape::kOutCols, residual_stride, lane);
 #pragma unroll
       for (int p = 0; p < kPanels; ++p) {
         WaitForStaging(ctx, warpgroup, staging);
-        StoreFragmentsAddingResidual(ctx.staging_panel(warpgroup, staging.stage), lines[p], warp, lane, acc,
-                                     p * Shape::kChunks * 4);
+        StoreFragmentsAddingResidual<kOut>(ctx.staging_panel(warpgroup, staging.stage), lines[p], warp, lane, acc,
+                                           p * Shape::kChunks * 4);
         PublishPanel(ctx, warpgroup, staging);
       }
       return;
@@ -533,9 +543,8 @@ __device__ inline void StageTile(const CtaContext<Config>& ctx, const CtaWork& w
 
   if (node.residual != nullptr) {
     const int64_t cols = int64_t{panels} * Shape::kOutCols;
-    node.residual_type == ElementType::kBF16
-        ? PrefetchResidualRows<__nv_bfloat16>(node, row0, out_col0, cols, warp, lane)
-        : PrefetchResidualRows<float>(node, row0, out_col0, cols, warp, lane);
+    node.residual_type == Config::kHalf ? PrefetchResidualRows<HalfOf<Config>>(node, row0, out_col0, cols, warp, lane)
+                                        : PrefetchResidualRows<float>(node, row0, out_col0, cols, warp, lane);
   }
   // NOTE: the panel loop is deliberately not unrolled, so one panel's code is
   // fetched once per tile and reused (unrolled, the epilogue was tens of KB of
@@ -549,9 +558,9 @@ __device__ inline void StageTile(const CtaContext<Config>& ctx, const CtaWork& w
     const int64_t out_col_base = out_col0 + p * Shape::kOutCols;
     if (node.bias != nullptr) {
       const bool checked = acc_col_base + Shape::kAccCols > node.n;
-      if (node.bias_type == ElementType::kBF16) {
-        checked ? AddBias<__nv_bfloat16, true>(node, acc_col_base, lane, acc, 0, kRegs)
-                : AddBias<__nv_bfloat16, false>(node, acc_col_base, lane, acc, 0, kRegs);
+      if (node.bias_type == Config::kHalf) {
+        checked ? AddBias<HalfOf<Config>, true>(node, acc_col_base, lane, acc, 0, kRegs)
+                : AddBias<HalfOf<Config>, false>(node, acc_col_base, lane, acc, 0, kRegs);
       } else {
         checked ? AddBias<float, true>(node, acc_col_base, lane, acc, 0, kRegs)
                 : AddBias<float, false>(node, acc_col_base, lane, acc, 0, kRegs);
@@ -577,8 +586,8 @@ __device__ inline void StageTile(const CtaContext<Config>& ctx, const CtaWork& w
     if (node.residual != nullptr) {
       const bool interior =
           row0 + KernelConfig::kRowsPerConsumer <= node.m && out_col_base + Shape::kOutCols <= node.out_cols;
-      if (node.residual_type == ElementType::kBF16) {
-        AddResidual<__nv_bfloat16, kSwiGLU>(node, row0, out_col_base, warp, lane, acc, 0, kRegs, interior);
+      if (node.residual_type == Config::kHalf) {
+        AddResidual<HalfOf<Config>, kSwiGLU>(node, row0, out_col_base, warp, lane, acc, 0, kRegs, interior);
       } else {
         AddResidual<float, kSwiGLU>(node, row0, out_col_base, warp, lane, acc, 0, kRegs, interior);
       }
@@ -614,7 +623,7 @@ __device__ __forceinline__ bool AddsWholeTile(const EpilogueFields& node, const 
 // together, one round trip a tile: StageTile, a panel at a time, paid one a
 // panel (traced at 8192 tokens, the MLP block's down projection spent
 // 12.1-12.3 us of each tile's epilogue, 6.9-7.1 this way; bench/NOTES.md
-// v1.49). residual_staged: the residual (bf16, of a bf16 output) is left to
+// v1.49). residual_staged: the residual (16-bit, of a 16-bit output) is left to
 // StagePlainTile, which reads it in whole lines through the staging buffers.
 template <class Config>
 __device__ inline void AddBiasAndResidual(const EpilogueFields& node, const CtaWork& work, int warpgroup,
@@ -624,18 +633,18 @@ __device__ inline void AddBiasAndResidual(const EpilogueFields& node, const CtaW
   const int64_t row0 = WarpgroupRow0(work, warpgroup);
   const int64_t col0 = TileCol0<Config>(work);
   if (node.residual != nullptr && !residual_staged) {
-    node.residual_type == ElementType::kBF16
-        ? PrefetchResidualRows<__nv_bfloat16>(node, row0, col0, Config::kBlockN, warp, lane)
+    node.residual_type == Config::kHalf
+        ? PrefetchResidualRows<HalfOf<Config>>(node, row0, col0, Config::kBlockN, warp, lane)
         : PrefetchResidualRows<float>(node, row0, col0, Config::kBlockN, warp, lane);
   }
   if (node.bias != nullptr) {
     constexpr int kAcc = Config::kAccumulators;
-    node.bias_type == ElementType::kBF16 ? AddBias<__nv_bfloat16, false>(node, col0, lane, acc, 0, kAcc)
-                                         : AddBias<float, false>(node, col0, lane, acc, 0, kAcc);
+    node.bias_type == Config::kHalf ? AddBias<HalfOf<Config>, false>(node, col0, lane, acc, 0, kAcc)
+                                    : AddBias<float, false>(node, col0, lane, acc, 0, kAcc);
   }
   if (node.residual != nullptr && !residual_staged) {
-    node.residual_type == ElementType::kBF16
-        ? AddResidual<__nv_bfloat16, false, false, true>(node, row0, col0, warp, lane, acc, 0, Config::kAccumulators)
+    node.residual_type == Config::kHalf
+        ? AddResidual<HalfOf<Config>, false, false, true>(node, row0, col0, warp, lane, acc, 0, Config::kAccumulators)
         : AddResidual<float, false, false, true>(node, row0, col0, warp, lane, acc, 0, Config::kAccumulators);
   }
 }
@@ -664,25 +673,25 @@ __device__ inline void StageOutput(const CtaContext<Config>& ctx, const CtaWork&
             TileInsideTmaColumns(work.n_block, fields.out_tile_n, fields.c_tma_cols);
   }
   if (plain) {
-    // A bf16 residual of a bf16 output goes through the staging buffers
+    // A 16-bit residual of a 16-bit output goes through the staging buffers
     // (StoreFragmentsAddingResidual); any other, into the registers first.
     const bool residual_staged = kWholeTileAdds && fields.residual != nullptr &&
-                                 fields.residual_type == ElementType::kBF16 && node.out_type == ElementType::kBF16;
+                                 fields.residual_type == Config::kHalf && node.out_type == Config::kHalf;
     if (kWholeTileAdds && adds) AddBiasAndResidual<Config>(fields, work, warpgroup, acc, residual_staged);
-    if (node.out_type == ElementType::kBF16) {
-      const __nv_bfloat16* residual_rows =
-          residual_staged ? static_cast<const __nv_bfloat16*>(fields.residual) +
+    if (node.out_type == Config::kHalf) {
+      const HalfOf<Config>* residual_rows =
+          residual_staged ? static_cast<const HalfOf<Config>*>(fields.residual) +
                                 WarpgroupRow0(work, warpgroup) * fields.residual_stride + TileCol0<Config>(work)
                           : nullptr;
-      StagePlainTile<ElementType::kBF16>(ctx, warpgroup, staging, acc, residual_rows, fields.residual_stride);
+      StagePlainTile<Config::kHalf>(ctx, warpgroup, staging, acc, residual_rows, fields.residual_stride);
     } else {
       StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, acc);
     }
-  } else if (node.out_type == ElementType::kBF16) {
+  } else if (node.out_type == Config::kHalf) {
     if (swiglu) {
-      StageTile<ElementType::kBF16, true>(ctx, work, fields, warpgroup, staging, acc);
+      StageTile<Config::kHalf, true>(ctx, work, fields, warpgroup, staging, acc);
     } else {
-      StageTile<ElementType::kBF16, false>(ctx, work, fields, warpgroup, staging, acc);
+      StageTile<Config::kHalf, false>(ctx, work, fields, warpgroup, staging, acc);
     }
   } else if (swiglu) {
     StageTile<ElementType::kFP32, true>(ctx, work, fields, warpgroup, staging, acc);

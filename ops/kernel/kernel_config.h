@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernel_params.h"
 #include "loom/scheduler/schedule.h"
 #include "packed_layout.h"
 
@@ -14,16 +15,18 @@ namespace loom::kernel {
 
 // kTileN, the tile's width: 256 (KernelConfig, every plan's by default) or
 // 128 (KernelConfigN128: twice the tiles of a node, each half the weights of
-// a k-block; CompileOptions::tile_n).
-template <int kTileN>
+// a k-block; CompileOptions::tile_n). kHalfType: the plan's 16-bit element
+// type, bf16 or fp16 (half_types.cuh); the shapes below do not depend on it.
+template <int kTileN, ElementType kHalfType = ElementType::kBF16>
 struct TiledConfig {
+  static constexpr ElementType kHalf = kHalfType;
   // CTA tile: two consumer warpgroups, each owns 64 rows x kTileN columns of
   // FP32 accumulators (wgmma m64n256k16 or m64n128k16, kAccumulators
   // registers per thread).
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = kTileN;
   static constexpr int kAccumulators = kBlockN / 2;  // 64 rows x kBlockN over 128 threads
-  static constexpr int kBlockK = 64;  // 64 bf16 = 128 bytes = one 128B swizzle row
+  static constexpr int kBlockK = 64;  // 64 16-bit elements = 128 bytes = one 128B swizzle row
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kRowsPerConsumer = kBlockM / kConsumerWarpgroups;  // 64
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);        // 384
@@ -85,7 +88,7 @@ struct TiledConfig {
   static constexpr int kReleasingArrivalsPerCta = kConsumerWarpgroups;
 
   // Epilogue staging: per consumer warpgroup, kStagingBuffers panels of
-  // 64 rows x 128 bytes (64 bf16 or 32 fp32 columns), 128B swizzled.
+  // 64 rows x 128 bytes (64 16-bit or 32 fp32 columns), 128B swizzled.
   static constexpr int kStagingBuffers = 2;
   static constexpr int kPanelBytes = 128;
   static constexpr int kStagingPanelBytes = kRowsPerConsumer * kPanelBytes;  // 8 KiB
@@ -120,13 +123,15 @@ struct TiledConfig {
   static_assert(kProducerRegisters % 8 == 0 && kConsumerRegisters % 8 == 0,
                 "setmaxnreg takes multiples of 8");
   static_assert(kTileN == 256 || kTileN == 128, "the main loop has m64n256k16 and m64n128k16");
+  static_assert(kHalf == ElementType::kBF16 || kHalf == ElementType::kFP16, "wgmma takes bf16 or fp16 here");
   static_assert(kBlockK == PackedLayout::kKBlockElements && Packed().StageBytes() == kBStageBytes,
                 "a packed stage is the bytes a B stage's tensor load writes");
 };
 
 // The tiled kernel's two tile widths. What does not depend on the width
 // (kBlockM, kBlockK, rings, staging, registers) is the same in both, and code
-// that runs for either reads it from KernelConfig.
+// that runs for either reads it from KernelConfig. (Each width also has an
+// fp16 instantiation, TiledConfig<W, ElementType::kFP16>, of the same shape.)
 using KernelConfig = TiledConfig<256>;
 using KernelConfigN128 = TiledConfig<128>;
 
@@ -145,8 +150,8 @@ enum class NamedBarrier : int { kConsumer0 = 1, kConsumer1 = 2 };
 
 // Byte offsets into the dynamic shared memory of one CTA.
 struct SmemLayout {
-  uint32_t a_ring = 0;       // [a_stages][kBlockM][kBlockK] bf16, 128B swizzle
-  uint32_t b_ring = 0;       // [b_stages][kBlockN][kBlockK] bf16, 128B swizzle
+  uint32_t a_ring = 0;       // [a_stages][kBlockM][kBlockK] 16-bit, 128B swizzle
+  uint32_t b_ring = 0;       // [b_stages][kBlockN][kBlockK] 16-bit, 128B swizzle
   uint32_t staging = 0;      // [kConsumerWarpgroups][kStagingBuffers][64][128 B], 128B swizzle
   uint32_t barriers = 0;     // uint64_t mbarriers, see SmemBarriers
   uint32_t job_slots = 0;    // int32_t [kJobSlots]

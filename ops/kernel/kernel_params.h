@@ -13,12 +13,14 @@
 namespace loom::kernel {
 
 enum class EpilogueActivation : uint8_t { kNone = 0, kReLU = 1, kGELU = 2, kSiLU = 3, kSwiGLU = 4 };
-enum class ElementType : uint8_t { kBF16 = 0, kFP32 = 1 };
+// kFP16 only in plans whose 16-bit type is fp16 (the tiled kernel's fp16
+// instantiations, half_types.cuh).
+enum class ElementType : uint8_t { kBF16 = 0, kFP32 = 1, kFP16 = 2 };
 
 // One GEMM node as the kernel sees it (CUtensorMap carries its own 64-byte alignment).
 struct KernelNode {
-  CUtensorMap a_map;  // A [M, K] bf16, box {kBlockK, kABoxRows}, 128B swizzle
-  CUtensorMap b_map;  // B [N, K] bf16, box {kBlockK, kBBoxRows}, 128B swizzle
+  CUtensorMap a_map;  // A [M, K] bf16 (fp16), box {kBlockK, kABoxRows}, 128B swizzle
+  CUtensorMap b_map;  // B [N, K] bf16 (fp16), box {kBlockK, kBBoxRows}, 128B swizzle
   // The same two, box {kBlockK, 2 x box rows}: a whole slot in one load, for a
   // CTA that loads both halves itself (loader_role.cuh).
   CUtensorMap a_slot_map;

@@ -40,11 +40,13 @@ namespace loom::kernel {
 // the tensor work of a memory-bound job. (With half-size A stages, warpgroup
 // 1's descriptor would point into the next stage; it never computes there.)
 // One k16 step of the warpgroup's 64 x kBlockN tile, accumulating.
+template <ElementType kHalf>
 __device__ __forceinline__ void WgmmaTile(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
-  wgmma_m64n256k16_bf16(d, desc_a, desc_b, /*accumulate=*/true);
+  wgmma_m64n256k16<kHalf>(d, desc_a, desc_b, /*accumulate=*/true);
 }
+template <ElementType kHalf>
 __device__ __forceinline__ void WgmmaTile(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-  wgmma_m64n128k16_bf16(d, desc_a, desc_b, /*accumulate=*/true);
+  wgmma_m64n128k16<kHalf>(d, desc_a, desc_b, /*accumulate=*/true);
 }
 
 template <class Config>
@@ -77,7 +79,7 @@ __device__ inline void RunMainLoop(const CtaContext<Config>& ctx, const CtaWork&
       ptx::wgmma_fence();
 #pragma unroll
       for (int k16 = 0; k16 < Config::kBlockK / 16; ++k16) {
-        WgmmaTile(accumulators, AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16));
+        WgmmaTile<Config::kHalf>(accumulators, AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16));
       }
       ptx::wgmma_commit_group();
     }

@@ -17,7 +17,7 @@
 #include <cuda/ptx>
 
 #include <algorithm>
-#include <utility>
+#include <array>
 
 #include "consumer_role.cuh"
 #include "loader_role.cuh"
@@ -55,9 +55,10 @@ __device__ void InitBarriers(SmemBarriers* barriers, const KernelParams& params)
 }
 
 // Config: the tile's width (KernelConfig or KernelConfigN128, a plan's
-// choice: CompileOptions::tile_n). kSplitK: the instantiation for plans with
-// split-K nodes (partials, reduce jobs). Plans without them launch the other
-// one, whose consumers never see the reduce path (see RunConsumer in
+// choice: CompileOptions::tile_n) and the plan's 16-bit type (those two for
+// bf16, Fp16<...> of them for fp16). kSplitK: the instantiation for plans
+// with split-K nodes (partials, reduce jobs). Plans without them launch the
+// other one, whose consumers never see the reduce path (see RunConsumer in
 // consumer_role.cuh for why that matters).
 template <class Config, bool kSplitK>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
@@ -143,7 +144,20 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   ptx::cluster_sync();
 }
 
-// Both instantiations may use all the shared memory the device allows a
+// The fp16 instantiation of a width's config.
+template <class Config>
+using Fp16 = TiledConfig<Config::kBlockN, ElementType::kFP16>;
+
+// `f` called with the config of tiles `tile_n` wide in the 16-bit type `half`.
+template <class F>
+decltype(auto) WithKernelConfig(int tile_n, ElementType half, F&& f) {
+  return WithTiledConfig(tile_n, [&](auto width) {
+    using Config = decltype(width);
+    return half == ElementType::kFP16 ? f(Fp16<Config>{}) : f(Config{});
+  });
+}
+
+// Every instantiation may use all the shared memory the device allows a
 // block; each launch asks for what its ring depths need. Set once per Plan
 // compile, not per launch (a launch stays pure device work, replays too).
 cudaError_t ConfigureKernels() {
@@ -155,7 +169,10 @@ cudaError_t ConfigureKernels() {
     return error;
   }
   for (auto kernel : {PersistentGemmKernel<KernelConfig, false>, PersistentGemmKernel<KernelConfig, true>,
-                      PersistentGemmKernel<KernelConfigN128, false>, PersistentGemmKernel<KernelConfigN128, true>}) {
+                      PersistentGemmKernel<KernelConfigN128, false>, PersistentGemmKernel<KernelConfigN128, true>,
+                      PersistentGemmKernel<Fp16<KernelConfig>, false>, PersistentGemmKernel<Fp16<KernelConfig>, true>,
+                      PersistentGemmKernel<Fp16<KernelConfigN128>, false>,
+                      PersistentGemmKernel<Fp16<KernelConfigN128>, true>}) {
     if (cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
         error != cudaSuccess) {
       return error;
@@ -193,11 +210,12 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
   cudaLaunchAttribute attributes[2];
   cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, attributes, cluster_size, false);
   *clusters = 0;
-  const auto [plain, split] = WithTiledConfig(tile_n, [](auto width) {
+  const auto kernels = WithTiledConfig(tile_n, [](auto width) {
     using Config = decltype(width);
-    return std::pair{PersistentGemmKernel<Config, false>, PersistentGemmKernel<Config, true>};
+    return std::array{PersistentGemmKernel<Config, false>, PersistentGemmKernel<Config, true>,
+                      PersistentGemmKernel<Fp16<Config>, false>, PersistentGemmKernel<Fp16<Config>, true>};
   });
-  for (auto kernel : {plain, split}) {
+  for (auto kernel : kernels) {
     int fit = 0;
     if (cudaError_t error = cudaOccupancyMaxActiveClusters(&fit, kernel, &config); error != cudaSuccess) return error;
     *clusters = *clusters == 0 ? fit : std::min(*clusters, fit);
@@ -205,14 +223,14 @@ cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_b
   return cudaSuccess;
 }
 
-cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, int tile_n, bool split_k,
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, int tile_n, ElementType half, bool split_k,
                                  bool overlap_previous, cudaStream_t stream) {
   const uint32_t smem_bytes = SharedMemoryBytes(params.a_stages, params.b_stages, params.a_stage_bytes, tile_n);
   cudaLaunchAttribute attributes[2];
   cudaLaunchConfig_t config = MakeLaunchConfig(clusters * params.cluster_size, smem_bytes, stream, attributes,
                                                params.cluster_size, overlap_previous);
-  return WithTiledConfig(tile_n, [&](auto width) {
-    using Config = decltype(width);
+  return WithKernelConfig(tile_n, half, [&](auto kernel_config) {
+    using Config = decltype(kernel_config);
     return split_k ? cudaLaunchKernelEx(&config, PersistentGemmKernel<Config, true>, params)
                    : cudaLaunchKernelEx(&config, PersistentGemmKernel<Config, false>, params);
   });

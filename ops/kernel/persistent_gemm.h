@@ -19,21 +19,23 @@ inline uint32_t SharedMemoryBytes(int a_stages, int b_stages, uint32_t a_stage_b
 }
 
 // Clusters of `cluster_size` CTAs of the kernel that can be resident at once
-// on the current device with this shared memory (occupancy API; the smaller
-// of the two instantiations' answers for tiles `tile_n` wide). Also raises
+// on the current device with this shared memory (occupancy API; the smallest
+// of the answers of the instantiations for tiles `tile_n` wide: with and
+// without split-K, bf16 and fp16). Also raises
 // every kernel's shared-memory limit to the device's maximum, so call it
 // (Runtime::Compile does) before LaunchPersistentGemm on a device.
 cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size, int tile_n,
                                   int* clusters);
 
 // Launches the persistent kernel: `clusters` clusters of params.cluster_size
-// CTAs, the instantiation for tiles `tile_n` wide (the plan's), with the
-// split-K path when `split_k` (some node of the plan splits K), else the one
-// without the reduce path. overlap_previous: launched with
+// CTAs, the instantiation for tiles `tile_n` wide (the plan's) and the plan's
+// 16-bit type `half` (ElementType::kBF16 or kFP16), with the split-K path when
+// `split_k` (some node of the plan splits K), else the one without the reduce
+// path. overlap_previous: launched with
 // programmatic stream serialization: its CTAs start (barriers, tensor-map
 // prefetches) as the previous kernel's leave, and wait for that kernel to
 // end before reading anything else.
-cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, int tile_n, bool split_k,
+cudaError_t LaunchPersistentGemm(const KernelParams& params, int clusters, int tile_n, ElementType half, bool split_k,
                                  bool overlap_previous, cudaStream_t stream);
 
 }  // namespace loom::kernel

@@ -214,11 +214,13 @@ __device__ inline void SumPartials(const CtaContext<Config>& ctx, const CtaWork&
   AddPartials(ctx, work, warpgroup, work.node->schedule.split_k, acc);
 }
 
-// Elements [at, at + 1] of a bf16 or fp32 tensor, as floats.
+// Elements [at, at + 1] of a tensor of the plan's 16-bit type (kHalf) or
+// fp32, as floats.
+template <ElementType kHalf>
 __device__ __forceinline__ float2 LoadPair(const void* base, ElementType type, int64_t at) {
-  return type == ElementType::kBF16
-             ? make_float2(LoadFloat<__nv_bfloat16>(base, at), LoadFloat<__nv_bfloat16>(base, at + 1))
-             : make_float2(LoadFloat<float>(base, at), LoadFloat<float>(base, at + 1));
+  using T = typename HalfType<kHalf>::T;
+  return type == kHalf ? make_float2(LoadFloat<T>(base, at), LoadFloat<T>(base, at + 1))
+                       : make_float2(LoadFloat<float>(base, at), LoadFloat<float>(base, at + 1));
 }
 
 // The output rows [row0, row0 + rows) that a reduce job sums for its CTA tile
@@ -308,20 +310,22 @@ __device__ inline bool FinishesReducePart(const CtaContext<Config>& ctx, const s
   }
 }
 
-// The fused ops SumFewRowPartials applies to one thread's column pair.
+// The fused ops SumFewRowPartials applies to one thread's column pair, in a
+// plan whose 16-bit type is kHalf.
+template <ElementType kHalf>
 struct PairOps {
   bool apply = false;  // bias, activation, residual, in StageTile's order
   bool has_bias = false;
   float2 bias = make_float2(0.0f, 0.0f);
   EpilogueActivation activation = EpilogueActivation::kNone;
   const void* residual = nullptr;  // none when null; else row i's pair at element
-  ElementType residual_type = ElementType::kBF16;  // residual_at + i * residual_stride
+  ElementType residual_type = kHalf;  // residual_at + i * residual_stride
   int64_t residual_at = 0;
   int64_t residual_stride = 0;
 
   // Row i's residual pair, when the ops add one (zero otherwise).
   __device__ float2 Residual(int i) const {
-    return apply && residual != nullptr ? LoadPair(residual, residual_type, residual_at + i * residual_stride)
+    return apply && residual != nullptr ? LoadPair<kHalf>(residual, residual_type, residual_at + i * residual_stride)
                                         : make_float2(0.0f, 0.0f);
   }
   // The ops on a sum, given its row's Residual.
@@ -344,19 +348,20 @@ struct PairOps {
 // Where SumColumnPair puts row i's finished pair: fp32 into the staging row
 // `staging` + i * kRowFloats (the tile's width), or, when `c` is set,
 // converted straight into C's row i (`c` points at the thread's pair in the
-// first row).
-template <int kRowFloats>
+// first row; C of the plan's 16-bit type kHalf or fp32).
+template <int kRowFloats, ElementType kHalf>
 struct PairSink {
   float* staging = nullptr;
   void* c = nullptr;
   int64_t c_stride = 0;  // elements
-  ElementType c_type = ElementType::kBF16;
+  ElementType c_type = kHalf;
 
   __device__ void Store(int i, float2 x) const {
+    using Half = HalfType<kHalf>;
     if (c == nullptr) {
       *reinterpret_cast<float2*>(staging + i * kRowFloats) = x;
-    } else if (c_type == ElementType::kBF16) {
-      reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(c) + i * c_stride)[0] = __float22bfloat162_rn(x);
+    } else if (c_type == kHalf) {
+      reinterpret_cast<typename Half::T2*>(static_cast<typename Half::T*>(c) + i * c_stride)[0] = Half::FromFloat2(x);
     } else {
       reinterpret_cast<float2*>(static_cast<float*>(c) + i * c_stride)[0] = x;
     }
@@ -372,9 +377,9 @@ struct PairSink {
 // measured 2-3x slower). Traced on the H200 at 16 tokens, 1 row at a time
 // summed a chain layer's 16 x 8 in ~11.5 us, 2 or 4 rows in 7-11; at one
 // token, 2 rows (the row and its repeat) cost the chain 3 us against 1.
-template <int kRows, class Sink>
+template <int kRows, class Ops, class Sink>
 __device__ __forceinline__ void SumColumnPair(const float* partials, int64_t split_stride, int64_t padded_cols,
-                                              int live_rows, int split_k, const PairOps& ops, const Sink& out) {
+                                              int live_rows, int split_k, const Ops& ops, const Sink& out) {
 #pragma unroll 1
   for (int i = 0; i < live_rows; i += kRows) {
     const float* row[kRows];
@@ -469,24 +474,24 @@ __device__ inline void SumFewRowPartials(const CtaContext<Config>& ctx, const Ct
   const float* partials = layout.At(row0 + first_row, col);
   // Tiles of 128 columns: the warpgroup's first 64 threads, one pair each.
   if (partials_ready && t < Config::kBlockN / 2) {
-    PairOps ops;
+    PairOps<Config::kHalf> ops;
     if (direct) {
       ops.apply = true;
       ops.has_bias = fields.bias != nullptr;
-      if (ops.has_bias) ops.bias = LoadPair(fields.bias, fields.bias_type, col);
+      if (ops.has_bias) ops.bias = LoadPair<Config::kHalf>(fields.bias, fields.bias_type, col);
       ops.activation = fields.activation;
       ops.residual = fields.residual;
       ops.residual_type = fields.residual_type;
       ops.residual_at = (row0 + first_row) * fields.residual_stride + col;
       ops.residual_stride = fields.residual_stride;
     }
-    PairSink<Config::kBlockN> sink;
+    PairSink<Config::kBlockN, Config::kHalf> sink;
     if (direct) {  // a whole tile: output column = tile column
       sink.c_type = node.out_type;
       sink.c_stride = fields.c_stride;
       const int64_t at = (row0 + first_row) * fields.c_stride + col;
-      sink.c = node.out_type == ElementType::kBF16 ? static_cast<void*>(static_cast<__nv_bfloat16*>(fields.c) + at)
-                                                    : static_cast<void*>(static_cast<float*>(fields.c) + at);
+      sink.c = node.out_type == Config::kHalf ? static_cast<void*>(static_cast<HalfOf<Config>*>(fields.c) + at)
+                                               : static_cast<void*>(static_cast<float*>(fields.c) + at);
     } else {
       sink.staging = sums + first_row * Config::kBlockN + 2 * t;
     }

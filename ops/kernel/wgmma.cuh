@@ -4,77 +4,87 @@
 
 #include <cstdint>
 
+#include "kernel_params.h"
 #include "wgmma_descriptor.h"
 
 namespace loom::kernel {
 
-// wgmma.mma_async m64n256k16, BF16 x BF16 -> FP32, both operands from shared
-// memory (K-major, through descriptors). d[128] is this thread's share of the
-// warpgroup's 64 x 256 accumulator tile:
+// The accumulator operands of the m64nNk16 forms below: "+f" for each of a
+// thread's d[0..N/2), and their %0..%(N/2 - 1) list in the instruction.
+#define LOOM_WGMMA_D8(d, i)                                                                          \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define LOOM_WGMMA_D64(d)                                                                                  \
+  LOOM_WGMMA_D8(d, 0), LOOM_WGMMA_D8(d, 8), LOOM_WGMMA_D8(d, 16), LOOM_WGMMA_D8(d, 24), LOOM_WGMMA_D8(d, 32), \
+      LOOM_WGMMA_D8(d, 40), LOOM_WGMMA_D8(d, 48), LOOM_WGMMA_D8(d, 56)
+#define LOOM_WGMMA_D128(d)                                                                                      \
+  LOOM_WGMMA_D64(d), LOOM_WGMMA_D8(d, 64), LOOM_WGMMA_D8(d, 72), LOOM_WGMMA_D8(d, 80), LOOM_WGMMA_D8(d, 88), \
+      LOOM_WGMMA_D8(d, 96), LOOM_WGMMA_D8(d, 104), LOOM_WGMMA_D8(d, 112), LOOM_WGMMA_D8(d, 120)
+#define LOOM_WGMMA_REGS64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define LOOM_WGMMA_REGS128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+
+// One wgmma.mma_async of shape `shape` ("m64n256k16"), operand types `types`
+// ("bf16.bf16" or "f16.f16"), accumulators `regs` / `operands` (above), both
+// operands from shared memory through the 64-bit descriptors desc_a, desc_b
+// (asm operands `da`, `db`: the two numbers after the accumulators); scale-d
+// is the predicate `accumulate` (operand `scale`); A and B not negated, not
+// transposed.
+#define LOOM_WGMMA_SS(shape, types, regs, operands, da, db, scale)                          \
+  asm volatile("{\n"                                                                        \
+               ".reg .pred p;\n"                                                            \
+               "setp.ne.b32 p, " scale ", 0;\n"                                             \
+               "wgmma.mma_async.sync.aligned." shape ".f32." types " " regs ", " da ", " db \
+               ", p, 1, 1, 0, 0;\n"                                                         \
+               "}\n"                                                                        \
+               : operands                                                                   \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int32_t>(accumulate)))
+
+// wgmma.mma_async m64n256k16, BF16 x BF16 (kHalf) or FP16 x FP16 -> FP32,
+// both operands from shared memory (K-major, through descriptors). d[128] is
+// this thread's share of the warpgroup's 64 x 256 accumulator tile:
 //   d[i] holds row  16 * warp + lane / 4 + 8 * ((i / 2) % 2)
 //             col   8 * (i / 4) + 2 * (lane % 4) + i % 2
 // accumulate == false overwrites d (D = A*B) instead of adding (D = A*B + D).
 // Asynchronous: d is undefined until wgmma_wait_group says the group is done.
-__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a,
-                                                      uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 \n"
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n"
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n"
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n"
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,\n"
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n"
-      " %128, %129, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int32_t>(accumulate)));
+template <ElementType kHalf>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                 bool accumulate) {
+  if constexpr (kHalf == ElementType::kFP16) {
+    LOOM_WGMMA_SS("m64n256k16", "f16.f16", LOOM_WGMMA_REGS128, LOOM_WGMMA_D128(d), "%128", "%129", "%130");
+  } else {
+    LOOM_WGMMA_SS("m64n256k16", "bf16.bf16", LOOM_WGMMA_REGS128, LOOM_WGMMA_D128(d), "%128", "%129", "%130");
+  }
 }
 
 // wgmma.mma_async m64n128k16: as m64n256k16, the first 64 registers' layout.
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a,
-                                                      uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 \n"
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
-      " %64, %65, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int32_t>(accumulate)));
+template <ElementType kHalf>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                 bool accumulate) {
+  if constexpr (kHalf == ElementType::kFP16) {
+    LOOM_WGMMA_SS("m64n128k16", "f16.f16", LOOM_WGMMA_REGS64, LOOM_WGMMA_D64(d), "%64", "%65", "%66");
+  } else {
+    LOOM_WGMMA_SS("m64n128k16", "bf16.bf16", LOOM_WGMMA_REGS64, LOOM_WGMMA_D64(d), "%64", "%65", "%66");
+  }
 }
+
+#undef LOOM_WGMMA_SS
+#undef LOOM_WGMMA_REGS128
+#undef LOOM_WGMMA_REGS64
+#undef LOOM_WGMMA_D128
+#undef LOOM_WGMMA_D64
+#undef LOOM_WGMMA_D8
 
 // wgmma.mma_async m64n32k16, BF16 x BF16 -> FP32, both operands from shared
 // memory (K-major, 128B-swizzled tiles, through descriptors given by their low

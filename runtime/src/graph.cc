@@ -12,9 +12,9 @@
 //        row stride are not negative, row stride >= cols when rows > 1, data
 //        is not null for a non-empty view, the view does not wrap the address
 //        space;
-//     2. the dtype tuple is supported: A = B = bf16, C bf16 or fp32; bias and
-//        residual bf16 or fp32; the epilogue's activation is one of the
-//        Activation values;
+//     2. the dtype tuple is supported: A = B = bf16 or A = B = fp16, and C,
+//        bias and residual each of A's type or fp32; the epilogue's
+//        activation is one of the Activation values;
 //     3. the shapes chain: A [M, K], B [N, K], C [M, N_out] with N_out = N, or
 //        N / 2 for SwiGLU (which needs an even N), bias [1, N], residual
 //        [M, N_out]; M = 0 or N = 0 is legal (the node is a no-op), and so
@@ -269,21 +269,27 @@ absl::Status CheckWellFormed(const RoleView& rv) {
   return absl::OkStatus();
 }
 
-bool IsBF16OrFP32(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kFP32; }
+// The 16-bit input types a node may have, and with each the types of its C,
+// bias and residual: the inputs' own type or fp32 (a plan's 16-bit tensors
+// share one type, which the tiled kernel is instantiated for).
+bool IsHalfInput(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kFP16; }
 
 // Rule 2.
 absl::Status CheckDTypesAndActivation(const GemmNode& node) {
-  if (node.a.dtype != DType::kBF16 || node.b.dtype != DType::kBF16 || !IsBF16OrFP32(node.c.dtype)) {
+  const DType half = node.a.dtype;
+  const auto same_or_fp32 = [half](DType dtype) { return dtype == half || dtype == DType::kFP32; };
+  if (!IsHalfInput(half) || node.b.dtype != half || !same_or_fp32(node.c.dtype)) {
     return Violation(
         absl::StrFormat("dtype tuple (A %s, B %s, C %s) is not supported; "
-                        "supported: A=B=bf16, C in {bf16, fp32}",
+                        "supported: A=B=bf16, C in {bf16, fp32}; A=B=fp16, C in {fp16, fp32}",
                         DTypeName(node.a.dtype), DTypeName(node.b.dtype), DTypeName(node.c.dtype)));
   }
   for (const RoleView& rv : Inputs(node)) {
     if (rv.operand != Operand::kBias && rv.operand != Operand::kResidual) continue;
-    if (!IsBF16OrFP32(rv.view->dtype)) {
-      return Violation(absl::StrFormat("%s: dtype %s is not supported; supported: bf16, fp32",
-                                       Describe(rv.role, *rv.view), DTypeName(rv.view->dtype)));
+    if (!same_or_fp32(rv.view->dtype)) {
+      return Violation(absl::StrFormat("%s: dtype %s is not supported beside %s inputs; supported: %s, fp32",
+                                       Describe(rv.role, *rv.view), DTypeName(rv.view->dtype), DTypeName(half),
+                                       DTypeName(half)));
     }
   }
   // An enum value cast from an integer: the kernels and the reference would

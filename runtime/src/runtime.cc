@@ -39,7 +39,14 @@ using kernel::NarrowConfig;
 constexpr int kClusterSize = 2;
 
 kernel::ElementType ElementTypeOf(DType dtype) {
-  return dtype == DType::kFP32 ? kernel::ElementType::kFP32 : kernel::ElementType::kBF16;
+  switch (dtype) {
+    case DType::kFP32:
+      return kernel::ElementType::kFP32;
+    case DType::kFP16:
+      return kernel::ElementType::kFP16;
+    default:
+      return kernel::ElementType::kBF16;  // validation admits no other
+  }
 }
 
 kernel::EpilogueActivation ActivationOf(Activation activation) {
@@ -371,6 +378,23 @@ bool TiledKernelSplitsK(const GemmNode& node, int sms, int tile_n, int64_t step_
   const int64_t k_blocks = (node.k() + KernelConfig::kBlockK - 1) / KernelConfig::kBlockK;
   return sched::ChooseSplitK(TiledClusterTilesOfOneRowBlock(node, tile_n), static_cast<int32_t>(k_blocks),
                              sms / kClusterSize, /*forced=*/0, /*few_row_reduce=*/true, step_cluster_tiles) > 1;
+}
+
+// The 16-bit type of a validated graph's inputs, bf16 or fp16 (bf16 for a
+// graph with no nodes). One plan runs one: the kernels are instantiated per
+// type, so a graph that mixes them is refused, naming the first node of each.
+absl::StatusOr<DType> HalfTypeOf(const GemmGraph& graph) {
+  const std::vector<GemmNode>& nodes = graph.nodes();
+  if (nodes.empty()) return DType::kBF16;
+  const DType half = nodes.front().a.dtype;
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    if (nodes[i].a.dtype != half) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "graph: %s has %s inputs but %s has %s; one plan runs one 16-bit type (compile each as its own plan)",
+          graph.NodeLabel(0), DTypeName(half), graph.NodeLabel(static_cast<int>(i)), DTypeName(nodes[i].a.dtype)));
+    }
+  }
+  return half;
 }
 
 // Whether a graph of at most `rows` rows runs on the narrow decode kernel
@@ -1039,7 +1063,15 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   const std::vector<DataDependency> dependencies = graph.Dependencies();
   const std::vector<sched::NodeProblem> problems = ProblemsOf(graph, dependencies);
   const std::vector<int32_t> depth = sched::NodeDepths(problems);  // the graph's steps, for both rules below
-  impl->narrow = UsesNarrowKernel(options, graph, dependencies, depth, rows, device_.sm_count);
+  LOOM_ASSIGN_OR_RETURN(const DType half, HalfTypeOf(graph));
+  impl->half = ElementTypeOf(half);
+  if (half == DType::kFP16 && options.kernel == KernelChoice::kNarrow) {
+    return absl::InvalidArgumentError(
+        "CompileOptions.kernel: kNarrow, but the graph's inputs are fp16, which only the tiled kernel runs; use "
+        "kAuto or kTiled");
+  }
+  // The narrow kernel is bf16 only: kAuto takes the tiled kernel for fp16.
+  impl->narrow = half == DType::kBF16 && UsesNarrowKernel(options, graph, dependencies, depth, rows, device_.sm_count);
   if (const GemmNode* zero_k = FirstZeroKNode(graph); impl->narrow && zero_k != nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.kernel: kNarrow, but %s has K = 0 (its jobs are its epilogue alone), which only "
@@ -1354,8 +1386,8 @@ absl::Status Plan::Launch(cudaStream_t stream) {
                                 "launching the narrow decode kernel");
   }
   return internal::CudaStatus(
-      kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->tile_n, impl_->has_split_k,
-                                   overlap, stream),
+      kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->tile_n, impl_->half,
+                                   impl_->has_split_k, overlap, stream),
       "launching the persistent kernel");
 }
 

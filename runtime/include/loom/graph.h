@@ -39,8 +39,8 @@ std::string_view ActivationName(Activation activation);
 // out = cast(activation(A·Bᵀ + bias) + residual), evaluated in FP32.
 struct Epilogue {
   Activation activation = Activation::kNone;
-  std::optional<TensorView> bias = std::nullopt;   // [1, N], bf16 or fp32; N before SwiGLU halving
-  std::optional<TensorView> residual = std::nullopt;  // [M, N_out], bf16 or fp32
+  std::optional<TensorView> bias = std::nullopt;   // [1, N], A's type or fp32; N before SwiGLU halving
+  std::optional<TensorView> residual = std::nullopt;  // [M, N_out], A's type or fp32
 };
 
 struct GemmNode {
