@@ -38,15 +38,15 @@ LtMatmul::~LtMatmul() {
   if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
 }
 
-absl::Status LtMatmul::Init(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k) {
+absl::Status LtMatmul::Init(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, cudaDataType_t type) {
   handle_ = handle;
   BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
   BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
   BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
-  BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_weight_, CUDA_R_16BF, k, n, k));
-  BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_input_, CUDA_R_16BF, k, m, k));
-  BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_output_, CUDA_R_16BF, n, m, n));
+  BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_weight_, type, k, n, k));
+  BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_input_, type, k, m, k));
+  BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&layout_output_, type, n, m, n));
   BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&preference_));
   const size_t workspace_bytes = kCublasWorkspaceBytes;
   BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -55,7 +55,8 @@ absl::Status LtMatmul::Init(cublasLtHandle_t handle, int64_t m, int64_t n, int64
   BENCH_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_weight_, layout_input_, layout_output_,
                                               layout_output_, preference_, 1, &heuristic_, &found));
   if (found == 0) {
-    return absl::NotFoundError(absl::StrFormat("cublasLt has no algorithm for %d x %d x %d bf16", m, n, k));
+    return absl::NotFoundError(absl::StrFormat("cublasLt has no algorithm for %d x %d x %d %s", m, n, k,
+                                               type == CUDA_R_16F ? "fp16" : "bf16"));
   }
   return absl::OkStatus();
 }

@@ -51,7 +51,7 @@ absl::Status CublasStatus(cublasStatus_t status, std::string_view call,
 inline constexpr size_t kCublasWorkspaceBytes = size_t{64} << 20;
 
 // One cublasLt matmul shape: row-major D[m, n] = A[m, k] · B[n, k]ᵀ + beta · D,
-// bf16 in and out, FP32 accumulate and scale (what torch.nn.functional.linear
+// bf16 (or fp16: Init's `type`) in and out, FP32 accumulate and scale (what torch.nn.functional.linear
 // calls). cuBLAS is column-major, so it computes Dᵀ[n, m] = B · Aᵀ: its first
 // operand is our B read transposed (stored [k, n] column-major, ld k), its
 // second our A ([k, m], ld k), and D is [n, m] with ld n. beta = 1 with D
@@ -66,7 +66,7 @@ class LtMatmul {
   // Describes the shape and asks cublasLt's heuristic for one algorithm (with
   // kCublasWorkspaceBytes of workspace). `handle` is borrowed: it must outlive
   // this object. NotFound when cublasLt has no algorithm for the shape.
-  absl::Status Init(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k);
+  absl::Status Init(cublasLtHandle_t handle, int64_t m, int64_t n, int64_t k, cudaDataType_t type = CUDA_R_16BF);
 
   // Enqueues D = A · Bᵀ + beta · D on `stream` (alpha is 1); `workspace` holds
   // at least kCublasWorkspaceBytes. May be captured into a CUDA graph.

@@ -1,4 +1,4 @@
-// device_fill.h: random device data for the benchmark.
+// device_fill.h: random device data for the benchmarks.
 #ifndef LOOM_BENCH_DEVICE_FILL_H_
 #define LOOM_BENCH_DEVICE_FILL_H_
 
@@ -12,6 +12,9 @@ namespace loom::bench {
 // index). A weight scale of sqrt(3 / K) keeps a layer's outputs at the
 // variance of its inputs, so chains of layers stay in range.
 cudaError_t FillUniformBf16(void* data, int64_t count, uint64_t seed, cudaStream_t stream,
+                            float scale = 1.0f);
+// The same values rounded to fp16 instead.
+cudaError_t FillUniformFp16(void* data, int64_t count, uint64_t seed, cudaStream_t stream,
                             float scale = 1.0f);
 
 }  // namespace loom::bench

@@ -1,5 +1,6 @@
 // gemm_bench: loom and cuBLAS (cublasLt, BF16 in, FP32 accumulate, BF16 out,
-// the same TN layout) side by side, in one process, on the same random data.
+// the same TN layout; FP16 in and out with --dtype=fp16) side by side, in one
+// process, on the same random data.
 //
 // The cuBLAS side is LtMatmul from cublas_baseline.h, the one graph_bench
 // uses: C[m, n] = A[m, k] · B[n, k]ᵀ with beta 0, its algorithm chosen by
@@ -14,6 +15,7 @@
 //
 //   loom_bench                          # the default shape list
 //   loom_bench --shapes=8192x8192x8192 --ring=both --iters=50
+//   loom_bench --dtype=fp16 --shapes=4096x4096x4096
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -56,6 +58,7 @@ ABSL_FLAG(int, run_length, 1,
           "launches timed back to back between two events, each reported as the run's time / run_length "
           "(1: an event on either side of every launch, so the host's enqueue time, cublasLt's longer than "
           "loom's, is inside small shapes' figures; bench/NOTES.md v1.63)");
+ABSL_FLAG(std::string, dtype, "bf16", "inputs and output of both sides: bf16 or fp16");
 ABSL_FLAG(bool, timeline, false,
           "also launch a traced plan per shape and print where its time went (Plan::ExplainTimeline)");
 
@@ -146,8 +149,17 @@ absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int war
   return medians;
 }
 
+// The element type of both sides' A, B and C (--dtype, checked by ValidateFlags).
+DType ElementType() { return absl::GetFlag(FLAGS_dtype) == "fp16" ? DType::kFP16 : DType::kBF16; }
+
+// One 16-bit element of ElementType(), as a float.
+double HalfToDouble(uint16_t bits) {
+  return ElementType() == DType::kFP16 ? ops::FP16ToFloat(bits) : ops::BF16ToFloat(bits);
+}
+
 // Checks `samples` random elements of loom's C against an FP64 dot product of
-// the bf16 inputs (TESTING.md tolerance), and records the worst error/bound.
+// the 16-bit inputs (TESTING.md tolerance, with bf16's output rounding: an
+// upper bound for fp16's), and records the worst error/bound.
 absl::Status CheckSamples(const Shape& s, const BufferSet& set, int samples, Result& result) {
   std::mt19937_64 rng(s.m * 31 + s.n * 17 + s.k);
   std::vector<uint16_t> a_row(s.k), b_row(s.k);
@@ -160,12 +172,12 @@ absl::Status CheckSamples(const Shape& s, const BufferSet& set, int samples, Res
     BENCH_CUDA(cudaMemcpy(&c_loom, static_cast<uint16_t*>(set.c_loom) + r * s.n + c, 2, cudaMemcpyDeviceToHost));
     double ref = 0, magnitude = 0;
     for (int64_t k = 0; k < s.k; ++k) {
-      const double x = ops::BF16ToFloat(a_row[k]), y = ops::BF16ToFloat(b_row[k]);
+      const double x = HalfToDouble(a_row[k]), y = HalfToDouble(b_row[k]);
       ref += x * y;
       magnitude += std::fabs(x * y);
     }
     const double bound = 2 * 0x1p-8 * std::fabs(ref) + 4 * std::sqrt(static_cast<double>(s.k)) * 0x1p-24 * magnitude;
-    const double out = ops::BF16ToFloat(c_loom);
+    const double out = HalfToDouble(c_loom);
     if (!std::isfinite(out)) {
       worst = INFINITY;
       break;
@@ -191,9 +203,9 @@ absl::StatusOr<std::vector<Plan>> CompilePlans(const Runtime& runtime, const Sha
   std::vector<Plan> plans;
   for (const BufferSet& set : buffers) {
     GemmGraph graph;
-    graph.AddGemm("gemm", TensorView::Dense("A", set.a, DType::kBF16, s.m, s.k),
-                  TensorView::Dense("B", set.b, DType::kBF16, s.n, s.k),
-                  TensorView::Dense("C", set.c_loom, DType::kBF16, s.m, s.n));
+    graph.AddGemm("gemm", TensorView::Dense("A", set.a, ElementType(), s.m, s.k),
+                  TensorView::Dense("B", set.b, ElementType(), s.n, s.k),
+                  TensorView::Dense("C", set.c_loom, ElementType(), s.m, s.n));
     LOOM_ASSIGN_OR_RETURN(Plan plan, runtime.Compile(graph, options));
     plans.push_back(std::move(plan));
   }
@@ -233,8 +245,9 @@ absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Sha
     BENCH_CUDA(cudaMalloc(&buffers[i].b, s.n * s.k * 2));
     BENCH_CUDA(cudaMalloc(&buffers[i].c_loom, s.m * s.n * 2));
     BENCH_CUDA(cudaMalloc(&buffers[i].c_cublas, s.m * s.n * 2));
-    BENCH_CUDA(FillUniformBf16(buffers[i].a, s.m * s.k, 2 * i + 1, nullptr));
-    BENCH_CUDA(FillUniformBf16(buffers[i].b, s.n * s.k, 2 * i + 2, nullptr));
+    const auto fill = ElementType() == DType::kFP16 ? FillUniformFp16 : FillUniformBf16;
+    BENCH_CUDA(fill(buffers[i].a, s.m * s.k, 2 * i + 1, nullptr, 1.0f));
+    BENCH_CUDA(fill(buffers[i].b, s.n * s.k, 2 * i + 2, nullptr, 1.0f));
     BENCH_CUDA(cudaMemset(buffers[i].c_loom, 0xFF, s.m * s.n * 2));  // poison
   }
   void* workspace = nullptr;
@@ -246,7 +259,7 @@ absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Sha
   const LtHandle lt_owner(lt);
   // cuBLAS: C[m, n] = A[m, k] · B[n, k]ᵀ, beta 0, on the default stream.
   LtMatmul cublas;
-  LOOM_RETURN_IF_ERROR(cublas.Init(lt, s.m, s.n, s.k));
+  LOOM_RETURN_IF_ERROR(cublas.Init(lt, s.m, s.n, s.k, ElementType() == DType::kFP16 ? CUDA_R_16F : CUDA_R_16BF));
 
   std::vector<RingMode> modes;
   if (ring == "split" || ring == "both") modes.push_back(RingMode::kSplit);
@@ -315,6 +328,10 @@ absl::Status ValidateFlags() {
   if (ring != "split" && ring != "lockstep" && ring != "both") {
     return absl::InvalidArgumentError(absl::StrFormat("--ring must be split, lockstep or both, got '%s'", ring));
   }
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype != "bf16" && dtype != "fp16") {
+    return absl::InvalidArgumentError(absl::StrFormat("--dtype must be bf16 or fp16, got '%s'", dtype));
+  }
   return absl::OkStatus();
 }
 
@@ -356,7 +373,8 @@ int Main() {
     all.insert(all.end(), results->begin(), results->end());
   }
   // Geometric means of loom/cuBLAS per loom variant: square shapes and all.
-  std::printf("\nsummary (ratio = loom TF/s / cuBLAS TF/s, same process, same data):\n");
+  std::printf("\nsummary (%s; ratio = loom TF/s / cuBLAS TF/s, same process, same data):\n",
+              absl::GetFlag(FLAGS_dtype).c_str());
   for (const std::string impl : {"loom-split", "loom-lockstep"}) {
     double log_square = 0, log_all = 0;
     int n_square = 0, n_all = 0;
