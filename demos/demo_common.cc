@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -32,6 +33,7 @@ ABSL_FLAG(int32_t, iters, 50, "Timed launches on the GPU; the median is reported
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the random inputs; 0 picks a fresh one (printed).");
 ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "The kernel: auto (the runtime chooses), tiled or narrow (CompileOptions::kernel).");
+ABSL_FLAG(std::string, dtype, "bf16", "Every matrix's element type: bf16 or fp16.");
 ABSL_FLAG(bool, pack_weights, false,
           "Copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of one row block; "
           "CompileOptions::pack_weights).");
@@ -46,7 +48,10 @@ CompileOptions DemoOptions() {
   return options;
 }
 
-constexpr uint16_t kBF16Poison = 0xFFFF;  // a bf16 NaN: any element left unwritten shows up
+// Every demo matrix's element type (--dtype, checked by RunDemo).
+DType MatrixType() { return absl::GetFlag(FLAGS_dtype) == "fp16" ? DType::kFP16 : DType::kBF16; }
+
+constexpr uint16_t kPoison = 0xFFFF;  // a NaN in bf16 and in fp16: any element left unwritten shows up
 
 absl::Status CudaStatus(cudaError_t error, std::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
@@ -73,7 +78,8 @@ class Random {
   uint64_t state_;
 };
 
-// Host copies of every demo matrix (bf16 bits), filled by role.
+// Host copies of every demo matrix (16-bit patterns of MatrixType()), filled
+// by role.
 class HostMatrices {
  public:
   HostMatrices(const std::vector<MatrixSpec>& specs, uint64_t seed) {
@@ -86,16 +92,16 @@ class HostMatrices {
           spec.role == MatrixRole::kWeight
               ? std::sqrt(3.0f / static_cast<float>(std::max<int64_t>(spec.cols, 1)))
               : 1.0f;
+      const auto round = MatrixType() == DType::kFP16 ? ops::FloatToFP16 : ops::FloatToBF16;
       for (uint16_t& bits : entry.bits) {
-        bits = spec.role == MatrixRole::kProduced ? kBF16Poison
-                                                  : ops::FloatToBF16(scale * random.Symmetric());
+        bits = spec.role == MatrixRole::kProduced ? kPoison : round(scale * random.Symmetric());
       }
     }
   }
 
   TensorView View(std::string_view name) {
     Entry& entry = Find(name);
-    return TensorView::Dense(entry.spec.name, entry.bits.data(), DType::kBF16, entry.spec.rows,
+    return TensorView::Dense(entry.spec.name, entry.bits.data(), MatrixType(), entry.spec.rows,
                              entry.spec.cols);
   }
   std::vector<uint16_t>& Bits(std::string_view name) { return Find(name).bits; }
@@ -169,7 +175,7 @@ class DeviceMatrices {
       std::abort();
     }
     const MatrixSpec& spec = it->second.spec;
-    return TensorView::Dense(spec.name, it->second.buffer.get(), DType::kBF16, spec.rows,
+    return TensorView::Dense(spec.name, it->second.buffer.get(), MatrixType(), spec.rows,
                              spec.cols);
   }
 
@@ -219,8 +225,8 @@ std::vector<int64_t> SampleRows(int64_t rows, int64_t count) {
 // Tolerance (TESTING.md, bf16 in / fp32 accumulate), per accumulator:
 //   e(acc) = 2^-8 |acc| + 4 sqrt(K) 2^-24 (|A| |B|)_rn
 // carried through the activation (|slope| <= 1.13 for relu/gelu/silu;
-// SwiGLU: 1.13 e(g) |u| + |silu(g)| e(u) + e(g) e(u)), plus the bf16 rounding
-// of the output, 2^-8 |out|.
+// SwiGLU: 1.13 e(g) |u| + |silu(g)| e(u) + e(g) e(u)), plus the rounding of
+// the output, 2^-8 |out| in bf16 (2^-11 in fp16).
 absl::Status CheckNode(const GemmNode& node, int64_t max_rows, int64_t* checked) {
   const int64_t k = node.k(), n = node.n(), out_cols = node.out_cols();
   const std::vector<int64_t> rows = SampleRows(node.m(), max_rows);
@@ -255,8 +261,9 @@ absl::Status CheckNode(const GemmNode& node, int64_t max_rows, int64_t* checked)
   }
 
   const double accumulate_slack = 4.0 * std::sqrt(static_cast<double>(k)) * std::ldexp(1.0, -24);
-  const double output_rounding =
-      node.c.dtype == DType::kFP32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);
+  const double output_rounding = node.c.dtype == DType::kFP32   ? std::ldexp(1.0, -24)
+                                 : node.c.dtype == DType::kFP16 ? std::ldexp(1.0, -11)
+                                                                : std::ldexp(1.0, -8);
   auto accumulator_tolerance = [&](size_t index) {
     return std::ldexp(std::fabs(acc[index]), -8) + accumulate_slack * magnitude[index];
   };
@@ -409,7 +416,7 @@ absl::Status RunOnCpu(const DemoGraph& demo, uint64_t seed) {
   HostMatrices host(demo.matrices, seed);
   const GemmGraph graph = demo.build([&](std::string_view name) { return host.View(name); });
   PrintGraph(demo, graph);
-  std::cout << absl::StrFormat("seed: %d (rerun with --seed=%d)\n", seed, seed);
+  std::cout << absl::StrFormat("%s; seed: %d (rerun with --seed=%d)\n", DTypeName(MatrixType()), seed, seed);
 
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   LOOM_ASSIGN_OR_RETURN(const Plan plan, runtime.Compile(graph, DemoOptions()));
@@ -433,8 +440,9 @@ absl::Status RunOnGpu(const Runtime& runtime, const DemoGraph& demo, uint64_t se
   const GemmGraph device_graph =
       demo.build([&](std::string_view name) { return device.View(name); });
   PrintGraph(demo, device_graph);
-  std::cout << absl::StrFormat("device: %s, %d SMs; seed: %d (rerun with --seed=%d)\n",
-                               runtime.device().name, runtime.device().sm_count, seed, seed);
+  std::cout << absl::StrFormat("device: %s, %d SMs; %s; seed: %d (rerun with --seed=%d)\n",
+                               runtime.device().name, runtime.device().sm_count, DTypeName(MatrixType()), seed,
+                               seed);
 
   LOOM_ASSIGN_OR_RETURN(Plan plan, runtime.Compile(device_graph, DemoOptions()));
   std::cout << absl::StrFormat("plan: %d jobs, %s kernel, %d clusters of %d CTAs\n",
@@ -547,6 +555,9 @@ absl::Status RunDemo(const Target& target, const DemoGraph& demo) {
     if (value < 0) {
       return absl::InvalidArgumentError(absl::StrFormat("--%s=%d: must not be negative", name, value));
     }
+  }
+  if (const std::string dtype = absl::GetFlag(FLAGS_dtype); dtype != "bf16" && dtype != "fp16") {
+    return absl::InvalidArgumentError(absl::StrFormat("--dtype=%s: must be bf16 or fp16", dtype));
   }
   const uint64_t seed = ResolveSeed();
   if (target.use_gpu()) return RunOnGpu(*target.gpu, demo, seed);

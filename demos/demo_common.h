@@ -3,9 +3,10 @@
 // A demo describes its matrices (MatrixSpec) and how to wire them into a
 // GemmGraph given a view of each matrix (DemoGraph::build). RunDemo does the
 // rest, on one of two paths:
-//   GPU: random bf16 data in device memory, Compile, Launch, Synchronize, copy
-//        back, check `--check_rows` rows of every node against a CPU
-//        computation on host copies, then time `--iters` launches (median).
+//   GPU: random bf16 (or, with --dtype=fp16, fp16) data in device memory,
+//        Compile, Launch, Synchronize, copy back, check `--check_rows` rows
+//        of every node against a CPU computation on host copies, then time
+//        `--iters` launches (median).
 //   CPU: when there is no GPU (or with --cpu), the same graph over host memory
 //        at a reduced size, run by the CPU reference executor and checked
 //        against a naive per-node loop.
@@ -37,10 +38,10 @@ namespace loom::demo {
 enum class MatrixRole : uint8_t {
   kActivation,  // a graph input: uniform random values in [-1, 1]
   kWeight,      // an nn.Linear weight [out, in]: uniform in +-sqrt(3 / in), unit-variance outputs
-  kProduced,    // written by a node: poisoned (bf16 NaN) before the run
+  kProduced,    // written by a node: poisoned (NaN) before the run
 };
 
-// One bf16 matrix of a demo, row-major and dense.
+// One matrix of a demo (bf16, or fp16 with --dtype=fp16), row-major and dense.
 struct MatrixSpec {
   std::string name;
   int64_t rows = 0;
