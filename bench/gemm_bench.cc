@@ -152,11 +152,6 @@ absl::StatusOr<std::vector<double>> TimeMedianMs(std::vector<Run>& runs, int war
 // The element type of both sides' A, B and C (--dtype, checked by ValidateFlags).
 DType ElementType() { return absl::GetFlag(FLAGS_dtype) == "fp16" ? DType::kFP16 : DType::kBF16; }
 
-// One 16-bit element of ElementType(), as a float.
-double HalfToDouble(uint16_t bits) {
-  return ElementType() == DType::kFP16 ? ops::FP16ToFloat(bits) : ops::BF16ToFloat(bits);
-}
-
 // Checks `samples` random elements of loom's C against an FP64 dot product of
 // the 16-bit inputs (TESTING.md tolerance, with bf16's output rounding: an
 // upper bound for fp16's), and records the worst error/bound.
@@ -164,6 +159,12 @@ absl::Status CheckSamples(const Shape& s, const BufferSet& set, int samples, Res
   std::mt19937_64 rng(s.m * 31 + s.n * 17 + s.k);
   std::vector<uint16_t> a_row(s.k), b_row(s.k);
   uint16_t c_loom = 0;
+  // Host views of the copied row of A, row of B and element of C, read
+  // through ops::LoadElement in the run's element type.
+  const DType type = ElementType();
+  const TensorView a_view = TensorView::Dense("a_row", a_row.data(), type, 1, s.k);
+  const TensorView b_view = TensorView::Dense("b_row", b_row.data(), type, 1, s.k);
+  const TensorView c_view = TensorView::Dense("c", &c_loom, type, 1, 1);
   double worst = 0;
   for (int i = 0; i < samples; ++i) {
     const int64_t r = static_cast<int64_t>(rng() % s.m), c = static_cast<int64_t>(rng() % s.n);
@@ -172,12 +173,12 @@ absl::Status CheckSamples(const Shape& s, const BufferSet& set, int samples, Res
     BENCH_CUDA(cudaMemcpy(&c_loom, static_cast<uint16_t*>(set.c_loom) + r * s.n + c, 2, cudaMemcpyDeviceToHost));
     double ref = 0, magnitude = 0;
     for (int64_t k = 0; k < s.k; ++k) {
-      const double x = HalfToDouble(a_row[k]), y = HalfToDouble(b_row[k]);
+      const double x = ops::LoadElement(a_view, 0, k), y = ops::LoadElement(b_view, 0, k);
       ref += x * y;
       magnitude += std::fabs(x * y);
     }
     const double bound = 2 * 0x1p-8 * std::fabs(ref) + 4 * std::sqrt(static_cast<double>(s.k)) * 0x1p-24 * magnitude;
-    const double out = HalfToDouble(c_loom);
+    const double out = ops::LoadElement(c_view, 0, 0);
     if (!std::isfinite(out)) {
       worst = INFINITY;
       break;
