@@ -97,26 +97,25 @@ __device__ __forceinline__ void ActivateRange(float (&acc)[kAcc], int begin, int
 template <class Config>
 using HalfOf = typename HalfType<Config::kHalf>::T;
 
+// Element `index` of a tensor of T (float, __nv_bfloat16 or __half), as a
+// float.
 template <typename T>
 __device__ __forceinline__ float LoadFloat(const void* base, int64_t index) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(static_cast<const __half*>(base)[index]);
-  } else {
+  if constexpr (std::is_same_v<T, float>) {
     return static_cast<const float*>(base)[index];
+  } else {
+    return HalfType<kElementTypeOf<T>>::ToFloat(static_cast<const T*>(base)[index]);
   }
 }
 
 // Two consecutive elements, from an address aligned to two of them.
 template <typename T>
 __device__ __forceinline__ float2 LoadFloatPair(const T* pair) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(pair));
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __half22float2(*reinterpret_cast<const __half2*>(pair));
-  } else {
+  if constexpr (std::is_same_v<T, float>) {
     return *reinterpret_cast<const float2*>(pair);
+  } else {
+    using Half = HalfType<kElementTypeOf<T>>;
+    return Half::ToFloat2(*reinterpret_cast<const typename Half::T2*>(pair));
   }
 }
 

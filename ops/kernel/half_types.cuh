@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernel_params.h"
 
@@ -53,6 +54,15 @@ struct HalfType<ElementType::kFP16> {
   }
   __device__ static float2 Unpack(uint32_t packed) { return __half22float2(*reinterpret_cast<const T2*>(&packed)); }
 };
+
+// The ElementType of a 16-bit C++ type (HalfType<kElementTypeOf<T>>::T is T).
+template <typename T>
+constexpr ElementType ElementTypeOfHalf() {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "a 16-bit type");
+  return std::is_same_v<T, __half> ? ElementType::kFP16 : ElementType::kBF16;
+}
+template <typename T>
+inline constexpr ElementType kElementTypeOf = ElementTypeOfHalf<T>();
 
 // Whether an element type is one of the 16-bit ones (else fp32).
 constexpr bool IsHalf(ElementType type) { return type != ElementType::kFP32; }
