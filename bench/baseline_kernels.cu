@@ -7,6 +7,7 @@
 #include "baseline_kernels.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,37 +18,59 @@ namespace {
 constexpr int kThreadsPerBlock = 256;
 constexpr int64_t kMaxBlocks = 65535;
 
+// The conversions of one 16-bit type, alone and in pairs.
+struct Bf16 {
+  using Scalar = __nv_bfloat16;
+  using Pair = __nv_bfloat162;
+  static __device__ float ToFloat(Scalar x) { return __bfloat162float(x); }
+  static __device__ float2 ToFloat2(Pair x) { return __bfloat1622float2(x); }
+  static __device__ Scalar FromFloat(float x) { return __float2bfloat16_rn(x); }
+  static __device__ Pair FromFloat2(float x, float y) { return __floats2bfloat162_rn(x, y); }
+};
+struct Fp16 {
+  using Scalar = __half;
+  using Pair = __half2;
+  static __device__ float ToFloat(Scalar x) { return __half2float(x); }
+  static __device__ float2 ToFloat2(Pair x) { return __half22float2(x); }
+  static __device__ Scalar FromFloat(float x) { return __float2half_rn(x); }
+  static __device__ Pair FromFloat2(float x, float y) { return __floats2half2_rn(x, y); }
+};
+
 __device__ __forceinline__ float SiluTimes(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }
 
-// gate_up: [groups] x 16 bytes = 4 (gate, up) pairs; out: [groups] x 8 bytes = 4 bf16.
+// gate_up: [groups] x 16 bytes = 4 (gate, up) pairs; out: [groups] x 8 bytes = 4 results.
+template <typename Half>
 __global__ void SwiGLUVectorKernel(const uint4* __restrict__ gate_up, uint2* __restrict__ out,
                                    int64_t groups) {
+  using Pair = typename Half::Pair;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < groups;
        i += int64_t{gridDim.x} * blockDim.x) {
     const uint4 loaded = gate_up[i];
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&loaded);
-    const float2 p0 = __bfloat1622float2(pairs[0]);
-    const float2 p1 = __bfloat1622float2(pairs[1]);
-    const float2 p2 = __bfloat1622float2(pairs[2]);
-    const float2 p3 = __bfloat1622float2(pairs[3]);
+    const Pair* pairs = reinterpret_cast<const Pair*>(&loaded);
+    const float2 p0 = Half::ToFloat2(pairs[0]);
+    const float2 p1 = Half::ToFloat2(pairs[1]);
+    const float2 p2 = Half::ToFloat2(pairs[2]);
+    const float2 p3 = Half::ToFloat2(pairs[3]);
     uint2 packed;
-    __nv_bfloat162* results = reinterpret_cast<__nv_bfloat162*>(&packed);
-    results[0] = __floats2bfloat162_rn(SiluTimes(p0.x, p0.y), SiluTimes(p1.x, p1.y));
-    results[1] = __floats2bfloat162_rn(SiluTimes(p2.x, p2.y), SiluTimes(p3.x, p3.y));
+    Pair* results = reinterpret_cast<Pair*>(&packed);
+    results[0] = Half::FromFloat2(SiluTimes(p0.x, p0.y), SiluTimes(p1.x, p1.y));
+    results[1] = Half::FromFloat2(SiluTimes(p2.x, p2.y), SiluTimes(p3.x, p3.y));
     out[i] = packed;
   }
 }
 
 // Elements [first, count) one at a time.
-__global__ void SwiGLUScalarKernel(const __nv_bfloat16* __restrict__ gate_up,
-                                   __nv_bfloat16* __restrict__ out, int64_t first, int64_t count) {
+template <typename Half>
+__global__ void SwiGLUScalarKernel(const typename Half::Scalar* __restrict__ gate_up,
+                                   typename Half::Scalar* __restrict__ out, int64_t first,
+                                   int64_t count) {
   for (int64_t i = first + blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float gate = __bfloat162float(gate_up[2 * i]);
-    const float up = __bfloat162float(gate_up[2 * i + 1]);
-    out[i] = __float2bfloat16_rn(SiluTimes(gate, up));
+    const float gate = Half::ToFloat(gate_up[2 * i]);
+    const float up = Half::ToFloat(gate_up[2 * i + 1]);
+    out[i] = Half::FromFloat(SiluTimes(gate, up));
   }
 }
 
@@ -56,25 +79,32 @@ unsigned BlocksFor(int64_t work_items) {
       std::clamp<int64_t>((work_items + kThreadsPerBlock - 1) / kThreadsPerBlock, 1, kMaxBlocks));
 }
 
-}  // namespace
-
-cudaError_t SwiGLUInterleavedBf16(const void* gate_up, void* out, int64_t count,
-                                  cudaStream_t stream) {
-  if (count <= 0) return cudaSuccess;
+template <typename Half>
+cudaError_t LaunchSwiGLU(const void* gate_up, void* out, int64_t count, cudaStream_t stream) {
+  using Scalar = typename Half::Scalar;
   const bool vector_aligned = reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
                               reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const int64_t groups = vector_aligned ? count / 4 : 0;
   if (groups > 0) {
-    SwiGLUVectorKernel<<<BlocksFor(groups), kThreadsPerBlock, 0, stream>>>(
+    SwiGLUVectorKernel<Half><<<BlocksFor(groups), kThreadsPerBlock, 0, stream>>>(
         static_cast<const uint4*>(gate_up), static_cast<uint2*>(out), groups);
   }
   const int64_t first_scalar = groups * 4;
   if (first_scalar < count) {
-    SwiGLUScalarKernel<<<BlocksFor(count - first_scalar), kThreadsPerBlock, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(gate_up), static_cast<__nv_bfloat16*>(out), first_scalar,
-        count);
+    SwiGLUScalarKernel<Half><<<BlocksFor(count - first_scalar), kThreadsPerBlock, 0, stream>>>(
+        static_cast<const Scalar*>(gate_up), static_cast<Scalar*>(out), first_scalar, count);
   }
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t SwiGLUInterleaved(const void* gate_up, void* out, int64_t count, cudaDataType_t type,
+                              cudaStream_t stream) {
+  if (type != CUDA_R_16BF && type != CUDA_R_16F) return cudaErrorInvalidValue;
+  if (count <= 0) return cudaSuccess;
+  return type == CUDA_R_16F ? LaunchSwiGLU<Fp16>(gate_up, out, count, stream)
+                            : LaunchSwiGLU<Bf16>(gate_up, out, count, stream);
 }
 
 }  // namespace loom::bench

@@ -5,7 +5,7 @@
 //   copy   cudaMemcpyAsync device to device of 1 GiB, the bandwidth reference:
 //          (read + write bytes) / time.
 //   mlp    a Llama-style SwiGLU MLP block per token count T:
-//            x [T, hidden] bf16
+//            x [T, hidden], bf16 (or fp16: --dtype, as every matrix below)
 //            W_gu [2*intermediate, hidden], rows interleave gate and up
 //              (row 2j = gate_j, row 2j+1 = up_j)
 //            W_down [hidden, intermediate]
@@ -43,8 +43,8 @@
 // mismatch can be blamed on the right side.
 //
 // No buffer rotation: each launch streams every weight once and the weights
-// exceed the L2 several times over (MLP 2 x 14336 x 4096 + 4096 x 14336 bf16 =
-// 352 MB, chain 8 x 4096 x 4096 bf16 = 256 MB, against 60 MB of L2), so the
+// exceed the L2 several times over (MLP 2 x 14336 x 4096 + 4096 x 14336 16-bit =
+// 352 MB, chain 8 x 4096 x 4096 16-bit = 256 MB, against 60 MB of L2), so the
 // weights the next launch reads first were evicted by the ones read after
 // them: every launch starts cold. The activations that do fit (decode-sized x,
 // g, h) are re-read from L2 by both implementations alike, as in a real
@@ -57,6 +57,7 @@
 //   loom_graph_bench                                      # everything, defaults
 //   loom_graph_bench --tokens=1,64 --iters=100 --json=/tmp/graph.json
 //   loom_graph_bench --tokens= --chain_tokens=1           # the chain only
+//   loom_graph_bench --dtype=fp16 --tokens=1,8192         # both sides in fp16
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -131,6 +132,9 @@ ABSL_FLAG(int, down_parts, 1,
 ABSL_FLAG(int, chain_parts, 1,
           "loom: each chain layer as this many nodes over equal column slices of its output (the weights' rows), so "
           "that every layer after the first reads its A from that many producer nodes (1: one node a layer)");
+ABSL_FLAG(std::string, dtype, "bf16",
+          "the 16-bit type of every input, weight and output of both sides: bf16 or fp16 (FP32 accumulate either "
+          "way)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 ABSL_FLAG(double, max_seconds, 120, "hard wall-clock limit; the process exits with code 3 past it (0: none)");
 
@@ -169,7 +173,7 @@ class EventList {
   std::vector<cudaEvent_t> events_;
 };
 
-constexpr size_t kBf16Bytes = 2;
+constexpr size_t kHalfBytes = 2;  // bf16 and fp16 alike
 
 absl::StatusOr<DeviceBuffer> AllocateBytes(size_t bytes, std::string_view name) {
   void* pointer = nullptr;
@@ -182,8 +186,8 @@ absl::StatusOr<DeviceBuffer> AllocateBytes(size_t bytes, std::string_view name) 
   return DeviceBuffer(pointer);
 }
 
-absl::StatusOr<DeviceBuffer> AllocateBf16(int64_t elements, std::string_view name) {
-  return AllocateBytes(static_cast<size_t>(elements) * kBf16Bytes, name);
+absl::StatusOr<DeviceBuffer> AllocateHalf(int64_t elements, std::string_view name) {
+  return AllocateBytes(static_cast<size_t>(elements) * kHalfBytes, name);
 }
 
 // --- The watchdog: the lead runs this once, unattended; it must end. ---
@@ -230,6 +234,7 @@ class Watchdog {
 // --- What every case shares. ---
 
 struct BenchContext {
+  DType dtype = DType::kBF16;  // --dtype: kBF16 or kFP16, every 16-bit matrix of both sides
   const Runtime* runtime = nullptr;
   cublasLtHandle_t lt = nullptr;
   cudaStream_t stream = nullptr;  // non-default: CUDA graphs are captured on it
@@ -354,26 +359,42 @@ absl::StatusOr<GraphExec> PrepareBaselineGraph(const BenchContext& ctx,
 
 // --- Host-side reads and checks. ---
 
-absl::StatusOr<std::vector<uint16_t>> CopyBf16ToHost(const void* data, int64_t elements, cudaStream_t stream) {
+// One element of ctx.dtype, as a double.
+double HalfToDouble(const BenchContext& ctx, uint16_t bits) {
+  return ctx.dtype == DType::kFP16 ? ops::FP16ToFloat(bits) : ops::BF16ToFloat(bits);
+}
+
+// Fills `count` elements of ctx.dtype on ctx.stream, uniform in [-scale, scale).
+cudaError_t FillUniform(const BenchContext& ctx, void* data, int64_t count, uint64_t seed, float scale = 1.0f) {
+  return ctx.dtype == DType::kFP16 ? FillUniformFp16(data, count, seed, ctx.stream, scale)
+                                   : FillUniformBf16(data, count, seed, ctx.stream, scale);
+}
+
+// cuBLAS's name for ctx.dtype.
+cudaDataType_t CudaType(const BenchContext& ctx) { return ctx.dtype == DType::kFP16 ? CUDA_R_16F : CUDA_R_16BF; }
+
+absl::StatusOr<std::vector<uint16_t>> CopyHalfToHost(const void* data, int64_t elements, cudaStream_t stream) {
   std::vector<uint16_t> host(static_cast<size_t>(elements));
-  BENCH_CUDA(cudaMemcpyAsync(host.data(), data, host.size() * kBf16Bytes, cudaMemcpyDeviceToHost, stream));
+  BENCH_CUDA(cudaMemcpyAsync(host.data(), data, host.size() * kHalfBytes, cudaMemcpyDeviceToHost, stream));
   BENCH_CUDA(cudaStreamSynchronize(stream));
   return host;
 }
 
-// Row `row` of a row-major bf16 [rows, cols] device matrix, as doubles.
-absl::StatusOr<std::vector<double>> RowToHost(const void* matrix, int64_t row, int64_t cols, cudaStream_t stream) {
+// Row `row` of a row-major [rows, cols] device matrix of ctx.dtype, as doubles.
+absl::StatusOr<std::vector<double>> RowToHost(const BenchContext& ctx, const void* matrix, int64_t row,
+                                              int64_t cols) {
   LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> bits,
-                        CopyBf16ToHost(static_cast<const uint16_t*>(matrix) + row * cols, cols, stream));
+                        CopyHalfToHost(static_cast<const uint16_t*>(matrix) + row * cols, cols, ctx.stream));
   std::vector<double> values(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) values[i] = ops::BF16ToFloat(bits[i]);
+  for (size_t i = 0; i < bits.size(); ++i) values[i] = HalfToDouble(ctx, bits[i]);
   return values;
 }
 
-absl::StatusOr<double> ElementToHost(const void* matrix, int64_t row, int64_t col, int64_t cols, cudaStream_t stream) {
+absl::StatusOr<double> ElementToHost(const BenchContext& ctx, const void* matrix, int64_t row, int64_t col,
+                                     int64_t cols) {
   LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> bits,
-                        CopyBf16ToHost(static_cast<const uint16_t*>(matrix) + row * cols + col, 1, stream));
-  return static_cast<double>(ops::BF16ToFloat(bits[0]));
+                        CopyHalfToHost(static_cast<const uint16_t*>(matrix) + row * cols + col, 1, ctx.stream));
+  return HalfToDouble(ctx, bits[0]);
 }
 
 struct Dot {
@@ -392,7 +413,8 @@ Dot DotProduct(const std::vector<double>& a, const std::vector<double>& b) {
 
 // Allowed error of a bf16-in, FP32-accumulate dot product stored as bf16
 // (TESTING.md): 2^-8 |acc| (the output rounding, with a factor 2 to spare) +
-// 4 sqrt(K) 2^-24 sum |a b| (the FP32 accumulation).
+// 4 sqrt(K) 2^-24 sum |a b| (the FP32 accumulation). With --dtype=fp16 the
+// same bound holds with room: fp16 rounds 8 times finer.
 double AccumulatorTolerance(const Dot& dot, int64_t k) {
   return std::ldexp(std::fabs(dot.value), -8) +
          4.0 * std::sqrt(static_cast<double>(k)) * std::ldexp(dot.magnitude, -24);
@@ -407,13 +429,13 @@ struct Agreement {
   std::string first_bad;    // where the first bad element is, and its values
 };
 
-absl::Status CompareWithBaseline(std::string_view name, const void* loom_data, const void* baseline_data,
-                                 int64_t rows, int64_t cols, cudaStream_t stream, Agreement& agreement) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> loom_bits, CopyBf16ToHost(loom_data, rows * cols, stream));
-  LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> baseline_bits, CopyBf16ToHost(baseline_data, rows * cols, stream));
+absl::Status CompareWithBaseline(const BenchContext& ctx, std::string_view name, const void* loom_data,
+                                 const void* baseline_data, int64_t rows, int64_t cols, Agreement& agreement) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> loom_bits, CopyHalfToHost(loom_data, rows * cols, ctx.stream));
+  LOOM_ASSIGN_OR_RETURN(std::vector<uint16_t> baseline_bits, CopyHalfToHost(baseline_data, rows * cols, ctx.stream));
   for (int64_t i = 0; i < rows * cols; ++i) {
-    const double loom_value = ops::BF16ToFloat(loom_bits[i]);
-    const double baseline_value = ops::BF16ToFloat(baseline_bits[i]);
+    const double loom_value = HalfToDouble(ctx, loom_bits[i]);
+    const double baseline_value = HalfToDouble(ctx, baseline_bits[i]);
     const double difference = std::fabs(loom_value - baseline_value);
     const bool finite = std::isfinite(loom_value) && std::isfinite(baseline_value);
     if (finite) {
@@ -545,9 +567,9 @@ absl::Status TimeBothInTurns(const BenchContext& ctx, const std::string& step,
 absl::StatusOr<double> MeasureCopyGBps(BenchContext& ctx) {
   ctx.watchdog->SetStep("copy bandwidth");
   constexpr int64_t kCopyBytes = int64_t{1} << 30;
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer source, AllocateBf16(kCopyBytes / kBf16Bytes, "copy source"));
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer destination, AllocateBf16(kCopyBytes / kBf16Bytes, "copy destination"));
-  BENCH_CUDA(FillUniformBf16(source.get(), kCopyBytes / kBf16Bytes, 7, ctx.stream));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer source, AllocateHalf(kCopyBytes / kHalfBytes, "copy source"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer destination, AllocateHalf(kCopyBytes / kHalfBytes, "copy destination"));
+  BENCH_CUDA(FillUniformBf16(source.get(), kCopyBytes / kHalfBytes, 7, ctx.stream));
   BenchContext copy_ctx = ctx;
   copy_ctx.warmup = 2;
   copy_ctx.warmup_ms = 0;
@@ -622,7 +644,7 @@ absl::Status TimeAgainstBaseline(BenchContext& ctx, const GemmGraph& graph, cons
 struct MlpShape {
   int64_t hidden = 0;
   int64_t intermediate = 0;
-  double weight_bytes() const { return 3.0 * static_cast<double>(hidden) * intermediate * kBf16Bytes; }
+  double weight_bytes() const { return 3.0 * static_cast<double>(hidden) * intermediate * kHalfBytes; }
 };
 
 struct MlpWeights {
@@ -632,31 +654,31 @@ struct MlpWeights {
 
 absl::StatusOr<MlpWeights> MakeMlpWeights(const BenchContext& ctx, const MlpShape& shape) {
   MlpWeights weights;
-  LOOM_ASSIGN_OR_RETURN(weights.gate_up, AllocateBf16(2 * shape.intermediate * shape.hidden, "W_gu"));
-  LOOM_ASSIGN_OR_RETURN(weights.down, AllocateBf16(shape.hidden * shape.intermediate, "W_down"));
-  BENCH_CUDA(FillUniformBf16(weights.gate_up.get(), 2 * shape.intermediate * shape.hidden, 11, ctx.stream,
-                             std::sqrt(3.0f / static_cast<float>(shape.hidden))));
-  BENCH_CUDA(FillUniformBf16(weights.down.get(), shape.hidden * shape.intermediate, 12, ctx.stream,
-                             std::sqrt(3.0f / static_cast<float>(shape.intermediate))));
+  LOOM_ASSIGN_OR_RETURN(weights.gate_up, AllocateHalf(2 * shape.intermediate * shape.hidden, "W_gu"));
+  LOOM_ASSIGN_OR_RETURN(weights.down, AllocateHalf(shape.hidden * shape.intermediate, "W_down"));
+  BENCH_CUDA(FillUniform(ctx, weights.gate_up.get(), 2 * shape.intermediate * shape.hidden, 11,
+                         std::sqrt(3.0f / static_cast<float>(shape.hidden))));
+  BENCH_CUDA(FillUniform(ctx, weights.down.get(), shape.hidden * shape.intermediate, 12,
+                         std::sqrt(3.0f / static_cast<float>(shape.intermediate))));
   BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
   return weights;
 }
 
 // Sampled elements of the baseline's h and y against FP64 from its own inputs
 // (x, the weights, and its own h for y). Returns the worst error / allowed error.
-// h's bound carries the errors of gate and up (each stored as bf16) through
+// h's bound carries the errors of gate and up (each stored as 16-bit) through
 // silu(g) u (|silu'| <= 1.1), plus the rounding of h.
 absl::StatusOr<double> CheckMlpBaseline(const BenchContext& ctx, const MlpShape& shape, const MlpWeights& weights,
                                         int64_t tokens, const void* x, const void* h, const void* y) {
   const int64_t hidden = shape.hidden, intermediate = shape.intermediate;
   double worst = 0;
   for (const auto& [row, col] : SamplePositions(tokens, intermediate, kFp64Samples, 21)) {
-    LOOM_ASSIGN_OR_RETURN(std::vector<double> x_row, RowToHost(x, row, hidden, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> x_row, RowToHost(ctx, x, row, hidden));
     // W_gu row 2j is gate_j, row 2j + 1 is up_j.
     const void* gate_up = weights.gate_up.get();
-    LOOM_ASSIGN_OR_RETURN(std::vector<double> gate_row, RowToHost(gate_up, 2 * col, hidden, ctx.stream));
-    LOOM_ASSIGN_OR_RETURN(std::vector<double> up_row, RowToHost(gate_up, 2 * col + 1, hidden, ctx.stream));
-    LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(h, row, col, intermediate, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> gate_row, RowToHost(ctx, gate_up, 2 * col, hidden));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> up_row, RowToHost(ctx, gate_up, 2 * col + 1, hidden));
+    LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(ctx, h, row, col, intermediate));
     const Dot gate = DotProduct(x_row, gate_row), up = DotProduct(x_row, up_row);
     const double silu = gate.value / (1.0 + std::exp(-gate.value));
     const double reference = silu * up.value;
@@ -666,10 +688,10 @@ absl::StatusOr<double> CheckMlpBaseline(const BenchContext& ctx, const MlpShape&
     worst = std::max(worst, std::isfinite(out) ? std::fabs(out - reference) / bound : INFINITY);
   }
   for (const auto& [row, col] : SamplePositions(tokens, hidden, kFp64Samples, 22)) {
-    LOOM_ASSIGN_OR_RETURN(std::vector<double> h_row, RowToHost(h, row, intermediate, ctx.stream));
-    LOOM_ASSIGN_OR_RETURN(std::vector<double> down_row, RowToHost(weights.down.get(), col, intermediate, ctx.stream));
-    LOOM_ASSIGN_OR_RETURN(double residual, ElementToHost(x, row, col, hidden, ctx.stream));
-    LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(y, row, col, hidden, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> h_row, RowToHost(ctx, h, row, intermediate));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> down_row, RowToHost(ctx, weights.down.get(), col, intermediate));
+    LOOM_ASSIGN_OR_RETURN(double residual, ElementToHost(ctx, x, row, col, hidden));
+    LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(ctx, y, row, col, hidden));
     const Dot down = DotProduct(h_row, down_row);
     const double reference = down.value + residual;
     const double bound = AccumulatorTolerance(down, intermediate) + std::ldexp(std::fabs(reference), -8) + 1e-30;
@@ -683,33 +705,33 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
   const int64_t hidden = shape.hidden, intermediate = shape.intermediate;
   const std::string step = absl::StrFormat("mlp T=%d", tokens);
   ctx.watchdog->SetStep(step + ": setup");
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer x, AllocateBf16(tokens * hidden, "x"));
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer g, AllocateBf16(tokens * 2 * intermediate, "g (baseline)"));
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer h_baseline, AllocateBf16(tokens * intermediate, "h (baseline)"));
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer y_baseline, AllocateBf16(tokens * hidden, "y (baseline)"));
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer h_loom, AllocateBf16(tokens * intermediate, "h (loom)"));
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer y_loom, AllocateBf16(tokens * hidden, "y (loom)"));
-  BENCH_CUDA(FillUniformBf16(x.get(), tokens * hidden, 100 + tokens, ctx.stream));
-  // Outputs start as bf16 NaN (0xFFFF): anything left unwritten fails the comparison.
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer x, AllocateHalf(tokens * hidden, "x"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer g, AllocateHalf(tokens * 2 * intermediate, "g (baseline)"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer h_baseline, AllocateHalf(tokens * intermediate, "h (baseline)"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer y_baseline, AllocateHalf(tokens * hidden, "y (baseline)"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer h_loom, AllocateHalf(tokens * intermediate, "h (loom)"));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer y_loom, AllocateHalf(tokens * hidden, "y (loom)"));
+  BENCH_CUDA(FillUniform(ctx, x.get(), tokens * hidden, 100 + tokens));
+  // Outputs start as NaN (0xFFFF, in bf16 and fp16): anything left unwritten fails the comparison.
   const std::pair<void*, int64_t> outputs[] = {{g.get(), tokens * 2 * intermediate},
                                                {h_baseline.get(), tokens * intermediate},
                                                {y_baseline.get(), tokens * hidden},
                                                {h_loom.get(), tokens * intermediate},
                                                {y_loom.get(), tokens * hidden}};
   for (const auto& [output, elements] : outputs) {
-    BENCH_CUDA(cudaMemsetAsync(output, 0xFF, elements * kBf16Bytes, ctx.stream));
+    BENCH_CUDA(cudaMemsetAsync(output, 0xFF, elements * kHalfBytes, ctx.stream));
   }
 
   // Baseline: GEMM, SwiGLU, copy x into y, GEMM with beta = 1, as one CUDA graph.
   ctx.watchdog->SetStep(step + ": baseline");
   LtMatmul gate_up_gemm, down_gemm;
-  LOOM_RETURN_IF_ERROR(gate_up_gemm.Init(ctx.lt, tokens, 2 * intermediate, hidden));
-  LOOM_RETURN_IF_ERROR(down_gemm.Init(ctx.lt, tokens, hidden, intermediate));
+  LOOM_RETURN_IF_ERROR(gate_up_gemm.Init(ctx.lt, tokens, 2 * intermediate, hidden, CudaType(ctx)));
+  LOOM_RETURN_IF_ERROR(down_gemm.Init(ctx.lt, tokens, hidden, intermediate, CudaType(ctx)));
   auto enqueue_baseline = [&](cudaStream_t stream) -> absl::Status {
     LOOM_RETURN_IF_ERROR(gate_up_gemm.Enqueue(x.get(), weights.gate_up.get(), g.get(), 0.0f, ctx.workspace, stream));
-    BENCH_CUDA(SwiGLUInterleavedBf16(g.get(), h_baseline.get(), tokens * intermediate, stream));
+    BENCH_CUDA(SwiGLUInterleaved(g.get(), h_baseline.get(), tokens * intermediate, CudaType(ctx), stream));
     BENCH_CUDA(
-        cudaMemcpyAsync(y_baseline.get(), x.get(), tokens * hidden * kBf16Bytes, cudaMemcpyDeviceToDevice, stream));
+        cudaMemcpyAsync(y_baseline.get(), x.get(), tokens * hidden * kHalfBytes, cudaMemcpyDeviceToDevice, stream));
     LOOM_RETURN_IF_ERROR(down_gemm.Enqueue(h_baseline.get(), weights.down.get(), y_baseline.get(), 1.0f,
                                            ctx.workspace, stream));
     return absl::OkStatus();
@@ -720,15 +742,15 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
                         CheckMlpBaseline(ctx, shape, weights, tokens, x.get(), h_baseline.get(), y_baseline.get()));
 
   // loom: the same block as one graph, one persistent kernel.
-  const TensorView x_view = TensorView::Dense("x", x.get(), DType::kBF16, tokens, hidden);
+  const TensorView x_view = TensorView::Dense("x", x.get(), ctx.dtype, tokens, hidden);
   GemmGraph graph;
   graph.AddGemm("gate_up", x_view,
-                TensorView::Dense("w_gate_up", weights.gate_up.get(), DType::kBF16, 2 * intermediate, hidden),
-                TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate),
+                TensorView::Dense("w_gate_up", weights.gate_up.get(), ctx.dtype, 2 * intermediate, hidden),
+                TensorView::Dense("h", h_loom.get(), ctx.dtype, tokens, intermediate),
                 Epilogue{.activation = Activation::kSwiGLU});
-  const TensorView h_view = TensorView::Dense("h", h_loom.get(), DType::kBF16, tokens, intermediate);
-  const TensorView w_down_view = TensorView::Dense("w_down", weights.down.get(), DType::kBF16, hidden, intermediate);
-  const TensorView y_view = TensorView::Dense("y", y_loom.get(), DType::kBF16, tokens, hidden);
+  const TensorView h_view = TensorView::Dense("h", h_loom.get(), ctx.dtype, tokens, intermediate);
+  const TensorView w_down_view = TensorView::Dense("w_down", weights.down.get(), ctx.dtype, hidden, intermediate);
+  const TensorView y_view = TensorView::Dense("y", y_loom.get(), ctx.dtype, tokens, hidden);
   const int parts = absl::GetFlag(FLAGS_down_parts);
   if (parts < 1 || parts > intermediate) {
     // More parts than K's columns would leave some with K = 0; slices that
@@ -763,9 +785,9 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
 
   ctx.watchdog->SetStep(step + ": comparison");
   LOOM_RETURN_IF_ERROR(
-      CompareWithBaseline("h", h_loom.get(), h_baseline.get(), tokens, intermediate, ctx.stream, result.agreement));
+      CompareWithBaseline(ctx, "h", h_loom.get(), h_baseline.get(), tokens, intermediate, result.agreement));
   LOOM_RETURN_IF_ERROR(
-      CompareWithBaseline("y", y_loom.get(), y_baseline.get(), tokens, hidden, ctx.stream, result.agreement));
+      CompareWithBaseline(ctx, "y", y_loom.get(), y_baseline.get(), tokens, hidden, result.agreement));
   return absl::OkStatus();
 }
 
@@ -779,9 +801,9 @@ absl::StatusOr<double> CheckChainBaseline(const BenchContext& ctx, const std::ve
   const int per_layer = std::max<int>(2, kFp64Samples / static_cast<int>(weights.size()));
   for (size_t layer = 0; layer < weights.size(); ++layer) {
     for (const auto& [row, col] : SamplePositions(tokens, width, per_layer, 31 + layer)) {
-      LOOM_ASSIGN_OR_RETURN(std::vector<double> input_row, RowToHost(activations[layer], row, width, ctx.stream));
-      LOOM_ASSIGN_OR_RETURN(std::vector<double> weight_row, RowToHost(weights[layer].get(), col, width, ctx.stream));
-      LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(activations[layer + 1], row, col, width, ctx.stream));
+      LOOM_ASSIGN_OR_RETURN(std::vector<double> input_row, RowToHost(ctx, activations[layer], row, width));
+      LOOM_ASSIGN_OR_RETURN(std::vector<double> weight_row, RowToHost(ctx, weights[layer].get(), col, width));
+      LOOM_ASSIGN_OR_RETURN(double out, ElementToHost(ctx, activations[layer + 1], row, col, width));
       const Dot dot = DotProduct(input_row, weight_row);
       const double bound = AccumulatorTolerance(dot, width) + 1e-30;
       worst = std::max(worst, std::isfinite(out) ? std::fabs(out - dot.value) / bound : INFINITY);
@@ -795,15 +817,15 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
   const int layers = static_cast<int>(weights.size());
   const std::string step = absl::StrFormat("chain T=%d", tokens);
   ctx.watchdog->SetStep(step + ": setup");
-  LOOM_ASSIGN_OR_RETURN(DeviceBuffer x, AllocateBf16(tokens * width, "x"));
-  BENCH_CUDA(FillUniformBf16(x.get(), tokens * width, 200 + tokens, ctx.stream));
+  LOOM_ASSIGN_OR_RETURN(DeviceBuffer x, AllocateHalf(tokens * width, "x"));
+  BENCH_CUDA(FillUniform(ctx, x.get(), tokens * width, 200 + tokens));
   // outputs[l] is layer l's output; layer l reads x (l = 0) or outputs[l - 1].
   std::vector<DeviceBuffer> baseline_outputs, loom_outputs;
   for (int layer = 0; layer < layers; ++layer) {
-    LOOM_ASSIGN_OR_RETURN(DeviceBuffer baseline_out, AllocateBf16(tokens * width, "chain output (baseline)"));
-    LOOM_ASSIGN_OR_RETURN(DeviceBuffer loom_out, AllocateBf16(tokens * width, "chain output (loom)"));
-    BENCH_CUDA(cudaMemsetAsync(baseline_out.get(), 0xFF, tokens * width * kBf16Bytes, ctx.stream));
-    BENCH_CUDA(cudaMemsetAsync(loom_out.get(), 0xFF, tokens * width * kBf16Bytes, ctx.stream));
+    LOOM_ASSIGN_OR_RETURN(DeviceBuffer baseline_out, AllocateHalf(tokens * width, "chain output (baseline)"));
+    LOOM_ASSIGN_OR_RETURN(DeviceBuffer loom_out, AllocateHalf(tokens * width, "chain output (loom)"));
+    BENCH_CUDA(cudaMemsetAsync(baseline_out.get(), 0xFF, tokens * width * kHalfBytes, ctx.stream));
+    BENCH_CUDA(cudaMemsetAsync(loom_out.get(), 0xFF, tokens * width * kHalfBytes, ctx.stream));
     baseline_outputs.push_back(std::move(baseline_out));
     loom_outputs.push_back(std::move(loom_out));
   }
@@ -813,7 +835,7 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
 
   ctx.watchdog->SetStep(step + ": baseline");
   LtMatmul layer_gemm;
-  LOOM_RETURN_IF_ERROR(layer_gemm.Init(ctx.lt, tokens, width, width));
+  LOOM_RETURN_IF_ERROR(layer_gemm.Init(ctx.lt, tokens, width, width, CudaType(ctx)));
   auto enqueue_baseline = [&](cudaStream_t stream) -> absl::Status {
     for (int layer = 0; layer < layers; ++layer) {
       LOOM_RETURN_IF_ERROR(layer_gemm.Enqueue(baseline_input(layer), weights[layer].get(),
@@ -832,13 +854,13 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
   GemmGraph graph;
   for (int layer = 0; layer < layers; ++layer) {
     const TensorView input =
-        layer == 0 ? TensorView::Dense("x", x.get(), DType::kBF16, tokens, width)
-                   : TensorView::Dense(absl::StrCat("y", layer - 1), loom_outputs[layer - 1].get(), DType::kBF16,
+        layer == 0 ? TensorView::Dense("x", x.get(), ctx.dtype, tokens, width)
+                   : TensorView::Dense(absl::StrCat("y", layer - 1), loom_outputs[layer - 1].get(), ctx.dtype,
                                        tokens, width);
     const TensorView w =
-        TensorView::Dense(absl::StrCat("w", layer), weights[layer].get(), DType::kBF16, width, width);
+        TensorView::Dense(absl::StrCat("w", layer), weights[layer].get(), ctx.dtype, width, width);
     const TensorView y =
-        TensorView::Dense(absl::StrCat("y", layer), loom_outputs[layer].get(), DType::kBF16, tokens, width);
+        TensorView::Dense(absl::StrCat("y", layer), loom_outputs[layer].get(), ctx.dtype, tokens, width);
     // Part p computes output columns [p slice, (p + 1) slice) from the same
     // rows of the weights: the layer's products, in `parts` nodes.
     const int64_t slice = width / parts;
@@ -853,9 +875,8 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
 
   ctx.watchdog->SetStep(step + ": comparison");
   for (int layer = 0; layer < layers; ++layer) {
-    LOOM_RETURN_IF_ERROR(CompareWithBaseline(absl::StrCat("y", layer), loom_outputs[layer].get(),
-                                             baseline_outputs[layer].get(), tokens, width, ctx.stream,
-                                             result.agreement));
+    LOOM_RETURN_IF_ERROR(CompareWithBaseline(ctx, absl::StrCat("y", layer), loom_outputs[layer].get(),
+                                             baseline_outputs[layer].get(), tokens, width, result.agreement));
   }
   return absl::OkStatus();
 }
@@ -863,9 +884,8 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
 absl::StatusOr<std::vector<DeviceBuffer>> MakeChainWeights(const BenchContext& ctx, int layers, int64_t width) {
   std::vector<DeviceBuffer> weights;
   for (int layer = 0; layer < layers; ++layer) {
-    LOOM_ASSIGN_OR_RETURN(DeviceBuffer w, AllocateBf16(width * width, absl::StrCat("w", layer)));
-    BENCH_CUDA(FillUniformBf16(w.get(), width * width, 300 + layer, ctx.stream,
-                               std::sqrt(3.0f / static_cast<float>(width))));
+    LOOM_ASSIGN_OR_RETURN(DeviceBuffer w, AllocateHalf(width * width, absl::StrCat("w", layer)));
+    BENCH_CUDA(FillUniform(ctx, w.get(), width * width, 300 + layer, std::sqrt(3.0f / static_cast<float>(width))));
     weights.push_back(std::move(w));
   }
   BENCH_CUDA(cudaStreamSynchronize(ctx.stream));
@@ -899,8 +919,8 @@ std::string JsonString(std::string_view text) {
 absl::Status WriteJson(const std::string& path, const DeviceDescription& device, double copy_gbps,
                        const std::vector<CaseResult>& results) {
   std::string text = "{\n";
-  absl::StrAppendFormat(&text, "  \"device\": %s,\n  \"copy_gbps\": %s,\n", JsonString(device.name),
-                        JsonNumber(copy_gbps));
+  absl::StrAppendFormat(&text, "  \"device\": %s,\n  \"copy_gbps\": %s,\n  \"dtype\": %s,\n",
+                        JsonString(device.name), JsonNumber(copy_gbps), JsonString(absl::GetFlag(FLAGS_dtype)));
   absl::StrAppendFormat(&text, "  \"hidden\": %d,\n  \"intermediate\": %d,\n", absl::GetFlag(FLAGS_hidden),
                         absl::GetFlag(FLAGS_intermediate));
   absl::StrAppendFormat(&text, "  \"chain_layers\": %d,\n  \"chain_width\": %d,\n", absl::GetFlag(FLAGS_chain_layers),
@@ -975,7 +995,7 @@ absl::StatusOr<std::vector<int64_t>> ParseTokenList(std::string_view flag, const
 }
 
 absl::Status CheckWidth(std::string_view flag, int64_t value) {
-  // loom and cuBLAS both want 16-byte aligned rows: a multiple of 8 bf16.
+  // loom and cuBLAS both want 16-byte aligned rows: a multiple of 8 16-bit elements.
   if (value <= 0 || value % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat("--%s=%d: must be a positive multiple of 8", flag, value));
   }
@@ -1003,6 +1023,9 @@ absl::Status CheckFlags() {
   }
   if (const int warmup = absl::GetFlag(FLAGS_warmup); warmup < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--warmup must be at least 1, got ", warmup));
+  }
+  if (const std::string dtype = absl::GetFlag(FLAGS_dtype); dtype != "bf16" && dtype != "fp16") {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype must be bf16 or fp16, got '", dtype, "'"));
   }
   if (const int layers = absl::GetFlag(FLAGS_chain_layers); layers < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--chain_layers must be at least 0, got ", layers));
@@ -1084,6 +1107,7 @@ int Main() {
               device.l2_bytes / 1e6, cublasLtGetVersion());
 
   BenchContext ctx;
+  ctx.dtype = absl::GetFlag(FLAGS_dtype) == "fp16" ? DType::kFP16 : DType::kBF16;
   ctx.runtime = &*runtime;
   ctx.loom_options = LoomOptionsFromFlags();
   ctx.timeline = absl::GetFlag(FLAGS_timeline);
@@ -1136,8 +1160,8 @@ int Main() {
   std::vector<CaseResult> results;
   const MlpShape mlp{absl::GetFlag(FLAGS_hidden), absl::GetFlag(FLAGS_intermediate)};
   if (usable && !mlp_tokens->empty()) {
-    std::printf("\nMLP block: hidden %ld, intermediate %ld, weights %.0f MB\n", mlp.hidden, mlp.intermediate,
-                mlp.weight_bytes() / 1e6);
+    std::printf("\nMLP block: hidden %ld, intermediate %ld, %s, weights %.0f MB\n", mlp.hidden, mlp.intermediate,
+                absl::GetFlag(FLAGS_dtype).c_str(), mlp.weight_bytes() / 1e6);
     WarnIfWeightsFitInL2(ctx, "MLP", mlp.weight_bytes());
     ctx.watchdog->SetStep("mlp weights");
     all_ok &= RunCases<MlpWeights>(
@@ -1152,8 +1176,9 @@ int Main() {
   const int layers = absl::GetFlag(FLAGS_chain_layers);
   const int64_t width = absl::GetFlag(FLAGS_chain_width);
   if (usable && layers > 0 && !chain_tokens->empty()) {
-    const double weight_bytes = static_cast<double>(layers) * width * width * kBf16Bytes;
-    std::printf("\nchain: %d layers of %ld x %ld, weights %.0f MB\n", layers, width, width, weight_bytes / 1e6);
+    const double weight_bytes = static_cast<double>(layers) * width * width * kHalfBytes;
+    std::printf("\nchain: %d layers of %ld x %ld, %s, weights %.0f MB\n", layers, width, width,
+                absl::GetFlag(FLAGS_dtype).c_str(), weight_bytes / 1e6);
     WarnIfWeightsFitInL2(ctx, "chain", weight_bytes);
     ctx.watchdog->SetStep("chain weights");
     all_ok &= RunCases<std::vector<DeviceBuffer>>(
