@@ -119,8 +119,11 @@ __device__ __forceinline__ int AGranuleEnd(const sched::NodeSchedule& schedule, 
 // k-block wide). Each poll reads as
 // much of it as the Config::kFlagWordsPerPoll words from its first flag's
 // hold (WaitForAProducersAhead). granules == 0 when the pattern does not
-// hold (several A edges, offsets inside a tile column): the caller then
-// waits granule by granule.
+// hold (NodeSchedule::a_flag_runs unset: an edge's offset inside a tile
+// column, or two edges that give columns of one row block; or several
+// edges' tiles in kb's k-block): the caller then waits granule by granule.
+// Worked out by AProducerRunOf (kernel_params.h), which host code checks
+// plans with.
 // NOTE: the run used to end where the poll's words do too, so every 16
 // flags the A loader walked the node's edge and the producer's schedule
 // again, each one round trip (the acquire fence before had emptied L1),
@@ -139,59 +142,11 @@ using FlagRun = sched::AFlagRun;
 template <typename Ctx>
 __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, int64_t row0, int kb,
                                        int kb_end) {
-  constexpr int kBlockK = Ctx::Config::kBlockK;
-  if constexpr (Ctx::Config::kMaxTilesPerGranule > 1) {
-    // NOTE: the narrow kernel only, where v1.67 measured it; the tiled kernel
-    // walks the edges in its own form (below).
-    const KernelNode::AProducer& copy = node.a_producer;
-    if (copy.out_tile_n != 0) {
-      return ARunOfCopy<kBlockK, Ctx::Config::kMaxTilesPerGranule>(copy, node.schedule.a_wait_k_blocks,
-                                                                   ctx.tile().m, row0, kb, kb_end);
-    }
-    return ARunOfEdges<kBlockK, Ctx::Config::kMaxTilesPerGranule>(
-        node.schedule, ctx.params.dependencies,
-        [&](int producer) -> const sched::NodeSchedule& { return ctx.params.nodes[producer].schedule; },
-        ctx.tile(), row0, kb, kb_end);
-  } else {
-    // NOTE: the tiled kernel's own form (one whole tile a granule), kept
-    // apart from ARunOfBox: that one, compiled in here, raised the tiled
-    // kernels' spills by 16-24 bytes (464 to 510 bytes in an earlier form).
-    const int granule = node.schedule.a_wait_k_blocks;
-    const int granules_left = sched::GranulesLeft(kb, kb_end, granule);
-    // The run the runtime worked out (KernelNode::first_a_run): row block
-    // 0's from k-block 0, moved on to this row block and to kb's granule.
-    // Not for a row block past M (a cluster peer whose tile lies past it
-    // still runs the job's ring steps): it has no producer tiles, and the
-    // run moved on would name other tiles' flags.
-    const KernelNode::FirstARun& first = node.first_a_run[0];
-    const int32_t m_block = static_cast<int32_t>(row0 / Ctx::Config::kBlockM);
-    if (kb / granule < first.granules && m_block < node.schedule.m_blocks) {
-      FlagRun run;
-      const int32_t step = node.first_a_run[1].first_flag - first.first_flag;
-      run.first_flag = first.first_flag + m_block * step + kb / granule;
-      run.granules = min(first.granules - kb / granule, granules_left);
-      return run;
-    }
-    const int64_t col_begin = int64_t{kb} * kBlockK, col_end = col_begin + kBlockK;
-    const int granule_cols = granule * kBlockK;
-    int edges = 0;  // producer boxes of A: a run only from exactly one
-    FlagRun run;
-    bool one_whole_tile = false;
-    int columns_left = 0;
-    ForEachProducerBox(ctx, node, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m, col_begin, col_end,
-                       [&](int, const sched::NodeSchedule& producer, const sched::TileBox& box) {
-                         ++edges;
-                         one_whole_tile = box.m_end - box.m_begin == 1 && box.n_end - box.n_begin == 1 &&
-                                          granule_cols == producer.out_tile_n;
-                         run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
-                         const bool ragged = int64_t{producer.n_blocks} * producer.out_tile_n > producer.out_cols;
-                         columns_left = producer.n_blocks - box.n_begin - (ragged ? 1 : 0);
-                         return true;
-                       });
-    if (edges != 1 || !one_whole_tile) return FlagRun{};
-    run.granules = min(granules_left, columns_left);
-    return run;
-  }
+  using Config = typename Ctx::Config;
+  return AProducerRunOf<Config::kBlockM, Config::kBlockK, Config::kMaxTilesPerGranule>(
+      node, ctx.params.dependencies,
+      [&](int producer) -> const sched::NodeSchedule& { return ctx.params.nodes[producer].schedule; }, ctx.tile(),
+      row0, kb, kb_end);
 }
 
 // How many of the run's granules, from the first, have every flag at this

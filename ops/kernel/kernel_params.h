@@ -1,5 +1,5 @@
 // kernel_params.h: what the host hands the persistent kernel. Built by the
-// runtime from a Plan (runtime/src/plan_builder.cc), copied to device memory
+// runtime from a Plan (runtime/src/runtime.cc), copied to device memory
 // once per Plan; the kernel takes one KernelParams by value.
 #ifndef LOOM_OPS_KERNEL_KERNEL_PARAMS_H_
 #define LOOM_OPS_KERNEL_KERNEL_PARAMS_H_
@@ -155,6 +155,87 @@ LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfEdges(const sched::NodeSchedule& n
                            producer.out_cols, box, granule * kBlockK, granules_left, kMaxTilesPerGranule);
   }
   return run;
+}
+
+// The tiled kernel's form of ARunOfEdges: one whole producer tile a granule
+// (Config::kMaxTilesPerGranule is 1 there), the run to the producer's last
+// whole tile column.
+// NOTE: kept apart from ARunOfBox: that one, compiled into the tiled kernel,
+// raised its spills by 16-24 bytes (464 to 510 bytes in an earlier form).
+template <int kBlockK, typename ProducerOf>
+LOOM_HOST_DEVICE inline sched::AFlagRun TiledARunOfEdges(const sched::NodeSchedule& node,
+                                                         const sched::DependencyEdge* dependencies,
+                                                         ProducerOf&& producer_of, const sched::TileShape& tile,
+                                                         int64_t row0, int kb, int kb_end) {
+  sched::AFlagRun run;
+  if (!sched::HasProducerOperand(node, sched::DependencyOperand::kA)) return run;
+  const int granule = node.a_wait_k_blocks;
+  const int granules_left = sched::GranulesLeft(kb, kb_end, granule);
+  const int64_t col_begin = int64_t{kb} * kBlockK, col_end = col_begin + kBlockK;
+  const int granule_cols = granule * kBlockK;
+  int edges = 0;  // producer boxes of A: a run only from exactly one
+  bool one_whole_tile = false;
+  int columns_left = 0;
+  for (int d = 0; d < node.dependency_count; ++d) {
+    const sched::DependencyEdge& edge = dependencies[node.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
+    const sched::NodeSchedule& producer = producer_of(edge.producer);
+    const sched::TileBox box = sched::ProducerTiles(producer, tile, edge, row0, row0 + tile.m, col_begin, col_end);
+    if (box.empty()) continue;
+    ++edges;
+    one_whole_tile = box.m_end - box.m_begin == 1 && box.n_end - box.n_begin == 1 &&
+                     granule_cols == producer.out_tile_n;
+    run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
+    const bool ragged = int64_t{producer.n_blocks} * producer.out_tile_n > producer.out_cols;
+    columns_left = producer.n_blocks - box.n_begin - (ragged ? 1 : 0);
+  }
+  if (edges != 1 || !one_whole_tile) return sched::AFlagRun{};
+  run.granules = granules_left < columns_left ? granules_left : columns_left;
+  return run;
+}
+
+// The run of A's producer flags that a kernel's A loader polls from k-block
+// kb of a job that ends at kb_end, in the row block from row0
+// (AProducerRun, dependencies.cuh, for a kernel of tiles kBlockM x kBlockK
+// and at most kMaxTilesPerGranule producer tiles a granule; host code calls
+// it to check plans). None (granules 0: the loader waits granule by granule)
+// unless the node's runs are sound (NodeSchedule::a_flag_runs). The narrow
+// kernel (several tiles a granule) works it out from the one-edge copy, or
+// else from the edges. The tiled kernel takes the runtime's run from k-block
+// 0 (KernelNode::first_a_run), moved on to this row block and to kb's
+// granule; past that run, or for a row block past M (a cluster peer whose
+// tile lies past it still runs the job's ring steps: it has no producer
+// tiles, and the run moved on would name other tiles' flags), its own form.
+template <int kBlockM, int kBlockK, int kMaxTilesPerGranule, typename ProducerOf>
+LOOM_HOST_DEVICE inline sched::AFlagRun AProducerRunOf(const KernelNode& node,
+                                                       const sched::DependencyEdge* dependencies,
+                                                       ProducerOf&& producer_of, const sched::TileShape& tile,
+                                                       int64_t row0, int kb, int kb_end) {
+  if (!node.schedule.a_flag_runs) return sched::AFlagRun{};
+  if constexpr (kMaxTilesPerGranule > 1) {
+    // NOTE: the one-edge copy on the narrow kernel only, where v1.67
+    // measured it.
+    if (node.a_producer.out_tile_n != 0) {
+      return ARunOfCopy<kBlockK, kMaxTilesPerGranule>(node.a_producer, node.schedule.a_wait_k_blocks, tile.m,
+                                                      row0, kb, kb_end);
+    }
+    return ARunOfEdges<kBlockK, kMaxTilesPerGranule>(node.schedule, dependencies, producer_of, tile, row0, kb,
+                                                     kb_end);
+  } else {
+    const int granule = node.schedule.a_wait_k_blocks;
+    const int granules_left = sched::GranulesLeft(kb, kb_end, granule);
+    const KernelNode::FirstARun& first = node.first_a_run[0];
+    const int32_t m_block = static_cast<int32_t>(row0 / kBlockM);
+    if (kb / granule < first.granules && m_block < node.schedule.m_blocks) {
+      const int32_t step = node.first_a_run[1].first_flag - first.first_flag;
+      sched::AFlagRun run;
+      run.first_flag = first.first_flag + m_block * step + kb / granule;
+      const int32_t first_left = first.granules - kb / granule;
+      run.granules = first_left < granules_left ? first_left : granules_left;
+      return run;
+    }
+    return TiledARunOfEdges<kBlockK>(node.schedule, dependencies, producer_of, tile, row0, kb, kb_end);
+  }
 }
 
 // Per-Plan device state that survives launches. Zeroed when the Plan is built.

@@ -1228,8 +1228,9 @@ namespace {
 template <int kBlockK, int kMaxTilesPerGranule>
 sched::AFlagRun FirstARunOfRowBlock(const sched::Schedule& schedule, const sched::NodeSchedule& node,
                                     const kernel::KernelNode::AProducer& copy, int mb) {
-  // A has no producer tile boundary to wait on (AWaitKBlocks): no run.
-  if (node.k_blocks == 0 || node.a_wait_k_blocks > INT32_MAX / kBlockK) return {};
+  // A has no producer tile boundary to wait on (AWaitKBlocks), or its
+  // producers' tiles do not make sound runs (AFlagRunsAllowed): no run.
+  if (node.k_blocks == 0 || node.a_wait_k_blocks > INT32_MAX / kBlockK || !node.a_flag_runs) return {};
   const int64_t row0 = int64_t{mb} * schedule.tile.m;
   if (copy.out_tile_n != 0) {
     return kernel::ARunOfCopy<kBlockK, kMaxTilesPerGranule>(copy, node.a_wait_k_blocks, schedule.tile.m, row0, 0,

@@ -34,6 +34,43 @@ int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node) {
   return static_cast<int32_t>(granule == 0 ? kNoConstraint : granule);
 }
 
+bool AFlagRunsAllowed(const Schedule& schedule, const NodeSchedule& node) {
+  // Where an A edge's producer output lies in A: consumer row blocks
+  // [first_block, last_block] and A's columns [col_begin, col_end), clipped
+  // to A (what the A loader's TMA loads can read).
+  struct Region {
+    int64_t first_block = 0, last_block = 0, col_begin = 0, col_end = 0;
+  };
+  constexpr int64_t kEverything = int64_t{1} << 62;
+  std::vector<Region> regions;
+  for (int d = 0; d < node.dependency_count; ++d) {
+    const DependencyEdge& edge = schedule.dependencies[node.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(DependencyOperand::kA)) continue;
+    if (edge.whole_tensor) {
+      regions.push_back({0, kEverything, 0, kEverything});
+      continue;
+    }
+    const NodeSchedule& producer = schedule.nodes[edge.producer];
+    if (edge.col_offset % producer.out_tile_n != 0) return false;
+    const int64_t row_begin = std::max<int64_t>(0, -edge.row_offset);
+    const int64_t row_end = std::min<int64_t>(node.m, producer.m - edge.row_offset);
+    const int64_t col_begin = std::max<int64_t>(0, -edge.col_offset);
+    const int64_t col_end = std::min<int64_t>(node.k, producer.out_cols - edge.col_offset);
+    if (row_begin >= row_end || col_begin >= col_end) continue;  // A reads none of it
+    regions.push_back({row_begin / schedule.tile.m, (row_end - 1) / schedule.tile.m, col_begin, col_end});
+  }
+  for (size_t i = 0; i < regions.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      const Region& a = regions[i];
+      const Region& b = regions[j];
+      const bool blocks_meet = a.first_block <= b.last_block && b.first_block <= a.last_block;
+      const bool columns_meet = a.col_begin < b.col_end && b.col_begin < a.col_end;
+      if (blocks_meet && columns_meet) return false;
+    }
+  }
+  return true;
+}
+
 std::vector<std::vector<int>> FlagGroupsOf(const std::vector<NodeProblem>& problems,
                                            const std::vector<NodeSchedule>& nodes) {
   const int num_nodes = static_cast<int>(nodes.size());
@@ -200,6 +237,7 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     }
     node.dependency_count = static_cast<int32_t>(schedule.dependencies.size()) - node.dependency_begin;
     node.a_wait_k_blocks = AWaitKBlocks(schedule, node);
+    node.a_flag_runs = AFlagRunsAllowed(schedule, node) ? 1 : 0;
   }
   for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
     schedule.nodes[i].last_split_extra_k_blocks = ChooseLastSplitExtra(schedule, i, options);

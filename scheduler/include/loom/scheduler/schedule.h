@@ -108,6 +108,10 @@ struct NodeSchedule {
   // without reading the edges (HasProducerOperand). In the padding before
   // group_size: the fields after it keep their offsets.
   uint8_t producer_operands = 0;
+  // 1: the kernels may wait for A's producers a run of flags at a time
+  // (AFlagRunsAllowed; ARunOfBox); 0: granule by granule only. In the same
+  // padding.
+  uint8_t a_flag_runs = 0;
   int32_t group_size = 1;      // swizzle group width, in cluster tiles
   int32_t split_k = 1;         // number of K splits (1: none)
   // Output tile (mb, nb) has flag flag_base + mb * flag_row_stride + nb
@@ -260,6 +264,20 @@ LOOM_HOST_DEVICE inline TileBox ProducerTiles(const NodeSchedule& producer, cons
 // producer tile column). 1 when a boundary is not k-block aligned; a large
 // value when A has no such edge (one wait per job covers everything).
 int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node);
+
+// NodeSchedule::a_flag_runs for `node`, whose edges are already in
+// schedule.dependencies: whether granule j of a run of A's producer flags
+// (ARunOfBox, worked out from one granule's box of one edge and moved on a
+// tile column a granule) reads exactly the run's tiles j, so that a job may
+// start waiting at any granule of a run. Two things break it:
+//   - an A edge (not whole_tensor) whose producer's tile columns do not start
+//     on a multiple of its out_tile_n in A's columns (col_offset): a granule
+//     of whole tiles' width then straddles two tile columns;
+//   - two A edges that give columns of one row block of A in common: a run
+//     follows one edge's tiles and would not wait for the other's (a
+//     whole_tensor edge beside any other A edge counts as in common).
+// Producers side by side in A's columns (fan-in), each aligned, keep runs.
+bool AFlagRunsAllowed(const Schedule& schedule, const NodeSchedule& node);
 
 // The nodes whose output tile flags Lower lays out together, each group in
 // the order of its flags within a row of tiles, the groups in the order of
