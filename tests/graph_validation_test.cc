@@ -159,6 +159,17 @@ std::vector<RefusalCase> RefusalCases() {
   cases.push_back({"RowsPastTheView",
                    [] { return Single(X(), W(), Bf16("y", kY, 128, 256).Rows(96, 64).Named("y.rows")); },
                    {"node \"proj\": C \"y.rows\": Rows(96, 64) of a view of 128 rows leaves it"}});
+  // Inside the parent's rows, but 2^39 rows of 2^24 elements apart take
+  // the address past 64 bits (the byte offset 2^64 wrapped to the base once).
+  cases.push_back({"RowsPastTheAddressSpace",
+                   [] {
+                     return Single(Strided("x", kX, int64_t{1} << 40, 128, int64_t{1} << 24)
+                                       .Rows(int64_t{1} << 39, 64)
+                                       .Named("x.rows"),
+                                   W(), Y());
+                   },
+                   {"node \"proj\": A \"x.rows\": Rows(549755813888, 64) of a view of 1099511627776 rows, "
+                    "16777216 elements apart, lies outside the 64-bit address space"}});
   cases.push_back({"NegativeM",
                    [] { return Single(Strided("x", kX, -1, 128, 128), W(), Y()); },
                    {"node \"proj\": A \"x\": rows -1 is negative"}});

@@ -1121,6 +1121,9 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
       {[](CompileOptions& o) { o.spin_timeout_ns = int64_t{1} << 62; },
        {"spin_timeout_ns: 4611686018427387904", "[1, 1152921504606846976]"}},
       {[](CompileOptions& o) { o.max_clusters = -1; }, {"max_clusters: -1", "negative"}},
+      // A narrow plan's scheduler gets a split_k of its own, so this one is
+      // checked before.
+      {[](CompileOptions& o) { o.split_k = -1; }, {"CompileOptions.split_k must be in [0, 256]", "got -1"}},
       {[](CompileOptions& o) { o.a_stages = 9; }, {"a_stages: 9", "{0} and [2, 8]"}},
       {[](CompileOptions& o) { o.b_stages = -3; }, {"b_stages: -3", "{0} and [2, 8]"}},
       // One slot would wait for itself (the consumers free a slot once the

@@ -141,6 +141,13 @@ absl::Status CheckOptions(const CompileOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrFormat("CompileOptions.max_clusters: %d is negative", options.max_clusters));
   }
+  // Here, not only in the scheduler's check of its options: a narrow plan
+  // hands the scheduler a split_k of its own (1).
+  if (options.split_k < 0 || options.split_k > sched::kMaxSplitK) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CompileOptions.split_k must be in [0, %d] (the TileJob split field is 8-bit), got %d",
+                        sched::kMaxSplitK, options.split_k));
+  }
   if (options.ring_mode != RingMode::kSplit && options.ring_mode != RingMode::kLockstep) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.ring_mode: %d is not one of kSplit (0), kLockstep (1)", static_cast<int>(options.ring_mode)));

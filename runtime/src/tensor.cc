@@ -7,6 +7,7 @@
 #include "loom/tensor.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,12 +15,19 @@
 namespace loom {
 namespace {
 
-// The address `elements` elements past `view`'s base. Computed on integers so a
-// sub-view of a null (empty) view stays well-defined.
-void* Advance(const TensorView& view, int64_t elements) {
-  const uintptr_t base = reinterpret_cast<uintptr_t>(view.data);
-  const int64_t bytes = elements * static_cast<int64_t>(view.element_size());
-  return reinterpret_cast<void*>(base + static_cast<uintptr_t>(bytes));
+// The address `first` times `step` elements past `view`'s base, in 128 bits
+// (so a sub-view of a null (empty) view stays well-defined, and an offset
+// past 64 bits is seen); nullopt where it leaves the address space.
+std::optional<void*> Advance(const TensorView& view, int64_t first, int64_t step) {
+  using Wide = __int128;
+  const Wide elements = static_cast<Wide>(first) * step;  // |first * step| < 2^126
+  Wide bytes = 0, address = 0;
+  if (__builtin_mul_overflow(elements, static_cast<Wide>(view.element_size()), &bytes) ||
+      __builtin_add_overflow(bytes, static_cast<Wide>(reinterpret_cast<uintptr_t>(view.data)), &address) ||
+      address < 0 || address > static_cast<Wide>(UINTPTR_MAX)) {
+    return std::nullopt;
+  }
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
 }
 
 // The slice error of taking [first, first + count) of `extent` `what` (rows
@@ -31,6 +39,24 @@ std::string SliceError(const TensorView& view, const char* call, int64_t first, 
   if (first >= 0 && count >= 0 && first <= extent && count <= extent - first) return "";
   return std::string(call) + "(" + std::to_string(first) + ", " + std::to_string(count) + ") of a view of " +
          std::to_string(extent) + " " + what + " leaves it";
+}
+
+// The sub-view of `view` at `first` x `step` elements on, through `call`
+// ([first, first + count) of its `extent` `what`): its slice error is the
+// range's own (SliceError), or else one for an address past the address
+// space (a range inside a view no memory could hold).
+TensorView SubView(const TensorView& view, const char* call, int64_t first, int64_t count, int64_t step,
+                   int64_t extent, const char* what) {
+  TensorView sub = view;
+  const std::optional<void*> data = Advance(view, first, step);
+  sub.data = data.value_or(nullptr);
+  sub.slice_error = SliceError(view, call, first, count, extent, what);
+  if (sub.slice_error.empty() && !data.has_value()) {
+    sub.slice_error = std::string(call) + "(" + std::to_string(first) + ", " + std::to_string(count) + ") of a view of " +
+                      std::to_string(extent) + " " + what + ", " + std::to_string(step) +
+                      " elements apart, lies outside the 64-bit address space";
+  }
+  return sub;
 }
 
 }  // namespace
@@ -50,18 +76,14 @@ std::string_view DTypeName(DType dtype) {
 }
 
 TensorView TensorView::Columns(int64_t first, int64_t count) const {
-  TensorView view = *this;
-  view.data = Advance(*this, first);
+  TensorView view = SubView(*this, "Columns", first, count, 1, cols, "columns");
   view.cols = count;
-  view.slice_error = SliceError(*this, "Columns", first, count, cols, "columns");
   return view;
 }
 
 TensorView TensorView::Rows(int64_t first, int64_t count) const {
-  TensorView view = *this;
-  view.data = Advance(*this, first * row_stride);
+  TensorView view = SubView(*this, "Rows", first, count, row_stride, rows, "rows");
   view.rows = count;
-  view.slice_error = SliceError(*this, "Rows", first, count, rows, "rows");
   return view;
 }
 
