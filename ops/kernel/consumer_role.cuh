@@ -34,6 +34,11 @@ __device__ __forceinline__ void RunConsumer(const CtaContext<Config>& ctx, int w
   JobStream jobs;
   RingCursor a_ring, b_ring, staging;
   for (;;) {
+    // Converged, as the narrow kernel's consumers are: Next reads the slot
+    // and arrives once a warp, by the lanes active, so a warp that reached
+    // it split would arrive twice and free the slot early. (ptxas
+    // reconverges the warp here by itself today; this says so.)
+    __syncwarp();
     const int index = jobs.Next(ctx);
     if (index < 0) return;
     StartTrace(ctx, index, recorder);
