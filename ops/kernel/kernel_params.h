@@ -124,6 +124,32 @@ LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfCopy(const KernelNode::AProducer& 
                           kMaxTilesPerGranule);
 }
 
+// Calls visit(producer, box) for each A edge of `node` whose producer tiles
+// k-block kb of the row block from row0 reads (box not empty), while there
+// are at most two such edges, and returns how many there were (2 at most):
+// what the runs below need, a run coming only from exactly one.
+// `dependencies` are the schedule's edges, `producer_of(p)` node p's
+// schedule, `tile` the scheduler's tile.
+template <int kBlockK, typename ProducerOf, typename Visit>
+LOOM_HOST_DEVICE inline int ForEachABox(const sched::NodeSchedule& node, const sched::DependencyEdge* dependencies,
+                                        ProducerOf&& producer_of, const sched::TileShape& tile, int64_t row0,
+                                        int kb, Visit&& visit) {
+  if (!sched::HasProducerOperand(node, sched::DependencyOperand::kA)) return 0;
+  const int64_t col_begin = int64_t{kb} * kBlockK;
+  int edges = 0;
+  for (int d = 0; d < node.dependency_count; ++d) {
+    const sched::DependencyEdge& edge = dependencies[node.dependency_begin + d];
+    if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
+    const sched::NodeSchedule& producer = producer_of(edge.producer);
+    const sched::TileBox box =
+        sched::ProducerTiles(producer, tile, edge, row0, row0 + tile.m, col_begin, col_begin + kBlockK);
+    if (box.empty()) continue;
+    if (++edges > 1) return edges;
+    visit(producer, box);
+  }
+  return edges;
+}
+
 // The same for a node with no one-edge copy (several A edges, as where A
 // joins the outputs of several nodes): the run of the one edge whose producer
 // tiles k-block kb's columns read, none (granules 0) where no edge's or more
@@ -137,24 +163,17 @@ LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfEdges(const sched::NodeSchedule& n
                                                     const sched::DependencyEdge* dependencies,
                                                     ProducerOf&& producer_of, const sched::TileShape& tile,
                                                     int64_t row0, int kb, int kb_end) {
-  sched::AFlagRun run;
-  if (!sched::HasProducerOperand(node, sched::DependencyOperand::kA)) return run;
   const int granule = node.a_wait_k_blocks;
   const int granules_left = sched::GranulesLeft(kb, kb_end, granule);
-  const int64_t col_begin = int64_t{kb} * kBlockK;
-  int edges = 0;  // with a producer box: a run only from exactly one
-  for (int d = 0; d < node.dependency_count; ++d) {
-    const sched::DependencyEdge& edge = dependencies[node.dependency_begin + d];
-    if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
-    const sched::NodeSchedule& producer = producer_of(edge.producer);
-    const sched::TileBox box =
-        sched::ProducerTiles(producer, tile, edge, row0, row0 + tile.m, col_begin, col_begin + kBlockK);
-    if (box.empty()) continue;
-    if (++edges > 1) return sched::AFlagRun{};
-    run = sched::ARunOfBox(producer.flag_base, producer.flag_row_stride, producer.n_blocks, producer.out_tile_n,
-                           producer.out_cols, box, granule * kBlockK, granules_left, kMaxTilesPerGranule);
-  }
-  return run;
+  sched::AFlagRun run;
+  const int edges = ForEachABox<kBlockK>(
+      node, dependencies, producer_of, tile, row0, kb,
+      [&](const sched::NodeSchedule& producer, const sched::TileBox& box) {
+        run = sched::ARunOfBox(producer.flag_base, producer.flag_row_stride, producer.n_blocks,
+                               producer.out_tile_n, producer.out_cols, box, granule * kBlockK, granules_left,
+                               kMaxTilesPerGranule);
+      });
+  return edges == 1 ? run : sched::AFlagRun{};
 }
 
 // The tiled kernel's form of ARunOfEdges: one whole producer tile a granule
@@ -167,28 +186,20 @@ LOOM_HOST_DEVICE inline sched::AFlagRun TiledARunOfEdges(const sched::NodeSchedu
                                                          const sched::DependencyEdge* dependencies,
                                                          ProducerOf&& producer_of, const sched::TileShape& tile,
                                                          int64_t row0, int kb, int kb_end) {
-  sched::AFlagRun run;
-  if (!sched::HasProducerOperand(node, sched::DependencyOperand::kA)) return run;
   const int granule = node.a_wait_k_blocks;
   const int granules_left = sched::GranulesLeft(kb, kb_end, granule);
-  const int64_t col_begin = int64_t{kb} * kBlockK, col_end = col_begin + kBlockK;
-  const int granule_cols = granule * kBlockK;
-  int edges = 0;  // producer boxes of A: a run only from exactly one
+  sched::AFlagRun run;
   bool one_whole_tile = false;
   int columns_left = 0;
-  for (int d = 0; d < node.dependency_count; ++d) {
-    const sched::DependencyEdge& edge = dependencies[node.dependency_begin + d];
-    if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
-    const sched::NodeSchedule& producer = producer_of(edge.producer);
-    const sched::TileBox box = sched::ProducerTiles(producer, tile, edge, row0, row0 + tile.m, col_begin, col_end);
-    if (box.empty()) continue;
-    ++edges;
-    one_whole_tile = box.m_end - box.m_begin == 1 && box.n_end - box.n_begin == 1 &&
-                     granule_cols == producer.out_tile_n;
-    run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
-    const bool ragged = int64_t{producer.n_blocks} * producer.out_tile_n > producer.out_cols;
-    columns_left = producer.n_blocks - box.n_begin - (ragged ? 1 : 0);
-  }
+  const int edges = ForEachABox<kBlockK>(
+      node, dependencies, producer_of, tile, row0, kb,
+      [&](const sched::NodeSchedule& producer, const sched::TileBox& box) {
+        one_whole_tile = box.m_end - box.m_begin == 1 && box.n_end - box.n_begin == 1 &&
+                         granule * kBlockK == producer.out_tile_n;
+        run.first_flag = sched::OutputFlagIndex(producer, box.m_begin, box.n_begin);
+        const bool ragged = int64_t{producer.n_blocks} * producer.out_tile_n > producer.out_cols;
+        columns_left = producer.n_blocks - box.n_begin - (ragged ? 1 : 0);
+      });
   if (edges != 1 || !one_whole_tile) return sched::AFlagRun{};
   run.granules = granules_left < columns_left ? granules_left : columns_left;
   return run;
