@@ -220,11 +220,12 @@ TEST(AFlagRunsTest, AlignedProducersSideBySideKeepTheirRuns) {
     const TensorView h = View("h", kBuffer, tokens, 1024);
     graph.AddGemm("gate_up", View("x", kInputs, tokens, 512), View("w_gate_up", kWeights, 2048, 512), h,
                   Epilogue{.activation = Activation::kSwiGLU});
-    graph.AddGemm("down", h, View("w_down", kWeights + (8 << 20), 512, 1024), View("y", kInputs + (8 << 20), tokens, 512));
+    graph.AddGemm("down", h, View("w_down", kWeights + (8 << 20), 512, 1024),
+                  View("y", kInputs + (8 << 20), tokens, 512));
     // Two nodes over the column halves of one buffer, read whole.
     const TensorView z = View("z", kBuffer + (16 << 20), tokens, 1024);
-    graph.AddGemm("left", View("x2", kInputs + (16 << 20), tokens, 512), View("w_left", kWeights + (16 << 20), 512, 512),
-                  z.Columns(0, 512).Named("z_left"));
+    graph.AddGemm("left", View("x2", kInputs + (16 << 20), tokens, 512),
+                  View("w_left", kWeights + (16 << 20), 512, 512), z.Columns(0, 512).Named("z_left"));
     graph.AddGemm("right", View("x3", kInputs + (20 << 20), tokens, 512),
                   View("w_right", kWeights + (20 << 20), 512, 512), z.Columns(512, 512).Named("z_right"));
     graph.AddGemm("joined", z, View("w_joined", kWeights + (24 << 20), 256, 1024),
@@ -234,7 +235,8 @@ TEST(AFlagRunsTest, AlignedProducersSideBySideKeepTheirRuns) {
       options.kernel = kernel;
       absl::StatusOr<Plan> plan = CompileOnH200(graph, options);
       ASSERT_TRUE(plan.ok()) << plan.status();
-      const std::string where = absl::StrCat(tokens, " tokens, ", plan->kernel() == KernelChoice::kNarrow ? "narrow" : "tiled");
+      const std::string where =
+          absl::StrCat(tokens, " tokens, ", plan->kernel() == KernelChoice::kNarrow ? "narrow" : "tiled");
       EXPECT_EQ(plan->schedule().nodes[1].a_flag_runs, 1) << where;
       EXPECT_EQ(plan->schedule().nodes[4].a_flag_runs, 1) << where;
       const std::vector<std::string> failures = UnsoundWaits(*plan);

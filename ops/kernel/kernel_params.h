@@ -124,10 +124,10 @@ LOOM_HOST_DEVICE inline sched::AFlagRun ARunOfCopy(const KernelNode::AProducer& 
                           kMaxTilesPerGranule);
 }
 
-// Calls visit(producer, box) for each A edge of `node` whose producer tiles
-// k-block kb of the row block from row0 reads (box not empty), while there
-// are at most two such edges, and returns how many there were (2 at most):
-// what the runs below need, a run coming only from exactly one.
+// Calls visit(producer, box) for the first A edge of `node` whose producer
+// tiles k-block kb of the row block from row0 reads (box not empty), and
+// returns how many edges read there, counting to 2 at most: what the runs
+// below need, a run coming only from exactly one.
 // `dependencies` are the schedule's edges, `producer_of(p)` node p's
 // schedule, `tile` the scheduler's tile.
 template <int kBlockK, typename ProducerOf, typename Visit>

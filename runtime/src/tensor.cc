@@ -52,8 +52,8 @@ TensorView SubView(const TensorView& view, const char* call, int64_t first, int6
   sub.data = data.value_or(nullptr);
   sub.slice_error = SliceError(view, call, first, count, extent, what);
   if (sub.slice_error.empty() && !data.has_value()) {
-    sub.slice_error = std::string(call) + "(" + std::to_string(first) + ", " + std::to_string(count) + ") of a view of " +
-                      std::to_string(extent) + " " + what + ", " + std::to_string(step) +
+    sub.slice_error = std::string(call) + "(" + std::to_string(first) + ", " + std::to_string(count) +
+                      ") of a view of " + std::to_string(extent) + " " + what + ", " + std::to_string(step) +
                       " elements apart, lies outside the 64-bit address space";
   }
   return sub;
