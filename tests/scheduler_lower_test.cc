@@ -672,6 +672,22 @@ TEST(ExplainTest, MentionsEveryNodeItsDependenciesAndTheQueue) {
                                "A's producers: one granule of producer tiles every 2 k-blocks"}) {
     EXPECT_NE(text.find(fragment), std::string::npos) << "no \"" << fragment << "\" in\n" << text;
   }
+  EXPECT_EQ(text.find("one granule at a time"), std::string::npos) << text;
+}
+
+// A node whose A's producers give no sound runs of flags (two producers over
+// the same columns of one row block) says it waits granule by granule.
+TEST(ExplainTest, SaysWhereAIsWaitedForOneGranuleAtATime) {
+  // A [128, 512]: rows 0-63 from node 0, rows 64-127 from node 1, both all
+  // columns; one 128-row block reads both.
+  std::vector<NodeProblem> g = {
+      Gemm(64, 512, 64), Gemm(64, 512, 64),
+      Gemm(128, 256, 512, {Edge(0, DependencyOperand::kA), Edge(1, DependencyOperand::kA, -64, 0)})};
+  absl::StatusOr<Schedule> s = Lower(g, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->nodes[2].a_flag_runs, 0);
+  const std::string text = ExplainSchedule(*s, {"top", "bottom", "consumer"});
+  EXPECT_NE(text.find("waited for one granule at a time"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -123,8 +123,12 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
     }
     const bool a_has_producer_tiles = node.a_wait_k_blocks < node.k_blocks;
     if (a_has_producer_tiles) {
-      absl::StrAppendFormat(&out, "  A's producers: one granule of producer tiles every %d k-blocks\n",
-                            node.a_wait_k_blocks);
+      absl::StrAppendFormat(&out, "  A's producers: one granule of producer tiles every %d k-blocks%s\n",
+                            node.a_wait_k_blocks,
+                            node.a_flag_runs ? ""
+                                             : ", waited for one granule at a time (producers that give columns "
+                                               "of one row block in common, or an output inside a tile column: "
+                                               "no runs of flags)");
     }
   }
 
