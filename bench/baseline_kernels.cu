@@ -6,11 +6,10 @@
 // pointers. Grid-stride loops, so the grid size needs no device query.
 #include "baseline_kernels.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdint>
+
+#include "half_types.cuh"
 
 namespace loom::bench {
 namespace {
@@ -18,23 +17,10 @@ namespace {
 constexpr int kThreadsPerBlock = 256;
 constexpr int64_t kMaxBlocks = 65535;
 
-// The conversions of one 16-bit type, alone and in pairs.
-struct Bf16 {
-  using Scalar = __nv_bfloat16;
-  using Pair = __nv_bfloat162;
-  static __device__ float ToFloat(Scalar x) { return __bfloat162float(x); }
-  static __device__ float2 ToFloat2(Pair x) { return __bfloat1622float2(x); }
-  static __device__ Scalar FromFloat(float x) { return __float2bfloat16_rn(x); }
-  static __device__ Pair FromFloat2(float x, float y) { return __floats2bfloat162_rn(x, y); }
-};
-struct Fp16 {
-  using Scalar = __half;
-  using Pair = __half2;
-  static __device__ float ToFloat(Scalar x) { return __half2float(x); }
-  static __device__ float2 ToFloat2(Pair x) { return __half22float2(x); }
-  static __device__ Scalar FromFloat(float x) { return __float2half_rn(x); }
-  static __device__ Pair FromFloat2(float x, float y) { return __floats2half2_rn(x, y); }
-};
+// The conversions of a 16-bit type, alone and in pairs: loom's own
+// (half_types.cuh), the CUDA intrinsics any such kernel uses.
+using Bf16 = kernel::HalfType<kernel::ElementType::kBF16>;
+using Fp16 = kernel::HalfType<kernel::ElementType::kFP16>;
 
 __device__ __forceinline__ float SiluTimes(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
@@ -44,7 +30,7 @@ __device__ __forceinline__ float SiluTimes(float gate, float up) {
 template <typename Half>
 __global__ void SwiGLUVectorKernel(const uint4* __restrict__ gate_up, uint2* __restrict__ out,
                                    int64_t groups) {
-  using Pair = typename Half::Pair;
+  using Pair = typename Half::T2;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < groups;
        i += int64_t{gridDim.x} * blockDim.x) {
     const uint4 loaded = gate_up[i];
@@ -55,16 +41,16 @@ __global__ void SwiGLUVectorKernel(const uint4* __restrict__ gate_up, uint2* __r
     const float2 p3 = Half::ToFloat2(pairs[3]);
     uint2 packed;
     Pair* results = reinterpret_cast<Pair*>(&packed);
-    results[0] = Half::FromFloat2(SiluTimes(p0.x, p0.y), SiluTimes(p1.x, p1.y));
-    results[1] = Half::FromFloat2(SiluTimes(p2.x, p2.y), SiluTimes(p3.x, p3.y));
+    results[0] = Half::FromFloat2(make_float2(SiluTimes(p0.x, p0.y), SiluTimes(p1.x, p1.y)));
+    results[1] = Half::FromFloat2(make_float2(SiluTimes(p2.x, p2.y), SiluTimes(p3.x, p3.y)));
     out[i] = packed;
   }
 }
 
 // Elements [first, count) one at a time.
 template <typename Half>
-__global__ void SwiGLUScalarKernel(const typename Half::Scalar* __restrict__ gate_up,
-                                   typename Half::Scalar* __restrict__ out, int64_t first,
+__global__ void SwiGLUScalarKernel(const typename Half::T* __restrict__ gate_up,
+                                   typename Half::T* __restrict__ out, int64_t first,
                                    int64_t count) {
   for (int64_t i = first + blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -81,7 +67,7 @@ unsigned BlocksFor(int64_t work_items) {
 
 template <typename Half>
 cudaError_t LaunchSwiGLU(const void* gate_up, void* out, int64_t count, cudaStream_t stream) {
-  using Scalar = typename Half::Scalar;
+  using Scalar = typename Half::T;
   const bool vector_aligned = reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
                               reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const int64_t groups = vector_aligned ? count / 4 : 0;
