@@ -204,16 +204,15 @@ cudaLaunchConfig_t MakeLaunchConfig(int ctas, uint32_t smem_bytes, cudaStream_t 
 }  // namespace
 
 cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size, int tile_n,
-                                  int* clusters) {
+                                  ElementType half, int* clusters) {
   if (cudaError_t error = ConfigureKernels(); error != cudaSuccess) return error;
   const uint32_t smem_bytes = SharedMemoryBytes(a_stages, b_stages, a_stage_bytes, tile_n);
   cudaLaunchAttribute attributes[2];
   cudaLaunchConfig_t config = MakeLaunchConfig(cluster_size, smem_bytes, nullptr, attributes, cluster_size, false);
   *clusters = 0;
-  const auto kernels = WithTiledConfig(tile_n, [](auto width) {
-    using Config = decltype(width);
-    return std::array{PersistentGemmKernel<Config, false>, PersistentGemmKernel<Config, true>,
-                      PersistentGemmKernel<Fp16<Config>, false>, PersistentGemmKernel<Fp16<Config>, true>};
+  const auto kernels = WithKernelConfig(tile_n, half, [](auto kernel_config) {
+    using Config = decltype(kernel_config);
+    return std::array{PersistentGemmKernel<Config, false>, PersistentGemmKernel<Config, true>};
   });
   for (auto kernel : kernels) {
     int fit = 0;

@@ -19,13 +19,13 @@ inline uint32_t SharedMemoryBytes(int a_stages, int b_stages, uint32_t a_stage_b
 }
 
 // Clusters of `cluster_size` CTAs of the kernel that can be resident at once
-// on the current device with this shared memory (occupancy API; the smallest
-// of the answers of the instantiations for tiles `tile_n` wide: with and
-// without split-K, bf16 and fp16). Also raises
-// every kernel's shared-memory limit to the device's maximum, so call it
+// on the current device with this shared memory (occupancy API; the smaller
+// of the answers of the plan's two instantiations, for tiles `tile_n` wide in
+// the 16-bit type `half`: with and without split-K). Also raises every
+// kernel's shared-memory limit to the device's maximum, so call it
 // (Runtime::Compile does) before LaunchPersistentGemm on a device.
 cudaError_t MaxCoresidentClusters(int a_stages, int b_stages, uint32_t a_stage_bytes, int cluster_size, int tile_n,
-                                  int* clusters);
+                                  ElementType half, int* clusters);
 
 // Launches the persistent kernel: `clusters` clusters of params.cluster_size
 // CTAs, the instantiation for tiles `tile_n` wide (the plan's) and the plan's

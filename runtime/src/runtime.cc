@@ -1132,7 +1132,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     if (has_gpu()) {
       LOOM_CUDA_RETURN_IF_ERROR(kernel::MaxCoresidentClusters(impl->a_stages, impl->b_stages,
                                                               impl->a_stage_bytes, kClusterSize, impl->tile_n,
-                                                              &coresident));
+                                                              impl->half, &coresident));
     }
   }
   if (coresident < 1) {
