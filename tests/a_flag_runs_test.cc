@@ -30,6 +30,7 @@
 #include "loom/runtime.h"
 #include "loom/tensor.h"
 #include "narrow_config.h"
+#include "testbed/testbed.h"
 
 namespace loom {
 namespace {
@@ -250,7 +251,9 @@ TEST(AFlagRunsTest, AlignedProducersSideBySideKeepTheirRuns) {
 // not, ragged or not), on both kernels
 // and tile widths, with and without forced splits: every plan's waits sound.
 TEST(AFlagRunsTest, RandomProducerLayoutsWaitForEveryTileRead) {
-  std::mt19937_64 rng(20261204);
+  // A fresh seed each run, printed on failure; LOOM_TEST_SEED replays one.
+  testbed::Rng seeded;
+  std::mt19937_64& rng = seeded.engine();
   auto uniform = [&](int64_t lo, int64_t hi) {
     return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
   };

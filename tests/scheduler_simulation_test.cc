@@ -17,6 +17,7 @@
 #include "loom/scheduler/queue.h"
 #include "loom/scheduler/schedule.h"
 #include "loom/scheduler/simulation.h"
+#include "testbed/testbed.h"
 
 namespace loom::sched {
 namespace {
@@ -339,7 +340,9 @@ TEST(WavefrontTest, IndependentNodesAreConcatenated) {
 
 // Random DAGs of random shapes: a soak of Lower + CheckQueue + simulation.
 TEST(RandomGraphTest, LowerCheckAndSimulate) {
-  std::mt19937_64 rng(20240611);
+  // A fresh seed each run, printed on failure; LOOM_TEST_SEED replays one.
+  testbed::Rng seeded;
+  std::mt19937_64& rng = seeded.engine();
   auto pick = [&](std::initializer_list<int64_t> values) {
     return *(values.begin() + rng() % values.size());
   };
