@@ -66,10 +66,15 @@ class GpuHarness {
   void Build(GraphBuilder builder) { builder_ = std::move(builder); }
 
   // Copies inputs (and poisoned outputs) to the device, compiles and launches
-  // the graph `launches` times, copies every output back.
+  // the graph `launches` times, the outputs re-poisoned before each launch
+  // after the first (so each must write every element), copies every output
+  // back.
   absl::Status Run(const Runtime& runtime, const CompileOptions& options = {}, int launches = 1) {
     if (absl::Status s = Prepare(runtime, options); !s.ok()) return s;
     for (int i = 0; i < launches; ++i) {
+      if (i > 0) {
+        if (absl::Status s = PoisonDeviceOutputs(); !s.ok()) return s;
+      }
       if (absl::Status s = plan_->Launch(nullptr); !s.ok()) return s;
       if (absl::Status s = plan_->Synchronize(nullptr); !s.ok()) return s;
     }
@@ -133,8 +138,7 @@ class GpuHarness {
     HostTensors reference;
     for (const auto& [name, matrix] : host_.all()) {
       TensorView view = reference.Add(name, matrix->dtype(), matrix->rows(), matrix->cols(), matrix->row_stride());
-      bool is_output = std::find(outputs_.begin(), outputs_.end(), name) != outputs_.end();
-      if (!is_output) {
+      if (!IsOutput(name)) {
         std::memcpy(view.data, matrix->data(), matrix->body_bytes());
       }
     }
@@ -153,6 +157,7 @@ class GpuHarness {
       }
       EXPECT_TRUE(CheckGuards(host_[out_name], out_name));
     }
+    ExpectInputsUntouched();
   }
 
   // Checks every node on its own: the CPU reference recomputes each node from
@@ -164,9 +169,12 @@ class GpuHarness {
   // downstream; a consumer that read unfinished (poisoned or stale) data still
   // fails. A node's C may be a sub-view (Columns, Rows) of a harness tensor.
   // Every Output's guard bands and row padding are checked once.
-  void ExpectEachNodeMatchesReference() {
+  void ExpectEachNodeMatchesReference() { ExpectEachNodeMatchesReference(builder_); }
+  // The same for another graph over the harness's tensors (a second Plan's,
+  // launched on the device buffers), its outputs copied back.
+  void ExpectEachNodeMatchesReference(const GraphBuilder& builder) {
     GemmGraph gpu_results;
-    builder_([&](const std::string& name) { return host_.view(name); }, gpu_results);
+    builder([&](const std::string& name) { return host_.view(name); }, gpu_results);
     for (const GemmNode& node : gpu_results.nodes()) {
       SCOPED_TRACE("node " + node.name);
       HostMatrix expected(node.c.dtype, node.c.rows, node.c.cols);
@@ -177,6 +185,25 @@ class GpuHarness {
       EXPECT_TRUE(CompareNodeToReference(node, node.c, expected.view(node.c.name)));
     }
     for (const std::string& name : outputs_) EXPECT_TRUE(CheckGuards(host_[name], name));
+    ExpectInputsUntouched();
+  }
+
+  // Every buffer that is not an Output (A, B, biases, residuals) is on the
+  // device byte for byte as the host copy, guard bands and row padding
+  // included: a stray write (a wrong tensor map, an epilogue pointer) shows
+  // here even where it changes no output. Called by both Expect*Reference.
+  void ExpectInputsUntouched() {
+    for (const auto& [name, matrix] : host_.all()) {
+      if (IsOutput(name)) continue;
+      HostMatrix copy(matrix->dtype(), matrix->rows(), matrix->cols(), matrix->row_stride(), matrix->guard_bytes());
+      const absl::Status status = device_.at(name)->CopyTo(copy);
+      ASSERT_TRUE(status.ok()) << status;
+      const std::byte* end = matrix->allocation() + matrix->allocation_bytes();
+      const std::byte* begin = matrix->allocation();
+      const std::byte* changed = std::mismatch(begin, end, copy.allocation()).first;
+      EXPECT_EQ(changed, end) << "input \"" << name << "\" changed on the device, first at byte "
+                              << (changed - matrix->data()) << " from its element (0, 0)";
+    }
   }
 
   HostMatrix& host(const std::string& name) { return host_[name]; }
@@ -191,6 +218,10 @@ class GpuHarness {
   GraphBuilder builder_;
   GemmGraph device_graph_;
   std::unique_ptr<Plan> plan_;
+
+  bool IsOutput(const std::string& name) const {
+    return std::find(outputs_.begin(), outputs_.end(), name) != outputs_.end();
+  }
 
   static absl::Status SynchronizeDevice() {
     const cudaError_t error = cudaDeviceSynchronize();
