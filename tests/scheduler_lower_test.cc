@@ -1,6 +1,7 @@
 // Lower(): flags, split-K, dependencies, refusals and the explain text.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -101,6 +102,59 @@ TEST(LowerTest, RefusesAnEdgeOnALaterOrUnknownNode) {
   DependencyEdge bad = Edge(0, DependencyOperand::kA);
   bad.operand = 9;
   ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 8, 8, {bad})}, Options()), "node 1: dependency 0 has operand 9");
+}
+
+// Dimensions near INT64_MAX are refused, not wrapped to one tile (the block
+// counts were once rounded up with a + b - 1, which overflowed); a label
+// names the node where the caller gave one.
+TEST(LowerTest, RefusesDimensionsPastTheBlockRangeWithoutOverflow) {
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  ExpectInvalid(Lower({Gemm(kHuge, 8, 8)}, Options()), "node 0: m_blocks = 72057594037927936");
+  ExpectInvalid(Lower({Gemm(8, kHuge, 8)}, Options()), "node 0: n_blocks = 36028797018963968");
+  ExpectInvalid(Lower({Gemm(8, 8, kHuge)}, Options()), "node 0: k_blocks = 144115188075855872");
+  NodeProblem labelled = Gemm(kHuge, 8, 8);
+  labelled.label = "node \"tall\"";
+  ExpectInvalid(Lower({Gemm(8, 8, 8), labelled}, Options()), "node \"tall\": m_blocks");
+}
+
+// Edge offsets past +-2^62 are refused before anything negates or adds them.
+TEST(LowerTest, RefusesEdgeOffsetsPastTwoToThe62) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  ExpectInvalid(Lower({Gemm(8, 8, 8), Gemm(8, 8, 8, {Edge(0, DependencyOperand::kA, kMin, 0)})}, Options()),
+                "node 1: dependency 0 has row_offset -9223372036854775808, past +-2^62");
+  ExpectInvalid(
+      Lower({Gemm(8, 8, 8), Gemm(8, 8, 8, {Edge(0, DependencyOperand::kA, 0, (int64_t{1} << 62) + 1)})}, Options()),
+      "node 1: dependency 0 has col_offset 4611686018427387905");
+  EXPECT_TRUE(
+      Lower({Gemm(8, 8, 8), Gemm(8, 8, 8, {Edge(0, DependencyOperand::kA, 0, -(int64_t{1} << 62))})}, Options()).ok());
+}
+
+// Tiles of any int32 size are valid options; a split-K workspace past 64 bits
+// of elements is refused by node, not wrapped.
+TEST(LowerTest, RefusesASplitKWorkspacePastSixtyFourBits) {
+  SchedulerOptions o = Options();
+  o.tile = {1 << 30, 1 << 30, 64};
+  o.cluster_size = 1;
+  o.split_k = 4;
+  o.sum_in_last_split = false;
+  o.reduce_in_parts = false;
+  ExpectInvalid(Lower({Gemm(int64_t{1} << 33, int64_t{1} << 33, 64 * 8)}, o),
+                "node 0: the split-K workspace (4 partials of 8 x 8 tiles of 1073741824 x 1073741824)");
+}
+
+// A node whose A edges all wait for their whole producer has no runs of A
+// flags (its granule, kAWaitWholeJob k-blocks, would overflow the kernels'
+// int columns).
+TEST(LowerTest, WholeTensorAEdgesHaveNoFlagRuns) {
+  DependencyEdge whole = Edge(0, DependencyOperand::kA);
+  whole.whole_tensor = 1;
+  absl::StatusOr<Schedule> s = Lower({Gemm(128, 256, 64), Gemm(128, 256, 256, {whole})}, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->nodes[1].a_wait_k_blocks, kAWaitWholeJob);
+  EXPECT_EQ(s->nodes[1].a_flag_runs, 0);
+  s = Lower({Gemm(128, 256, 64), Gemm(128, 256, 256, {Edge(0, DependencyOperand::kA)})}, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->nodes[1].a_flag_runs, 1);
 }
 
 TEST(LowerTest, RefusesMoreNodesThanTheJobCanName) {

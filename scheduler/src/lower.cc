@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,7 +19,6 @@
 namespace loom::sched {
 
 int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node) {
-  constexpr int64_t kNoConstraint = int64_t{1} << 30;
   const int64_t k_block = schedule.tile.k;
   int64_t granule = 0;  // in k-blocks; 0: no constraint yet (gcd(0, x) = x)
   for (int d = 0; d < node.dependency_count; ++d) {
@@ -31,7 +31,7 @@ int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node) {
     granule = std::gcd(granule, tile_cols / k_block);
     granule = std::gcd(granule, offset / k_block);
   }
-  return static_cast<int32_t>(granule == 0 ? kNoConstraint : granule);
+  return granule == 0 ? kAWaitWholeJob : static_cast<int32_t>(granule);
 }
 
 bool AFlagRunsAllowed(const Schedule& schedule, const NodeSchedule& node) {
@@ -115,9 +115,44 @@ std::vector<std::vector<int>> FlagGroupsOf(const std::vector<NodeProblem>& probl
   return groups;
 }
 
+namespace {
+
+// Every edge names an earlier node and an operand, with offsets inside
+// +-2^62: they are negated and added to row and column bounds
+// (FlagGroupsOf, ProducerTiles), which past that could overflow. (What
+// Compile derives from views lies far inside.)
+absl::Status ValidateEdges(const std::vector<NodeProblem>& problems) {
+  constexpr int64_t kMaxOffset = int64_t{1} << 62;
+  for (int i = 0; i < static_cast<int>(problems.size()); ++i) {
+    const std::vector<DependencyEdge>& edges = problems[i].dependencies;
+    for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
+      const DependencyEdge& edge = edges[e];
+      if (edge.producer < 0 || edge.producer >= i) {
+        return absl::InvalidArgumentError(absl::StrCat(ProblemLabel(problems, i), ": dependency ", e, " has producer ",
+                                                       edge.producer, ", which is not an earlier node"));
+      }
+      if (edge.operand > static_cast<uint8_t>(DependencyOperand::kResidual)) {
+        return absl::InvalidArgumentError(absl::StrCat(ProblemLabel(problems, i), ": dependency ", e, " has operand ",
+                                                       static_cast<int>(edge.operand),
+                                                       ", not one of A, B, bias, residual"));
+      }
+      for (const auto& [what, offset] : {std::pair{"row_offset", edge.row_offset}, {"col_offset", edge.col_offset}}) {
+        if (offset < -kMaxOffset || offset > kMaxOffset) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ProblemLabel(problems, i), ": dependency ", e, " has ", what, " ", offset, ", past +-2^62"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
                                const SchedulerOptions& options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (absl::Status s = ValidateEdges(problems); !s.ok()) return s;
   if (static_cast<int64_t>(problems.size()) > kMaxNodes) {
     return absl::InvalidArgumentError(absl::StrCat("graph: ", problems.size(), " nodes exceed ", kMaxNodes,
                                                    ", the TileJob node field's range"));
@@ -181,6 +216,7 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     flags += group_flags;
   }
   int64_t workspace = 0;
+  int flags_overflow_split = -1;  // the split node whose partials pass the flag limit
   for (int i = 0; i < static_cast<int>(schedule.nodes.size()) && flags <= INT32_MAX; ++i) {
     NodeSchedule& node = schedule.nodes[i];
     const int64_t tiles = int64_t{node.m_blocks} * node.n_blocks;
@@ -191,19 +227,38 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
       node.part_count_base = static_cast<int32_t>(flags);
       flags += tiles;
     }
+    if (flags > INT32_MAX) flags_overflow_split = i;
     node.workspace_offset = workspace;
-    workspace += int64_t{PartialSlices(node)} * node.m_blocks * options.tile.m * node.n_blocks * options.tile.n;
+    // fp32 partials of every tile's slices; checked, as tiles of any int32
+    // size are valid options.
+    int64_t elements = PartialSlices(node);
+    for (const int64_t factor : {int64_t{node.m_blocks}, int64_t{options.tile.m}, int64_t{node.n_blocks},
+                                 int64_t{options.tile.n}}) {
+      if (__builtin_mul_overflow(elements, factor, &elements)) elements = -1;
+      if (elements < 0) break;
+    }
+    if (elements < 0 || __builtin_add_overflow(workspace, elements, &workspace)) {
+      return absl::InvalidArgumentError(absl::StrCat(ProblemLabel(problems, i), ": the split-K workspace (",
+                                                     PartialSlices(node), " partials of ", node.m_blocks, " x ",
+                                                     node.n_blocks, " tiles of ", options.tile.m, " x ",
+                                                     options.tile.n, ") overflows a 64-bit element count"));
+    }
   }
   if (flags > std::numeric_limits<int32_t>::max()) {
     std::string where;
     if (flags_overflow_group.empty()) {
-      where = absl::StrCat("the split-K partials and reduce part counts take the count to ", flags);
+      const NodeSchedule& node = schedule.nodes[flags_overflow_split];
+      where = absl::StrCat(ProblemLabel(problems, flags_overflow_split), "'s split-K partials (split_k = ",
+                           node.split_k, ", ", PartialSlices(node), " a tile of ", node.m_blocks, " x ",
+                           node.n_blocks, ") and reduce part counts take the count to ", flags);
     } else {
       int64_t tiles = 0;
-      for (int i : flags_overflow_group) tiles += int64_t{schedule.nodes[i].m_blocks} * schedule.nodes[i].n_blocks;
-      where = absl::StrCat(flags_overflow_group.size() == 1 ? "node " : "nodes ",
-                           absl::StrJoin(flags_overflow_group, ", "), "'s output tiles (", tiles,
-                           ") take the count to ", flags);
+      std::vector<std::string> labels;
+      for (int i : flags_overflow_group) {
+        tiles += int64_t{schedule.nodes[i].m_blocks} * schedule.nodes[i].n_blocks;
+        labels.push_back(ProblemLabel(problems, i));
+      }
+      where = absl::StrCat(absl::StrJoin(labels, ", "), "'s output tiles (", tiles, ") take the count to ", flags);
     }
     return absl::InvalidArgumentError(absl::StrCat("graph: more than ", std::numeric_limits<int32_t>::max(),
                                                    " tile flags (output tiles + split-K partials + reduce part "
@@ -219,17 +274,7 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
   for (int i = 0; i < static_cast<int>(problems.size()); ++i) {
     NodeSchedule& node = schedule.nodes[i];
     node.dependency_begin = static_cast<int32_t>(schedule.dependencies.size());
-    const std::vector<DependencyEdge>& edges = problems[i].dependencies;
-    for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
-      const DependencyEdge& edge = edges[e];
-      if (edge.producer < 0 || edge.producer >= i) {
-        return absl::InvalidArgumentError(absl::StrCat("node ", i, ": dependency ", e, " has producer ",
-                                                       edge.producer, ", which is not an earlier node"));
-      }
-      if (edge.operand > static_cast<uint8_t>(DependencyOperand::kResidual)) {
-        return absl::InvalidArgumentError(absl::StrCat("node ", i, ": dependency ", e, " has operand ",
-                                                       static_cast<int>(edge.operand), ", not one of A, B, bias, residual"));
-      }
+    for (const DependencyEdge& edge : problems[i].dependencies) {  // ValidateEdges checked them
       const NodeSchedule& producer = schedule.nodes[edge.producer];
       if (int64_t{producer.m_blocks} * producer.n_blocks == 0) continue;
       schedule.dependencies.push_back(edge);
@@ -237,7 +282,10 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     }
     node.dependency_count = static_cast<int32_t>(schedule.dependencies.size()) - node.dependency_begin;
     node.a_wait_k_blocks = AWaitKBlocks(schedule, node);
-    node.a_flag_runs = AFlagRunsAllowed(schedule, node) ? 1 : 0;
+    // Runs need a granule: none where every A edge waits for its whole
+    // producer (kAWaitWholeJob, whose columns would overflow the kernels'
+    // int arithmetic).
+    node.a_flag_runs = node.a_wait_k_blocks != kAWaitWholeJob && AFlagRunsAllowed(schedule, node) ? 1 : 0;
   }
   for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
     schedule.nodes[i].last_split_extra_k_blocks = ChooseLastSplitExtra(schedule, i, options);
@@ -256,8 +304,8 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
   }
   if (expected_jobs > kMaxJobs) {
     return absl::InvalidArgumentError(absl::StrCat("graph: ", expected_jobs, " jobs exceed ", kMaxJobs,
-                                                   ", the most a plan queues; node ", largest, " has ",
-                                                   largest_jobs));
+                                                   ", the most a plan queues; ", ProblemLabel(problems, largest),
+                                                   " has ", largest_jobs));
   }
 
   // Deadlock freedom rests on (a) this queue being topological, (b) all

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -12,13 +13,26 @@
 namespace loom::sched {
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// For a >= 0, b > 0, without overflow for any such a (a + b - 1 overflows
+// from INT64_MAX - b + 2; the blocks of such a dimension are refused after).
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
-absl::Status NodeError(int node_index, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("node ", node_index, ": ", what));
+// a * b for a, b >= 0, INT64_MAX where it would overflow.
+int64_t SaturatingProduct(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? std::numeric_limits<int64_t>::max() : product;
+}
+
+std::string Label(const NodeProblem& problem, int index) {
+  return problem.label.empty() ? absl::StrCat("node ", index) : problem.label;
 }
 
 }  // namespace
+
+std::string ProblemLabel(const std::vector<NodeProblem>& problems, int index) {
+  return index >= 0 && index < static_cast<int>(problems.size()) ? Label(problems[index], index)
+                                                                  : absl::StrCat("node ", index);
+}
 
 absl::Status ValidateOptions(const SchedulerOptions& options) {
   // InvalidArgument naming the field as the caller knows the options.
@@ -175,16 +189,17 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
                                       const SchedulerOptions& options, bool has_consumers,
                                       int64_t step_cluster_tiles) {
   const TileShape& tile = options.tile;
-  if (problem.m < 0) return NodeError(node_index, absl::StrCat("M must be >= 0, got ", problem.m));
-  if (problem.n < 0) return NodeError(node_index, absl::StrCat("N must be >= 0, got ", problem.n));
-  if (problem.k < 0) return NodeError(node_index, absl::StrCat("K must be >= 0, got ", problem.k));
+  const auto refuse = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(Label(problem, node_index), ": ", what));
+  };
+  if (problem.m < 0) return refuse(absl::StrCat("M must be >= 0, got ", problem.m));
+  if (problem.n < 0) return refuse(absl::StrCat("N must be >= 0, got ", problem.n));
+  if (problem.k < 0) return refuse(absl::StrCat("K must be >= 0, got ", problem.k));
   if (problem.swiglu && problem.n % 2 != 0) {
-    return NodeError(node_index, absl::StrCat("SwiGLU needs an even N (gate/up pairs), got N = ", problem.n));
+    return refuse(absl::StrCat("SwiGLU needs an even N (gate/up pairs), got N = ", problem.n));
   }
   if (problem.swiglu && tile.n % 2 != 0) {
-    return NodeError(node_index,
-                     absl::StrCat("SwiGLU needs an even tile.n (whole gate/up pairs per tile), got tile.n = ",
-                                  tile.n));
+    return refuse(absl::StrCat("SwiGLU needs an even tile.n (whole gate/up pairs per tile), got tile.n = ", tile.n));
   }
 
   NodeSchedule node;
@@ -196,19 +211,17 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
 
   const int64_t k_blocks = CeilDiv(problem.k, tile.k);
   if (k_blocks > kMaxKBlocks) {
-    return NodeError(node_index, absl::StrCat("k_blocks = ", k_blocks, " (K = ", problem.k, ", tile.k = ", tile.k,
-                                              ") exceeds ", kMaxKBlocks, ", the TileJob k-block range"));
+    return refuse(absl::StrCat("k_blocks = ", k_blocks, " (K = ", problem.k, ", tile.k = ", tile.k, ") exceeds ",
+                               kMaxKBlocks, ", the TileJob k-block range"));
   }
   const bool empty = problem.m == 0 || problem.n == 0;  // K = 0 still has an output: epilogue(0)
   const int64_t m_blocks = empty ? 0 : CeilDiv(problem.m, tile.m);
   const int64_t n_blocks = empty ? 0 : CeilDiv(problem.n, tile.n);
   if (m_blocks > kMaxBlocksPerDim) {
-    return NodeError(node_index, absl::StrCat("m_blocks = ", m_blocks, " (M = ", problem.m, ") exceeds ",
-                                              kMaxBlocksPerDim));
+    return refuse(absl::StrCat("m_blocks = ", m_blocks, " (M = ", problem.m, ") exceeds ", kMaxBlocksPerDim));
   }
   if (n_blocks > kMaxBlocksPerDim) {
-    return NodeError(node_index, absl::StrCat("n_blocks = ", n_blocks, " (N = ", problem.n, ") exceeds ",
-                                              kMaxBlocksPerDim));
+    return refuse(absl::StrCat("n_blocks = ", n_blocks, " (N = ", problem.n, ") exceeds ", kMaxBlocksPerDim));
   }
   node.m_blocks = static_cast<int32_t>(m_blocks);
   node.n_blocks = static_cast<int32_t>(n_blocks);
@@ -227,8 +240,9 @@ absl::StatusOr<NodeSchedule> TileNode(const NodeProblem& problem, int node_index
         node.raster == RasterOrder::kAlongM
             ? int64_t{tile.n} * (node.share == ClusterShare::kShareA ? options.cluster_size : 1)
             : int64_t{tile.m} * (node.share == ClusterShare::kShareB ? options.cluster_size : 1);
-    node.group_size = ChooseGroupSize(grid, node.raster, options.max_clusters,
-                                      cross_extent * std::max<int64_t>(problem.k, 1) * 2);
+    const int64_t cross_panel_bytes =
+        SaturatingProduct(cross_extent, SaturatingProduct(std::max<int64_t>(problem.k, 1), 2));
+    node.group_size = ChooseGroupSize(grid, node.raster, options.max_clusters, cross_panel_bytes);
   }
   const ReduceParts parts = ChooseReduceParts(node, problem.swiglu, grid.size(), options, has_consumers);
   const bool few_row_reduce = (node.m_blocks == 1 && problem.m <= kFewRowReduceRows) || parts.parts > 1;

@@ -91,7 +91,11 @@ struct NodeProblem {
   int64_t k = 0;
   bool swiglu = false;                     // output is n / 2 columns wide
   std::vector<DependencyEdge> dependencies;  // producers have smaller indices
+  std::string label = "";                    // how errors name the node; empty: "node <index>"
 };
+
+// How errors name node `index` of `problems` (its label, or "node <index>").
+std::string ProblemLabel(const std::vector<NodeProblem>& problems, int index);
 
 // How one node was lowered.
 struct NodeSchedule {
@@ -261,8 +265,9 @@ LOOM_HOST_DEVICE inline TileBox ProducerTiles(const NodeSchedule& producer, cons
 // schedule.dependencies: the largest g such that, for every A edge that is
 // not whole-tensor, producer tile column boundaries fall on multiples of g
 // k-blocks in the consumer's K (so k-blocks [j * g, (j + 1) * g) all read one
-// producer tile column). 1 when a boundary is not k-block aligned; a large
-// value when A has no such edge (one wait per job covers everything).
+// producer tile column). 1 when a boundary is not k-block aligned;
+// kAWaitWholeJob when A has no such edge (one wait per job covers everything).
+inline constexpr int32_t kAWaitWholeJob = int32_t{1} << 30;
 int32_t AWaitKBlocks(const Schedule& schedule, const NodeSchedule& node);
 
 // NodeSchedule::a_flag_runs for `node`, whose edges are already in
