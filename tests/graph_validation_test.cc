@@ -7,6 +7,7 @@
 // nodes). Tensors point at fake device addresses; nothing is dereferenced.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -170,6 +171,16 @@ std::vector<RefusalCase> RefusalCases() {
                    },
                    {"node \"proj\": A \"x.rows\": Rows(549755813888, 64) of a view of 1099511627776 rows, "
                     "16777216 elements apart, lies outside the 64-bit address space"}});
+  // An fp32 C of 1.5 x 2^62 rows, INT64_MAX elements apart: its extent passes
+  // even 128 bits (it once wrapped negative and passed this rule).
+  cases.push_back({"ExtentPastOneHundredTwentySevenBits",
+                   [] {
+                     const int64_t rows = (int64_t{1} << 62) + (int64_t{1} << 61);
+                     return Single(Bf16("x", kX, rows, 1), Bf16("w", kW, 1, 1),
+                                   TensorView{"y", reinterpret_cast<void*>(kY), DType::kFP32, rows, 1,
+                                              std::numeric_limits<int64_t>::max()});
+                   },
+                   {"node \"proj\": C \"y\"", "(more than 2^127 bytes) runs past the end of the address space"}});
   cases.push_back({"NegativeM",
                    [] { return Single(Strided("x", kX, -1, 128, 128), W(), Y()); },
                    {"node \"proj\": A \"x\": rows -1 is negative"}});

@@ -778,6 +778,15 @@ TEST_F(BrokenScheduleTest, PartialKRangeIsReported) {
   ExpectInternal(RunReference(g_->graph(), schedule_), "without split-K");
 }
 
+// A split count no schedule has is Internal, before the executor sizes its
+// partials by it (1 << 30 splits of 129 x 128 once threw bad_alloc).
+TEST_F(BrokenScheduleTest, SplitCountPastTheKBlocksIsReported) {
+  schedule_.nodes[0].split_k = 1 << 30;
+  ExpectInternal(RunReference(g_->graph(), schedule_), "split_k 1073741824");
+  schedule_.nodes[0].split_k = schedule_.nodes[0].k_blocks + 1;
+  ExpectInternal(RunReference(g_->graph(), schedule_), "split_k in [1, max(k_blocks, 1)]");
+}
+
 TEST_F(BrokenScheduleTest, MalformedJobsAreReported) {
   sched::Schedule reduce = schedule_;
   reduce.queue.front().kind = static_cast<uint8_t>(sched::JobKind::kReduce);

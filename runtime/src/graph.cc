@@ -131,11 +131,18 @@ Wide StrideBytes(const TensorView& view) {
   return static_cast<Wide>(view.row_stride) * static_cast<Wide>(view.element_size());
 }
 
-// Bytes from the first element to one past the last. Views must be non-empty
-// with non-negative sizes.
+// Bytes from the first element to one past the last, kSaturatedExtent where
+// that passes 2^127 - 1 (rows near 2^63 times a stride near 2^63 fp32
+// elements). Views must be non-empty with non-negative sizes.
+constexpr Wide kSaturatedExtent = std::numeric_limits<Wide>::max();
 Wide ExtentBytes(const TensorView& view) {
-  return static_cast<Wide>(view.rows - 1) * StrideBytes(view) +
-         static_cast<Wide>(view.cols) * static_cast<Wide>(view.element_size());
+  Wide extent = 0;
+  if (__builtin_mul_overflow(static_cast<Wide>(view.rows - 1), StrideBytes(view), &extent) ||
+      __builtin_add_overflow(extent, static_cast<Wide>(view.cols) * static_cast<Wide>(view.element_size()),
+                             &extent)) {
+    return kSaturatedExtent;
+  }
+  return extent;
 }
 
 std::string WideToString(Wide value) {
@@ -259,12 +266,15 @@ absl::Status CheckWellFormed(const RoleView& rv) {
   if (v.data == nullptr) {
     return Violation(absl::StrFormat("%s: data is null for a non-empty [%d, %d] view", who, v.rows, v.cols));
   }
-  const Wide end = Address(v) + ExtentBytes(v);
-  if (end > static_cast<Wide>(std::numeric_limits<uint64_t>::max()) + 1) {
+  const Wide extent = ExtentBytes(v);
+  // Address < 2^64, so no overflow short of a saturated extent.
+  const Wide address_space = static_cast<Wide>(std::numeric_limits<uint64_t>::max()) + 1;
+  if (extent == kSaturatedExtent || Address(v) + extent > address_space) {
     return Violation(
         absl::StrFormat("%s: the [%d, %d] view at %p (%s bytes) runs past the "
                         "end of the address space",
-                        who, v.rows, v.cols, v.data, WideToString(ExtentBytes(v))));
+                        who, v.rows, v.cols, v.data,
+                        extent == kSaturatedExtent ? "more than 2^127" : WideToString(extent)));
   }
   return absl::OkStatus();
 }

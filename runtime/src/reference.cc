@@ -226,10 +226,10 @@ absl::Status ReferenceExecutor::Prepare() {
     const int64_t expected_out_tile_n = node.epilogue.activation == Activation::kSwiGLU ? t.n / 2 : t.n;
     if (ns.m_blocks != CeilDiv(ns.m, t.m) || ns.n_blocks != CeilDiv(ns.n, t.n) ||
         ns.k_blocks != CeilDiv(ns.k, t.k) || ns.out_tile_n != expected_out_tile_n ||
-        ns.split_k < 1) {
+        ns.split_k < 1 || ns.split_k > std::max(ns.k_blocks, 1) || ns.split_k > sched::kMaxSplitK) {
       return absl::InternalError(absl::StrFormat(
           "schedule: node %d \"%s\" has m/n/k blocks %d/%d/%d, out tile n %d, split_k %d; "
-          "tile %dx%dx%d gives %d/%d/%d, out tile n %d",
+          "tile %dx%dx%d gives %d/%d/%d, out tile n %d, split_k in [1, max(k_blocks, 1)]",
           i, node.name, ns.m_blocks, ns.n_blocks, ns.k_blocks, ns.out_tile_n, ns.split_k, t.m,
           t.n, t.k, CeilDiv(ns.m, t.m), CeilDiv(ns.n, t.n), CeilDiv(ns.k, t.k),
           expected_out_tile_n));
