@@ -428,7 +428,9 @@ void ExpectProducerFlagTimeoutRecord(const Plan& plan, int producer) {
   const sched::NodeSchedule& node = plan.schedule().nodes[producer];
   bool producers_flag = false;
   for (int32_t mb = 0; mb < node.m_blocks; ++mb) {
-    for (int32_t nb = 0; nb < node.n_blocks; ++nb) producers_flag |= record.flag == sched::OutputFlagIndex(node, mb, nb);
+    for (int32_t nb = 0; nb < node.n_blocks; ++nb) {
+      producers_flag |= record.flag == sched::OutputFlagIndex(node, mb, nb);
+    }
   }
   EXPECT_TRUE(producers_flag) << "flag " << record.flag << " is not one of node " << producer << "'s tiles'";
   EXPECT_NE(record.seen, record.expected) << "a wait that saw its epoch timed out";

@@ -282,19 +282,27 @@ TEST(RuntimeTest, ImpossibleDeviceDescriptionsAreRefused) {
                         {"l2_bytes -1 is negative"}));
   EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.max_coresident_clusters = -2; }),
                         absl::StatusCode::kInvalidArgument, {"max_coresident_clusters -2 is negative"}));
-  // One SM holds no cluster of two CTAs (the tiled kernel's); nor does a
-  // device without cluster launch.
+  // More co-resident clusters of two CTAs than the SMs hold.
+  EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.max_coresident_clusters = 67; }),
+                        absl::StatusCode::kInvalidArgument,
+                        {"DeviceDescription \"my gpu\"", "max_coresident_clusters 67 clusters of 2 CTAs need 134 SMs",
+                         "sm_count is 132"}));
+  // One SM holds no cluster of two CTAs (the tiled kernel's), and the
+  // message says so rather than blame shared memory; nor does a device
+  // without cluster launch.
   EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) {
                           d.sm_count = 1;
                           d.max_coresident_clusters = 0;
                         }),
-                        absl::StatusCode::kFailedPrecondition, {"my gpu", "not even one cluster of 2 CTAs"}));
+                        absl::StatusCode::kFailedPrecondition,
+                        {"my gpu", "sm_count 1, but the tiled kernel runs in clusters of 2 CTAs"}));
   EXPECT_TRUE(HasStatus(compile([](DeviceDescription& d) { d.cluster_launch = false; }),
                         absl::StatusCode::kFailedPrecondition, {"my gpu cannot launch clusters"}));
   // The narrow kernel needs neither.
   EXPECT_TRUE(Runtime::ForDescription([] {
                 DeviceDescription d = DeviceDescription::H200();
                 d.sm_count = 1;
+                d.max_coresident_clusters = 0;
                 d.cluster_launch = false;
                 return d;
               }())
@@ -371,6 +379,40 @@ TEST(RuntimeTest, ZeroKNodesKeepTheTiledKernel) {
     narrow.kernel = KernelChoice::kNarrow;
     EXPECT_TRUE(HasStatus(runtime.Compile(graph, narrow).status(), absl::StatusCode::kInvalidArgument,
                           {"CompileOptions.kernel: kNarrow", "node \"zero_k\" has K = 0"}));
+  }
+}
+
+// A node without jobs (M or N zero, and K zero so its views are empty, whose
+// other dimension Validate then leaves unbounded) changes nothing: neither
+// the kernel nor the tile width, and Compile's counts do not overflow on its
+// INT64_MAX (bench/NOTES.md v1.75).
+TEST(RuntimeTest, NodesWithoutJobsDoNotSteerThePlan) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  for (const int64_t rows : {int64_t{1}, int64_t{64}, int64_t{200}}) {
+    SCOPED_TRACE(rows);
+    const absl::StatusOr<Plan> plain = runtime.Compile(WideDecodeGraph(rows, 4096));
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    for (const bool tall : {false, true}) {
+      SCOPED_TRACE(tall ? "M = INT64_MAX, N = 0" : "M = 0, N = INT64_MAX");
+      GemmGraph graph = WideDecodeGraph(rows, 4096);
+      const int64_t m = tall ? kHuge : 0, n = tall ? 0 : kHuge;
+      graph.AddGemm("nothing", TensorView::Dense("a", nullptr, DType::kBF16, m, 0),
+                    TensorView::Dense("b", nullptr, DType::kBF16, n, 0),
+                    TensorView::Dense("c", nullptr, DType::kBF16, m, n));
+      const absl::StatusOr<Plan> plan = runtime.Compile(graph);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->kernel(), plain->kernel());
+      EXPECT_EQ(plan->schedule().tile.n, plain->schedule().tile.n);
+      EXPECT_EQ(plan->schedule().queue.size(), plain->schedule().queue.size());
+    }
+    // A no-op node of 200 rows (N = 0) leaves a one-token graph narrow.
+    GemmGraph graph = WideDecodeGraph(rows, 4096);
+    graph.AddGemm("rows_only", Fake("a2", 0x50000000, 200, 64), TensorView::Dense("b2", nullptr, DType::kBF16, 0, 64),
+                  TensorView::Dense("c2", nullptr, DType::kBF16, 200, 0));
+    const absl::StatusOr<Plan> plan = runtime.Compile(graph);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->kernel(), plain->kernel());
   }
 }
 
@@ -1267,7 +1309,7 @@ TEST(RuntimeTest, TooManyJobsAreRefusedBeforeTheQueueIsBuilt) {
   ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(graph);
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument,
-                        {"jobs exceed 16777216", "the most a plan queues", "node 0 has"}));
+                        {"jobs exceed 16777216", "the most a plan queues", "node \"huge\" has"}));
 }
 
 // More output tiles than the int32 flag indices hold: the message names the
@@ -1281,7 +1323,7 @@ TEST(RuntimeTest, TooManyTileFlagsNameTheNode) {
   ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(graph);
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kInvalidArgument,
-                        {"more than 2147483647 tile flags", "node 1's output tiles (2684354560)",
+                        {"more than 2147483647 tile flags", "node \"huge\"'s output tiles (2684354560)",
                          "take the count to 2684354561"}));
 }
 

@@ -88,6 +88,7 @@ std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph, const std::ve
     problems[i].n = node.n();
     problems[i].k = node.k();
     problems[i].swiglu = node.epilogue.activation == Activation::kSwiGLU;
+    problems[i].label = graph.NodeLabel(static_cast<int>(i));
   }
   for (const DataDependency& dependency : dependencies) {
     sched::DependencyEdge edge;
@@ -205,6 +206,12 @@ absl::Status CheckDevice(const DeviceDescription& device) {
           absl::StrFormat("DeviceDescription \"%s\": %s %d is negative", device.name, name, value));
     }
   }
+  if (int64_t{device.max_coresident_clusters} * kClusterSize > device.sm_count) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "DeviceDescription \"%s\": max_coresident_clusters %d clusters of %d CTAs need %d SMs, but sm_count is %d",
+        device.name, device.max_coresident_clusters, kClusterSize,
+        int64_t{device.max_coresident_clusters} * kClusterSize, device.sm_count));
+  }
   return absl::OkStatus();
 }
 
@@ -257,6 +264,9 @@ int ChooseTileWidth(const CompileOptions& options, const std::vector<sched::Node
   std::vector<int64_t> step_tiles(problems.size(), 0);     // 128-wide tiles at each depth
   std::vector<int64_t> step_k_blocks(problems.size(), 0);  // the longest K at each depth, in k-blocks
   for (size_t i = 0; i < problems.size(); ++i) {
+    // A node without jobs (M or N zero) counts nothing: its other dimension
+    // may be anything (its views are empty).
+    if (problems[i].m == 0 || problems[i].n == 0) continue;
     step_tiles[depth[i]] += ((problems[i].m + kRows - 1) / kRows) * ((problems[i].n + kCols - 1) / kCols);
     step_k_blocks[depth[i]] = std::max(step_k_blocks[depth[i]], (problems[i].k + kBlockK - 1) / kBlockK);
   }
@@ -354,22 +364,29 @@ const GemmNode* FirstZeroKNode(const GemmGraph& graph) {
   return nullptr;
 }
 
-// The narrow kernel's tiles of `node`: its 32-column blocks.
-int64_t NarrowTiles(const GemmNode& node) { return (node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN; }
+// The narrow kernel's tiles of `node`: its 32-column blocks (none without jobs,
+// whose N may be anything: a node of M = 0 and K = 0 has only empty views).
+int64_t NarrowTiles(const GemmNode& node) {
+  return HasJobs(node) ? (node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN : 0;
+}
 
 // The bytes of a node's B (its weights).
 int64_t WeightBytes(const GemmNode& node) { return node.n() * node.k() * static_cast<int64_t>(node.b.element_size()); }
 
-// The rows of the graph's tallest node (A's rows).
+// The rows of the graph's tallest node with jobs (A's rows; a node of N = 0
+// does no work, whatever its rows).
 int64_t MaxRows(const GemmGraph& graph) {
   int64_t rows = 0;
-  for (const GemmNode& node : graph.nodes()) rows = std::max(rows, node.a.rows);
+  for (const GemmNode& node : graph.nodes()) {
+    if (HasJobs(node)) rows = std::max(rows, node.a.rows);
+  }
   return rows;
 }
 
 // The tiled kernel's cluster tiles of `node`, of at most 128 rows (one row
 // block), on tiles `tile_n` wide, grouped as the scheduler groups them.
 int64_t TiledClusterTilesOfOneRowBlock(const GemmNode& node, int tile_n) {
+  if (!HasJobs(node)) return 0;
   sched::NodeSchedule tiles;
   tiles.m_blocks = 1;
   tiles.n_blocks = static_cast<int32_t>((node.n() + tile_n - 1) / tile_n);
@@ -382,6 +399,7 @@ int64_t TiledClusterTilesOfOneRowBlock(const GemmNode& node, int tile_n) {
 // `sms` SMs. `step_cluster_tiles`: the cluster tiles of every node at the
 // node's dependency depth, which Lower counts together (ChooseSplitK).
 bool TiledKernelSplitsK(const GemmNode& node, int sms, int tile_n, int64_t step_cluster_tiles) {
+  if (!HasJobs(node)) return false;
   const int64_t k_blocks = (node.k() + KernelConfig::kBlockK - 1) / KernelConfig::kBlockK;
   return sched::ChooseSplitK(TiledClusterTilesOfOneRowBlock(node, tile_n), static_cast<int32_t>(k_blocks),
                              sms / kClusterSize, /*forced=*/0, /*few_row_reduce=*/true, step_cluster_tiles) > 1;
@@ -1134,6 +1152,12 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
                                                               impl->a_stage_bytes, kClusterSize, impl->tile_n,
                                                               impl->half, &coresident));
     }
+  }
+  if (!impl->narrow && device_.sm_count < kClusterSize) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: sm_count %d, but the tiled kernel runs in clusters of %d CTAs, one an SM (the narrow decode kernel, "
+        "for graphs of at most %d rows, needs one SM)",
+        device_.name, device_.sm_count, kClusterSize, NarrowConfig::kMaxRows));
   }
   if (coresident < 1) {
     return absl::FailedPreconditionError(absl::StrFormat(

@@ -255,7 +255,10 @@ class Plan {
   // work beyond the launch itself, so it can be captured in a CUDA graph.
   // Launch and Synchronize need the plan's device current on the calling
   // thread (cudaSetDevice; FailedPrecondition otherwise), and `stream` of
-  // that device.
+  // that device. One plan's launches must run one after another (one stream,
+  // or streams ordered by events): its epoch, job queue, flags and split-K
+  // workspace serve one launch at a time, and two of its launches running at
+  // once give unspecified outputs or a time-out. Two plans may run at once.
   absl::Status Launch(cudaStream_t stream = nullptr);
   // Waits for `stream`; turns a device time-out into DeadlineExceeded naming
   // the SM, job, flag, expected and seen values (and a job the launched
