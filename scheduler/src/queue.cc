@@ -69,12 +69,18 @@ namespace {
 // The jobs of every node, what each waits on and what it publishes: the
 // graph that OrderQueue orders and SimulatedMakespan times.
 //
-// A job waits on units: each flag it reads, and "all output tiles of node p"
-// (num_flags + p) for a box that covers the whole producer.
+// A job waits on units: each flag it reads; "all output tiles of node p"
+// (num_flags + p) for a box that covers the whole producer; and "all output
+// tiles of row block mb of node p" (row_unit_begin[p] + mb) for a box whose
+// rows it covers whole. A job that reads whole producer rows (an A of K
+// columns) so waits on a unit a row block, not on every tile: needs grow
+// with the jobs, not with jobs x K (131072 x 131072 x 131072 took 18 s and
+// 4 GB of host memory to compile with a unit a tile).
 struct JobGraph {
   std::vector<TileJob> jobs;       // node by node, each node's in raster order
   std::vector<int64_t> job_counts;  // per node
   int64_t num_units = 0;
+  std::vector<int64_t> row_unit_begin;  // per node
   std::vector<int64_t> need_begin;  // per job, into needs; one extra at the end
   // Per job, into needs: from here to the next job's need_begin, the split-K
   // partial flags it sums (PartialsSummed), which a kGemm job (the last split
@@ -126,6 +132,11 @@ JobGraph BuildJobGraph(const Schedule& schedule) {
   }
   const int64_t num_jobs = static_cast<int64_t>(g.jobs.size());
   g.num_units = int64_t{schedule.num_flags} + num_nodes;
+  g.row_unit_begin.assign(num_nodes, 0);
+  for (int i = 0; i < num_nodes; ++i) {
+    g.row_unit_begin[i] = g.num_units;
+    g.num_units += schedule.nodes[i].m_blocks;
+  }
   g.need_begin.assign(num_jobs + 1, 0);
   g.partials_begin.assign(num_jobs, 0);
   g.write_begin.assign(num_jobs + 1, 0);
@@ -150,6 +161,12 @@ JobGraph BuildJobGraph(const Schedule& schedule) {
       const int64_t area = int64_t{pb.box.m_end - pb.box.m_begin} * (pb.box.n_end - pb.box.n_begin);
       if (area == int64_t{producer.m_blocks} * producer.n_blocks) {
         job_units.push_back(schedule.num_flags + pb.producer);
+        continue;
+      }
+      if (pb.box.n_begin == 0 && pb.box.n_end == producer.n_blocks) {
+        for (int32_t mb = pb.box.m_begin; mb < pb.box.m_end; ++mb) {
+          job_units.push_back(g.row_unit_begin[pb.producer] + mb);
+        }
         continue;
       }
       for (int32_t mb = pb.box.m_begin; mb < pb.box.m_end; ++mb) {
@@ -216,8 +233,13 @@ std::vector<int64_t> WavefrontOrder(const Schedule& schedule, const JobGraph& g,
   };
 
   std::vector<int64_t> output_tiles_left(num_nodes);
+  const int64_t first_row_unit = int64_t{schedule.num_flags} + num_nodes;
+  std::vector<int32_t> row_tiles_left(g.num_units - first_row_unit);  // by row unit - first_row_unit
   for (int i = 0; i < num_nodes; ++i) {
     output_tiles_left[i] = int64_t{schedule.nodes[i].m_blocks} * schedule.nodes[i].n_blocks;
+    for (int32_t mb = 0; mb < schedule.nodes[i].m_blocks; ++mb) {
+      row_tiles_left[g.row_unit_begin[i] - first_row_unit + mb] = schedule.nodes[i].n_blocks;
+    }
   }
 
   std::vector<int64_t> order;
@@ -243,9 +265,10 @@ std::vector<int64_t> WavefrontOrder(const Schedule& schedule, const JobGraph& g,
       const FlagWrite& write = g.writes[w];
       if (write.writers > 1 && ++writers_seen[write.flag] < write.writers) continue;  // a tile's other parts to come
       release_unit(write.flag, position);
-      if (write.split < 0 && --output_tiles_left[node] == 0) {
-        release_unit(schedule.num_flags + node, position);
-      }
+      if (write.split >= 0) continue;  // a split-K partial
+      const int64_t row_unit = g.row_unit_begin[node] + write.m_block;
+      if (--row_tiles_left[row_unit - first_row_unit] == 0) release_unit(row_unit, position);
+      if (--output_tiles_left[node] == 0) release_unit(schedule.num_flags + node, position);
     }
   }
   return order;
@@ -299,9 +322,10 @@ int64_t MakespanOf(const Schedule& schedule, const JobGraph& g, const std::vecto
     for (int64_t w = g.write_begin[j]; w < g.write_begin[j + 1]; ++w) {
       const FlagWrite& write = g.writes[w];
       unit_done[write.flag] = std::max(unit_done[write.flag], done);
-      if (write.split < 0) {  // an output tile: part of "all of node"
-        int64_t& whole = unit_done[schedule.num_flags + node];
-        whole = std::max(whole, done);
+      if (write.split < 0) {  // an output tile: part of "all of node" and of its row block
+        for (const int64_t unit : {int64_t{schedule.num_flags} + node, g.row_unit_begin[node] + write.m_block}) {
+          unit_done[unit] = std::max(unit_done[unit], done);
+        }
       }
     }
   }
