@@ -1261,6 +1261,28 @@ TEST(GemmTest, SplitKReplayIsBitIdentical) {
   }
 }
 
+// A forced split whose workspace cannot fit (256 partials of 16384 x 16384
+// fp32: 275 GB) is ResourceExhausted naming the bytes and the option, not
+// cudaMalloc's Internal error.
+TEST(GemmTest, AWorkspacePastTheDevicesMemoryIsResourceExhausted) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int64_t kSize = 16384;
+  GemmGraph g;
+  g.AddGemm("gemm", TensorView::Dense("A", reinterpret_cast<void*>(uintptr_t{1} << 40), DType::kBF16, kSize, kSize),
+            TensorView::Dense("B", reinterpret_cast<void*>(uintptr_t{1} << 41), DType::kBF16, kSize, kSize),
+            TensorView::Dense("C", reinterpret_cast<void*>(uintptr_t{1} << 42), DType::kBF16, kSize, kSize));
+  CompileOptions options = WideTiledOptions();
+  options.split_k = 256;
+  options.sum_in_last_split = false;
+  const absl::StatusOr<Plan> plan = TestRuntime().Compile(g, options);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted) << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find("274877906944 bytes"), std::string::npos) << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find("CompileOptions.split_k = 256"), std::string::npos)
+      << plan.status();
+  // The context is still usable.
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(GemmTest, TooManyClustersIsRefused) {
   LOOM_SKIP_WITHOUT_GPU();
   GemmGraph g;

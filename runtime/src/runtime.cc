@@ -928,8 +928,16 @@ class RestoreCurrentDevice {
 // Needs the plan's device current (Compile makes it so).
 absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   if (impl.schedule.workspace_elements > 0) {
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.workspace),
-                                         impl.schedule.workspace_elements * sizeof(float)));
+    const size_t workspace_bytes = static_cast<size_t>(impl.schedule.workspace_elements) * sizeof(float);
+    const cudaError_t allocated = cudaMalloc(reinterpret_cast<void**>(&impl.workspace), workspace_bytes);
+    if (allocated == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: clear it
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the split-K partials' workspace, %d bytes, does not fit in device %d's free memory "
+          "(CompileOptions.split_k = %d; 0: the scheduler's choice)",
+          workspace_bytes, impl.device_ordinal, impl.options.split_k));
+    }
+    LOOM_CUDA_RETURN_IF_ERROR(allocated);
     // NaN everywhere (0xFFFFFFFF): a partial the split jobs' TMA stores failed
     // to write would turn the reduce's output into NaN instead of reading
     // whatever fresh memory held (often zeros, which would go unnoticed).
