@@ -37,6 +37,7 @@
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
 #include "loom/runtime.h"
+#include "loom/scheduler/job_access.h"
 #include "loom/scheduler/tiling.h"
 #include "narrow_config.h"
 #include "testbed/random_options.h"
@@ -1274,6 +1275,13 @@ TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
   std::vector<bool> seen(schedule.queue.size(), false);
   constexpr double kTick = 1.1;  // us
   double first_gate_up_publish = 1e30;
+  std::map<int32_t, double> published;  // flag -> when its last writer published (any CTA of the job)
+  for (const JobTrace& t : *timeline) {
+    if (t.job < 0 || t.job >= static_cast<int>(schedule.queue.size()) || t.published < 0) continue;
+    std::vector<sched::FlagWrite> writes;
+    sched::AppendJobWrites(schedule, schedule.queue[t.job], &writes);
+    for (const sched::FlagWrite& write : writes) published[write.flag] = std::max(published[write.flag], t.published);
+  }
   for (const JobTrace& t : *timeline) {
     ASSERT_GE(t.job, 0);
     ASSERT_LT(t.job, static_cast<int>(seen.size()));
@@ -1294,6 +1302,18 @@ TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
     if (t.node == 1 && !t.reduce) {
       EXPECT_GE(t.data_ready + kTick, first_gate_up_publish) << "down job " << t.job;
       EXPECT_GE(t.a_dependency, 0) << "down job " << t.job;  // it has A producers: its loader checked them
+      // Its first k-block's data was ready no earlier than the last gate_up
+      // tile that k-block reads was published (one row block at 16 tokens:
+      // both CTAs of a job read the same producer tiles).
+      const sched::TileJob& job = schedule.queue[t.job];
+      std::vector<sched::FlagRead> reads;
+      sched::AppendJobReads(schedule, job, job.k_block_begin, job.k_block_begin + 1, sched::ReadPhase::kMainLoop,
+                            &reads);
+      for (const sched::FlagRead& read : reads) {
+        const auto it = published.find(read.flag);
+        ASSERT_NE(it, published.end()) << "down job " << t.job << " reads flag " << read.flag << ", never published";
+        EXPECT_GE(t.data_ready + kTick, it->second) << "down job " << t.job << ", flag " << read.flag;
+      }
     }
     if (t.reduce) {
       EXPECT_EQ(t.a_dependency, -1) << "reduce job " << t.job;
