@@ -378,7 +378,7 @@ TEST(GemmTest, ReplayIsBitIdentical) {
   h.ExpectMatchesReference();
 }
 
-TEST(GemmTest, ModelShapeSampledRows) {
+TEST(GemmTest, ModelShapeAt128Tokens) {
   LOOM_SKIP_WITHOUT_GPU();
   // hidden 4096 -> intermediate 14336 at 128 tokens; the CPU checks all of it
   // (7.5 G multiply-adds in FP64 take a few seconds).
