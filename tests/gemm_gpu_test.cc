@@ -719,7 +719,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SharedFlagRowsTest,
 
 // A's rows stacked from two producers that give the same columns: "top"
 // writes rows 0-63 of every column, "bottom" rows 64-127 of the right half
-// (the rest of A is an input). One row block of the tiled kernel reads both,
+// ("bottom_left" the left half). One row block of the tiled kernel reads both,
 // and a run of the top producer's flags through all of K once left the
 // bottom one's tiles unwaited (NodeSchedule::a_flag_runs; the CPU test
 // a_flag_runs_test replays every job's waits). With one of the bottom
@@ -733,15 +733,21 @@ TEST_P(StackedProducersTest, ConsumerWaitsForTheBottomProducersTiles) {
   const bool narrow = kernel == KernelChoice::kNarrow;
   Rng rng;
   GpuHarness h;
-  h.Input("a", DType::kBF16, 128, 1024, rng);
   h.Input("x_top", DType::kBF16, 64, 64, rng);
   h.Input("x_bottom", DType::kBF16, 64, 64, rng);
   h.Input("w_top", DType::kBF16, 1024, 64, rng);
+  h.Input("w_bottom_left", DType::kBF16, 512, 64, rng);
   h.Input("w_bottom", DType::kBF16, 512, 64, rng);
   h.Input("w", DType::kBF16, 256, 1024, rng);
+  // A is written whole by three nodes (an Output: the harness copies it back
+  // and checks each node's part); the run of flags from k-block 0 follows
+  // "top" over all of K and must not stand for "bottom"'s tiles.
+  h.Output("a", DType::kBF16, 128, 1024);
   h.Output("y", DType::kBF16, 128, 256);
   h.Build([](const auto& t, GemmGraph& g) {
     g.AddGemm("top", t("x_top"), t("w_top"), t("a").Rows(0, 64).Named("a.top"));
+    g.AddGemm("bottom_left", t("x_bottom"), t("w_bottom_left"),
+              t("a").Rows(64, 64).Columns(0, 512).Named("a.bottom_left"));
     g.AddGemm("bottom", t("x_bottom"), t("w_bottom"), t("a").Rows(64, 64).Columns(512, 512).Named("a.bottom_right"));
     g.AddGemm("consumer", t("a"), t("w"), t("y"));
   });
@@ -750,11 +756,11 @@ TEST_P(StackedProducersTest, ConsumerWaitsForTheBottomProducersTiles) {
   options.split_k = narrow ? 0 : 1;
   options.spin_timeout_ns = 2'000'000'000;  // 2 s: the first launch may run under compute-sanitizer
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
-  h.ExpectMatchesReference();
+  h.ExpectEachNodeMatchesReference();
   ASSERT_EQ(h.plan().kernel(), kernel);
-  const sched::NodeSchedule& bottom = h.plan().schedule().nodes[1];
+  const sched::NodeSchedule& bottom = h.plan().schedule().nodes[2];
   const int missing = narrow ? 4 : 1;  // narrow: the first of k-block 10's two tiles; tiled: A's last 256 columns
-  const absl::Status status = LaunchWithOneProducerTileMissing(h, /*producer=*/1, missing);
+  const absl::Status status = LaunchWithOneProducerTileMissing(h, /*producer=*/2, missing);
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("node \"consumer\""), std::string::npos) << status;
   ASSERT_TRUE(h.plan().last_timeout().has_value());

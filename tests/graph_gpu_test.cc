@@ -310,9 +310,11 @@ INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{
 
 // The block at the model sizes of the issue and the benchmark (hidden 4096 /
 // intermediate 14336, hidden 8192 / intermediate 28672), at token counts
-// whose FP64 reference stays within seconds to tens of seconds (at most 11 G
-// multiply-adds, each node checked twice), under the default options (the
-// plans the demos and benches run).
+// whose FP64 reference stays within tens of seconds, under the default
+// options (the plans the demos and benches run). On the H200 host (v1.75):
+// 27 s at 4096 / 16 tokens, 58 s at 8192 / 1 (filling 1.4 GB of weights and
+// the reference, twice); 1 and 64 tokens at 4096 and 8 at 8192 also passed
+// there (14-78 s each), left out for time.
 struct ModelMlp {
   int64_t hidden, intermediate, tokens;
 };
@@ -327,9 +329,7 @@ TEST_P(ModelMlpTest, SwiGLUBlockMatchesReference) {
   ExpectNodesRightAndReplayIdentical(h);
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, ModelMlpTest,
-                         ::testing::Values(ModelMlp{4096, 14336, 1}, ModelMlp{4096, 14336, 16},
-                                           ModelMlp{4096, 14336, 64}, ModelMlp{8192, 28672, 1},
-                                           ModelMlp{8192, 28672, 8}),
+                         ::testing::Values(ModelMlp{4096, 14336, 16}, ModelMlp{8192, 28672, 1}),
                          [](const auto& info) {
                            return absl::StrCat("hidden", info.param.hidden, "_tokens", info.param.tokens);
                          });
