@@ -397,9 +397,9 @@ int64_t TiledClusterTilesOfOneRowBlock(const GemmNode& node, int tile_n) {
 // Whether `node`, of at most 128 rows, would have its K split on the tiled
 // kernel with tiles `tile_n` wide launched on every cluster of a device with
 // `sms` SMs. `step_cluster_tiles`: the cluster tiles of every node at the
-// node's dependency depth, which Lower counts together (ChooseSplitK).
+// node's dependency depth, which Lower counts together (ChooseSplitK). A
+// node without jobs has no tiles, so ChooseSplitK never splits it.
 bool TiledKernelSplitsK(const GemmNode& node, int sms, int tile_n, int64_t step_cluster_tiles) {
-  if (!HasJobs(node)) return false;
   const int64_t k_blocks = (node.k() + KernelConfig::kBlockK - 1) / KernelConfig::kBlockK;
   return sched::ChooseSplitK(TiledClusterTilesOfOneRowBlock(node, tile_n), static_cast<int32_t>(k_blocks),
                              sms / kClusterSize, /*forced=*/0, /*few_row_reduce=*/true, step_cluster_tiles) > 1;

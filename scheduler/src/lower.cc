@@ -232,12 +232,12 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
     // fp32 partials of every tile's slices; checked, as tiles of any int32
     // size are valid options.
     int64_t elements = PartialSlices(node);
+    bool overflow = false;
     for (const int64_t factor : {int64_t{node.m_blocks}, int64_t{options.tile.m}, int64_t{node.n_blocks},
                                  int64_t{options.tile.n}}) {
-      if (__builtin_mul_overflow(elements, factor, &elements)) elements = -1;
-      if (elements < 0) break;
+      overflow = overflow || __builtin_mul_overflow(elements, factor, &elements);
     }
-    if (elements < 0 || __builtin_add_overflow(workspace, elements, &workspace)) {
+    if (overflow || __builtin_add_overflow(workspace, elements, &workspace)) {
       return absl::InvalidArgumentError(absl::StrCat(ProblemLabel(problems, i), ": the split-K workspace (",
                                                      PartialSlices(node), " partials of ", node.m_blocks, " x ",
                                                      node.n_blocks, " tiles of ", options.tile.m, " x ",
