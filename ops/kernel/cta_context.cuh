@@ -326,6 +326,25 @@ __device__ inline CtaWork ResolveJob(const Ctx& ctx, int index) {
   return CtaWork{job, node, tile.m_block, tile.n_block, in_range};
 }
 
+// The plan's tensor maps live in global memory (KernelNode, copied there by
+// the host before the launch), not in the kernel's parameters, so a thread
+// acquires a map through the tensormap proxy before its TMA operations use
+// it (HOPPER.md; the PTX ISA's fence.proxy.tensormap::generic), at system
+// scope since the host wrote it. Each TMA-issuing role does so when its jobs
+// move to another node (`fenced_node`: the last node it acquired, -1 at
+// first), for the maps of `node` (node `index`) it uses.
+template <int kMaps>
+__device__ __forceinline__ void AcquireTensorMaps(const KernelNode& node, int index, int& fenced_node,
+                                                  const CUtensorMap KernelNode::* const (&maps)[kMaps]) {
+  if (index == fenced_node) return;
+  fenced_node = index;
+#pragma unroll
+  for (int i = 0; i < kMaps; ++i) {
+    cuda::ptx::fence_proxy_tensormap_generic(cuda::ptx::sem_acquire, cuda::ptx::scope_sys, &(node.*maps[i]),
+                                             cuda::ptx::n32_t<128>{});
+  }
+}
+
 // Asks L2 for the job queue and the node records past their tensor maps
 // (schedules, epilogue fields), and the TMA unit for each node's `maps`, one
 // warp at the start of a launch: after a launch has streamed its weights
