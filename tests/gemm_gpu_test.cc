@@ -3,6 +3,7 @@
 // launch, replay determinism, and the bounded-wait time-out. Each compares
 // against the FP64 CPU reference on fresh random data with poisoned outputs
 // and guard bands. Skips (saying why) without a Hopper GPU.
+#include <chrono>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -495,7 +496,9 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   CompileOptions options;
   options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
   options.narrow_consumers = two_consumers ? 2 : 0;
-  options.spin_timeout_ns = 20'000'000;  // 20 ms
+  // Long enough that host-side jitter is small beside it (the drain check).
+  constexpr int64_t kTimeoutMs = 100;
+  options.spin_timeout_ns = kTimeoutMs * 1'000'000;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   h.ExpectEachNodeMatchesReference();
   ASSERT_EQ(h.plan().kernel(), options.kernel);
@@ -509,15 +512,27 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
     ASSERT_GT(second.reduce_part_rows, 1) << h.plan().Explain();  // both warpgroups sum a part
   }
   LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point two_start = Clock::now();
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));  // enqueued behind the one that times out
   absl::Status status = h.plan().Synchronize(nullptr);
+  const Clock::duration two_launches = Clock::now() - two_start;
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("node \"second\""), std::string::npos) << status;
+  const Clock::time_point one_start = Clock::now();
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));
   status = h.plan().Synchronize(nullptr);
+  const Clock::duration one_launch = Clock::now() - one_start;
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("dependency flag"), std::string::npos) << status;
+  // The launch behind the one that timed out drained at once: had it waited
+  // out its own time-out, the pair would take a whole time-out longer than
+  // the single launch, which waits the same way the first of the pair did.
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  EXPECT_LT(ms(two_launches), ms(one_launch) + 0.5 * kTimeoutMs)
+      << "two launches took " << ms(two_launches) << " ms, one " << ms(one_launch) << " ms, time-out "
+      << kTimeoutMs << " ms";
 }
 INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest,
                          ::testing::Values("tiled", "tiled_in_parts", "narrow", "narrow_two_consumers"),
