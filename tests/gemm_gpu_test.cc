@@ -732,6 +732,51 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SharedFlagRowsTest,
                          ::testing::Values(KernelChoice::kNarrow, KernelChoice::kTiled),
                          [](const auto& info) { return AbslUnparseFlag(info.param); });
 
+// The narrow kernel's epoch, read by every role of a launch: the last
+// scheduler to finish fetching moves the plan's epoch on for the next
+// launch, so a role that read it from the plan's state after that waited
+// for flags no producer of this launch writes, until the watchdog fired.
+// The B loader reads it late by design (it streams packed weights first and
+// waits for the previous launch only when it must). Here 140 one-stage
+// packed jobs ("p") fill the first wave, and each of the few CTAs whose
+// second job is "q", whose B "r" produces, reaches B's flags just as the
+// schedulers run out of jobs. Many launches, each must end without a
+// time-out; the first must be right.
+TEST(GemmTest, NarrowBLoaderWaitsForThisLaunchsEpoch) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("x_r", DType::kBF16, 64, 64, rng);
+  h.Input("w_r", DType::kBF16, 64, 64, rng);
+  h.Input("x_p", DType::kBF16, 1, 64, rng);
+  h.Input("w_p", DType::kBF16, 4480, 64, rng);
+  h.Input("x_q", DType::kBF16, 1, 64, rng);
+  h.Output("b_q", DType::kBF16, 64, 64);
+  h.Output("y_p", DType::kBF16, 1, 4480);
+  h.Output("y_q", DType::kBF16, 1, 64);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("r", t("x_r"), t("w_r"), t("b_q"));
+    g.AddGemm("p", t("x_p"), t("w_p"), t("y_p"));
+    g.AddGemm("q", t("x_q"), t("b_q"), t("y_q"));
+  });
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.pack_weights = true;
+  options.spin_timeout_ns = 50'000'000;  // 50 ms
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  ASSERT_EQ(h.plan().kernel(), KernelChoice::kNarrow);
+  // The graph's premise: the first wave all "p", "q" fetched second.
+  const std::vector<sched::TileJob>& queue = h.plan().schedule().queue;
+  ASSERT_EQ(queue.size(), 144u) << h.plan().Explain();
+  for (int i = 0; i < h.plan().grid_clusters(); ++i) ASSERT_EQ(queue[i].node, 1) << h.plan().Explain();
+  for (int launch = 0; launch < 500; ++launch) {
+    LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+    const absl::Status status = h.plan().Synchronize(nullptr);
+    ASSERT_TRUE(status.ok()) << "launch " << launch << ": " << status;
+  }
+}
+
 // A's rows stacked from two producers that give the same columns: "top"
 // writes rows 0-63 of every column, "bottom" rows 64-127 of the right half
 // ("bottom_left" the left half). One row block of the tiled kernel reads both,

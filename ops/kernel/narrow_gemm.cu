@@ -117,9 +117,24 @@ struct NarrowContext {
   // the wait: the next launch's first packed stages then cannot overtake a
   // kernel before this launch that wrote them (its CTAs can start only once
   // every CTA here has passed the wait).
+  // The epoch comes from the scheduler thread (AwaitPreviousLaunchAsScheduler),
+  // not from the plan's state: the last scheduler to finish fetching moves
+  // the state's epoch on for the next launch (FinishFetching), and a role
+  // that reads it late, as the B loader may (it streams packed weights before
+  // its wait, and waits only when it must), would read the next launch's.
+  // A scheduler reads it before it can finish fetching, so before any can.
   __device__ void AwaitPreviousLaunch() {
     cudaGridDependencySynchronize();
+    WaitPhase(&barriers->epoch_ready, 0);
+    epoch = barriers->epoch;
+    cudaTriggerProgrammaticLaunchCompletion();
+  }
+  // The scheduler thread's: reads this launch's epoch and hands it on.
+  __device__ void AwaitPreviousLaunchAsScheduler() {
+    cudaGridDependencySynchronize();
     epoch = params.state->epoch + 1;
+    barriers->epoch = epoch;
+    cuda::ptx::mbarrier_arrive(&barriers->epoch_ready);
     cudaTriggerProgrammaticLaunchCompletion();
   }
 
@@ -158,6 +173,7 @@ __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams&
     cuda::ptx::mbarrier_init(&barriers->publish_empty[s], 1);
   }
   for (uint64_t& turn : barriers->consumer_turn) cuda::ptx::mbarrier_init(&turn, NarrowConfig::kReleasingWarpsPerCta);
+  cuda::ptx::mbarrier_init(&barriers->epoch_ready, 1);
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
 
@@ -1283,7 +1299,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
           // The first wave is static, CTA i taking queue index i, so the
           // first job is handed out before the wait (and its packed weights
           // start streaming); fetches after it start past the grid.
-          RunScheduler(ctx, static_cast<int>(blockIdx.x), gridDim.x, 0u, [&] { ctx.AwaitPreviousLaunch(); });
+          RunScheduler(ctx, static_cast<int>(blockIdx.x), gridDim.x, 0u, [&] { ctx.AwaitPreviousLaunchAsScheduler(); });
           FinishFetching(params, ctx.epoch);
           break;
         default:
