@@ -157,12 +157,13 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool(), ::testing::Bool(), ::testing::Values(DType::kBF16, DType::kFP32),
                        ::testing::Values(128, 256)));
 
-// fp16 inputs (the tiled kernel's fp16 instantiations, half_types.cuh): the
+// fp16 inputs (the kernels' fp16 instantiations, half_types.cuh): the
 // output, bias and residual in fp16 or fp32, through each epilogue path of
-// the tiled kernel: plain tiles through stmatrix, the fused passes, the
-// staged residual, ragged last columns, the last split's sum, and the
-// few-row reduce straight into C (decode sizes: kAuto runs fp16 on the tiled
-// kernel, split).
+// the tiled kernel (plain tiles through stmatrix, the fused passes, the
+// staged residual, ragged last columns, the last split's sum, the few-row
+// reduce straight into C) and each multiply of the narrow one (mma.sync at 1
+// and 16 rows, paired k-blocks at 24, wgmma m64n32k16 at 64, two row blocks
+// at 100; packed weights; two consumer warpgroups).
 struct Fp16Case {
   std::string name;
   Shape shape;
@@ -171,6 +172,9 @@ struct Fp16Case {
   std::optional<DType> bias, residual;  // none, or its type
   int tile_n;       // 0: the plan's choice
   int split_k = 0;  // 0: the plan's choice
+  KernelChoice kernel = KernelChoice::kTiled;
+  bool pack_weights = false;
+  int narrow_consumers = 0;  // 0: the plan's choice
 };
 
 void PrintTo(const Fp16Case& c, std::ostream* os) { *os << c.name; }
@@ -195,10 +199,13 @@ TEST_P(Fp16GemmTest, MatchesReference) {
     g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
   });
   CompileOptions options;
+  options.kernel = c.kernel;
   options.tile_n = c.tile_n;
   options.split_k = c.split_k;
+  options.pack_weights = c.pack_weights;
+  options.narrow_consumers = c.narrow_consumers;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
-  EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+  EXPECT_EQ(h.plan().kernel(), c.kernel);
   h.ExpectMatchesReference();
   EXPECT_TRUE(ReplayIsBitIdentical(h));
 }
@@ -219,7 +226,19 @@ INSTANTIATE_TEST_SUITE_P(
         Fp16Case{"decode_one_token", {1, 4096, 4096}, kFP16, Activation::kNone, {}, {}, 0},
         Fp16Case{"decode_silu_bias_residual", {16, 2048, 8192}, kFP16, Activation::kSiLU, kFP16, kFP16, 0},
         Fp16Case{"decode_swiglu", {64, 1000, 4096}, kFP16, Activation::kSwiGLU, {}, {}, 0},
-        Fp16Case{"decode_fp32", {16, 2048, 8192}, kFP32, Activation::kNone, kFP32, kFP32, 0}),
+        Fp16Case{"decode_fp32", {16, 2048, 8192}, kFP32, Activation::kNone, kFP32, kFP32, 0},
+        Fp16Case{"narrow_one_row_silu", {1, 1000, 4096}, kFP16, Activation::kSiLU, kFP16, {}, 0, 0,
+                 KernelChoice::kNarrow},
+        Fp16Case{"narrow_16_rows_swiglu", {16, 520, 1024}, kFP16, Activation::kSwiGLU, kFP32, kFP16, 0, 0,
+                 KernelChoice::kNarrow},
+        Fp16Case{"narrow_paired_24_rows", {24, 1000, 4096}, kFP32, Activation::kNone, {}, kFP32, 0, 0,
+                 KernelChoice::kNarrow},
+        Fp16Case{"narrow_wgmma_64_rows_packed", {64, 1000, 4096}, kFP16, Activation::kGELU, kFP16, kFP16, 0, 0,
+                 KernelChoice::kNarrow, true},
+        Fp16Case{"narrow_two_row_blocks", {100, 512, 1024}, kFP16, Activation::kReLU, kFP16, {}, 0, 0,
+                 KernelChoice::kNarrow},
+        Fp16Case{"narrow_two_consumers", {48, 2048, 4096}, kFP16, Activation::kNone, {}, kFP16, 0, 0,
+                 KernelChoice::kNarrow, false, 2}),
     [](const auto& info) { return info.param.name; });
 
 // Integers in [-300, 300] are exact in fp16 but past 256 most are not in
