@@ -54,6 +54,8 @@ using loom::kernel::AdvanceDescriptorLowK16;
 using loom::kernel::MakeSwizzle128Descriptor;
 using loom::kernel::Swizzle128DescriptorLow;
 
+// The probe times the bf16 forms.
+constexpr loom::kernel::ElementType kBF16 = loom::kernel::ElementType::kBF16;
 constexpr uint32_t kOperandBytes = 64 * 1024;  // A (at most 32 KiB, n32) then B (at most 32 KiB, n256)
 
 // One stage: kWgmmas wgmmas m64nNk16 (N = kN: 32, 64 or 256) over kWgmmas
@@ -77,19 +79,19 @@ struct Stage {
       for (int k16 = 0; k16 < 4 && 4 * kb + k16 < kWgmmas; ++k16) {
         const int j = 4 * kb + k16;
         if constexpr (kN == 32) {
-          loom::kernel::wgmma_m64n32k16_bf16_ss(acc[j % kSets], AdvanceDescriptorLowK16(a_low, k16),
-                                                AdvanceDescriptorLowK16(b_low, k16));
+          loom::kernel::wgmma_m64n32k16_ss<kBF16>(acc[j % kSets], AdvanceDescriptorLowK16(a_low, k16),
+                                                  AdvanceDescriptorLowK16(b_low, k16));
         } else if constexpr (kN == 64) {
-          loom::kernel::wgmma_m64n64k16_bf16_ss(acc[j % kSets], AdvanceDescriptorLowK16(a_low, k16),
-                                                AdvanceDescriptorLowK16(b_low, k16));
+          loom::kernel::wgmma_m64n64k16_ss<kBF16>(acc[j % kSets], AdvanceDescriptorLowK16(a_low, k16),
+                                                  AdvanceDescriptorLowK16(b_low, k16));
         } else {
           static_assert(kN == 128 || kN == 256, "m64n32k16, m64n64k16, m64n128k16 or m64n256k16");
           const uint64_t da = AdvanceDescriptorK16(MakeSwizzle128Descriptor(a_tile), k16);
           const uint64_t db = AdvanceDescriptorK16(MakeSwizzle128Descriptor(b_tile), k16);
           if constexpr (kN == 128) {
-            loom::kernel::wgmma_m64n128k16<loom::kernel::ElementType::kBF16>(acc[j % kSets], da, db, true);
+            loom::kernel::wgmma_m64n128k16<kBF16>(acc[j % kSets], da, db, true);
           } else {
-            loom::kernel::wgmma_m64n256k16<loom::kernel::ElementType::kBF16>(acc[j % kSets], da, db, true);
+            loom::kernel::wgmma_m64n256k16<kBF16>(acc[j % kSets], da, db, true);
           }
         }
       }

@@ -3,6 +3,7 @@
 // launch, replay determinism, and the bounded-wait time-out. Each compares
 // against the FP64 CPU reference on fresh random data with poisoned outputs
 // and guard bands. Skips (saying why) without a Hopper GPU.
+#include <chrono>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -156,12 +157,13 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool(), ::testing::Bool(), ::testing::Values(DType::kBF16, DType::kFP32),
                        ::testing::Values(128, 256)));
 
-// fp16 inputs (the tiled kernel's fp16 instantiations, half_types.cuh): the
+// fp16 inputs (the kernels' fp16 instantiations, half_types.cuh): the
 // output, bias and residual in fp16 or fp32, through each epilogue path of
-// the tiled kernel: plain tiles through stmatrix, the fused passes, the
-// staged residual, ragged last columns, the last split's sum, and the
-// few-row reduce straight into C (decode sizes: kAuto runs fp16 on the tiled
-// kernel, split).
+// the tiled kernel (plain tiles through stmatrix, the fused passes, the
+// staged residual, ragged last columns, the last split's sum, the few-row
+// reduce straight into C) and each multiply of the narrow one (mma.sync at 1
+// and 16 rows, paired k-blocks at 24, wgmma m64n32k16 at 64, two row blocks
+// at 100; packed weights; two consumer warpgroups).
 struct Fp16Case {
   std::string name;
   Shape shape;
@@ -170,6 +172,9 @@ struct Fp16Case {
   std::optional<DType> bias, residual;  // none, or its type
   int tile_n;       // 0: the plan's choice
   int split_k = 0;  // 0: the plan's choice
+  KernelChoice kernel = KernelChoice::kTiled;
+  bool pack_weights = false;
+  int narrow_consumers = 0;  // 0: the plan's choice
 };
 
 void PrintTo(const Fp16Case& c, std::ostream* os) { *os << c.name; }
@@ -194,10 +199,13 @@ TEST_P(Fp16GemmTest, MatchesReference) {
     g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
   });
   CompileOptions options;
+  options.kernel = c.kernel;
   options.tile_n = c.tile_n;
   options.split_k = c.split_k;
+  options.pack_weights = c.pack_weights;
+  options.narrow_consumers = c.narrow_consumers;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
-  EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+  EXPECT_EQ(h.plan().kernel(), c.kernel);
   h.ExpectMatchesReference();
   EXPECT_TRUE(ReplayIsBitIdentical(h));
 }
@@ -218,7 +226,19 @@ INSTANTIATE_TEST_SUITE_P(
         Fp16Case{"decode_one_token", {1, 4096, 4096}, kFP16, Activation::kNone, {}, {}, 0},
         Fp16Case{"decode_silu_bias_residual", {16, 2048, 8192}, kFP16, Activation::kSiLU, kFP16, kFP16, 0},
         Fp16Case{"decode_swiglu", {64, 1000, 4096}, kFP16, Activation::kSwiGLU, {}, {}, 0},
-        Fp16Case{"decode_fp32", {16, 2048, 8192}, kFP32, Activation::kNone, kFP32, kFP32, 0}),
+        Fp16Case{"decode_fp32", {16, 2048, 8192}, kFP32, Activation::kNone, kFP32, kFP32, 0},
+        Fp16Case{"narrow_one_row_silu", {1, 1000, 4096}, kFP16, Activation::kSiLU, kFP16, {}, 0, 0,
+                 KernelChoice::kNarrow},
+        Fp16Case{"narrow_16_rows_swiglu", {16, 520, 1024}, kFP16, Activation::kSwiGLU, kFP32, kFP16, 0, 0,
+                 KernelChoice::kNarrow},
+        Fp16Case{"narrow_paired_24_rows", {24, 1000, 4096}, kFP32, Activation::kNone, {}, kFP32, 0, 0,
+                 KernelChoice::kNarrow},
+        Fp16Case{"narrow_wgmma_64_rows_packed", {64, 1000, 4096}, kFP16, Activation::kGELU, kFP16, kFP16, 0, 0,
+                 KernelChoice::kNarrow, true},
+        Fp16Case{"narrow_two_row_blocks", {100, 512, 1024}, kFP16, Activation::kReLU, kFP16, {}, 0, 0,
+                 KernelChoice::kNarrow},
+        Fp16Case{"narrow_two_consumers", {48, 2048, 4096}, kFP16, Activation::kNone, {}, kFP16, 0, 0,
+                 KernelChoice::kNarrow, false, 2}),
     [](const auto& info) { return info.param.name; });
 
 // Integers in [-300, 300] are exact in fp16 but past 256 most are not in
@@ -495,7 +515,9 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
   CompileOptions options;
   options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
   options.narrow_consumers = two_consumers ? 2 : 0;
-  options.spin_timeout_ns = 20'000'000;  // 20 ms
+  // Long enough that host-side jitter is small beside it (the drain check).
+  constexpr int64_t kTimeoutMs = 100;
+  options.spin_timeout_ns = kTimeoutMs * 1'000'000;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   h.ExpectEachNodeMatchesReference();
   ASSERT_EQ(h.plan().kernel(), options.kernel);
@@ -509,15 +531,27 @@ TEST_P(TimedOutPlanTest, RunsAgainOnceSynchronizeReportedIt) {
     ASSERT_GT(second.reduce_part_rows, 1) << h.plan().Explain();  // both warpgroups sum a part
   }
   LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point two_start = Clock::now();
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));  // enqueued behind the one that times out
   absl::Status status = h.plan().Synchronize(nullptr);
+  const Clock::duration two_launches = Clock::now() - two_start;
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("node \"second\""), std::string::npos) << status;
+  const Clock::time_point one_start = Clock::now();
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));
   status = h.plan().Synchronize(nullptr);
+  const Clock::duration one_launch = Clock::now() - one_start;
   ASSERT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_NE(std::string(status.message()).find("dependency flag"), std::string::npos) << status;
+  // The launch behind the one that timed out drained at once: had it waited
+  // out its own time-out, the pair would take a whole time-out longer than
+  // the single launch, which waits the same way the first of the pair did.
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  EXPECT_LT(ms(two_launches), ms(one_launch) + 0.5 * kTimeoutMs)
+      << "two launches took " << ms(two_launches) << " ms, one " << ms(one_launch) << " ms, time-out "
+      << kTimeoutMs << " ms";
 }
 INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest,
                          ::testing::Values("tiled", "tiled_in_parts", "narrow", "narrow_two_consumers"),
@@ -716,6 +750,51 @@ TEST_P(SharedFlagRowsTest, ConsumerWaitsForTheMissingTileOfTheSecondRowBlock) {
 INSTANTIATE_TEST_SUITE_P(Kernels, SharedFlagRowsTest,
                          ::testing::Values(KernelChoice::kNarrow, KernelChoice::kTiled),
                          [](const auto& info) { return AbslUnparseFlag(info.param); });
+
+// The narrow kernel's epoch, read by every role of a launch: the last
+// scheduler to finish fetching moves the plan's epoch on for the next
+// launch, so a role that read it from the plan's state after that waited
+// for flags no producer of this launch writes, until the watchdog fired.
+// The B loader reads it late by design (it streams packed weights first and
+// waits for the previous launch only when it must). Here 140 one-stage
+// packed jobs ("p") fill the first wave, and each of the few CTAs whose
+// second job is "q", whose B "r" produces, reaches B's flags just as the
+// schedulers run out of jobs. Many launches, each must end without a
+// time-out; the first must be right.
+TEST(GemmTest, NarrowBLoaderWaitsForThisLaunchsEpoch) {
+  LOOM_SKIP_WITHOUT_GPU();
+  Rng rng;
+  GpuHarness h;
+  h.Input("x_r", DType::kBF16, 64, 64, rng);
+  h.Input("w_r", DType::kBF16, 64, 64, rng);
+  h.Input("x_p", DType::kBF16, 1, 64, rng);
+  h.Input("w_p", DType::kBF16, 4480, 64, rng);
+  h.Input("x_q", DType::kBF16, 1, 64, rng);
+  h.Output("b_q", DType::kBF16, 64, 64);
+  h.Output("y_p", DType::kBF16, 1, 4480);
+  h.Output("y_q", DType::kBF16, 1, 64);
+  h.Build([](const auto& t, GemmGraph& g) {
+    g.AddGemm("r", t("x_r"), t("w_r"), t("b_q"));
+    g.AddGemm("p", t("x_p"), t("w_p"), t("y_p"));
+    g.AddGemm("q", t("x_q"), t("b_q"), t("y_q"));
+  });
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.pack_weights = true;
+  options.spin_timeout_ns = 50'000'000;  // 50 ms
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  h.ExpectEachNodeMatchesReference();
+  ASSERT_EQ(h.plan().kernel(), KernelChoice::kNarrow);
+  // The graph's premise: the first wave all "p", "q" fetched second.
+  const std::vector<sched::TileJob>& queue = h.plan().schedule().queue;
+  ASSERT_EQ(queue.size(), 144u) << h.plan().Explain();
+  for (int i = 0; i < h.plan().grid_clusters(); ++i) ASSERT_EQ(queue[i].node, 1) << h.plan().Explain();
+  for (int launch = 0; launch < 500; ++launch) {
+    LOOM_ASSERT_OK(h.plan().Launch(nullptr));
+    const absl::Status status = h.plan().Synchronize(nullptr);
+    ASSERT_TRUE(status.ok()) << "launch " << launch << ": " << status;
+  }
+}
 
 // A's rows stacked from two producers that give the same columns: "top"
 // writes rows 0-63 of every column, "bottom" rows 64-127 of the right half

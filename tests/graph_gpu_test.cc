@@ -334,22 +334,29 @@ INSTANTIATE_TEST_SUITE_P(Sizes, ModelMlpTest,
                            return absl::StrCat("hidden", info.param.hidden, "_tokens", info.param.tokens);
                          });
 
-// The same block in fp16 (the tiled kernel's fp16 instantiations; kAuto
-// takes the tiled kernel at every size): decode rows split with few-row
-// reduces, 128 rows, and three row blocks; each node against the reference,
-// and a replay writes the same bits.
-class Fp16MlpTest : public ::testing::TestWithParam<int64_t> {};
+// The same block in fp16 (the kernels' fp16 instantiations) on the kernel
+// kAuto picks (the narrow one at decode sizes) and on the tiled one: decode
+// rows (split, with few-row reduces, on the tiled kernel), 128 rows, three
+// row blocks; each node against the reference, and a replay writes the
+// same bits.
+class Fp16MlpTest : public ::testing::TestWithParam<std::tuple<int64_t, KernelChoice>> {};
 TEST_P(Fp16MlpTest, SwiGLUBlockMatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
+  const auto [tokens, kernel] = GetParam();
   Rng rng;
   GpuHarness h;
-  AddMlpBlock(h, rng, GetParam(), /*intermediate=*/1024, DType::kFP16);
-  LOOM_ASSERT_OK(h.Run(TestRuntime()));
-  EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+  AddMlpBlock(h, rng, tokens, /*intermediate=*/1024, DType::kFP16);
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), CompileOptions{.kernel = kernel}));
+  if (kernel == KernelChoice::kTiled) EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
   ExpectNodesRightAndReplayIdentical(h);
 }
-INSTANTIATE_TEST_SUITE_P(Tokens, Fp16MlpTest, ::testing::Values(int64_t{1}, int64_t{16}, int64_t{128}, int64_t{300}),
-                         [](const auto& info) { return "tokens" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Tokens, Fp16MlpTest,
+                         ::testing::Combine(::testing::Values(int64_t{1}, int64_t{16}, int64_t{128}, int64_t{300}),
+                                            ::testing::Values(KernelChoice::kAuto, KernelChoice::kTiled)),
+                         [](const auto& info) {
+                           return "tokens" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  AbslUnparseFlag(std::get<1>(info.param));
+                         });
 
 // The down projection's A loader polls its producers' flags four 16-byte
 // words (16 tiles) at a time along one run of the whole job

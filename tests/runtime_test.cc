@@ -623,35 +623,44 @@ TEST(RuntimeTest, KernelChoiceCountsTheNodesOfADepthTogether) {
   }
 }
 
-// An fp16 graph runs on the tiled kernel's fp16 instantiation: kAuto takes
-// the tiled kernel even where a bf16 graph of the same shapes takes the
-// narrow one (which is bf16 only), kNarrow is refused, and so is a graph
-// that mixes fp16 and bf16 nodes (one plan, one 16-bit type).
-TEST(RuntimeTest, Fp16GraphsRunOnTheTiledKernel) {
+// An fp16 graph takes the kernel a bf16 graph of the same shapes takes (each
+// kernel has fp16 instantiations), but no tagged handoff (its words hold bf16
+// pairs); a graph that mixes fp16 and bf16 nodes is refused (one plan, one
+// 16-bit type).
+TEST(RuntimeTest, Fp16GraphsChooseTheirKernelAsBf16OnesDo) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   const auto view = [](const std::string& name, uintptr_t address, DType dtype, int64_t rows, int64_t cols) {
     return TensorView::Dense(name, reinterpret_cast<void*>(address), dtype, rows, cols);
   };
-  const auto decode_layer = [&](DType dtype) {
+  const auto layer = [&](DType dtype, int64_t rows) {
     GemmGraph graph;
-    graph.AddGemm("proj", view("x", 0x100000, dtype, 16, 4096), view("w", 0x10000000, dtype, 4096, 4096),
-                  view("y", 0x20000000, dtype, 16, 4096));
+    graph.AddGemm("proj", view("x", 0x100000, dtype, rows, 4096), view("w", 0x10000000, dtype, 4096, 4096),
+                  view("y", 0x20000000, dtype, rows, 4096));
     return graph;
   };
-  absl::StatusOr<Plan> bf16 = runtime.Compile(decode_layer(DType::kBF16));
-  ASSERT_TRUE(bf16.ok()) << bf16.status();
-  EXPECT_EQ(bf16->kernel(), KernelChoice::kNarrow);
-  absl::StatusOr<Plan> fp16 = runtime.Compile(decode_layer(DType::kFP16));
-  ASSERT_TRUE(fp16.ok()) << fp16.status();
-  EXPECT_EQ(fp16->kernel(), KernelChoice::kTiled);
+  for (const int64_t rows : {1, 16, 64, 512}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    absl::StatusOr<Plan> bf16 = runtime.Compile(layer(DType::kBF16, rows));
+    absl::StatusOr<Plan> fp16 = runtime.Compile(layer(DType::kFP16, rows));
+    ASSERT_TRUE(bf16.ok()) << bf16.status();
+    ASSERT_TRUE(fp16.ok()) << fp16.status();
+    EXPECT_EQ(fp16->kernel(), bf16->kernel());
+    EXPECT_EQ(fp16->kernel(), rows <= 64 ? KernelChoice::kNarrow : KernelChoice::kTiled);
+  }
 
-  const absl::Status narrow = runtime.Compile(decode_layer(DType::kFP16), {.kernel = KernelChoice::kNarrow}).status();
-  EXPECT_EQ(narrow.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(narrow.message(),
-            "CompileOptions.kernel: kNarrow, but the graph's inputs are fp16, which only the tiled kernel runs; use "
-            "kAuto or kTiled");
+  // A one-token pair of layers: tagged in bf16, on flags in fp16.
+  GemmGraph pair;
+  const TensorView h = view("h", 0x30000000, DType::kFP16, 1, 768);
+  pair.AddGemm("up", view("x", 0x100000, DType::kFP16, 1, 1024), view("w", 0x10000000, DType::kFP16, 768, 1024), h);
+  pair.AddGemm("down", h, view("v", 0x18000000, DType::kFP16, 256, 768), view("y", 0x20000000, DType::kFP16, 1, 256));
+  absl::StatusOr<Plan> plan = runtime.Compile(pair, {.kernel = KernelChoice::kNarrow});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Explain().find("tagged"), std::string::npos) << plan->Explain();
+  plan = runtime.Compile(DecodePair(1), {.kernel = KernelChoice::kNarrow});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->Explain().find("tagged handoffs"), std::string::npos) << plan->Explain();
 
-  GemmGraph mixed = decode_layer(DType::kFP16);
+  GemmGraph mixed = layer(DType::kFP16, 16);
   mixed.AddGemm("other", view("a", 0x30000000, DType::kBF16, 16, 256), view("b", 0x31000000, DType::kBF16, 256, 256),
                 view("c", 0x32000000, DType::kBF16, 16, 256));
   const absl::Status mixed_status = runtime.Compile(mixed).status();

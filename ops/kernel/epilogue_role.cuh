@@ -119,11 +119,12 @@ __device__ __forceinline__ float2 LoadFloatPair(const T* pair) {
   }
 }
 
-// The same, the element type chosen at run time (a bias or residual of
-// either type, read a few values at a time; the narrow kernel's, bf16 plans
-// only).
-__device__ __forceinline__ float LoadFloat(ElementType type, const void* base, int64_t index) {
-  return type == ElementType::kBF16 ? LoadFloat<__nv_bfloat16>(base, index) : LoadFloat<float>(base, index);
+// The same, the element type chosen at run time: the plan's 16-bit type
+// kHalf or fp32 (a bias or residual of either, read a few values at a time;
+// the narrow kernel's).
+template <ElementType kHalf>
+__device__ __forceinline__ float LoadAsFloat(ElementType type, const void* base, int64_t index) {
+  return type == kHalf ? LoadFloat<typename HalfType<kHalf>::T>(base, index) : LoadFloat<float>(base, index);
 }
 
 // The tile column of accumulator register i of this lane.

@@ -237,6 +237,11 @@ struct NarrowBarriers {
   // has waited for every stage of its job (one arrival per warp), so this
   // one may wait for the next job's (narrow_gemm.cu, ConsumeJobs).
   uint64_t consumer_turn[NarrowConfig::kMaxConsumerWarpgroups];
+  // This launch's epoch, read by the scheduler thread and handed to the
+  // CTA's other roles (NarrowContext::AwaitPreviousLaunch): one arrival,
+  // once `epoch` is written.
+  uint64_t epoch_ready;
+  uint32_t epoch;
 };
 
 // Byte offsets into the dynamic shared memory of one CTA.

@@ -74,6 +74,8 @@
 #include <cuda/ptx>
 #include <cuda_bf16.h>
 
+#include <array>
+
 #include "cta_context.cuh"
 #include "dependencies.cuh"
 #include "epilogue_role.cuh"
@@ -117,9 +119,24 @@ struct NarrowContext {
   // the wait: the next launch's first packed stages then cannot overtake a
   // kernel before this launch that wrote them (its CTAs can start only once
   // every CTA here has passed the wait).
+  // The epoch comes from the scheduler thread (AwaitPreviousLaunchAsScheduler),
+  // not from the plan's state: the last scheduler to finish fetching moves
+  // the state's epoch on for the next launch (FinishFetching), and a role
+  // that reads it late, as the B loader may (it streams packed weights before
+  // its wait, and waits only when it must), would read the next launch's.
+  // A scheduler reads it before it can finish fetching, so before any can.
   __device__ void AwaitPreviousLaunch() {
     cudaGridDependencySynchronize();
+    WaitPhase(&barriers->epoch_ready, 0);
+    epoch = barriers->epoch;
+    cudaTriggerProgrammaticLaunchCompletion();
+  }
+  // The scheduler thread's: reads this launch's epoch and hands it on.
+  __device__ void AwaitPreviousLaunchAsScheduler() {
+    cudaGridDependencySynchronize();
     epoch = params.state->epoch + 1;
+    barriers->epoch = epoch;
+    cuda::ptx::mbarrier_arrive(&barriers->epoch_ready);
     cudaTriggerProgrammaticLaunchCompletion();
   }
 
@@ -158,6 +175,7 @@ __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams&
     cuda::ptx::mbarrier_init(&barriers->publish_empty[s], 1);
   }
   for (uint64_t& turn : barriers->consumer_turn) cuda::ptx::mbarrier_init(&turn, NarrowConfig::kReleasingWarpsPerCta);
+  cuda::ptx::mbarrier_init(&barriers->epoch_ready, 1);
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
 
@@ -582,12 +600,14 @@ __device__ void RunNarrowPublisher(const NarrowContext& ctx) {
   }
 }
 
-// C[row][col] = value, in C's element type.
+// C[row][col] = value, in C's element type: the plan's 16-bit type kHalf or
+// fp32.
+template <ElementType kHalf>
 __device__ __forceinline__ void StoreOutput(const EpilogueFields& node, ElementType out_type, int64_t row, int64_t col,
                                             float value) {
   uint8_t* c = static_cast<uint8_t*>(node.c);
-  if (out_type == ElementType::kBF16) {
-    StoreScalar<ElementType::kBF16>(c + (row * node.c_stride + col) * 2, value);
+  if (out_type == kHalf) {
+    StoreScalar<kHalf>(c + (row * node.c_stride + col) * 2, value);
   } else {
     StoreScalar<ElementType::kFP32>(c + (row * node.c_stride + col) * 4, value);
   }
@@ -605,6 +625,8 @@ __device__ __forceinline__ void StoreOutput(const EpilogueFields& node, ElementT
 // so after the A loader waited for their producers), all while the main loop
 // runs: read after it, the node's fields and then those values were two
 // round trips to L2 (~2 us traced) between a tile's last wgmma and its flag.
+// kHalf: the plan's 16-bit type (a bias, residual or C not of it is fp32).
+template <ElementType kHalf>
 class NarrowEpilogue {
  public:
   // block_m: the rows of the plan's row blocks (NarrowContext::tile).
@@ -627,7 +649,8 @@ class NarrowEpilogue {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t col = col0_ + 8 * c + e;
-        bias_[c][e] = node_.bias != nullptr && col < node_.n ? LoadFloat(node_.bias_type, node_.bias, col) : 0.0f;
+        bias_[c][e] =
+            node_.bias != nullptr && col < node_.n ? LoadAsFloat<kHalf>(node_.bias_type, node_.bias, col) : 0.0f;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t row = row0_ + 8 * h;
@@ -635,7 +658,8 @@ class NarrowEpilogue {
           const bool used =
               node_.residual != nullptr && row < node_.m && out_col < node_.out_cols && (!swiglu || e == 0);
           residual_[h][c][e] =
-              used ? LoadFloat(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
+              used ? LoadAsFloat<kHalf>(node_.residual_type, node_.residual, row * node_.residual_stride + out_col)
+                   : 0.0f;
         }
       }
     }
@@ -662,7 +686,7 @@ class NarrowEpilogue {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           if (e >= outputs || out_col + e >= node_.out_cols) break;
-          StoreOutput(node_, out_type_, row, out_col + e, v[e] + residual_[h][c][e]);
+          StoreOutput<kHalf>(node_, out_type_, row, out_col + e, v[e] + residual_[h][c][e]);
         }
       }
     }
@@ -699,8 +723,9 @@ struct TaggedTarget<true> {
   int32_t tagged_c_pitch;
 };
 
-template <bool kTagged>
+template <bool kTagged, ElementType kHalf>
 class SwappedEpilogue : private TaggedTarget<kTagged> {
+  static_assert(!kTagged || kHalf == ElementType::kBF16, "tagged words hold bf16 pairs");
  public:
   __device__ SwappedEpilogue(const CtaWork& work, int32_t block_m, int weight_block, int token_block, bool active,
                             int lane)
@@ -718,7 +743,7 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t col = col0_ + 8 * h;
-      bias_[h] = node_.bias != nullptr && col < node_.n ? LoadFloat(node_.bias_type, node_.bias, col) : 0.0f;
+      bias_[h] = node_.bias != nullptr && col < node_.n ? LoadAsFloat<kHalf>(node_.bias_type, node_.bias, col) : 0.0f;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t row = row0_ + e;
@@ -726,7 +751,7 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
         const bool used = node_.residual != nullptr && row < node_.m && out_col < node_.out_cols &&
                           (!swiglu || gate_lane_);
         residual_[h][e] =
-            used ? LoadFloat(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
+            used ? LoadAsFloat<kHalf>(node_.residual_type, node_.residual, row * node_.residual_stride + out_col) : 0.0f;
       }
     }
   }
@@ -757,7 +782,7 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
         out_col = col;
       }
       if (out_col >= node_.out_cols) continue;
-      StoreOutput(node_, out_type_, row, out_col, value + residual_[h][e]);
+      StoreOutput<kHalf>(node_, out_type_, row, out_col, value + residual_[h][e]);
     }
   }
 
@@ -875,15 +900,15 @@ __device__ __forceinline__ void WaitForStage(const NarrowContext& ctx, const Con
 }
 
 // A job of 33 to 64 rows: wgmma m64n32k16 over the whole K, then the
-// epilogue.
-template <int kConsumers>
+// epilogue. kHalf: the plan's 16-bit type (NarrowGemmKernel).
+template <int kConsumers, ElementType kHalf>
 __device__ void RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                             int lane, ConsumerRings& rings) {
   const bool release_lane = lane == 0;
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-  NarrowEpilogue epilogue(work, ctx.tile().m, warp, lane);
+  NarrowEpilogue<kHalf> epilogue(work, ctx.tile().m, warp, lane);
   float chains[kChains][16];
 #pragma unroll
   for (int c = 0; c < kChains; ++c) {
@@ -907,7 +932,7 @@ __device__ void RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
       const uint32_t desc_b = Swizzle128DescriptorLow(b_stage + kb * NarrowConfig::kBTileBytes);
 #pragma unroll
       for (int k16 = 0; k16 < kChains; ++k16) {
-        wgmma_m64n32k16_bf16_ss(chains[k16], AdvanceDescriptorLowK16(desc_a, k16),
+        wgmma_m64n32k16_ss<kHalf>(chains[k16], AdvanceDescriptorLowK16(desc_a, k16),
                                 AdvanceDescriptorLowK16(desc_b, k16));
       }
     }
@@ -960,7 +985,7 @@ __device__ void RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int i
 // the 64 rows, the tokens of both k-blocks as N = 2 * rows) took 114.5 /
 // 124.3 at 24 / 32 tokens, and at 48 / 64 tokens (N = 96 / 128) 149 / 167
 // against 117 / 119 (bench/NOTES.md v1.24).
-template <int kRows, int kConsumers>
+template <int kRows, int kConsumers, ElementType kHalf>
 __device__ void RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                   int lane, ConsumerRings& rings) {
   constexpr int kPairChains = 2;
@@ -972,7 +997,7 @@ __device__ void RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const uint32_t a_tile_bytes = NarrowConfig::ATileBytes(kRows);
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-  NarrowEpilogue epilogue(work, ctx.tile().m, warp, lane);
+  NarrowEpilogue<kHalf> epilogue(work, ctx.tile().m, warp, lane);
   float chains[kPairChains][32] = {};
   RingCursor a_release = rings.a, b_release = rings.b;
   bool pending = false;
@@ -987,7 +1012,7 @@ __device__ void RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
       for (int pair = 0; pair < 2; ++pair) {
         const uint32_t tokens = Swizzle128DescriptorLow(a_stage + 2 * pair * a_tile_bytes);
         const uint32_t weights = Swizzle128DescriptorLow(b_stage + 2 * pair * NarrowConfig::kBTileBytes);
-        wgmma_m64n64k16_bf16_ss(chains[pair], AdvanceDescriptorLowK16(tokens, k16),
+        wgmma_m64n64k16_ss<kHalf>(chains[pair], AdvanceDescriptorLowK16(tokens, k16),
                                 AdvanceDescriptorLowK16(weights, k16));
       }
     }
@@ -1054,7 +1079,7 @@ __device__ void RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
 // chain layer's main loop (64 k-blocks) took ~6.2 us; split by k-block,
 // ~5 us.
 // kTagged: the tagged handoff's instantiation (SwappedEpilogue).
-template <int kTokenBlocks, int kConsumers, bool kTagged>
+template <int kTokenBlocks, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                               int lane, ConsumerRings& rings) {
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
@@ -1063,7 +1088,7 @@ __device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
   static_assert(NarrowConfig::kKBlocksPerStage == 4, "one k-block of each stage per consumer warp");
   const int weight_block = warp % 2, token_block = warp / 2;  // this warp's pair, for the epilogue
   const bool active = token_block < kTokenBlocks;
-  SwappedEpilogue<kTagged> epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
+  SwappedEpilogue<kTagged, kHalf> epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   float chains[kTokenBlocks][2][4][4] = {};  // [token block][weight block][k16 step][register]
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
@@ -1086,7 +1111,7 @@ __device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
         ptx::ldmatrix_x4(b_tile + SwizzledPanelOffset(weight_row, 16 * (2 * k16 + (lane >> 4))), weights);
 #pragma unroll
         for (int tb = 0; tb < kTokenBlocks; ++tb) {
-          ptx::mma_m16n8k16_bf16(chains[tb][wb][k16], weights, tokens[tb][k16 / 2][2 * (k16 % 2)],
+          ptx::mma_m16n8k16<kHalf>(chains[tb][wb][k16], weights, tokens[tb][k16 / 2][2 * (k16 % 2)],
                                  tokens[tb][k16 / 2][2 * (k16 % 2) + 1]);
         }
       }
@@ -1161,7 +1186,7 @@ __device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int i
 // spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
 // 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
 // loop of their own (bench/NOTES.md v1.24).
-template <int kPath, int kConsumers, bool kTagged>
+template <int kPath, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
   static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
@@ -1191,19 +1216,19 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     const CtaWork work = ResolveJob(ctx, index);
     if constexpr (kPath == 0) {
       if (tile_rows <= 8) {
-        RunMmaSyncJob<1, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
+        RunMmaSyncJob<1, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
       } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
-        RunMmaSyncJob<2, kConsumers, kTagged>(ctx, work, index, leader, warp, lane, rings);
+        RunMmaSyncJob<2, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
       } else if constexpr (kTagged) {
         // Not reached: a plan with tagged handoffs multiplies on mma.sync
         // (runtime.cc, TaggedHandoffsOf). Rather than compile in a path it
         // never runs, the launch fails and the job's stages drain.
         PassOverJob<kConsumers>(ctx, work, index, lane, rings);
       } else {
-        RunWgmmaJob<kConsumers>(ctx, work, index, leader, warp, lane, rings);
+        RunWgmmaJob<kConsumers, kHalf>(ctx, work, index, leader, warp, lane, rings);
       }
     } else {
-      RunPairedWgmmaJob<kPath, kConsumers>(ctx, work, index, leader, warp, lane, rings);
+      RunPairedWgmmaJob<kPath, kConsumers, kHalf>(ctx, work, index, leader, warp, lane, rings);
     }
     __syncwarp();  // the lanes' stores to C, before lane 0's arrival
     if (lane == 0) {
@@ -1216,7 +1241,7 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
   }
 }
 
-template <bool kPaired, int kConsumers, bool kTagged>
+template <bool kPaired, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
@@ -1224,12 +1249,12 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const bool leader = threadIdx.x % 128 == 0;  // writes its jobs' traces (the publisher releases the flag)
   if constexpr (kPaired) {
     if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {
-      ConsumeJobs<24, kConsumers, false>(ctx, warpgroup, warp, lane, leader);
+      ConsumeJobs<24, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
     } else {
-      ConsumeJobs<32, kConsumers, false>(ctx, warpgroup, warp, lane, leader);
+      ConsumeJobs<32, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
     }
   } else {
-    ConsumeJobs<0, kConsumers, kTagged>(ctx, warpgroup, warp, lane, leader);
+    ConsumeJobs<0, kConsumers, kTagged, kHalf>(ctx, warpgroup, warp, lane, leader);
   }
 }
 
@@ -1241,7 +1266,9 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
 // v1.24); kShortRowBlocks, row blocks of KernelParams::block_m rows;
 // kTaggedHandoff, the tagged handoff (one consumer warpgroup only).
 // kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
-template <bool kPackedB, NarrowConfig::Instantiation kKind, int kConsumers>
+// kHalf: the plan's 16-bit type, bf16 or fp16 (half_types.cuh; the tagged
+// handoff's words hold bf16, so it has no fp16 instantiation).
+template <bool kPackedB, NarrowConfig::Instantiation kKind, int kConsumers, ElementType kHalf>
 __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
     NarrowGemmKernel(const __grid_constant__ KernelParams params) {
   extern __shared__ uint8_t dynamic_smem[];
@@ -1291,7 +1318,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
           // The first wave is static, CTA i taking queue index i, so the
           // first job is handed out before the wait (and its packed weights
           // start streaming); fetches after it start past the grid.
-          RunScheduler(ctx, static_cast<int>(blockIdx.x), gridDim.x, 0u, [&] { ctx.AwaitPreviousLaunch(); });
+          RunScheduler(ctx, static_cast<int>(blockIdx.x), gridDim.x, 0u, [&] { ctx.AwaitPreviousLaunchAsScheduler(); });
           FinishFetching(params, ctx.epoch);
           break;
         default:
@@ -1305,7 +1332,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
     if constexpr (kConsumers > 1) ptx::setmaxnreg_inc<NarrowConfig::kConsumerRegisters>();
     ctx.AwaitPreviousLaunch();
     RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kConsumers,
-                      kKind == NarrowConfig::Instantiation::kTaggedHandoff>(ctx);
+                      kKind == NarrowConfig::Instantiation::kTaggedHandoff, kHalf>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
   // before anyone leaves.
@@ -1318,22 +1345,28 @@ namespace {
 
 using NarrowKernel = void (*)(KernelParams);
 
-// The instantiation for packed weights or not, the kind
-// (NarrowConfig::InstantiationFor), and one or two consumer warpgroups.
-NarrowKernel NarrowKernelFor(bool packed_b, NarrowConfig::Instantiation kind, int consumers) {
+// A plan's instantiations by kind (NarrowConfig::InstantiationFor) and
+// consumer warpgroups, for packed weights or not and the 16-bit type kHalf.
+// (No tagged handoff with two consumer warpgroups, nor in fp16: those slots
+// are the default kernel's; LaunchNarrowGemm refuses an fp16 one.)
+template <bool kPackedB, ElementType kHalf>
+constexpr std::array<std::array<NarrowKernel, 2>, 4> KernelsOf() {
   using K = NarrowConfig::Instantiation;
-  // (No tagged handoff with two consumer warpgroups: that slot is the
-  // default kernel's.)
-  constexpr NarrowKernel kKernels[2][4][2] = {
-      {{NarrowGemmKernel<false, K::kDefault, 1>, NarrowGemmKernel<false, K::kDefault, 2>},
-       {NarrowGemmKernel<false, K::kPaired, 1>, NarrowGemmKernel<false, K::kPaired, 2>},
-       {NarrowGemmKernel<false, K::kShortRowBlocks, 1>, NarrowGemmKernel<false, K::kShortRowBlocks, 2>},
-       {NarrowGemmKernel<false, K::kTaggedHandoff, 1>, NarrowGemmKernel<false, K::kDefault, 2>}},
-      {{NarrowGemmKernel<true, K::kDefault, 1>, NarrowGemmKernel<true, K::kDefault, 2>},
-       {NarrowGemmKernel<true, K::kPaired, 1>, NarrowGemmKernel<true, K::kPaired, 2>},
-       {NarrowGemmKernel<true, K::kShortRowBlocks, 1>, NarrowGemmKernel<true, K::kShortRowBlocks, 2>},
-       {NarrowGemmKernel<true, K::kTaggedHandoff, 1>, NarrowGemmKernel<true, K::kDefault, 2>}}};
-  return kKernels[packed_b][static_cast<int>(kind)][consumers - 1];
+  constexpr K kTagged = kHalf == ElementType::kBF16 ? K::kTaggedHandoff : K::kDefault;
+  return {{{NarrowGemmKernel<kPackedB, K::kDefault, 1, kHalf>, NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>},
+           {NarrowGemmKernel<kPackedB, K::kPaired, 1, kHalf>, NarrowGemmKernel<kPackedB, K::kPaired, 2, kHalf>},
+           {NarrowGemmKernel<kPackedB, K::kShortRowBlocks, 1, kHalf>,
+            NarrowGemmKernel<kPackedB, K::kShortRowBlocks, 2, kHalf>},
+           {NarrowGemmKernel<kPackedB, kTagged, 1, kHalf>, NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>}}};
+}
+
+// The instantiation for packed weights or not, the kind, one or two consumer
+// warpgroups and the plan's 16-bit type.
+NarrowKernel NarrowKernelFor(bool packed_b, NarrowConfig::Instantiation kind, int consumers, ElementType half) {
+  constexpr std::array<std::array<std::array<std::array<NarrowKernel, 2>, 4>, 2>, 2> kKernels = {
+      {{KernelsOf<false, ElementType::kBF16>(), KernelsOf<true, ElementType::kBF16>()},
+       {KernelsOf<false, ElementType::kFP16>(), KernelsOf<true, ElementType::kFP16>()}}};
+  return kKernels[half == ElementType::kFP16][packed_b][static_cast<int>(kind)][consumers - 1];
 }
 
 }  // namespace
@@ -1353,14 +1386,16 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
       error != cudaSuccess) {
     return error;
   }
-  for (bool packed_b : {false, true}) {
-    for (NarrowConfig::Instantiation kind :
-         {NarrowConfig::Instantiation::kDefault, NarrowConfig::Instantiation::kPaired,
-          NarrowConfig::Instantiation::kShortRowBlocks, NarrowConfig::Instantiation::kTaggedHandoff}) {
-      if (cudaError_t error = cudaFuncSetAttribute(NarrowKernelFor(packed_b, kind, consumers),
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
-          error != cudaSuccess) {
-        return error;
+  for (ElementType half : {ElementType::kBF16, ElementType::kFP16}) {
+    for (bool packed_b : {false, true}) {
+      for (NarrowConfig::Instantiation kind :
+           {NarrowConfig::Instantiation::kDefault, NarrowConfig::Instantiation::kPaired,
+            NarrowConfig::Instantiation::kShortRowBlocks, NarrowConfig::Instantiation::kTaggedHandoff}) {
+        if (cudaError_t error = cudaFuncSetAttribute(NarrowKernelFor(packed_b, kind, consumers, half),
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
+            error != cudaSuccess) {
+          return error;
+        }
       }
     }
   }
@@ -1368,7 +1403,7 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
   // loader's branch and the consumer's path: one answer.
   int per_sm = 0;
   if (cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, NarrowKernelFor(false, NarrowConfig::Instantiation::kDefault, consumers),
+          &per_sm, NarrowKernelFor(false, NarrowConfig::Instantiation::kDefault, consumers, ElementType::kBF16),
           NarrowConfig::Threads(consumers), smem_bytes);
       error != cudaSuccess) {
     return error;
@@ -1378,8 +1413,9 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 }
 
 cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
-                             bool overlap_previous, cudaStream_t stream) {
+                             ElementType half, bool overlap_previous, cudaStream_t stream) {
   if (consumers < 1 || consumers > NarrowConfig::kMaxConsumerWarpgroups) return cudaErrorInvalidValue;
+  if (tagged_handoffs && half != ElementType::kBF16) return cudaErrorInvalidValue;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   config.blockDim = dim3(static_cast<unsigned>(NarrowConfig::Threads(consumers)), 1, 1);
@@ -1394,7 +1430,7 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
   }
   const NarrowConfig::Instantiation kind =
       NarrowConfig::InstantiationFor(NarrowConfig::ATileRows(params.a_stage_bytes), params.block_m, tagged_handoffs);
-  return cudaLaunchKernelEx(&config, NarrowKernelFor(packed_b, kind, consumers), params);
+  return cudaLaunchKernelEx(&config, NarrowKernelFor(packed_b, kind, consumers, half), params);
 }
 
 }  // namespace loom::kernel

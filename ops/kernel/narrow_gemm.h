@@ -31,7 +31,9 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // warpgroups, 1 or 2 (NarrowConfig::kMaxConsumerWarpgroups; else
 // cudaErrorInvalidValue). tagged_handoffs: some node reads a tagged copy
 // (KernelNode::tagged_a; one consumer warpgroup): launches the
-// instantiation that has them. overlap_previous: launched
+// instantiation that has them (bf16 only: else cudaErrorInvalidValue). half:
+// the plan's 16-bit type (ElementType::kBF16 or kFP16). overlap_previous:
+// launched
 // with programmatic stream serialization, so that its CTAs start on the SMs
 // the previous kernel on the stream leaves while that kernel's last CTAs
 // still run (each role waits for it before touching what a launch writes:
@@ -40,7 +42,7 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // before (Plan::RepackWeights' kernel: the runtime's next launch does not
 // overlap it).
 cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
-                             bool overlap_previous, cudaStream_t stream);
+                             ElementType half, bool overlap_previous, cudaStream_t stream);
 
 }  // namespace loom::kernel
 

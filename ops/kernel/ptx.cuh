@@ -11,6 +11,8 @@
 #include <cuda/ptx>
 #include <cstdint>
 
+#include "kernel_params.h"
+
 namespace loom::kernel::ptx {
 
 // wgmma.fence: orders this warpgroup's earlier register writes (accumulators
@@ -108,18 +110,26 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t smem_address, uint32_t (&r)
                : "memory");
 }
 
-// mma.sync m16n8k16, BF16 x BF16 -> FP32, one warp: d += a b. a: 16 x 16
+// mma.sync m16n8k16, BF16 x BF16 (kHalf) or FP16 x FP16 -> FP32, one warp:
+// d += a b. a: 16 x 16
 // (row-major; the ldmatrix_x4 quarters rows 0-7 / 8-15 x k 0-7, then k 8-15),
 // b: 16 x 8 (k-major per column: two 8 x 8 matrices, k 0-7 and 8-15, rows =
 // columns of b). d[0..3]: rows t / 4 and + 8, columns 2 * (t % 4) and + 1 of
 // lane t (d[0] (r, c), d[1] (r, c + 1), d[2] (r + 8, c), d[3] (r + 8, c + 1)).
-__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#define LOOM_MMA_M16N8K16(types)                                                                        \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." types ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+               "{%8, %9}, {%0, %1, %2, %3};\n"                                                            \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+template <ElementType kHalf>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kHalf == ElementType::kFP16) {
+    LOOM_MMA_M16N8K16("f16.f16");
+  } else {
+    LOOM_MMA_M16N8K16("bf16.bf16");
+  }
 }
+#undef LOOM_MMA_M16N8K16
 
 // ld.relaxed.gpu: sees other SMs' stores without ordering anything after it
 // (and, unlike ld.acquire, without invalidating this SM's L1). After it saw

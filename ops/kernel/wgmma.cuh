@@ -79,20 +79,39 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
   }
 }
 
-#undef LOOM_WGMMA_SS
-#undef LOOM_WGMMA_REGS128
-#undef LOOM_WGMMA_REGS64
-#undef LOOM_WGMMA_D128
-#undef LOOM_WGMMA_D64
-#undef LOOM_WGMMA_D8
 
-// wgmma.mma_async m64n32k16, BF16 x BF16 -> FP32, both operands from shared
-// memory (K-major, 128B-swizzled tiles, through descriptors given by their low
-// words: Swizzle128DescriptorLow; the high word is the constant
-// kSwizzle128DescriptorHigh): the narrow decode kernel's 64 x 32 tile
-// (narrow_gemm.cu, RunWgmmaJob). d[16] holds the same rows and columns as the
-// first 16 registers of the m64n256k16 layout above (columns 0..31). Always
-// accumulates (D = A*B + D). Asynchronous, as above.
+// The accumulator lists of the two forms below.
+#define LOOM_WGMMA_D16(d) LOOM_WGMMA_D8(d, 0), LOOM_WGMMA_D8(d, 8)
+#define LOOM_WGMMA_D32(d) LOOM_WGMMA_D16(d), LOOM_WGMMA_D8(d, 16), LOOM_WGMMA_D8(d, 24)
+#define LOOM_WGMMA_REGS16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define LOOM_WGMMA_REGS32                                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// As LOOM_WGMMA_SS, but from the descriptors' low words desc_a_low,
+// desc_b_low (asm operands `a_low`, `b_low`) and the constant high word
+// (operand `high`), always accumulating.
+#define LOOM_WGMMA_SS_LOW(shape, types, regs, operands, a_low, b_low, high)                      \
+  asm volatile("{\n"                                                                             \
+               ".reg .pred p;\n"                                                                 \
+               ".reg .b32 high;\n"                                                               \
+               ".reg .b64 da, db;\n"                                                             \
+               "mov.b32 high, " high ";\n"                                                       \
+               "mov.b64 da, {" a_low ", high};\n"                                                \
+               "mov.b64 db, {" b_low ", high};\n"                                                \
+               "setp.ne.b32 p, 1, 0;\n" /* accumulate: D = A*B + D */                            \
+               "wgmma.mma_async.sync.aligned." shape ".f32." types " " regs ", da, db, p, 1, 1, 0, 0;\n" \
+               "}\n"                                                                             \
+               : operands                                                                        \
+               : "r"(desc_a_low), "r"(desc_b_low), "n"(kSwizzle128DescriptorHigh))
+
+// wgmma.mma_async m64n32k16, BF16 x BF16 (kHalf) or FP16 x FP16 -> FP32,
+// both operands from shared memory (K-major, 128B-swizzled tiles, through
+// descriptors given by their low words: Swizzle128DescriptorLow; the high
+// word is the constant kSwizzle128DescriptorHigh): the narrow decode
+// kernel's 64 x 32 tile (narrow_gemm.cu, RunWgmmaJob). d[16] holds the same
+// rows and columns as the first 16 registers of the m64n256k16 layout above
+// (columns 0..31). Always accumulates (D = A*B + D). Asynchronous, as above.
 // NOTE: the low words only, the high word a constant inside the asm: given
 // whole 64-bit descriptors, ptxas built each of a stage's 32 with a 64-bit
 // add with carry (IADD3 + IMAD.X) before moving both halves to uniform
@@ -104,49 +123,38 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
 // their arithmetic; low words there, with the next slots tested early, took
 // a 128-wide k-block from ~727 to ~714 cycles and the timed runs nowhere,
 // v1.64.)
-__device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint32_t desc_a_low, uint32_t desc_b_low) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      ".reg .b32 high;\n"
-      ".reg .b64 da, db;\n"
-      "mov.b32 high, %18;\n"
-      "mov.b64 da, {%16, high};\n"
-      "mov.b64 db, {%17, high};\n"
-      "setp.ne.b32 p, 1, 0;\n"  // accumulate: D = A*B + D
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 \n"
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},\n"
-      " da, db, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(desc_a_low), "r"(desc_b_low), "n"(kSwizzle128DescriptorHigh));
+template <ElementType kHalf>
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint32_t desc_a_low, uint32_t desc_b_low) {
+  if constexpr (kHalf == ElementType::kFP16) {
+    LOOM_WGMMA_SS_LOW("m64n32k16", "f16.f16", LOOM_WGMMA_REGS16, LOOM_WGMMA_D16(d), "%16", "%17", "%18");
+  } else {
+    LOOM_WGMMA_SS_LOW("m64n32k16", "bf16.bf16", LOOM_WGMMA_REGS16, LOOM_WGMMA_D16(d), "%16", "%17", "%18");
+  }
 }
 
 // The same, m64n64k16: the 17-32-row jobs' paired k-blocks (narrow_gemm.cu,
 // RunPairedWgmmaJob). d[32] holds the first 32 registers of the m64n256k16
 // layout (columns 0..63).
-__device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], uint32_t desc_a_low, uint32_t desc_b_low) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      ".reg .b32 high;\n"
-      ".reg .b64 da, db;\n"
-      "mov.b32 high, %34;\n"
-      "mov.b64 da, {%32, high};\n"
-      "mov.b64 db, {%33, high};\n"
-      "setp.ne.b32 p, 1, 0;\n"  // accumulate: D = A*B + D
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \n"
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
-      " da, db, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(desc_a_low), "r"(desc_b_low), "n"(kSwizzle128DescriptorHigh));
+template <ElementType kHalf>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint32_t desc_a_low, uint32_t desc_b_low) {
+  if constexpr (kHalf == ElementType::kFP16) {
+    LOOM_WGMMA_SS_LOW("m64n64k16", "f16.f16", LOOM_WGMMA_REGS32, LOOM_WGMMA_D32(d), "%32", "%33", "%34");
+  } else {
+    LOOM_WGMMA_SS_LOW("m64n64k16", "bf16.bf16", LOOM_WGMMA_REGS32, LOOM_WGMMA_D32(d), "%32", "%33", "%34");
+  }
 }
+
+#undef LOOM_WGMMA_SS_LOW
+#undef LOOM_WGMMA_SS
+#undef LOOM_WGMMA_REGS128
+#undef LOOM_WGMMA_REGS64
+#undef LOOM_WGMMA_REGS32
+#undef LOOM_WGMMA_REGS16
+#undef LOOM_WGMMA_D128
+#undef LOOM_WGMMA_D64
+#undef LOOM_WGMMA_D32
+#undef LOOM_WGMMA_D16
+#undef LOOM_WGMMA_D8
 
 }  // namespace loom::kernel
 

@@ -1098,13 +1098,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   const std::vector<int32_t> depth = sched::NodeDepths(problems);  // the graph's steps, for both rules below
   LOOM_ASSIGN_OR_RETURN(const DType half, HalfTypeOf(graph));
   impl->half = ElementTypeOf(half);
-  if (half == DType::kFP16 && options.kernel == KernelChoice::kNarrow) {
-    return absl::InvalidArgumentError(
-        "CompileOptions.kernel: kNarrow, but the graph's inputs are fp16, which only the tiled kernel runs; use "
-        "kAuto or kTiled");
-  }
-  // The narrow kernel is bf16 only: kAuto takes the tiled kernel for fp16.
-  impl->narrow = half == DType::kBF16 && UsesNarrowKernel(options, graph, dependencies, depth, rows, device_.sm_count);
+  impl->narrow = UsesNarrowKernel(options, graph, dependencies, depth, rows, device_.sm_count);
   if (const GemmNode* zero_k = FirstZeroKNode(graph); impl->narrow && zero_k != nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.kernel: kNarrow, but %s has K = 0 (its jobs are its epilogue alone), which only "
@@ -1421,7 +1415,7 @@ absl::Status Plan::Launch(cudaStream_t stream) {
   if (impl_->narrow) {
     return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters,
                                                          impl_->packed_weights != nullptr, impl_->narrow_consumers,
-                                                         !impl_->tagged_handoffs.empty(),
+                                                         !impl_->tagged_handoffs.empty(), impl_->half,
                                                          overlap, stream),
                                 "launching the narrow decode kernel");
   }
