@@ -71,7 +71,14 @@ __device__ inline void RunALoader(const CtaContext<Config>& ctx) {
   DependencyMemo memo;
   KnownARun known;
   bool draining = false;
-  int fenced_node = -1;  // AcquireTensorMaps
+  if (lockstep) {
+    constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::a_slot_map,
+                                                         &KernelNode::b_map, &KernelNode::b_slot_map};
+    AcquireEveryNodesTensorMaps(ctx.params, kMaps);
+  } else {
+    constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::a_slot_map};
+    AcquireEveryNodesTensorMaps(ctx.params, kMaps);
+  }
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
@@ -82,14 +89,6 @@ __device__ inline void RunALoader(const CtaContext<Config>& ctx) {
     const sched::TileJob job = *work.job;
     if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
     const KernelNode& node = *work.node;
-    if (lockstep) {
-      constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::a_slot_map,
-                                                           &KernelNode::b_map, &KernelNode::b_slot_map};
-      AcquireTensorMaps(node, job.node, fenced_node, kMaps);
-    } else {
-      constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::a_slot_map};
-      AcquireTensorMaps(node, job.node, fenced_node, kMaps);
-    }
     const sched::NodeSchedule& schedule = node.schedule;
     const bool has_dependencies = schedule.dependency_count > 0;
     const bool share_a = SharesOperand(ctx, node, sched::ClusterShare::kShareA);
@@ -153,7 +152,10 @@ __device__ inline void RunBLoader(const CtaContext<Config>& ctx) {
   RingCursor ring;
   DependencyMemo memo;
   bool draining = false;
-  int fenced_node = -1;  // AcquireTensorMaps
+  if (!lockstep) {
+    constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::b_map, &KernelNode::b_slot_map};
+    AcquireEveryNodesTensorMaps(ctx.params, kMaps);
+  }
   const uint64_t policy = ptx::l2_evict_first_policy();
   for (;;) {
     const int index = jobs.Next(ctx);
@@ -163,10 +165,6 @@ __device__ inline void RunBLoader(const CtaContext<Config>& ctx) {
     const sched::TileJob job = *work.job;  // in registers; see the A loader
     if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
     const KernelNode& node = *work.node;
-    {
-      constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::b_map, &KernelNode::b_slot_map};
-      AcquireTensorMaps(node, job.node, fenced_node, kMaps);
-    }
     // Looked up once per job, not per k-block.
     const bool b_has_producers = sched::HasProducerOperand(node.schedule, sched::DependencyOperand::kB);
     const bool share_b = SharesOperand(ctx, node, sched::ClusterShare::kShareB);

@@ -22,7 +22,10 @@ template <class Config>
 __device__ inline void RunStore(const CtaContext<Config>& ctx) {
   JobStream jobs;
   RingCursor staging[Config::kConsumerWarpgroups];
-  int fenced_node = -1;  // AcquireTensorMaps
+  {
+    constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::c_map, &KernelNode::partial_map};
+    AcquireEveryNodesTensorMaps(ctx.params, kMaps);
+  }
   for (;;) {
     const int index = jobs.Next(ctx);
     if (index < 0) break;
@@ -30,10 +33,6 @@ __device__ inline void RunStore(const CtaContext<Config>& ctx) {
     if (!work.in_range) continue;
     const KernelNode& node = *work.node;
     const sched::TileJob job = *work.job;
-    {
-      constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::c_map, &KernelNode::partial_map};
-      AcquireTensorMaps(node, job.node, fenced_node, kMaps);
-    }
     // A split-K partial goes to the node's workspace slice, raw fp32, whole
     // padded tile; everything else (unsplit jobs, reduce jobs, the last split
     // of a node whose last split sums) to C.
