@@ -51,6 +51,18 @@ namespace loom::kernel {
                : operands                                                                   \
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int32_t>(accumulate)))
 
+// One of the forms above or below (`form`: LOOM_WGMMA_SS or
+// LOOM_WGMMA_SS_LOW) in the enclosing template's 16-bit type kHalf, fp16 or
+// bf16 (the type is part of the instruction's text, so each is its own asm
+// statement). `operands` is the accumulator list's macro and `d` its array,
+// apart: an expanded list would reach `form` as many arguments.
+#define LOOM_WGMMA_IN_HALF_TYPE(form, shape, regs, operands, d, x, y, z) \
+  if constexpr (kHalf == ElementType::kFP16) {                          \
+    form(shape, "f16.f16", regs, operands(d), x, y, z);                 \
+  } else {                                                              \
+    form(shape, "bf16.bf16", regs, operands(d), x, y, z);               \
+  }
+
 // wgmma.mma_async m64n256k16, BF16 x BF16 (kHalf) or FP16 x FP16 -> FP32,
 // both operands from shared memory (K-major, through descriptors). d[128] is
 // this thread's share of the warpgroup's 64 x 256 accumulator tile:
@@ -61,22 +73,14 @@ namespace loom::kernel {
 template <ElementType kHalf>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
                                                  bool accumulate) {
-  if constexpr (kHalf == ElementType::kFP16) {
-    LOOM_WGMMA_SS("m64n256k16", "f16.f16", LOOM_WGMMA_REGS128, LOOM_WGMMA_D128(d), "%128", "%129", "%130");
-  } else {
-    LOOM_WGMMA_SS("m64n256k16", "bf16.bf16", LOOM_WGMMA_REGS128, LOOM_WGMMA_D128(d), "%128", "%129", "%130");
-  }
+  LOOM_WGMMA_IN_HALF_TYPE(LOOM_WGMMA_SS, "m64n256k16", LOOM_WGMMA_REGS128, LOOM_WGMMA_D128, d, "%128", "%129", "%130")
 }
 
 // wgmma.mma_async m64n128k16: as m64n256k16, the first 64 registers' layout.
 template <ElementType kHalf>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
                                                  bool accumulate) {
-  if constexpr (kHalf == ElementType::kFP16) {
-    LOOM_WGMMA_SS("m64n128k16", "f16.f16", LOOM_WGMMA_REGS64, LOOM_WGMMA_D64(d), "%64", "%65", "%66");
-  } else {
-    LOOM_WGMMA_SS("m64n128k16", "bf16.bf16", LOOM_WGMMA_REGS64, LOOM_WGMMA_D64(d), "%64", "%65", "%66");
-  }
+  LOOM_WGMMA_IN_HALF_TYPE(LOOM_WGMMA_SS, "m64n128k16", LOOM_WGMMA_REGS64, LOOM_WGMMA_D64, d, "%64", "%65", "%66")
 }
 
 
@@ -125,11 +129,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
 // v1.64.)
 template <ElementType kHalf>
 __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint32_t desc_a_low, uint32_t desc_b_low) {
-  if constexpr (kHalf == ElementType::kFP16) {
-    LOOM_WGMMA_SS_LOW("m64n32k16", "f16.f16", LOOM_WGMMA_REGS16, LOOM_WGMMA_D16(d), "%16", "%17", "%18");
-  } else {
-    LOOM_WGMMA_SS_LOW("m64n32k16", "bf16.bf16", LOOM_WGMMA_REGS16, LOOM_WGMMA_D16(d), "%16", "%17", "%18");
-  }
+  LOOM_WGMMA_IN_HALF_TYPE(LOOM_WGMMA_SS_LOW, "m64n32k16", LOOM_WGMMA_REGS16, LOOM_WGMMA_D16, d, "%16", "%17", "%18")
 }
 
 // The same, m64n64k16: the 17-32-row jobs' paired k-blocks (narrow_gemm.cu,
@@ -137,13 +137,10 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint32_t desc
 // layout (columns 0..63).
 template <ElementType kHalf>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint32_t desc_a_low, uint32_t desc_b_low) {
-  if constexpr (kHalf == ElementType::kFP16) {
-    LOOM_WGMMA_SS_LOW("m64n64k16", "f16.f16", LOOM_WGMMA_REGS32, LOOM_WGMMA_D32(d), "%32", "%33", "%34");
-  } else {
-    LOOM_WGMMA_SS_LOW("m64n64k16", "bf16.bf16", LOOM_WGMMA_REGS32, LOOM_WGMMA_D32(d), "%32", "%33", "%34");
-  }
+  LOOM_WGMMA_IN_HALF_TYPE(LOOM_WGMMA_SS_LOW, "m64n64k16", LOOM_WGMMA_REGS32, LOOM_WGMMA_D32, d, "%32", "%33", "%34")
 }
 
+#undef LOOM_WGMMA_IN_HALF_TYPE
 #undef LOOM_WGMMA_SS_LOW
 #undef LOOM_WGMMA_SS
 #undef LOOM_WGMMA_REGS128
