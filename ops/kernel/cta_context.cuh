@@ -330,16 +330,12 @@ __device__ inline CtaWork ResolveJob(const Ctx& ctx, int index) {
 // the host when the plan is compiled), not in the kernel's parameters, so a
 // thread acquires a map through the tensormap proxy before its TMA
 // operations use it (HOPPER.md; the PTX ISA's fence.proxy.tensormap::generic),
-// at system scope since the host wrote it. Two ways, by kernel:
-//
-// AcquireTensorMaps (the narrow kernel): when a role's jobs move to another
-// node (`fenced_node`: the last node it acquired, -1 at first), the maps of
-// `node` (node `index`) it uses.
+// at system scope since the host wrote it. AcquireTensorMaps fences `node`'s
+// `maps`; the narrow kernel's roles call it when their jobs move to another
+// node.
 template <int kMaps>
-__device__ __forceinline__ void AcquireTensorMaps(const KernelNode& node, int index, int& fenced_node,
+__device__ __forceinline__ void AcquireTensorMaps(const KernelNode& node,
                                                   const CUtensorMap KernelNode::* const (&maps)[kMaps]) {
-  if (index == fenced_node) return;
-  fenced_node = index;
 #pragma unroll
   for (int i = 0; i < kMaps; ++i) {
     cuda::ptx::fence_proxy_tensormap_generic(cuda::ptx::sem_acquire, cuda::ptx::scope_sys, &(node.*maps[i]),
@@ -347,23 +343,17 @@ __device__ __forceinline__ void AcquireTensorMaps(const KernelNode& node, int in
   }
 }
 
-// AcquireEveryNodesTensorMaps (the tiled kernel): every node's `maps`, once,
-// before a role's first job. Fenced at each change of node instead, the
-// 128-token MLP block took 114.4-114.5 us against 111.3-112.3 without fences
-// and 111.9-112.5 this way (bench/NOTES.md v1.76): there a CTA's jobs change
-// node at every job, and the fences sat between one job and the next.
-// (A role fences 2 maps a node, one after another: a graph of many nodes
-// pays for them at the start of every launch, not measured past 8 nodes.)
+// The tiled kernel's roles fence every node's `maps` once, before their
+// first job. Fenced at each change of node instead, the 128-token MLP block
+// took 114.4-114.5 us against 111.3-112.3 without fences and 111.9-112.5
+// this way (bench/NOTES.md v1.76): there a CTA's jobs change node at every
+// job, and the fences sat between one job and the next. (A role fences 2
+// maps a node, one after another: a graph of many nodes pays for them at the
+// start of every launch, not measured past 8 nodes.)
 template <int kMaps>
 __device__ __forceinline__ void AcquireEveryNodesTensorMaps(const KernelParams& params,
                                                           const CUtensorMap KernelNode::* const (&maps)[kMaps]) {
-  for (int n = 0; n < params.num_nodes; ++n) {
-#pragma unroll
-    for (int i = 0; i < kMaps; ++i) {
-      cuda::ptx::fence_proxy_tensormap_generic(cuda::ptx::sem_acquire, cuda::ptx::scope_sys,
-                                               &(params.nodes[n].*maps[i]), cuda::ptx::n32_t<128>{});
-    }
-  }
+  for (int n = 0; n < params.num_nodes; ++n) AcquireTensorMaps(params.nodes[n], maps);
 }
 
 // Asks L2 for the job queue and the node records past their tensor maps

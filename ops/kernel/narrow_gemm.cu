@@ -407,7 +407,7 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
   DependencyMemo memo;
   KnownARun known;
   bool draining = false;
-  int fenced_node = -1;  // AcquireTensorMaps
+  int fenced_node = -1;  // the node whose maps the issuer last acquired
   for (;;) {
     // Converged (a wait's lanes may leave it apart): Next reads the slot
     // once a warp, by the lanes active.
@@ -417,9 +417,10 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
     const CtaWork work = ResolveJob(ctx, index);
     const sched::TileJob job = *work.job;  // in registers: the asm below clobbers memory
     const KernelNode& node = *work.node;
-    if (issuer) {
+    if (issuer && job.node != fenced_node) {
       constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map};
-      AcquireTensorMaps(node, job.node, fenced_node, kMaps);
+      AcquireTensorMaps(node, kMaps);
+      fenced_node = job.node;
     }
     const sched::NodeSchedule& schedule = node.schedule;
     const int32_t row0 = work.m_block * ctx.tile().m;
@@ -524,8 +525,7 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
     const KernelNode& node = ctx.params.nodes[job.node];
     if (job.node != known_node) {
       constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::b_map};
-      int fenced_node = known_node;  // AcquireTensorMaps: the B loader's own known_node
-      AcquireTensorMaps(node, job.node, fenced_node, kMaps);
+      AcquireTensorMaps(node, kMaps);
       known_node = job.node;
       b_has_producers = sched::HasProducerOperand(node.schedule, sched::DependencyOperand::kB);
       kblock_map = HasKBlockMaps(node.schedule);
