@@ -71,12 +71,13 @@ __device__ inline void RunALoader(const CtaContext<Config>& ctx) {
   DependencyMemo memo;
   KnownARun known;
   bool draining = false;
-  if (lockstep) {
+  {
+    // B's maps too, which this thread uses in lockstep mode. (Only there:
+    // but with the B maps under `lockstep`, ptxas spilled 20-24 bytes more
+    // stores and 56-72 more loads in the tiled kernels than with them always,
+    // as measured in bench/NOTES.md v1.76's m1.)
     constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::a_slot_map,
                                                          &KernelNode::b_map, &KernelNode::b_slot_map};
-    AcquireEveryNodesTensorMaps(ctx.params, kMaps);
-  } else {
-    constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::a_slot_map};
     AcquireEveryNodesTensorMaps(ctx.params, kMaps);
   }
   for (;;) {
@@ -152,7 +153,7 @@ __device__ inline void RunBLoader(const CtaContext<Config>& ctx) {
   RingCursor ring;
   DependencyMemo memo;
   bool draining = false;
-  if (!lockstep) {
+  {
     constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::b_map, &KernelNode::b_slot_map};
     AcquireEveryNodesTensorMaps(ctx.params, kMaps);
   }
