@@ -348,8 +348,8 @@ __device__ __forceinline__ void AcquireTensorMaps(const KernelNode& node,
 // took 114.4-114.5 us against 111.3-112.3 without fences and 111.9-112.5
 // this way (bench/NOTES.md v1.76): there a CTA's jobs change node at every
 // job, and the fences sat between one job and the next. (A role fences 2
-// maps a node, one after another: a graph of many nodes pays for them at the
-// start of every launch, not measured past 8 nodes.)
+// to 4 maps a node, one after another: a graph of many nodes pays for them at
+// the start of every launch, not measured past 8 nodes.)
 template <int kMaps>
 __device__ __forceinline__ void AcquireEveryNodesTensorMaps(const KernelParams& params,
                                                           const CUtensorMap KernelNode::* const (&maps)[kMaps]) {
