@@ -115,6 +115,32 @@ TEST(RuntimeTest, RingDepthsLeftZeroAreChosenByTheTileWidth) {
                         {"shared memory", "a_stages=2 (of 16384 bytes), b_stages=7 (tiles 256 wide)"}));
 }
 
+// Lockstep rings' A loader carries B without waiting for B's producers, so a
+// graph in which a node's B is another node's output is refused there, naming
+// the consumer, its B and the producer; split rings (whose B loader waits)
+// compile it. A produced bias is not B: lockstep takes it.
+TEST(RuntimeTest, LockstepRingsRefuseABThatANodeWrites) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  GemmGraph graph;
+  graph.AddGemm("keys", Fake("x", 0x100000, 256, 512), Fake("w", 0x10000000, 512, 512),
+                Fake("keys", 0x20000000, 256, 512));
+  graph.AddGemm("scores", Fake("q", 0x30000000, 300, 512), Fake("keys", 0x20000000, 256, 512),
+                Fake("scores", 0x40000000, 300, 256));
+  const CompileOptions lockstep{.ring_mode = RingMode::kLockstep};
+  EXPECT_TRUE(HasStatus(runtime.Compile(graph, lockstep).status(), absl::StatusCode::kInvalidArgument,
+                        {"CompileOptions.ring_mode: lockstep", "node \"scores\" reads its B (\"keys\") from node "
+                         "\"keys\"'s output", "use kSplit"}));
+  EXPECT_TRUE(runtime.Compile(graph, CompileOptions{}).ok());
+
+  GemmGraph bias_graph;
+  bias_graph.AddGemm("bias", Fake("v", 0x100000, 1, 512), Fake("wv", 0x10000000, 512, 512),
+                     Fake("b", 0x20000000, 1, 512));
+  bias_graph.AddGemm("proj", Fake("x", 0x30000000, 300, 512), Fake("w", 0x40000000, 512, 512),
+                     Fake("y", 0x50000000, 300, 512), Epilogue{.bias = Fake("b", 0x20000000, 1, 512)});
+  const absl::StatusOr<Plan> plan = runtime.Compile(bias_graph, lockstep);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+}
+
 // The tiled kernel spreads its first fetches where its first wave leaves
 // clusters without a job to start (sched::IdleClustersAtLaunch); Explain
 // says so. The narrow kernel never does (its first wave is static).
@@ -1039,12 +1065,10 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
   options.tile_n = 256;
   EXPECT_TRUE(explains(graph, "weights: packed in stage order, a copy of 34.0 MiB made at Compile, for layer1, "
                               "layer2\n"));
-  // Not with lockstep rings (the A loader carries B there), and not for
-  // nodes of more than two row blocks (256 rows); at 256 rows B is shared by
-  // the cluster's two row blocks.
-  options.ring_mode = RingMode::kLockstep;
-  EXPECT_TRUE(explains(graph, "weights: read in place (the tiled kernel reads packed weights with split rings only)"));
-  options.ring_mode = RingMode::kSplit;
+  // Not for nodes of more than two row blocks (256 rows); at 256 rows B is
+  // shared by the cluster's two row blocks. Not with lockstep rings (the A
+  // loader carries B there; `graph`, whose "scores" reads layer1's output as
+  // B, they refuse: LockstepRingsRefuseABThatANodeWrites).
   GemmGraph tall;
   tall.AddGemm("tall", Fake("x", 0x100000, 257, 4096), Fake("w", 0x10000000, 4096, 4096),
                Fake("y", 0x30000000, 257, 4096));
@@ -1055,6 +1079,10 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
                      Fake("y", 0x30000000, 256, 4096));
   EXPECT_TRUE(explains(two_blocks, "weights: packed in stage order, a copy of 32.0 MiB made at Compile, for "
                                    "two_blocks\n"));
+  options.ring_mode = RingMode::kLockstep;
+  EXPECT_TRUE(
+      explains(two_blocks, "weights: read in place (the tiled kernel reads packed weights with split rings only)"));
+  options.ring_mode = RingMode::kSplit;
   options.kernel = KernelChoice::kNarrow;
 
   // Two nodes reading the same B (one layer applied twice) share one copy.

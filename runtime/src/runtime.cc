@@ -899,6 +899,22 @@ bool TiledRingsReadPackedWeights(const CompileOptions& options) {
   return options.ring_mode == RingMode::kSplit;
 }
 
+// Lockstep rings have no B loader: the A loader loads each B stage beside A's
+// and waits only for A's and the epilogue's producers (loader_role.cuh), so a
+// B that another node writes would be read before it exists. Refused, naming
+// the first such node, until that loader waits for B's producers too.
+absl::Status CheckLockstepReadsNoProducedB(const GemmGraph& graph, const std::vector<DataDependency>& dependencies) {
+  for (const DataDependency& dependency : dependencies) {
+    if (dependency.operand != Operand::kB) continue;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.ring_mode: lockstep, but %s reads its B (\"%s\") from %s's output, and lockstep rings do "
+        "not wait for B's producers; use kSplit (the default)",
+        graph.NodeLabel(dependency.consumer), graph.nodes()[dependency.consumer].b.name,
+        graph.NodeLabel(dependency.producer)));
+  }
+  return absl::OkStatus();
+}
+
 // The clusters the tiled kernel's first wave leaves without a job that can
 // start (0 on the narrow kernel). Above 0, the kernel spreads its first
 // fetches over the chip (KernelConfig::kFirstFetchSpreadCycles).
@@ -1138,6 +1154,9 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
           "%s cannot launch clusters, and the tiled kernel runs in clusters of %d CTAs (the narrow decode kernel, "
           "for graphs of at most %d rows, needs none)",
           device_.name, kClusterSize, NarrowConfig::kMaxRows));
+    }
+    if (options.ring_mode == RingMode::kLockstep) {
+      LOOM_RETURN_IF_ERROR(CheckLockstepReadsNoProducedB(graph, dependencies));
     }
     impl->a_stage_bytes = AStageBytesFor(graph);
     impl->tile_n = ChooseTileWidth(options, problems, depth,
