@@ -15,6 +15,7 @@
 // straddles two, which a split starting mid-run did not wait for).
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -28,6 +29,7 @@
 #include "kernel_params.h"
 #include "loom/graph.h"
 #include "loom/runtime.h"
+#include "loom/scheduler/job_access.h"
 #include "loom/tensor.h"
 #include "narrow_config.h"
 #include "testbed/testbed.h"
@@ -47,14 +49,15 @@ absl::StatusOr<Plan> CompileOnH200(const GemmGraph& graph, const CompileOptions&
   return Runtime::ForDescription(DeviceDescription::H200()).Compile(graph, options);
 }
 
-// The producer tile flags A's elements [row0, row1) x [col0, col1) read, over
-// every A edge of `node`.
+// The producer tile flags elements [row0, row1) x [col0, col1) of `operand`
+// (A unless said) read, over every edge of `node` on that operand.
 std::set<int32_t> FlagsRead(const sched::Schedule& schedule, const sched::NodeSchedule& node, int64_t row0,
-                            int64_t row1, int64_t col0, int64_t col1) {
+                            int64_t row1, int64_t col0, int64_t col1,
+                            sched::DependencyOperand operand = sched::DependencyOperand::kA) {
   std::set<int32_t> flags;
   for (int d = 0; d < node.dependency_count; ++d) {
     const sched::DependencyEdge& edge = schedule.dependencies[node.dependency_begin + d];
-    if (edge.operand != static_cast<uint8_t>(sched::DependencyOperand::kA)) continue;
+    if (edge.operand != static_cast<uint8_t>(operand)) continue;
     const sched::NodeSchedule& producer = schedule.nodes[edge.producer];
     const sched::TileBox box = sched::ProducerTiles(producer, schedule.tile, edge, row0, row1, col0, col1);
     for (int m = box.m_begin; m < box.m_end; ++m) {
@@ -66,10 +69,11 @@ std::set<int32_t> FlagsRead(const sched::Schedule& schedule, const sched::NodeSc
 
 // Replays the A loader of one job's CTA (the row block from row0, k-blocks
 // [kb_begin, kb_end)) and returns the first k-block that reads a producer
-// tile not known done when it is loaded, as a message ("" when none).
+// tile not known done when it is loaded, as a message ("" when none). Adds
+// the flags it waited for to `waited`.
 template <class Config>
 std::string ReplayALoader(const sched::Schedule& schedule, const kernel::KernelNode& record, int64_t row0,
-                          int kb_begin, int kb_end, bool narrow) {
+                          int kb_begin, int kb_end, bool narrow, std::set<int32_t>* waited) {
   const sched::NodeSchedule& node = record.schedule;
   const int wait = node.a_wait_k_blocks;
   auto producer_of = [&](int p) -> const sched::NodeSchedule& { return schedule.nodes[p]; };
@@ -86,7 +90,7 @@ std::string ReplayALoader(const sched::Schedule& schedule, const kernel::KernelN
     known_kb = 0;
     known = {first.first_flag, first.granules, 1 << first.tiles_shift, first.tiles_shift};
   }
-  std::set<int32_t> done;
+  std::set<int32_t>& done = *waited;
   for (int kb = kb_begin; kb < kb_end;) {
     if (known_kb < 0 || kb / wait - known_kb / wait >= known.granules) {
       known = kernel::AProducerRunOf<Config::kBlockM, Config::kBlockK, Config::kMaxTilesPerGranule>(
@@ -123,30 +127,100 @@ std::string ReplayALoader(const sched::Schedule& schedule, const kernel::KernelN
   return "";
 }
 
-// Every GEMM job of `plan`, each CTA of its cluster, replayed: the failures
-// (at most a few), each naming the node.
-std::vector<std::string> UnsoundWaits(const Plan& plan) {
+// What one CTA of GEMM job `job` waits for, replayed as the kernels' loaders
+// do (a CTA of a cluster job whose tile lies past the node too: its loaders
+// run the job's waits all the same): the epilogue's inputs before the first
+// load (WaitForEpilogueInputs), A k-block by k-block (ReplayALoader), B
+// k-block by k-block (the B loader of split rings; lockstep rings refuse a B
+// that a node writes). Each over the CTA's whole tile and k-blocks, as the
+// kernels ask, not clipped to the operand. `unsound`: ReplayALoader's
+// message.
+struct CtaWaits {
+  std::set<int32_t> flags;
+  std::string unsound;
+};
+CtaWaits ReplayCta(const Plan& plan, const sched::TileJob& job, int rank) {
   const sched::Schedule& schedule = plan.schedule();
   const bool narrow = plan.kernel() == KernelChoice::kNarrow;
-  std::vector<std::string> failures;
-  for (const sched::TileJob& job : schedule.queue) {
-    if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
-    const sched::NodeSchedule& node = schedule.nodes[job.node];
-    if (!sched::HasProducerOperand(node, sched::DependencyOperand::kA)) continue;
+  const sched::NodeSchedule& node = schedule.nodes[job.node];
+  const sched::CtaTile tile = sched::CtaTileOf(job, node.share, rank);
+  const int64_t row0 = int64_t{tile.m_block} * schedule.tile.m;
+  CtaWaits waits;
+  if (node.dependency_count == 0) return waits;
+  using Op = sched::DependencyOperand;
+  const auto add = [&](const std::set<int32_t>& flags) { waits.flags.insert(flags.begin(), flags.end()); };
+  const int64_t out_col0 = int64_t{tile.n_block} * node.out_tile_n;
+  add(FlagsRead(schedule, node, row0, row0 + schedule.tile.m, out_col0, out_col0 + node.out_tile_n, Op::kResidual));
+  const int64_t n_row0 = int64_t{tile.n_block} * schedule.tile.n;
+  add(FlagsRead(schedule, node, 0, 1, n_row0, n_row0 + schedule.tile.n, Op::kBias));
+  if (sched::HasProducerOperand(node, Op::kA)) {
     kernel::KernelNode record;
     record.schedule = node;
     record.a_producer = internal::AProducerOf(schedule, job.node);
     internal::FirstARunsOf(schedule, job.node, record.a_producer, narrow, record.first_a_run);
-    for (int rank = 0; rank < schedule.cluster_size; ++rank) {
-      const sched::CtaTile tile = sched::CtaTileOf(job, node.share, rank);
-      const int64_t row0 = int64_t{tile.m_block} * schedule.tile.m;
-      const std::string failure =
-          narrow ? ReplayALoader<kernel::NarrowConfig>(schedule, record, row0, job.k_block_begin, job.k_block_end,
-                                                       true)
-                 : ReplayALoader<kernel::KernelConfig>(schedule, record, row0, job.k_block_begin, job.k_block_end,
-                                                       false);
+    waits.unsound = narrow ? ReplayALoader<kernel::NarrowConfig>(schedule, record, row0, job.k_block_begin,
+                                                                 job.k_block_end, true, &waits.flags)
+                           : ReplayALoader<kernel::KernelConfig>(schedule, record, row0, job.k_block_begin,
+                                                                 job.k_block_end, false, &waits.flags);
+  }
+  for (int kb = job.k_block_begin; kb < job.k_block_end; ++kb) {
+    add(FlagsRead(schedule, node, n_row0, n_row0 + schedule.tile.n, int64_t{kb} * schedule.tile.k,
+                  int64_t{kb + 1} * schedule.tile.k, Op::kB));
+  }
+  return waits;
+}
+
+// Every GEMM job of `plan`, each CTA of its cluster, replayed: the failures
+// (at most a few), each naming the node.
+std::vector<std::string> UnsoundWaits(const Plan& plan) {
+  std::vector<std::string> failures;
+  for (const sched::TileJob& job : plan.schedule().queue) {
+    if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
+    if (!sched::HasProducerOperand(plan.schedule().nodes[job.node], sched::DependencyOperand::kA)) continue;
+    for (int rank = 0; rank < plan.schedule().cluster_size; ++rank) {
+      const std::string failure = ReplayCta(plan, job, rank).unsound;
       if (!failure.empty() && failures.size() < 4) {
         failures.push_back(absl::StrCat("node ", plan.graph().nodes()[job.node].name, " ", failure));
+      }
+    }
+  }
+  return failures;
+}
+
+// The waits of every GEMM job of `plan`, each CTA of its cluster, replayed,
+// against the queue: every flag a job waits for must be published by jobs
+// that all come before it. That is what keeps the persistent kernel from
+// deadlocking: CTAs take jobs in queue order, so the earliest job not done
+// can always finish, unless it waits for a later one, which every CTA may
+// be holding a job in front of. (The queue is ordered by the scheduler's
+// model of what jobs read, sched::AppendJobReads; this checks that model
+// against the kernels' own waits, which it once missed: an operand that is
+// a slice of a larger output, clipped in the model and not in the kernels.)
+// The failures, at most a few.
+std::vector<std::string> WaitsOutOfQueueOrder(const Plan& plan) {
+  const sched::Schedule& schedule = plan.schedule();
+  std::map<int32_t, size_t> last_writer;  // flag -> the last queue position that publishes it
+  for (size_t position = 0; position < schedule.queue.size(); ++position) {
+    std::vector<sched::FlagWrite> writes;
+    sched::AppendJobWrites(schedule, schedule.queue[position], &writes);
+    for (const sched::FlagWrite& write : writes) last_writer[write.flag] = position;
+  }
+  std::vector<std::string> failures;
+  for (size_t position = 0; position < schedule.queue.size() && failures.size() < 4; ++position) {
+    const sched::TileJob& job = schedule.queue[position];
+    if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
+    for (int rank = 0; rank < schedule.cluster_size; ++rank) {
+      for (const int32_t flag : ReplayCta(plan, job, rank).flags) {
+        const auto writer = last_writer.find(flag);
+        if (writer != last_writer.end() && writer->second < position) continue;
+        failures.push_back(absl::StrCat(
+            "queue #", position, " (node ", plan.graph().nodes()[job.node].name, ", row block ",
+            sched::CtaTileOf(job, schedule.nodes[job.node].share, rank).m_block, ", column block ",
+            sched::CtaTileOf(job, schedule.nodes[job.node].share, rank).n_block, ", k-blocks [", job.k_block_begin,
+            ", ", job.k_block_end, ")) waits for flag ", flag, ", ",
+            writer == last_writer.end() ? std::string("which no job publishes")
+                                        : absl::StrCat("published at #", writer->second)));
+        break;
       }
     }
   }
@@ -301,12 +375,223 @@ TEST(AFlagRunsTest, RandomProducerLayoutsWaitForEveryTileRead) {
       runs_refused += plan->schedule().nodes.back().a_flag_runs == 0;
       const std::vector<std::string> failures = UnsoundWaits(*plan);
       ASSERT_TRUE(failures.empty()) << "trial " << trial << ", variant " << variant << ": " << failures.front();
+      const std::vector<std::string> out_of_order = WaitsOutOfQueueOrder(*plan);
+      ASSERT_TRUE(out_of_order.empty()) << "trial " << trial << ", variant " << variant << ": "
+                                        << out_of_order.front();
     }
   }
   // The trials reach both kinds of plan.
   EXPECT_GT(plans, 1000);
   EXPECT_GT(runs_refused, 50);
   EXPECT_GT(plans - runs_refused, 100);
+}
+
+
+// Made-up device addresses for the views of one graph, each 1 MiB past the
+// last view's end (Compile reads no memory).
+class Addresses {
+ public:
+  TensorView Next(const std::string& name, int64_t rows, int64_t cols) {
+    const TensorView view = View(name.c_str(), next_, rows, cols);
+    next_ += (static_cast<uint64_t>(rows * cols * 2) + (2 << 20)) & ~uint64_t{(1 << 20) - 1};
+    return view;
+  }
+
+ private:
+  uint64_t next_ = kInputs;
+};
+
+// A producer of `rows` x 64 bf16 into `out` behind a chain of `chain` nodes
+// (so that it comes late in the queue), named `name`.
+void AddLateProducer(GemmGraph& graph, Addresses& memory, const std::string& name, int chain, const TensorView& out) {
+  TensorView a = memory.Next(name + "_in", out.rows, 64);
+  const TensorView w = memory.Next(name + "_w", 64, 64);
+  for (int i = 0; i < chain; ++i) {
+    const TensorView h = memory.Next(absl::StrCat(name, "_h", i), out.rows, 64);
+    graph.AddGemm(absl::StrCat(name, "_", i), a, w, h);
+    a = h;
+  }
+  graph.AddGemm(name, a, w, out);
+}
+
+// 512 rows of a 64-wide buffer from two producers, the bottom half behind a
+// chain; "p" multiplies them into 512 x 128 (four row blocks of the tiled
+// kernel); "q" reads rows 192-255 of that as A: all in p's row block 1,
+// which ends at row 256, while the kernels' loaders ask for the whole
+// 128-row tile from row 192 (row blocks 1 and 2).
+GemmGraph MiddleRowsOfATallerOutput() {
+  GemmGraph graph;
+  Addresses memory;
+  const TensorView stack = View("stack", kBuffer, 512, 64);
+  AddLateProducer(graph, memory, "top", 0, stack.Rows(0, 256).Named("stack_top"));
+  AddLateProducer(graph, memory, "bottom", 2, stack.Rows(256, 256).Named("stack_bottom"));
+  const TensorView p = memory.Next("p_out", 512, 128);
+  graph.AddGemm("p", stack, memory.Next("p_w", 128, 64), p);
+  graph.AddGemm("q", p.Rows(192, 64).Named("p_rows_192"), memory.Next("q_w", 2048, 128),
+                memory.Next("q_out", 64, 2048));
+  return graph;
+}
+
+// 640 rows (five row blocks, the last two behind a chain) multiplied by "p"
+// into 640 x 512; four consumers each read its top 300 rows: three row
+// blocks, so a cluster pairing them along M has a CTA whose tile (rows
+// 384-511) lies past the consumer, and its loader still waits for p's row
+// block 3.
+GemmGraph TopRowsReadByAClusterPastM() {
+  GemmGraph graph;
+  Addresses memory;
+  const TensorView stack = View("stack", kBuffer, 640, 64);
+  AddLateProducer(graph, memory, "top", 0, stack.Rows(0, 384).Named("stack_top"));
+  AddLateProducer(graph, memory, "bottom", 7, stack.Rows(384, 256).Named("stack_bottom"));
+  const TensorView p = memory.Next("p_out", 640, 512);
+  graph.AddGemm("p", stack, memory.Next("p_w", 512, 64), p);
+  for (int i = 0; i < 4; ++i) {
+    graph.AddGemm(absl::StrCat("q", i), p.Rows(0, 300).Named("p_top_300"),
+                  memory.Next(absl::StrCat("q_w", i), 256, 512), memory.Next(absl::StrCat("q_out", i), 300, 256));
+  }
+  return graph;
+}
+
+// The narrow kernel's form: rows 32-63 of a 128-row output (two row blocks
+// of 64), its bottom half behind a chain.
+GemmGraph MiddleRowsOfANarrowOutput() {
+  GemmGraph graph;
+  Addresses memory;
+  const TensorView stack = View("stack", kBuffer, 128, 64);
+  AddLateProducer(graph, memory, "top", 0, stack.Rows(0, 64).Named("stack_top"));
+  AddLateProducer(graph, memory, "bottom", 2, stack.Rows(64, 64).Named("stack_bottom"));
+  const TensorView p = memory.Next("p_out", 128, 128);
+  graph.AddGemm("p", stack, memory.Next("p_w", 128, 64), p);
+  graph.AddGemm("q", p.Rows(32, 32).Named("p_rows_32"), memory.Next("q_w", 2048, 128),
+                memory.Next("q_out", 32, 2048));
+  return graph;
+}
+
+// Operands that are slices of larger outputs, ending inside a producer tile:
+// the kernels wait for the producer tiles of the consumer's whole tile, and
+// the queue must place those first. Before the scheduler's model of what a
+// job reads took whole tiles (job_access.h), each of these queued a
+// consumer ahead of a producer tile its loader waited for, and on small
+// grids every CTA could end up holding such a consumer (a deadlock the GPU
+// reports as DeadlineExceeded).
+TEST(QueueOrderTest, SlicesOfLargerOutputsAreWaitedForInQueueOrder) {
+  struct Case {
+    std::string name;
+    GemmGraph graph;
+    KernelChoice kernel;
+  };
+  const Case cases[] = {{"middle rows", MiddleRowsOfATallerOutput(), KernelChoice::kTiled},
+                        {"a cluster past M", TopRowsReadByAClusterPastM(), KernelChoice::kTiled},
+                        {"narrow middle rows", MiddleRowsOfANarrowOutput(), KernelChoice::kNarrow}};
+  for (const Case& c : cases) {
+    for (const int max_clusters : {1, 2, 0}) {
+      SCOPED_TRACE(absl::StrCat(c.name, ", max_clusters ", max_clusters));
+      CompileOptions options;
+      options.kernel = c.kernel;
+      options.max_clusters = max_clusters;
+      absl::StatusOr<Plan> plan = CompileOnH200(c.graph, options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_EQ(plan->kernel(), c.kernel);
+      const std::vector<std::string> out_of_order = WaitsOutOfQueueOrder(*plan);
+      EXPECT_TRUE(out_of_order.empty()) << out_of_order.front();
+      const std::vector<std::string> unsound = UnsoundWaits(*plan);
+      EXPECT_TRUE(unsound.empty()) << unsound.front();
+    }
+  }
+}
+
+// Random slices of produced outputs (rows and columns anywhere inside,
+// producers in two row bands, one behind a chain) read as A, B, residual or
+// bias by one to three consumers, on both kernels, both tile widths, forced
+// splits and small grids: every wait of every plan in queue order, and every
+// A read waited for.
+TEST(QueueOrderTest, RandomSlicesOfProducedOutputs) {
+  // A fresh seed each run, printed on failure; LOOM_TEST_SEED replays one.
+  testbed::Rng seeded;
+  std::mt19937_64& rng = seeded.engine();
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  int plans = 0;
+  int by_operand[4] = {};  // consumers of plans that compiled: A, B, residual, bias
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t rows = std::vector<int64_t>{8, 40, 64, 100, 128, 200, 300, 513, 640}[uniform(0, 8)];
+    const int64_t width = 64 * uniform(1, 6);
+    GemmGraph graph;
+    Addresses memory;
+    const TensorView out = View("out", kBuffer, rows, 64);
+    const int64_t cut = uniform(0, 1) == 1 ? uniform(1, rows - 1) : rows;
+    AddLateProducer(graph, memory, "top", static_cast<int>(uniform(0, 2)), out.Rows(0, cut).Named("out_top"));
+    if (cut < rows) {
+      AddLateProducer(graph, memory, "bottom", static_cast<int>(uniform(0, 4)),
+                      out.Rows(cut, rows - cut).Named("out_bottom"));
+    }
+    // What the consumers slice: `out` itself, or (wider than its 64
+    // columns) a node's product of all of it.
+    TensorView produced = out;
+    if (width > 64) {
+      produced = memory.Next("wide", rows, width);
+      graph.AddGemm("widen", out, memory.Next("widen_w", width, 64), produced);
+    }
+    std::vector<int> operands;
+    const int consumers = static_cast<int>(uniform(1, 3));
+    for (int c = 0; c < consumers; ++c) {
+      const std::string name = absl::StrCat("c", c);
+      const int64_t r0 = uniform(0, rows - 1), r = uniform(1, rows - r0);
+      const int64_t c0 = 8 * uniform(0, width / 8 - 1), cols = 8 * uniform(1, (width - c0) / 8);
+      const TensorView slice = produced.Rows(r0, r).Columns(c0, cols).Named(name + "_slice");
+      const int operand = static_cast<int>(uniform(0, 3));
+      const int64_t n = 64 * uniform(1, 40);
+      switch (operand) {
+        case 0:  // A [r, cols]
+          graph.AddGemm(name, slice, memory.Next(name + "_w", n, cols), memory.Next(name + "_out", r, n));
+          break;
+        case 1: {  // B [r, cols]: r output columns (8 of them at least, for 16-byte rows)
+          const int64_t b_rows = std::max<int64_t>(8, r / 8 * 8);
+          if (r0 + b_rows > rows) continue;
+          const int64_t m = uniform(1, 300);
+          graph.AddGemm(name, memory.Next(name + "_x", m, cols),
+                        produced.Rows(r0, b_rows).Columns(c0, cols).Named(name + "_slice"),
+                        memory.Next(name + "_out", m, b_rows));
+          break;
+        }
+        case 2:  // residual [r, cols]
+          graph.AddGemm(name, memory.Next(name + "_x", r, 64), memory.Next(name + "_w", cols, 64),
+                        memory.Next(name + "_out", r, cols), Epilogue{.residual = slice});
+          break;
+        default: {  // bias [1, cols]: one row of the slice
+          const int64_t m = uniform(1, 300);
+          graph.AddGemm(name, memory.Next(name + "_x", m, 64), memory.Next(name + "_w", cols, 64),
+                        memory.Next(name + "_out", m, cols),
+                        Epilogue{.bias = produced.Rows(r0, 1).Columns(c0, cols).Named(name + "_bias")});
+          break;
+        }
+      }
+      operands.push_back(operand);
+    }
+    CompileOptions options;
+    options.kernel = std::vector<KernelChoice>{KernelChoice::kAuto, KernelChoice::kTiled,
+                                               KernelChoice::kNarrow}[uniform(0, 2)];
+    options.tile_n = std::vector<int>{0, 128, 256}[uniform(0, 2)];
+    options.split_k = options.kernel == KernelChoice::kNarrow ? 0 : static_cast<int>(uniform(0, 3));
+    options.max_clusters = static_cast<int>(uniform(0, 3));
+    absl::StatusOr<Plan> plan = CompileOnH200(graph, options);
+    if (!plan.ok()) {
+      // Only the narrow kernel's row limit refuses these graphs.
+      ASSERT_EQ(options.kernel, KernelChoice::kNarrow) << "trial " << trial << ": " << plan.status();
+      continue;
+    }
+    ++plans;
+    for (const int operand : operands) ++by_operand[operand];
+    const std::vector<std::string> out_of_order = WaitsOutOfQueueOrder(*plan);
+    ASSERT_TRUE(out_of_order.empty()) << "trial " << trial << ": " << out_of_order.front() << "\n"
+                                      << plan->Explain();
+    const std::vector<std::string> unsound = UnsoundWaits(*plan);
+    ASSERT_TRUE(unsound.empty()) << "trial " << trial << ": " << unsound.front();
+  }
+  // The trials reach every kind of consumer.
+  EXPECT_GT(plans, 200);
+  for (const int count : by_operand) EXPECT_GT(count, 30);
 }
 
 }  // namespace

@@ -268,6 +268,84 @@ INSTANTIATE_TEST_SUITE_P(Options, TwoProducersOfOneSplitConsumerTest,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// Consumers of slices of a larger output that end inside a producer tile:
+// the kernels' loaders wait for the producer tiles of the consumer's whole
+// tile (and a cluster's CTA past the consumer for its own rows), which the
+// queue once placed behind those consumers; on a grid of one or two clusters
+// every CTA could then hold a consumer waiting for a tile no CTA would fetch
+// (a_flag_runs_test's QueueOrderTest checks the same graphs' queues on the
+// CPU). `stack` is written by two producers, its bottom rows behind a chain
+// of `chain` nodes (so that they come late in the queue); p = stack · Wpᵀ;
+// each consumer reads rows [first, first + rows) of p as A.
+struct SliceCase {
+  std::string name;
+  int64_t stack_rows, top_rows;  // stack: top_rows from "top", the rest from "bottom"
+  int chain;
+  int64_t p_cols;
+  int consumers;
+  int64_t first, rows, consumer_cols;
+  KernelChoice kernel;
+};
+void BuildSliceCase(GpuHarness& h, Rng& rng, const SliceCase& c) {
+  const int64_t bottom_rows = c.stack_rows - c.top_rows;
+  h.Input("x_top", kBF16, c.top_rows, 64, rng);
+  h.Input("x_bottom", kBF16, bottom_rows, 64, rng);
+  h.Input("w", kBF16, 64, 64, rng);
+  h.Input("wp", kBF16, c.p_cols, 64, rng);
+  for (int i = 0; i < c.chain; ++i) h.Output(absl::StrCat("h", i), kBF16, bottom_rows, 64);
+  h.Output("stack", kBF16, c.stack_rows, 64);
+  h.Output("p", kBF16, c.stack_rows, c.p_cols);
+  for (int q = 0; q < c.consumers; ++q) {
+    h.Input(absl::StrCat("wq", q), kBF16, c.consumer_cols, c.p_cols, rng);
+    h.Output(absl::StrCat("q", q), kBF16, c.rows, c.consumer_cols);
+  }
+  h.Build([c, bottom_rows](const auto& t, GemmGraph& g) {
+    g.AddGemm("top", t("x_top"), t("w"), t("stack").Rows(0, c.top_rows).Named("stack.top"));
+    TensorView a = t("x_bottom");
+    for (int i = 0; i < c.chain; ++i) {
+      g.AddGemm(absl::StrCat("chain", i), a, t("w"), t(absl::StrCat("h", i)));
+      a = t(absl::StrCat("h", i));
+    }
+    g.AddGemm("bottom", a, t("w"), t("stack").Rows(c.top_rows, bottom_rows).Named("stack.bottom"));
+    g.AddGemm("p", t("stack"), t("wp"), t("p"));
+    for (int q = 0; q < c.consumers; ++q) {
+      g.AddGemm(absl::StrCat("q", q), t("p").Rows(c.first, c.rows).Named("p.slice"), t(absl::StrCat("wq", q)),
+                t(absl::StrCat("q", q)));
+    }
+  });
+}
+
+class SliceOfALargerOutputTest : public ::testing::TestWithParam<std::tuple<SliceCase, int>> {};
+TEST_P(SliceOfALargerOutputTest, EveryLaunchFinishesAndMatches) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto& [c, max_clusters] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  BuildSliceCase(h, rng, c);
+  CompileOptions options;
+  options.kernel = c.kernel;
+  options.max_clusters = max_clusters;
+  options.spin_timeout_ns = 2'000'000'000;  // 2 s: a deadlock reports DeadlineExceeded
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  ASSERT_EQ(h.plan().kernel(), c.kernel);
+  ExpectNodesRightAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Slices, SliceOfALargerOutputTest,
+    ::testing::Combine(
+        ::testing::Values(
+            // Rows 192-255 of 512: one producer row block, whose tile from 192 reaches into the next.
+            SliceCase{"middle_rows", 512, 256, 2, 128, 1, 192, 64, 2048, KernelChoice::kTiled},
+            // Rows 0-299 of 640 by four consumers: three row blocks, paired along M, the
+            // pair's second CTA of the last (rows 384-511) past the consumer.
+            SliceCase{"cluster_past_m", 640, 384, 7, 512, 4, 0, 300, 256, KernelChoice::kTiled},
+            // Rows 32-63 of 128 on the narrow kernel (row blocks of 64).
+            SliceCase{"narrow_middle_rows", 128, 64, 2, 128, 1, 32, 32, 2048, KernelChoice::kNarrow}),
+        ::testing::Values(1, 2, 0)),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param).name, "_clusters", std::get<1>(info.param));
+    });
+
 // ---------------------------------------------------------------------------
 // 4. MLP blocks.
 // ---------------------------------------------------------------------------
@@ -347,7 +425,9 @@ TEST_P(Fp16MlpTest, SwiGLUBlockMatchesReference) {
   GpuHarness h;
   AddMlpBlock(h, rng, tokens, /*intermediate=*/1024, DType::kFP16);
   LOOM_ASSERT_OK(h.Run(TestRuntime(), CompileOptions{.kernel = kernel}));
-  if (kernel == KernelChoice::kTiled) EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+  if (kernel == KernelChoice::kTiled) {
+    EXPECT_EQ(h.plan().kernel(), KernelChoice::kTiled);
+  }
   ExpectNodesRightAndReplayIdentical(h);
 }
 INSTANTIATE_TEST_SUITE_P(Tokens, Fp16MlpTest,

@@ -9,24 +9,26 @@ namespace loom::sched {
 
 ElementBox OperandRegion(const NodeSchedule& node, const TileShape& tile, DependencyOperand operand,
                          CtaTile cta, int32_t k_block_begin, int32_t k_block_end) {
+  // Whole tiles and k-blocks, not clipped to the operand's extent: the
+  // kernels wait for these (see job_access.h).
   const int64_t rows_begin = int64_t{cta.m_block} * tile.m;
-  const int64_t rows_end = std::min(rows_begin + tile.m, node.m);
+  const int64_t rows_end = rows_begin + tile.m;
   const int64_t k_begin = int64_t{k_block_begin} * tile.k;
-  const int64_t k_end = std::min(int64_t{k_block_end} * tile.k, node.k);
+  const int64_t k_end = int64_t{k_block_end} * tile.k;
   switch (operand) {
     case DependencyOperand::kA:
       return ElementBox{rows_begin, rows_end, k_begin, k_end};
     case DependencyOperand::kB: {
       const int64_t n_begin = int64_t{cta.n_block} * tile.n;
-      return ElementBox{n_begin, std::min(n_begin + tile.n, node.n), k_begin, k_end};
+      return ElementBox{n_begin, n_begin + tile.n, k_begin, k_end};
     }
     case DependencyOperand::kBias: {
       const int64_t n_begin = int64_t{cta.n_block} * tile.n;
-      return ElementBox{0, 1, n_begin, std::min(n_begin + tile.n, node.n)};
+      return ElementBox{0, 1, n_begin, n_begin + tile.n};
     }
     case DependencyOperand::kResidual: {
       const int64_t c_begin = int64_t{cta.n_block} * node.out_tile_n;
-      return ElementBox{rows_begin, rows_end, c_begin, std::min(c_begin + node.out_tile_n, node.out_cols)};
+      return ElementBox{rows_begin, rows_end, c_begin, c_begin + node.out_tile_n};
     }
   }
   return ElementBox{};
@@ -81,8 +83,10 @@ void AppendJobReadBoxes(const Schedule& schedule, const TileJob& job, int32_t k_
   const NodeSchedule& node = schedule.nodes[job.node];
   if (phase == ReadPhase::kPartials || !PhaseApplies(node, job, phase)) return;
   for (int rank = 0; rank < schedule.cluster_size; ++rank) {
+    // A cluster's CTA whose tile lies past the node still waits, as the
+    // tiled kernel's loader does (its region may hold producer tiles where
+    // the operand is a slice of a larger output).
     const CtaTile cta = CtaTileOf(job, node.share, rank);
-    if (!CtaTileInRange(node, cta)) continue;
     for (int32_t e = 0; e < node.dependency_count; ++e) {
       const DependencyEdge& edge = schedule.dependencies[node.dependency_begin + e];
       const auto operand = static_cast<DependencyOperand>(edge.operand);

@@ -8,7 +8,15 @@
 //   B        [N, K]         rows [nb*tile.n, +tile.n)   cols [kb0*tile.k, kb1*tile.k)
 //   bias     [1, N]         rows [0, 1)                 cols [nb*tile.n, +tile.n)   (accumulator columns)
 //   residual [M, out_cols]  rows [mb*tile.m, +tile.m)   cols [nb*out_tile_n, +out_tile_n)
-// each clipped to the operand's extent. A and B are read per k-block by the
+// whole tiles and k-blocks, NOT clipped to the operand's extent, and for
+// every CTA of a cluster job, also one whose tile lies past the node: the
+// kernels' loaders wait for the producer tiles of exactly these regions
+// (dependencies.cuh), so where an operand is a slice of a larger output
+// (rows or columns ending inside a producer tile, or a cluster peer past M
+// reading rows the slice leaves out) the queue must place those tiles first
+// too. (Clipped, it did not, and such graphs could deadlock: a CTA's loader
+// waited for a producer tile queued behind the jobs that every CTA held.)
+// A and B are read per k-block by the
 // kGemm jobs; bias and residual by the job that runs the epilogue (the kGemm
 // job when split_k == 1 or FinishesSplitTile, else the kReduce job), but
 // every kGemm job, split or not, waits for their producers before its first
@@ -68,7 +76,7 @@ enum class ReadPhase : uint8_t {
 };
 
 // The producer tiles one edge makes a job read, as a box (one entry per edge
-// and in-range CTA tile; empty boxes left out). Not for kPartials.
+// and CTA tile; empty boxes left out). Not for kPartials.
 struct ProducerBox {
   int32_t producer = 0;
   TileBox box;
@@ -77,8 +85,9 @@ void AppendJobReadBoxes(const Schedule& schedule, const TileJob& job, int32_t k_
                         int32_t k_block_end, ReadPhase phase, std::vector<ProducerBox>* boxes);
 
 // Appends what `job` reads in `phase` (k-blocks [k_block_begin, k_block_end)
-// for kMainLoop), for each of its in-range CTA tiles, edge by edge. May contain
-// duplicates. Nothing for a phase the job does not have.
+// for kMainLoop), for each of its CTA tiles (kPartials: its in-range ones),
+// edge by edge. May contain duplicates. Nothing for a phase the job does not
+// have.
 void AppendJobReads(const Schedule& schedule, const TileJob& job, int32_t k_block_begin,
                     int32_t k_block_end, ReadPhase phase, std::vector<FlagRead>* reads);
 
