@@ -142,6 +142,20 @@ TEST(LowerTest, RefusesASplitKWorkspacePastSixtyFourBits) {
                 "node 0: the split-K workspace (4 partials of 8 x 8 tiles of 1073741824 x 1073741824)");
 }
 
+// So is a k-block of 2^30 elements: the queue order's cost model divides by
+// four times it, which overflowed 32 bits to 0 (a crash) before.
+TEST(LowerTest, TilesOfAnyInt32DepthAreOrdered) {
+  SchedulerOptions o = Options();
+  o.tile = {128, 256, 1 << 30};
+  o.cluster_size = 1;
+  o.max_clusters = 4;
+  o.num_sms = 8;
+  const absl::StatusOr<Schedule> s =
+      Lower({Gemm(1024, 256, 64), Gemm(1024, 256, 256, {Edge(0, DependencyOperand::kA)}), Gemm(128, 4096, 64)}, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(CheckQueue(*s).ok());
+}
+
 // A node whose A edges all wait for their whole producer has no runs of A
 // flags (its granule, kAWaitWholeJob k-blocks, would overflow the kernels'
 // int columns).

@@ -291,8 +291,9 @@ SimulatedCost SimulatedJobCost(const Schedule& schedule, const TileJob& job) {
   // fp32 partial rows of tile.n against bf16 B rows of tile.n, tile.k of them a k-block.
   const int64_t partial_rows = int64_t{PartialsSummed(node, job)} * (rows.end - rows.begin);
   const int64_t main_loop = reduce ? 0 : int64_t{job.k_block_end} - job.k_block_begin;
-  return SimulatedCost{main_loop, kEpilogueKBlocks + (partial_rows * 4 + 2 * 2 * schedule.tile.k - 1) /
-                                                         (2 * 2 * schedule.tile.k)};
+  const int64_t partial_rows_a_k_block = int64_t{2} * 2 * schedule.tile.k;  // 64-bit: tile.k may be any int32
+  return SimulatedCost{main_loop, kEpilogueKBlocks + (partial_rows * 4 + partial_rows_a_k_block - 1) /
+                                                         partial_rows_a_k_block};
 }
 
 // The simulated makespan of `order` (indices into g.jobs): `clusters`
