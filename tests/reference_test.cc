@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -696,7 +697,7 @@ TEST(PlanTest, RunReferenceOnCompiledPlan) {
 }
 
 // A moved-from Plan has no graph or schedule to run; a negative count of
-// virtual SMs is refused.
+// virtual SMs is refused, and any positive one runs.
 TEST(PlanTest, RunReferenceRefusesAMovedFromPlanAndNegativeSms) {
   Rng rng;
   HostGraph g(rng);
@@ -708,6 +709,9 @@ TEST(PlanTest, RunReferenceRefusesAMovedFromPlanAndNegativeSms) {
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
   EXPECT_NE(std::string(negative.message()).find("simulated_sms must be >= 0, got -1"), std::string::npos)
       << negative;
+  // Any positive count runs: at most one virtual SM a job is used (INT_MAX
+  // of them once aborted the process, allocating a vector of each).
+  EXPECT_TRUE(RunReference(*plan, {.simulated_sms = std::numeric_limits<int>::max(), .seed = 1}).ok());
   Plan taken = std::move(*plan);
   const absl::Status moved = RunReference(*plan);  // NOLINT(bugprone-use-after-move): the point of the test
   EXPECT_EQ(moved.code(), absl::StatusCode::kFailedPrecondition) << moved;

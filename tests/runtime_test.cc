@@ -441,6 +441,36 @@ TEST(RuntimeTest, NodesWithoutJobsDoNotSteerThePlan) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->kernel(), plain->kernel());
   }
+  // Nor do no-op nodes whose other sides are real (K > 0): not the tiled A
+  // stage (1000 rows of A, N = 0: half stages stay half), not the narrow
+  // rings (K = 2^20, M = 0) and not the kernel (M = 0 over 128 MiB of
+  // weights, past the two-row-block rule's 32 MiB). The device line of
+  // Explain says all three.
+  const auto device_line = [](const Plan& plan) {
+    const std::string explain = plan.Explain();
+    return explain.substr(0, explain.find('\n'));
+  };
+  for (const KernelChoice kernel : {KernelChoice::kAuto, KernelChoice::kTiled, KernelChoice::kNarrow}) {
+    for (const int64_t rows : {int64_t{1}, int64_t{64}, int64_t{100}}) {
+      SCOPED_TRACE(absl::StrCat(AbslUnparseFlag(kernel), ", ", rows, " rows"));
+      const CompileOptions options{.kernel = kernel};
+      const absl::StatusOr<Plan> plain = runtime.Compile(WideDecodeGraph(rows, 4096), options);
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      GemmGraph graph = WideDecodeGraph(rows, 4096);
+      graph.AddGemm("rows_only", Fake("a2", 0x50000000, 1000, 64),
+                    TensorView::Dense("b2", nullptr, DType::kBF16, 0, 64),
+                    TensorView::Dense("c2", nullptr, DType::kBF16, 1000, 0));
+      graph.AddGemm("long_k_only", TensorView::Dense("a3", nullptr, DType::kBF16, 0, int64_t{1} << 20),
+                    Fake("b3", uint64_t{1} << 40, 64, int64_t{1} << 20),
+                    TensorView::Dense("c3", nullptr, DType::kBF16, 0, 64));
+      graph.AddGemm("weights_only", TensorView::Dense("a4", nullptr, DType::kBF16, 0, 16384),
+                    Fake("b4", uint64_t{2} << 40, 4096, 16384), TensorView::Dense("c4", nullptr, DType::kBF16, 0, 4096));
+      const absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->kernel(), plain->kernel());
+      EXPECT_EQ(device_line(*plan), device_line(*plain));
+    }
+  }
 }
 
 TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {

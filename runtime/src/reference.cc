@@ -574,7 +574,10 @@ absl::Status RunOnVirtualSms(ReferenceExecutor& executor, const sched::Schedule&
                              const ReferenceOptions& options) {
   constexpr int kIdle = -1;
   std::mt19937_64 random(options.seed);
-  const size_t num_sms = static_cast<size_t>(options.simulated_sms);
+  // At most one SM a job: the rest could never hold one (and INT_MAX of them
+  // would not fit in memory).
+  const size_t num_sms =
+      std::min(static_cast<size_t>(options.simulated_sms), std::max<size_t>(schedule.queue.size(), 1));
   std::vector<int64_t> held(num_sms, kIdle);
   // Cached readiness of each held job: 1 ready, 0 not, -1 unknown. Only a
   // finished job can make another ready, so the cache is cleared after each.

@@ -102,6 +102,10 @@ std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph, const std::ve
   return problems;
 }
 
+// Whether the scheduler gives `node` tile jobs: every node with an output,
+// K = 0 too (its jobs run the epilogue alone).
+bool HasJobs(const GemmNode& node) { return node.m() > 0 && node.n() > 0; }
+
 // The A stage size for `graph` (KernelParams::a_stage_bytes): half a stage
 // when every node has at most one warpgroup's rows (decode), whose loads and
 // wgmma only ever touch the first half. Measured on the H200 (bench/NOTES.md
@@ -111,7 +115,7 @@ std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph, const std::ve
 // make room for gained nothing on its own and slowed the dependent graphs.
 uint32_t AStageBytesFor(const GemmGraph& graph) {
   for (const GemmNode& node : graph.nodes()) {
-    if (node.a.rows > KernelConfig::kRowsPerConsumer) return KernelConfig::kAStageBytes;
+    if (HasJobs(node) && node.a.rows > KernelConfig::kRowsPerConsumer) return KernelConfig::kAStageBytes;
   }
   return KernelConfig::kHalfAStageBytes;
 }
@@ -342,10 +346,6 @@ absl::StatusOr<int64_t> TiledSharedMemory(int a_stages, int b_stages, const Devi
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
 constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
-// Whether the scheduler gives `node` tile jobs: every node with an output,
-// K = 0 too (its jobs run the epilogue alone).
-bool HasJobs(const GemmNode& node) { return node.m() > 0 && node.n() > 0; }
-
 // Whether the jobs of `node` load A and B (so it has their tensor maps, and
 // weights to pack): K > 0.
 bool LoadsOperands(const GemmNode& node) { return HasJobs(node) && node.k() > 0; }
@@ -370,8 +370,10 @@ int64_t NarrowTiles(const GemmNode& node) {
   return HasJobs(node) ? (node.n() + NarrowConfig::kBlockN - 1) / NarrowConfig::kBlockN : 0;
 }
 
-// The bytes of a node's B (its weights).
-int64_t WeightBytes(const GemmNode& node) { return node.n() * node.k() * static_cast<int64_t>(node.b.element_size()); }
+// The bytes of a node's B (its weights) that its jobs read: none without jobs.
+int64_t WeightBytes(const GemmNode& node) {
+  return HasJobs(node) ? node.n() * node.k() * static_cast<int64_t>(node.b.element_size()) : 0;
+}
 
 // The rows of the graph's tallest node with jobs (A's rows; a node of N = 0
 // does no work, whatever its rows).
@@ -508,10 +510,12 @@ bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
   return wide_bytes <= 2 * split_dependent_bytes;
 }
 
-// The longest K of the graph's nodes.
+// The longest K of the graph's nodes with jobs.
 int64_t MaxK(const GemmGraph& graph) {
   int64_t k = 0;
-  for (const GemmNode& node : graph.nodes()) k = std::max(k, node.k());
+  for (const GemmNode& node : graph.nodes()) {
+    if (HasJobs(node)) k = std::max(k, node.k());
+  }
   return k;
 }
 

@@ -39,7 +39,8 @@
 namespace loom {
 
 struct ReferenceOptions {
-  // 0: run the queue in order. > 0: that many virtual SMs interleave the jobs.
+  // 0: run the queue in order. > 0: that many virtual SMs interleave the jobs
+  // (at most one a job: more could never hold one).
   int simulated_sms = 0;
   // Seeds the interleaving of the virtual SMs (ignored for queue order).
   uint64_t seed = 0;
