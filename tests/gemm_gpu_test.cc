@@ -1368,6 +1368,30 @@ TEST(GemmTest, AWorkspacePastTheDevicesMemoryIsResourceExhausted) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// So is a packed copy of the weights that cannot fit (two nodes of 2^20 x
+// 2^16 bf16 weights, 128 GiB each; the views' addresses are never read),
+// naming the bytes and the option, with no error left pending.
+TEST(GemmTest, APackedCopyPastTheDevicesMemoryIsResourceExhausted) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = int64_t{1} << 20, kK = int64_t{1} << 16;
+  const auto at = [](uint64_t address) { return reinterpret_cast<void*>(address); };
+  GemmGraph g;
+  for (uint64_t i = 0; i < 2; ++i) {
+    g.AddGemm(absl::StrCat("gemm", i), TensorView::Dense("x", at(uint64_t{1} << 40), DType::kBF16, 1, kK),
+              TensorView::Dense(absl::StrCat("w", i), at((uint64_t{1} << 41) + (i << 38)), DType::kBF16, kN, kK),
+              TensorView::Dense(absl::StrCat("y", i), at((uint64_t{1} << 42) + (i << 30)), DType::kBF16, 1, kN));
+  }
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.pack_weights = true;
+  const absl::StatusOr<Plan> plan = TestRuntime().Compile(g, options);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted) << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find("CompileOptions.pack_weights"), std::string::npos)
+      << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find(" bytes, does not fit"), std::string::npos) << plan.status();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(GemmTest, TooManyClustersIsRefused) {
   LOOM_SKIP_WITHOUT_GPU();
   GemmGraph g;

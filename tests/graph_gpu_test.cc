@@ -1146,13 +1146,14 @@ class Stream {
 //
 // Each Plan launches every co-resident cluster, so the two kernels may not fit
 // on the GPU together: the second one's CTAs start as the first one's exit.
-// That is safe. loom needs only that a kernel's CTAs that wait are waiting on
-// work that running CTAs hold, and a kernel's CTAs only ever wait on each
-// other (its own flags, its own queue cursor): jobs are claimed from an atomic
-// cursor in topological order, by clusters that are already running, so every
-// job a CTA waits for is held by a running CTA of the same kernel, however many
-// of its CTAs are resident. Neither kernel waits on the other, so each finishes
-// whatever the overlap.
+// A kernel's CTAs only ever wait on each other (its own flags, its own queue
+// cursor, and at its start its own first jobs and first fetches, which a CTA
+// not yet resident holds up), never on the other kernel's; so each finishes
+// once all its CTAs have become resident. What this test relies on is that
+// the GPU starts the first launch's CTAs on every SM before the second's:
+// the first runs whole and the second follows as its CTAs exit. Were the two
+// kernels' CTAs interleaved so that neither had all of its CTAs resident,
+// both would wait out their time-out (Plan::Launch says so).
 TEST(GraphStreamsTest, TwoPlansOnTwoStreamsAtOnce) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;

@@ -78,8 +78,14 @@ cudaError_t PackWeights(const void* b, int64_t n, int64_t k, int64_t row_stride,
   if (args.chunks == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int64_t blocks = (args.chunks + kThreads - 1) / kThreads;
-  PackKernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  // Launched through cudaLaunchKernelEx, whose result is this launch's own:
+  // cudaGetLastError after <<<>>> would also report (and clear) an earlier
+  // error of the caller's.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks < 65536 ? blocks : 65536));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, PackKernel, args);
 }
 
 }  // namespace loom::kernel

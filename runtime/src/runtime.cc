@@ -646,12 +646,43 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
 }
 
 template <typename T>
-absl::Status Upload(const std::vector<T>& host, T** device) {
+absl::Status Upload(const std::vector<T>& host, T** device, cudaStream_t stream) {
   if (host.empty()) return absl::OkStatus();
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(device), host.size() * sizeof(T)));
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(*device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  LOOM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(*device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
   return absl::OkStatus();
 }
+
+// A non-blocking stream of the runtime's own for the copies and memsets
+// that set up a plan's buffers (its records, queue, flags, state,
+// workspace), which the caller waits for (Wait) before the plan can be
+// launched: on the legacy stream, cudaMemcpy from pageable memory and
+// cudaMemset may still be in flight when they return, and a launch on a
+// non-blocking stream is not ordered after them. Its own stream also keeps
+// the setup from waiting for, or holding up, other work on the legacy
+// stream. Destroyed with the object (work still queued then completes).
+class OwnStream {
+ public:
+  OwnStream() = default;
+  OwnStream(const OwnStream&) = delete;
+  OwnStream& operator=(const OwnStream&) = delete;
+  ~OwnStream() {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  absl::Status Create() {
+    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    return absl::OkStatus();
+  }
+  absl::Status Wait() {
+    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
 
 // The tensor maps through which `node`'s jobs load A and B (K > 0). The
 // narrow kernel's (`narrow`): A boxes of the rows of its A k-block tiles
@@ -945,34 +976,46 @@ class RestoreCurrentDevice {
   int device_ = -1;
 };
 
+// cudaMalloc of `bytes` for `what`: ResourceExhausted naming it where the
+// device's free memory is too small (that error is not sticky: cleared, so
+// that the caller's next cudaGetLastError does not report it).
+absl::Status AllocateOrExhausted(void** pointer, size_t bytes, int device, const std::string& what) {
+  const cudaError_t allocated = cudaMalloc(pointer, bytes);
+  if (allocated == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s, %d bytes, does not fit in device %d's free memory", what, bytes, device));
+  }
+  return internal::CudaStatus(allocated, absl::StrCat("cudaMalloc of ", what));
+}
+
 // Needs the plan's device current (Compile makes it so).
 absl::Status AllocateDeviceResources(Plan::Impl& impl) {
+  OwnStream setup;
+  LOOM_RETURN_IF_ERROR(setup.Create());
   if (impl.schedule.workspace_elements > 0) {
     const size_t workspace_bytes = static_cast<size_t>(impl.schedule.workspace_elements) * sizeof(float);
-    const cudaError_t allocated = cudaMalloc(reinterpret_cast<void**>(&impl.workspace), workspace_bytes);
-    if (allocated == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // not sticky: clear it
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "the split-K partials' workspace, %d bytes, does not fit in device %d's free memory "
-          "(CompileOptions.split_k = %d; 0: the scheduler's choice)",
-          workspace_bytes, impl.device_ordinal, impl.options.split_k));
-    }
-    LOOM_CUDA_RETURN_IF_ERROR(allocated);
+    LOOM_RETURN_IF_ERROR(AllocateOrExhausted(
+        reinterpret_cast<void**>(&impl.workspace), workspace_bytes, impl.device_ordinal,
+        absl::StrFormat("the split-K partials' workspace (CompileOptions.split_k = %d; 0: the scheduler's choice)",
+                        impl.options.split_k)));
     // NaN everywhere (0xFFFFFFFF): a partial the split jobs' TMA stores failed
     // to write would turn the reduce's output into NaN instead of reading
     // whatever fresh memory held (often zeros, which would go unnoticed).
-    LOOM_CUDA_RETURN_IF_ERROR(
-        cudaMemset(impl.workspace, 0xFF, impl.schedule.workspace_elements * sizeof(float)));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.workspace, 0xFF, workspace_bytes, setup.get()));
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,
                         KernelNodesOf(impl.graph, impl.schedule, impl.workspace, impl.narrow, impl.a_stage_bytes,
                                       impl.tile_n));
   if (!impl.packed_nodes.empty()) {
-    LOOM_CUDA_RETURN_IF_ERROR(
-        cudaMalloc(reinterpret_cast<void**>(&impl.packed_weights), PackedCopyBytes(impl.packed_nodes)));
+    LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.packed_weights),
+                                             PackedCopyBytes(impl.packed_nodes), impl.device_ordinal,
+                                             "the packed weights' copy (CompileOptions.pack_weights)"));
+    // On the legacy stream, so that the copy reads B after what the caller's
+    // blocking streams wrote into it before Compile. Made before Compile
+    // returns, so a launch on any stream (non-blocking ones too) reads B as
+    // it was at Compile.
     LOOM_RETURN_IF_ERROR(PackWeights(impl, nullptr));
-    // The copy is made before Compile returns, so a launch on any stream
-    // (non-blocking ones too) reads B as it was at Compile.
     LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
     for (const Plan::Impl::PackedNode& packed : impl.packed_nodes) {
       nodes[packed.node].packed_b = impl.packed_weights + packed.offset;
@@ -982,22 +1025,22 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
     // Zero tags: no launch's epoch (epochs start at 1).
     const size_t bytes = static_cast<size_t>(impl.tagged_words) * sizeof(uint64_t);
     LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.tagged_copies), bytes));
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.tagged_copies, 0, bytes));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.tagged_copies, 0, bytes, setup.get()));
     for (const Plan::Impl::TaggedHandoff& handoff : impl.tagged_handoffs) {
       nodes[handoff.producer].tagged_c = impl.tagged_copies + handoff.offset + handoff.col0 / 2;
       nodes[handoff.producer].tagged_c_pitch = static_cast<uint16_t>(handoff.pitch);
       nodes[handoff.consumer].tagged_a = impl.tagged_copies + handoff.offset;
     }
   }
-  LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes));
-  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue));
-  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies));
+  LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes, setup.get()));
+  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue, setup.get()));
+  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies, setup.get()));
   // Rounded up to whole 16-byte words: the A loader polls flags four at a time.
   const size_t flag_count = (std::max<int64_t>(impl.schedule.num_flags, 1) + 3) / 4 * 4;
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.flags), flag_count * sizeof(uint32_t)));
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.flags, 0, flag_count * sizeof(uint32_t)));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.flags, 0, flag_count * sizeof(uint32_t), setup.get()));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.state), sizeof(kernel::LaunchState)));
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.state, 0, sizeof(kernel::LaunchState)));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.state, 0, sizeof(kernel::LaunchState), setup.get()));
   LOOM_CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(reinterpret_cast<void**>(&impl.timeout_host), sizeof(kernel::DeviceTimeoutRecord), cudaHostAllocMapped));
   std::memset(impl.timeout_host, 0, sizeof(kernel::DeviceTimeoutRecord));
@@ -1029,10 +1072,12 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   if (impl.options.trace) {
     const size_t bytes = impl.schedule.queue.size() * impl.schedule.cluster_size * sizeof(kernel::DeviceJobTrace);
     LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.trace), bytes));
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMemset(impl.trace, 0, bytes));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.trace, 0, bytes, setup.get()));
   }
   params.trace = impl.trace;
-  return absl::OkStatus();
+  // `nodes` (copied from pageable memory) lives until here, and every buffer
+  // above is set before the plan is returned.
+  return setup.Wait();
 }
 
 }  // namespace
@@ -1470,9 +1515,12 @@ absl::Status Plan::Synchronize(cudaStream_t stream) {
   std::memset(impl_->timeout_host, 0, sizeof(kernel::DeviceTimeoutRecord));
   // The kernel leaves the abort flag set (FinishFetching, cta_context.cuh):
   // cleared here, once the stream has drained, the plan runs again.
-  const uint32_t no_abort = 0;
-  LOOM_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(&impl_->state->abort, &no_abort, sizeof(no_abort), cudaMemcpyHostToDevice));
+  {
+    OwnStream reset;
+    LOOM_RETURN_IF_ERROR(reset.Create());
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(&impl_->state->abort, 0, sizeof(impl_->state->abort), reset.get()));
+    LOOM_RETURN_IF_ERROR(reset.Wait());
+  }
   std::string job = "?";
   if (timeout.job >= 0 && timeout.job < static_cast<int>(impl_->schedule.queue.size())) {
     const sched::TileJob& tile_job = impl_->schedule.queue[timeout.job];

@@ -245,6 +245,12 @@ struct TimeoutRecord {
 // Status-returning methods return FailedPrecondition, Explain says what it
 // is, and graph(), schedule(), options(), grid_clusters() and kernel() must
 // not be called.
+//
+// Threads: Runtime::Compile may run on several threads at once; a Plan's
+// methods must not (one thread at a time per plan). Compile, Synchronize
+// after a time-out, RepackWeights and ~Plan allocate, set or free device
+// memory, so none of them may run while a thread captures a CUDA graph in
+// the global capture mode (Launch alone may be captured).
 class Plan {
  public:
   Plan(Plan&&) noexcept;
@@ -258,7 +264,16 @@ class Plan {
   // that device. One plan's launches must run one after another (one stream,
   // or streams ordered by events): its epoch, job queue, flags and split-K
   // workspace serve one launch at a time, and two of its launches running at
-  // once give unspecified outputs or a time-out. Two plans may run at once.
+  // once give unspecified outputs or a time-out.
+  // Two plans may be launched at once (on two streams). Each launch asks for
+  // one CTA an SM, so the GPU runs their CTAs as SMs free up; a launch
+  // finishes as long as all of its CTAs can become resident in time. Its CTAs
+  // wait on one another (its producers, the narrow kernel's first jobs, which
+  // go by CTA index, and where the tiled kernel's first wave leaves clusters
+  // idle, every cluster's first fetch), so beside work that keeps some of its
+  // CTAs from starting for longer than CompileOptions::spin_timeout_ns (a
+  // persistent kernel that does not end, a launch that waits on this one) it
+  // times out (DeadlineExceeded) instead.
   absl::Status Launch(cudaStream_t stream = nullptr);
   // Waits for `stream`; turns a device time-out into DeadlineExceeded naming
   // the SM, job, flag, expected and seen values (and a job the launched
