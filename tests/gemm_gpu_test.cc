@@ -557,30 +557,37 @@ INSTANTIATE_TEST_SUITE_P(Kernels, TimedOutPlanTest,
                          ::testing::Values("tiled", "tiled_in_parts", "narrow", "narrow_two_consumers"),
                          [](const auto& info) { return info.param; });
 
-// In the narrow kernel a role whose wait gives up drains: it keeps its side
-// of each ring going, without data, until the job stream ends (narrow_gemm.cu),
-// since the waits on the rings have no clock of their own. Here it is the B
-// loader's: "scores" reads "keys", which never publishes, as its B operand.
-// The launch must end, name that wait, and leave the plan runnable.
-TEST(GemmTest, NarrowBLoaderWhoseProducerNeverPublishesTimesOut) {
+// A B that another node writes ("scores" reads "keys" as its B operand):
+// each kernel's B loader waits for its producer tiles (on the tiled kernel,
+// split rings; lockstep rings refuse such a graph: RuntimeTest.
+// LockstepRingsRefuseABThatANodeWrites). The first launch must match the
+// reference. Then "keys" never publishes: a role whose wait gives up drains
+// (it keeps its side of each ring going, without data, until the job stream
+// ends, since the waits on the rings have no clock of their own), so the
+// launch must end, name that wait, and leave the plan runnable. Param: the
+// kernel; the tiled one at 300 query rows (its kernel choice for them).
+class BLoaderTest : public ::testing::TestWithParam<KernelChoice> {};
+TEST_P(BLoaderTest, WaitsForBsProducerAndTimesOutWhenItNeverPublishes) {
   LOOM_SKIP_WITHOUT_GPU();
+  const KernelChoice kernel = GetParam();
+  const int64_t queries = kernel == KernelChoice::kNarrow ? 3 : 300;
   Rng rng;
   GpuHarness h;
   h.Input("x", DType::kBF16, 8, 256, rng);
   h.Input("W", DType::kBF16, 256, 256, rng);
-  h.Input("q", DType::kBF16, 3, 256, rng);
+  h.Input("q", DType::kBF16, queries, 256, rng);
   h.Output("keys", DType::kBF16, 8, 256);
-  h.Output("scores", DType::kFP32, 3, 8);
+  h.Output("scores", DType::kFP32, queries, 8);
   h.Build([](const auto& t, GemmGraph& g) {
     g.AddGemm("keys", t("x"), t("W"), t("keys"));
     g.AddGemm("scores", t("q"), t("keys"), t("scores"));
   });
   CompileOptions options;
-  options.kernel = KernelChoice::kNarrow;
+  options.kernel = kernel;
   options.spin_timeout_ns = 20'000'000;  // 20 ms
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   h.ExpectEachNodeMatchesReference();
-  ASSERT_EQ(h.plan().kernel(), KernelChoice::kNarrow);
+  ASSERT_EQ(h.plan().kernel(), kernel);
   LOOM_ASSERT_OK(internal::SuppressFlagPublishingForTesting(h.plan(), /*node=*/0));
   LOOM_ASSERT_OK(h.plan().Launch(nullptr));
   absl::Status status = h.plan().Synchronize(nullptr);
@@ -594,6 +601,8 @@ TEST(GemmTest, NarrowBLoaderWhoseProducerNeverPublishesTimesOut) {
   status = h.plan().Synchronize(nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
 }
+INSTANTIATE_TEST_SUITE_P(Kernels, BLoaderTest, ::testing::Values(KernelChoice::kNarrow, KernelChoice::kTiled),
+                         [](const auto& info) { return AbslUnparseFlag(info.param); });
 
 // The A loader reads its producers' flags many tile columns ahead, four to a
 // 16-byte word (dependencies.cuh). Every tile it reads must still be waited
