@@ -551,6 +551,7 @@ struct RandomNode {
   int64_t c_first_col = 0, c_cols = 0;  // C is c.Columns(c_first_col, c_cols)
   int64_t c_first_row = 0, c_rows = -1;  // ... .Rows(c_first_row, c_rows) when c_rows >= 0
   int64_t a_first_row = 0, a_rows = -1;  // A is a.Rows(a_first_row, a_rows) when a_rows >= 0
+  int64_t a_first_col = 0, a_cols = -1;  // ... .Columns(a_first_col, a_cols) when a_cols >= 0
   Activation activation = Activation::kNone;
   std::string bias, residual;  // empty: none
   bool zero_k = false;         // A and B read as their first 0 columns (K = 0)
@@ -640,6 +641,25 @@ class RandomGraph {
     absl::StrAppend(&description_, " (rows ", first, ":", first + rows, ")");
   }
 
+  // Appends a consumer of a slice of `h` ([m, width], an upstream output):
+  // random rows and columns (whole 8-column groups) anywhere inside, often
+  // ending inside one of the producer's tiles; a fresh output.
+  void AddSliceConsumer(const std::string& h, int64_t m, int64_t width) {
+    const int64_t first_row = rng_.UniformInt(0, m - 1), rows = rng_.UniformInt(1, m - first_row);
+    const int64_t first_col = 8 * rng_.UniformInt(0, width / 8 - 1);
+    const int64_t cols = 8 * rng_.UniformInt(1, (width - first_col) / 8);
+    const int64_t out = Width();
+    const std::string y = Output(BF16OrFP32(), rows, out);
+    AddNode(h, rows, cols, y, 0, out);
+    RandomNode& node = nodes_.back();
+    node.a_first_row = first_row;
+    node.a_rows = rows;
+    node.a_first_col = first_col;
+    node.a_cols = cols;
+    absl::StrAppend(&description_, " (A = ", h, "[", first_row, ":", first_row + rows, ", ", first_col, ":",
+                    first_col + cols, "])");
+  }
+
   // Hands the graph to the harness.
   void Build() {
     h_.Build([nodes = nodes_](const auto& t, GemmGraph& g) {
@@ -651,6 +671,7 @@ class RandomGraph {
         TensorView a = t(node.a);
         TensorView c = t(node.c).Columns(node.c_first_col, node.c_cols);
         if (node.a_rows >= 0) a = a.Rows(node.a_first_row, node.a_rows);
+        if (node.a_cols >= 0) a = a.Columns(node.a_first_col, node.a_cols);
         if (node.c_rows >= 0) c = c.Rows(node.c_first_row, node.c_rows);
         TensorView b = t(node.b);
         if (node.zero_k) {
@@ -678,13 +699,25 @@ class RandomGraph {
 // diamond (two consumers of one producer, or two producers of the column
 // halves of one buffer and their consumer), two producers of the row halves
 // of one buffer and their consumer, or a one-row producer whose output a
-// consumer adds as its bias; with `zero_k`, also a producer of K = 0 (its
-// output activation(bias) + residual) and its consumer, which only the tiled
-// kernel runs. Intermediates are bf16 (they are the next node's A); final
-// outputs bf16 or fp32.
+// consumer adds as its bias, or a producer and one or two consumers of
+// slices of its output (rows and columns anywhere inside); with `zero_k`,
+// also a producer of K = 0 (its output activation(bias) + residual) and its
+// consumer, which only the tiled kernel runs. Intermediates are bf16 (they
+// are the next node's A); final outputs bf16 or fp32.
 void BuildRandomGraph(RandomGraph& graph, Rng& rng, bool zero_k = false) {
-  const int64_t kind = rng.UniformInt(0, zero_k ? 5 : 4);
+  const int64_t kind = rng.UniformInt(0, zero_k ? 6 : 5);
   if (kind == 5) {
+    const int64_t m = graph.Rows(), k = graph.Width(), width = graph.Width();
+    const int64_t consumers = rng.UniformInt(1, 2);
+    absl::StrAppend(&graph.description(), "a producer and ", consumers, " consumers of slices of its output:");
+    const std::string x = graph.Input(kBF16, m, k);
+    const std::string h = graph.Output(kBF16, m, width);
+    graph.AddNode(x, m, k, h, 0, width);
+    for (int64_t i = 0; i < consumers; ++i) graph.AddSliceConsumer(h, m, width);
+    graph.Build();
+    return;
+  }
+  if (kind == 6) {
     const int64_t m = graph.Rows(), k = graph.Width(), width = graph.Width();
     absl::StrAppend(&graph.description(), "a producer of K = 0 and its consumer:");
     const std::string x = graph.Input(kBF16, m, k);
