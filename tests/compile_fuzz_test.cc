@@ -6,7 +6,9 @@
 //  * a compiled plan explains itself the same way twice, and its schedule,
 //    run by the CPU reference on virtual SMs in a random interleaving,
 //    writes every output element, node by node within TESTING.md's bound of a
-//    naive loop over the same inputs, and nothing outside the outputs;
+//    naive loop over the same inputs, and nothing outside the outputs; and
+//    the kernels' own waits, replayed (testbed/kernel_waits.h), come in queue
+//    order and cover every A tile read;
 //  * a graph with one broken rule is refused with InvalidArgument naming a
 //    node, whatever the options.
 // The scheduler's and the validator's own tests pin each rule and tiling
@@ -30,6 +32,7 @@
 #include "loom/graph.h"
 #include "loom/reference.h"
 #include "loom/runtime.h"
+#include "testbed/kernel_waits.h"
 #include "testbed/random_options.h"
 #include "testbed/testbed.h"
 
@@ -329,6 +332,12 @@ TEST(CompileFuzzTest, WellFormedGraphsCompileOrAreRefusedAndRunLikeTheNaiveLoop)
     const absl::StatusOr<Plan> again = runtime.Compile(g.graph(), options);
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->Explain(), explained) << "the same graph and options explained differently";
+    // The kernels' own waits, replayed: each published earlier in the queue,
+    // and every A tile a k-block loads among them.
+    const std::vector<std::string> out_of_order = testbed::WaitsOutOfQueueOrder(*plan);
+    EXPECT_TRUE(out_of_order.empty()) << out_of_order.front();
+    const std::vector<std::string> unsound = testbed::UnsoundWaits(*plan);
+    EXPECT_TRUE(unsound.empty()) << unsound.front();
     ExpectPlanMatchesNaive(*plan, g, static_cast<int>(rng.UniformInt(1, 140)), rng.seed() + iteration);
     if (HasFatalFailure() || HasNonfatalFailure()) return;  // one case is enough to read
   }
