@@ -156,6 +156,26 @@ TEST(LowerTest, TilesOfAnyInt32DepthAreOrdered) {
   EXPECT_TRUE(CheckQueue(*s).ok());
 }
 
+// Each split node's partials start on a 128-byte line, whatever the tile
+// (the kernels' few-row sums drop whole lines; their own tiles keep every
+// offset aligned anyway).
+TEST(LowerTest, EachSplitNodesPartialsStartOnALine) {
+  SchedulerOptions o = Options();
+  o.tile = {3, 5, 64};
+  o.cluster_size = 1;
+  o.split_k = 3;
+  const absl::StatusOr<Schedule> s = Lower({Gemm(7, 11, 640), Gemm(5, 9, 640), Gemm(13, 3, 640)}, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  int64_t end = 0;
+  for (const NodeSchedule& node : s->nodes) {
+    ASSERT_GT(node.split_k, 1);
+    EXPECT_EQ(node.workspace_offset % kWorkspaceLineElements, 0) << node.workspace_offset;
+    EXPECT_GE(node.workspace_offset, end);
+    end = node.workspace_offset + int64_t{PartialSlices(node)} * node.m_blocks * o.tile.m * node.n_blocks * o.tile.n;
+  }
+  EXPECT_EQ(s->workspace_elements, end);
+}
+
 // A node whose A edges all wait for their whole producer has no runs of A
 // flags (its granule, kAWaitWholeJob k-blocks, would overflow the kernels'
 // int columns).

@@ -1001,7 +1001,11 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
                         impl.options.split_k)));
     // NaN everywhere (0xFFFFFFFF): a partial the split jobs' TMA stores failed
     // to write would turn the reduce's output into NaN instead of reading
-    // whatever fresh memory held (often zeros, which would go unnoticed).
+    // whatever fresh memory held (often zeros, which would go unnoticed). On
+    // the first launch only: a few-row sum then drops the lines it read from
+    // L2 (DiscardWarpPartials), leaving their contents undefined, so on later
+    // launches a missing partial reads whatever is there (FreshPartialsTest
+    // gives each launch new activations to catch that).
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.workspace, 0xFF, workspace_bytes, setup.get()));
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,

@@ -228,6 +228,15 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
       flags += tiles;
     }
     if (flags > INT32_MAX) flags_overflow_split = i;
+    // Each node's partials start on a 128-byte line: the kernels' few-row
+    // sums drop the lines they read from L2 (discard.global.L2, which takes
+    // a 128-byte aligned address; splitk_reduce.cuh). The kernels' tiles
+    // (multiples of 128 x 128 floats) keep every offset aligned already.
+    const int64_t misaligned = workspace % kWorkspaceLineElements;
+    if (misaligned != 0 && __builtin_add_overflow(workspace, kWorkspaceLineElements - misaligned, &workspace)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ProblemLabel(problems, i), ": the split-K workspace overflows a 64-bit element count"));
+    }
     node.workspace_offset = workspace;
     // fp32 partials of every tile's slices; checked, as tiles of any int32
     // size are valid options.

@@ -97,6 +97,10 @@ struct NodeProblem {
 // How errors name node `index` of `problems` (its label, or "node <index>").
 std::string ProblemLabel(const std::vector<NodeProblem>& problems, int index);
 
+// Floats of one 128-byte line: where each split-K node's partials start in
+// the workspace (NodeSchedule::workspace_offset is a multiple of it).
+inline constexpr int64_t kWorkspaceLineElements = 32;
+
 // How one node was lowered.
 struct NodeSchedule {
   int64_t m = 0, n = 0, k = 0;
@@ -129,7 +133,9 @@ struct NodeSchedule {
   // In the padding before workspace_offset: the fields after it keep their
   // offsets (the kernel's hot paths read them).
   int32_t flag_row_stride = 0;
-  int64_t workspace_offset = -1;   // fp32 partials, [P][m_blocks*tile.m][n_blocks*tile.n]
+  // fp32 partials, [P][m_blocks*tile.m][n_blocks*tile.n], from a multiple of
+  // kWorkspaceLineElements
+  int64_t workspace_offset = -1;
   int32_t dependency_begin = 0;    // this node's edges: dependencies[begin, begin + count)
   int32_t dependency_count = 0;
   // Every k-block from one multiple of this to the next reads the same
