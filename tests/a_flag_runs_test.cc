@@ -236,56 +236,31 @@ void AddLateProducer(GemmGraph& graph, Addresses& memory, const std::string& nam
   graph.AddGemm(name, a, w, out);
 }
 
-// 512 rows of a 64-wide buffer from two producers, the bottom half behind a
-// chain; "p" multiplies them into 512 x 128 (four row blocks of the tiled
-// kernel); "q" reads rows 192-255 of that as A: all in p's row block 1,
-// which ends at row 256, while the kernels' loaders ask for the whole
-// 128-row tile from row 192 (row blocks 1 and 2).
-GemmGraph MiddleRowsOfATallerOutput() {
+// A stack of `stack_rows` x 64 written by two producers, its rows from
+// `top_rows` on behind a chain of `chain` nodes; "p" multiplies it into
+// stack_rows x p_cols; `consumers` nodes each read rows [first, first +
+// rows) of p as A, into rows x consumer_cols.
+struct SlicedStack {
+  int64_t stack_rows, top_rows;
+  int chain;
+  int64_t p_cols;
+  int consumers;
+  int64_t first, rows, consumer_cols;
+};
+GemmGraph SlicedStackGraph(const SlicedStack& c) {
   GemmGraph graph;
   Addresses memory;
-  const TensorView stack = View("stack", kBuffer, 512, 64);
-  AddLateProducer(graph, memory, "top", 0, stack.Rows(0, 256).Named("stack_top"));
-  AddLateProducer(graph, memory, "bottom", 2, stack.Rows(256, 256).Named("stack_bottom"));
-  const TensorView p = memory.Next("p_out", 512, 128);
-  graph.AddGemm("p", stack, memory.Next("p_w", 128, 64), p);
-  graph.AddGemm("q", p.Rows(192, 64).Named("p_rows_192"), memory.Next("q_w", 2048, 128),
-                memory.Next("q_out", 64, 2048));
-  return graph;
-}
-
-// 640 rows (five row blocks, the last two behind a chain) multiplied by "p"
-// into 640 x 512; four consumers each read its top 300 rows: three row
-// blocks, so a cluster pairing them along M has a CTA whose tile (rows
-// 384-511) lies past the consumer, and its loader still waits for p's row
-// block 3.
-GemmGraph TopRowsReadByAClusterPastM() {
-  GemmGraph graph;
-  Addresses memory;
-  const TensorView stack = View("stack", kBuffer, 640, 64);
-  AddLateProducer(graph, memory, "top", 0, stack.Rows(0, 384).Named("stack_top"));
-  AddLateProducer(graph, memory, "bottom", 7, stack.Rows(384, 256).Named("stack_bottom"));
-  const TensorView p = memory.Next("p_out", 640, 512);
-  graph.AddGemm("p", stack, memory.Next("p_w", 512, 64), p);
-  for (int i = 0; i < 4; ++i) {
-    graph.AddGemm(absl::StrCat("q", i), p.Rows(0, 300).Named("p_top_300"),
-                  memory.Next(absl::StrCat("q_w", i), 256, 512), memory.Next(absl::StrCat("q_out", i), 300, 256));
+  const TensorView stack = View("stack", kBuffer, c.stack_rows, 64);
+  AddLateProducer(graph, memory, "top", 0, stack.Rows(0, c.top_rows).Named("stack_top"));
+  AddLateProducer(graph, memory, "bottom", c.chain,
+                  stack.Rows(c.top_rows, c.stack_rows - c.top_rows).Named("stack_bottom"));
+  const TensorView p = memory.Next("p_out", c.stack_rows, c.p_cols);
+  graph.AddGemm("p", stack, memory.Next("p_w", c.p_cols, 64), p);
+  for (int i = 0; i < c.consumers; ++i) {
+    graph.AddGemm(absl::StrCat("q", i), p.Rows(c.first, c.rows).Named("p_slice"),
+                  memory.Next(absl::StrCat("q_w", i), c.consumer_cols, c.p_cols),
+                  memory.Next(absl::StrCat("q_out", i), c.rows, c.consumer_cols));
   }
-  return graph;
-}
-
-// The narrow kernel's form: rows 32-63 of a 128-row output (two row blocks
-// of 64), its bottom half behind a chain.
-GemmGraph MiddleRowsOfANarrowOutput() {
-  GemmGraph graph;
-  Addresses memory;
-  const TensorView stack = View("stack", kBuffer, 128, 64);
-  AddLateProducer(graph, memory, "top", 0, stack.Rows(0, 64).Named("stack_top"));
-  AddLateProducer(graph, memory, "bottom", 2, stack.Rows(64, 64).Named("stack_bottom"));
-  const TensorView p = memory.Next("p_out", 128, 128);
-  graph.AddGemm("p", stack, memory.Next("p_w", 128, 64), p);
-  graph.AddGemm("q", p.Rows(32, 32).Named("p_rows_32"), memory.Next("q_w", 2048, 128),
-                memory.Next("q_out", 32, 2048));
   return graph;
 }
 
@@ -302,9 +277,16 @@ TEST(QueueOrderTest, SlicesOfLargerOutputsAreWaitedForInQueueOrder) {
     GemmGraph graph;
     KernelChoice kernel;
   };
-  const Case cases[] = {{"middle rows", MiddleRowsOfATallerOutput(), KernelChoice::kTiled},
-                        {"a cluster past M", TopRowsReadByAClusterPastM(), KernelChoice::kTiled},
-                        {"narrow middle rows", MiddleRowsOfANarrowOutput(), KernelChoice::kNarrow}};
+  const Case cases[] = {
+      // Rows 192-255 of 512: all in p's row block 1 (to row 256), while the
+      // loaders ask for the whole 128-row tile from row 192 (row blocks 1, 2).
+      {"middle rows", SlicedStackGraph({512, 256, 2, 128, 1, 192, 64, 2048}), KernelChoice::kTiled},
+      // The top 300 rows of 640 by four consumers: three row blocks paired
+      // along M, the pair's second CTA of the last (rows 384-511) past the
+      // consumer, its loader still waiting for p's row block 3.
+      {"a cluster past M", SlicedStackGraph({640, 384, 7, 512, 4, 0, 300, 256}), KernelChoice::kTiled},
+      // Rows 32-63 of 128 on the narrow kernel (row blocks of 64).
+      {"narrow middle rows", SlicedStackGraph({128, 64, 2, 128, 1, 32, 32, 2048}), KernelChoice::kNarrow}};
   for (const Case& c : cases) {
     for (const int max_clusters : {1, 2, 0}) {
       SCOPED_TRACE(absl::StrCat(c.name, ", max_clusters ", max_clusters));
