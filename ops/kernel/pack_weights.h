@@ -18,6 +18,13 @@ namespace loom::kernel {
 cudaError_t PackWeights(const void* b, int64_t n, int64_t k, int64_t row_stride, PackedLayout layout, void* packed,
                         cudaStream_t stream);
 
+// Enqueues an empty kernel on `stream`, launched without programmatic
+// stream serialization, so it starts only once the packs before it have
+// completed: a launch after it that overlaps the kernel before it
+// (CompileOptions::overlap_launches, whose narrow kernel streams packed
+// weights in before that kernel ends) overlaps this one, never a pack.
+cudaError_t OrderAfterPacking(cudaStream_t stream);
+
 }  // namespace loom::kernel
 
 #endif  // LOOM_OPS_KERNEL_PACK_WEIGHTS_H_

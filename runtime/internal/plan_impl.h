@@ -63,9 +63,6 @@ struct Plan::Impl {
   };
   std::vector<TaggedHandoff> tagged_handoffs;
   int64_t tagged_words = 0;  // of every copy
-  // RepackWeights enqueued a copy into packed_weights since the last launch:
-  // the next launch must not overlap it (LaunchNarrowGemm, overlap_previous).
-  bool repacked_since_launch = false;
 
   // Device resources (device_ordinal >= 0 and the schedule has jobs).
   kernel::KernelParams params = {};

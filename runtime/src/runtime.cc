@@ -1480,10 +1480,11 @@ absl::Status Plan::Launch(cudaStream_t stream) {
   }
   LOOM_RETURN_IF_ERROR(CheckPlanDeviceIsCurrent("Launch", *impl_));
   if (impl_->schedule.queue.empty()) return absl::OkStatus();  // zero-size graph: nothing to do
-  // Not over a RepackWeights just before: the narrow kernel streams packed
-  // weights in before the previous kernel has ended.
-  const bool overlap = impl_->options.overlap_launches && !impl_->repacked_since_launch;
-  impl_->repacked_since_launch = false;
+  // Over a RepackWeights just before too: its packs end with an empty kernel
+  // that starts only once they have completed (OrderAfterPacking), and the
+  // narrow kernel, which streams packed weights in before the kernel before
+  // it has ended, overlaps that one.
+  const bool overlap = impl_->options.overlap_launches;
   if (impl_->narrow) {
     return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters,
                                                          impl_->packed_weights != nullptr, impl_->narrow_consumers,
@@ -1545,8 +1546,10 @@ absl::Status Plan::RepackWeights(cudaStream_t stream) {
   // Refused rather than switched to: `stream` belongs to the current device,
   // and the caller's current device is the caller's (Launch does the same).
   LOOM_RETURN_IF_ERROR(CheckPlanDeviceIsCurrent("RepackWeights", *impl_));
-  impl_->repacked_since_launch = true;
-  return PackWeights(*impl_, stream);
+  LOOM_RETURN_IF_ERROR(PackWeights(*impl_, stream));
+  // Not a host flag that the next Launch reads (a failed or captured launch
+  // in between consumed it, and the launch after overlapped the packs).
+  return internal::CudaStatus(kernel::OrderAfterPacking(stream), "ordering launches after the packed weights");
 }
 
 std::optional<TimeoutRecord> Plan::last_timeout() const {
