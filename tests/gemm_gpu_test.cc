@@ -258,6 +258,65 @@ TEST(GemmTest, Fp16IntegerDataIsExact) {
   h.ExpectMatchesReference(/*exact=*/true);
 }
 
+// Integer data whose fp32 results are exact (inputs in [-2, 2], an integer
+// bias in [-2, 2] and residual in [-256, 256]) but need rounding in a 16-bit
+// output: bf16 past 256, fp16 past 2048 (sums up to 4 K). Each kernel's cast
+// must round to nearest even, as the reference does, bit for bit: the
+// tolerance of the other tests is at least an ulp of a 16-bit output, so a
+// cast that truncated would pass them. The paths: the tiled kernel's
+// register stores (ReLU) and staged bf16 residual, a few-row split-K sum
+// written straight into C, the narrow kernel's mma.sync (8 rows) and wgmma
+// (40 rows) stores, and an fp16 output.
+struct RoundedCase {
+  std::string name;
+  Shape shape;
+  DType type;  // of every matrix
+  bool residual;
+  int split_k;
+  KernelChoice kernel;
+  Activation activation = Activation::kNone;
+};
+class RoundedOutputTest : public ::testing::TestWithParam<RoundedCase> {};
+TEST_P(RoundedOutputTest, IntegerSumsRoundToNearestEven) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const RoundedCase& c = GetParam();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", c.type, c.shape.m, c.shape.k, rng);
+  h.Input("B", c.type, c.shape.n, c.shape.k, rng);
+  h.Input("bias", c.type, 1, c.shape.n, rng);
+  FillIntegers(h.host("A"), rng, -2, 2);
+  FillIntegers(h.host("B"), rng, -2, 2);
+  FillIntegers(h.host("bias"), rng, -2, 2);
+  if (c.residual) {
+    h.Input("R", c.type, c.shape.m, c.shape.n, rng);
+    FillIntegers(h.host("R"), rng, -256, 256);
+  }
+  h.Output("C", c.type, c.shape.m, c.shape.n);
+  h.Build([c](const auto& t, GemmGraph& g) {
+    Epilogue epilogue{.activation = c.activation, .bias = t("bias")};
+    if (c.residual) epilogue.residual = t("R");
+    g.AddGemm("gemm", t("A"), t("B"), t("C"), epilogue);
+  });
+  CompileOptions options;
+  options.kernel = c.kernel;
+  options.split_k = c.split_k;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  ASSERT_EQ(h.plan().kernel(), c.kernel);
+  h.ExpectMatchesReference(/*exact=*/true);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Paths, RoundedOutputTest,
+    ::testing::Values(
+        RoundedCase{"tiled_bf16_relu", {300, 704, 520}, DType::kBF16, false, 1, KernelChoice::kTiled,
+                    Activation::kReLU},
+        RoundedCase{"tiled_bf16_staged_residual", {300, 512, 520}, DType::kBF16, true, 1, KernelChoice::kTiled},
+        RoundedCase{"tiled_bf16_few_row_split", {16, 1000, 1024}, DType::kBF16, true, 4, KernelChoice::kTiled},
+        RoundedCase{"narrow_bf16_mma_sync", {8, 1000, 520}, DType::kBF16, true, 0, KernelChoice::kNarrow},
+        RoundedCase{"narrow_bf16_wgmma", {40, 1000, 520}, DType::kBF16, true, 0, KernelChoice::kNarrow},
+        RoundedCase{"tiled_fp16", {300, 704, 1024}, kFP16, true, 1, KernelChoice::kTiled}),
+    [](const auto& info) { return info.param.name; });
+
 // A bf16 residual of a bf16 output on whole tiles goes through the staging
 // buffers in 16-byte row chunks (StoreFragmentsAddingResidual): here the
 // residual is a column view of a wider buffer, so its rows are 768 columns

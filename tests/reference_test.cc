@@ -1067,6 +1067,32 @@ TEST(TestbedTest, CompareNodeToReferenceCarriesErrorThroughSwiGLU) {
   EXPECT_FALSE(testbed::CompareNodeToReference(graph.nodes()[0], out.view("out"), ref.view("ref")).ok());
 }
 
+// An infinite reference (fp16 A = B = 256 at K = 1: 65536, past fp16's
+// range) is matched only by the same infinity: its relative bound is
+// infinite, and every finite value, or -Inf, passed it before. Exact
+// comparisons take equal infinities as equal.
+TEST(TestbedTest, AnInfiniteReferenceIsMatchedOnlyByItself) {
+  HostMatrix a(DType::kFP16, 1, 8), b(DType::kFP16, 1, 8), ref(DType::kFP16, 1, 1), out(DType::kFP16, 1, 1);
+  for (int64_t kk = 0; kk < 8; ++kk) {
+    a.set(0, kk, kk == 0 ? 256.0 : 0.0);
+    b.set(0, kk, kk == 0 ? 256.0 : 0.0);
+  }
+  GemmGraph graph;
+  graph.AddGemm("overflow", a.view("a"), b.view("b"), ref.view("ref"));
+  ASSERT_TRUE(RunNaiveGraph(graph).ok());
+  ASSERT_TRUE(std::isinf(ref.at(0, 0)) && ref.at(0, 0) > 0) << ref.at(0, 0);
+  const auto matches = [&](double value) {
+    out.set(0, 0, value);
+    return testbed::CompareNodeToReference(graph.nodes()[0], out.view("out"), ref.view("ref")).ok();
+  };
+  EXPECT_TRUE(matches(std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(matches(-std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(matches(65504.0));
+  EXPECT_FALSE(matches(0.0));
+  out.set(0, 0, std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(testbed::CompareExactly(out.view("out"), ref.view("ref")).ok());
+}
+
 TEST(TestbedTest, SkipsWithoutHopperGpu) {
   std::string why;
   if (testbed::HasHopperGpu(&why)) {

@@ -66,7 +66,12 @@ class ComparisonBuilder {
     }
     const double diff = std::fabs(out - ref);
     bool bad = std::isnan(out) || std::isnan(ref);
-    if (!bad) {
+    if (!bad && (std::isinf(out) || std::isinf(ref))) {
+      // An infinite reference makes a relative bound infinite: an infinity is
+      // matched only by itself (same sign), and never by a finite value.
+      bad = out != ref;
+      if (bad) result_.worst_ratio = std::numeric_limits<double>::infinity();
+    } else if (!bad) {
       if (bound <= 0.0) {
         bad = diff != 0.0;
         if (bad) result_.worst_ratio = std::numeric_limits<double>::infinity();
