@@ -30,7 +30,8 @@ namespace loom {
 //   kSwiGLU: the GEMM's output columns interleave gate and up, column 2j is
 //   gate_j and 2j+1 is up_j (so B's rows interleave the gate and up weights);
 //   output column j = silu(gate_j) * up_j and C is N / 2 wide.
-//   kGELU is the exact (erf) form.
+//   kGELU is the exact (erf) form. kReLU is max(x, 0) as fmaxf computes it:
+//   a NaN gives 0 (PyTorch's relu keeps the NaN); the others keep NaNs.
 enum class Activation : uint8_t { kNone, kReLU, kGELU, kSiLU, kSwiGLU };
 
 // "none", "relu", "gelu", "silu", "swiglu".
