@@ -32,15 +32,20 @@
 // beside it. With --run_length=N an event comes only after every N launches
 // and the median of the runs' means is reported: the period of a pipeline of
 // launches, where consecutive loom launches overlap
-// (CompileOptions::overlap_launches) and CUDA-graph launches queue up.
+// (CompileOptions::overlap_launches) and CUDA-graph launches queue up. That
+// favours loom: each launch hides its start, and with --pack_weights streams
+// its first weights, under the loom launch before it, which in a model would
+// be another kernel (attention, a norm). --overlap_launches=false, or
+// --run_length=1, times loom without that (bench/NOTES.md v1.27, v1.77).
 // speedup = baseline time / loom time (> 1: loom is faster); weight bandwidth
 // = weight bytes / time, next to the measured copy bandwidth.
 //
-// Correctness, in the same run: every element of loom's outputs (the MLP's h
+// Correctness, in the same run, of one more loom launch after the timed ones
+// onto poisoned (NaN) outputs: every element of loom's outputs (the MLP's h
 // and y, every layer of the chain) against the baseline's, flagged WRONG past
-// 0.05 |baseline| + 0.05 or when not finite; and sampled elements of the
-// baseline against an FP64 CPU computation from its own inputs, so that a
-// mismatch can be blamed on the right side.
+// 0.05 |baseline| + 0.05 or when not finite; and sampled elements of each
+// side against an FP64 CPU computation from its own inputs (TESTING.md's
+// bound), so that a mismatch can be blamed on the right side.
 //
 // No buffer rotation: each launch streams every weight once and the weights
 // exceed the L2 several times over (MLP 2 x 14336 x 4096 + 4096 x 14336 16-bit =
@@ -73,6 +78,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -478,10 +484,12 @@ struct CaseResult {
   Timing loom;
   Agreement agreement;
   double baseline_fp64_worst = 0;  // sampled |baseline - FP64| / allowed error; <= 1 is right
+  double loom_fp64_worst = 0;      // the same for loom's outputs
   std::string error;               // the case stopped here
 
   bool correct() const {
-    return error.empty() && agreement.elements > 0 && agreement.bad == 0 && baseline_fp64_worst <= 1.0;
+    return error.empty() && agreement.elements > 0 && agreement.bad == 0 && baseline_fp64_worst <= 1.0 &&
+           loom_fp64_worst <= 1.0;
   }
   double speedup() const { return loom.median_us > 0 ? baseline.median_us / loom.median_us : 0; }
   static double GBps(double bytes, const Timing& t) { return t.median_us > 0 ? bytes / t.median_us / 1e3 : 0; }
@@ -490,6 +498,7 @@ struct CaseResult {
     if (!error.empty()) return "ERROR";
     if (agreement.elements == 0) return "unchecked";
     if (agreement.bad > 0) return "WRONG";
+    if (loom_fp64_worst > 1.0) return "WRONG (FP64)";
     if (baseline_fp64_worst > 1.0) return "BASELINE-WRONG";
     return "ok";
   }
@@ -517,9 +526,9 @@ void PrintCase(const CaseResult& r, double copy_gbps) {
   std::printf("%-13s loom     %9.1f us  %s  %6.1f TF/s%s  speedup %.3f\n", "", r.loom.median_us,
               bandwidth(r.loom).c_str(), CaseResult::TFps(r.flops, r.loom), iters_note(r.loom).c_str(), r.speedup());
   std::printf("%-13s loom vs baseline: max rel diff %.2e, max abs diff %.2e over %ld elements; "
-              "baseline vs FP64 (sampled): err/bound %.2f  -> %s\n",
+              "vs FP64 (sampled): err/bound baseline %.2f, loom %.2f  -> %s\n",
               "", r.agreement.max_relative, r.agreement.max_absolute, r.agreement.elements, r.baseline_fp64_worst,
-              r.Verdict().c_str());
+              r.loom_fp64_worst, r.Verdict().c_str());
   if (r.agreement.bad > 0) {
     std::printf("%-13s %ld of %ld elements differ; first: %s\n", "", r.agreement.bad, r.agreement.elements,
                 r.agreement.first_bad.c_str());
@@ -607,8 +616,13 @@ absl::Status AppendTimelineCsv(const std::string& path, const std::string& step,
 // the baseline's `baseline_graph` into result. With --timeline, one more
 // launch of a traced plan prints where each node's time went (its outputs are
 // the same bits).
+// After timing, loom's outputs (`loom_outputs`: device buffers and their
+// 16-bit element counts) are poisoned and written by one more launch, so that
+// what the comparisons then read is that launch's, not whatever some earlier
+// launch left there.
 absl::Status TimeAgainstBaseline(BenchContext& ctx, const GemmGraph& graph, const GraphExec& baseline_graph,
-                                 const std::string& step, CaseResult& result) {
+                                 const std::string& step, std::span<const std::pair<void*, int64_t>> loom_outputs,
+                                 CaseResult& result) {
   ctx.watchdog->SetStep(step + ": loom compile");
   LOOM_ASSIGN_OR_RETURN(Plan plan, ctx.runtime->Compile(graph, ctx.loom_options));
   ctx.watchdog->SetStep(step + ": loom first launch");
@@ -621,6 +635,12 @@ absl::Status TimeAgainstBaseline(BenchContext& ctx, const GemmGraph& graph, cons
         return absl::OkStatus();
       },
       [&] { return plan.Launch(ctx.stream); }, result));
+  LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
+  ctx.watchdog->SetStep(step + ": loom checked launch");
+  for (const auto& [output, elements] : loom_outputs) {
+    BENCH_CUDA(cudaMemsetAsync(output, 0xFF, elements * kHalfBytes, ctx.stream));  // NaN in bf16 and fp16
+  }
+  LOOM_RETURN_IF_ERROR(plan.Launch(ctx.stream));
   LOOM_RETURN_IF_ERROR(plan.Synchronize(ctx.stream));
   if (!ctx.timeline) return absl::OkStatus();
   ctx.watchdog->SetStep(step + ": traced launch");
@@ -664,11 +684,12 @@ absl::StatusOr<MlpWeights> MakeMlpWeights(const BenchContext& ctx, const MlpShap
   return weights;
 }
 
-// Sampled elements of the baseline's h and y against FP64 from its own inputs
-// (x, the weights, and its own h for y). Returns the worst error / allowed error.
+// Sampled elements of one implementation's h and y against FP64 from its own
+// inputs (x, the weights, and its own h for y). Returns the worst error /
+// allowed error.
 // h's bound carries the errors of gate and up (each stored as 16-bit) through
 // silu(g) u (|silu'| <= 1.1), plus the rounding of h.
-absl::StatusOr<double> CheckMlpBaseline(const BenchContext& ctx, const MlpShape& shape, const MlpWeights& weights,
+absl::StatusOr<double> CheckMlpAgainstFp64(const BenchContext& ctx, const MlpShape& shape, const MlpWeights& weights,
                                         int64_t tokens, const void* x, const void* h, const void* y) {
   const int64_t hidden = shape.hidden, intermediate = shape.intermediate;
   double worst = 0;
@@ -739,7 +760,7 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
   LOOM_ASSIGN_OR_RETURN(GraphExec baseline_graph, PrepareBaselineGraph(ctx, enqueue_baseline));
   ctx.watchdog->SetStep(step + ": baseline FP64 check");
   LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
-                        CheckMlpBaseline(ctx, shape, weights, tokens, x.get(), h_baseline.get(), y_baseline.get()));
+                        CheckMlpAgainstFp64(ctx, shape, weights, tokens, x.get(), h_baseline.get(), y_baseline.get()));
 
   // loom: the same block as one graph, one persistent kernel.
   const TensorView x_view = TensorView::Dense("x", x.get(), ctx.dtype, tokens, hidden);
@@ -781,9 +802,13 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
       residual = out;
     }
   }
-  LOOM_RETURN_IF_ERROR(TimeAgainstBaseline(ctx, graph, baseline_graph, step, result));
+  const std::pair<void*, int64_t> loom_outputs[] = {{h_loom.get(), tokens * intermediate},
+                                                    {y_loom.get(), tokens * hidden}};
+  LOOM_RETURN_IF_ERROR(TimeAgainstBaseline(ctx, graph, baseline_graph, step, loom_outputs, result));
 
   ctx.watchdog->SetStep(step + ": comparison");
+  LOOM_ASSIGN_OR_RETURN(result.loom_fp64_worst,
+                        CheckMlpAgainstFp64(ctx, shape, weights, tokens, x.get(), h_loom.get(), y_loom.get()));
   LOOM_RETURN_IF_ERROR(
       CompareWithBaseline(ctx, "h", h_loom.get(), h_baseline.get(), tokens, intermediate, result.agreement));
   LOOM_RETURN_IF_ERROR(
@@ -793,9 +818,10 @@ absl::Status RunMlpCase(BenchContext& ctx, const MlpShape& shape, const MlpWeigh
 
 // --- The chain of linear layers. ---
 
-// Sampled elements of every baseline layer against FP64 from that layer's
-// baseline input. Returns the worst error / allowed error.
-absl::StatusOr<double> CheckChainBaseline(const BenchContext& ctx, const std::vector<DeviceBuffer>& weights,
+// Sampled elements of every layer of one implementation against FP64 from
+// that layer's input (its own previous layer's output). Returns the worst
+// error / allowed error.
+absl::StatusOr<double> CheckChainAgainstFp64(const BenchContext& ctx, const std::vector<DeviceBuffer>& weights,
                                           const std::vector<const void*>& activations, int64_t tokens, int64_t width) {
   double worst = 0;
   const int per_layer = std::max<int>(2, kFp64Samples / static_cast<int>(weights.size()));
@@ -848,7 +874,7 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
   std::vector<const void*> baseline_activations = {x.get()};
   for (const DeviceBuffer& out : baseline_outputs) baseline_activations.push_back(out.get());
   LOOM_ASSIGN_OR_RETURN(result.baseline_fp64_worst,
-                        CheckChainBaseline(ctx, weights, baseline_activations, tokens, width));
+                        CheckChainAgainstFp64(ctx, weights, baseline_activations, tokens, width));
 
   const int parts = absl::GetFlag(FLAGS_chain_parts);  // divides width (CheckFlags)
   GemmGraph graph;
@@ -871,9 +897,14 @@ absl::Status RunChainCase(BenchContext& ctx, const std::vector<DeviceBuffer>& we
                     parts == 1 ? y : y.Columns(p * slice, slice).Named(absl::StrCat("y", layer, suffix)));
     }
   }
-  LOOM_RETURN_IF_ERROR(TimeAgainstBaseline(ctx, graph, baseline_graph, step, result));
+  std::vector<std::pair<void*, int64_t>> poisoned;  // every loom layer's output
+  for (const DeviceBuffer& out : loom_outputs) poisoned.emplace_back(out.get(), tokens * width);
+  LOOM_RETURN_IF_ERROR(TimeAgainstBaseline(ctx, graph, baseline_graph, step, poisoned, result));
 
   ctx.watchdog->SetStep(step + ": comparison");
+  std::vector<const void*> loom_activations = {x.get()};
+  for (const DeviceBuffer& out : loom_outputs) loom_activations.push_back(out.get());
+  LOOM_ASSIGN_OR_RETURN(result.loom_fp64_worst, CheckChainAgainstFp64(ctx, weights, loom_activations, tokens, width));
   for (int layer = 0; layer < layers; ++layer) {
     LOOM_RETURN_IF_ERROR(CompareWithBaseline(ctx, absl::StrCat("y", layer), loom_outputs[layer].get(),
                                              baseline_outputs[layer].get(), tokens, width, result.agreement));
@@ -916,8 +947,8 @@ std::string JsonString(std::string_view text) {
   return quoted + "\"";
 }
 
-absl::Status WriteJson(const std::string& path, const DeviceDescription& device, double copy_gbps,
-                       const std::vector<CaseResult>& results) {
+absl::Status WriteJson(const std::string& path, const DeviceDescription& device, const CompileOptions& options,
+                       double copy_gbps, const std::vector<CaseResult>& results) {
   std::string text = "{\n";
   absl::StrAppendFormat(&text, "  \"device\": %s,\n  \"copy_gbps\": %s,\n  \"dtype\": %s,\n",
                         JsonString(device.name), JsonNumber(copy_gbps), JsonString(absl::GetFlag(FLAGS_dtype)));
@@ -925,6 +956,15 @@ absl::Status WriteJson(const std::string& path, const DeviceDescription& device,
                         absl::GetFlag(FLAGS_intermediate));
   absl::StrAppendFormat(&text, "  \"chain_layers\": %d,\n  \"chain_width\": %d,\n", absl::GetFlag(FLAGS_chain_layers),
                         absl::GetFlag(FLAGS_chain_width));
+  // How it was timed: back-to-back runs let loom's launches overlap each
+  // other (overlap_launches), which the baseline's graph replays cannot.
+  absl::StrAppendFormat(&text,
+                        "  \"run_length\": %d,\n  \"overlap_launches\": %s,\n  \"pack_weights\": %s,\n"
+                        "  \"iters\": %d,\n  \"rounds\": %d,\n  \"warmup_ms\": %s,\n  \"cooldown_ms\": %s,\n",
+                        absl::GetFlag(FLAGS_run_length), options.overlap_launches ? "true" : "false",
+                        options.pack_weights ? "true" : "false", absl::GetFlag(FLAGS_iters),
+                        absl::GetFlag(FLAGS_rounds), JsonNumber(absl::GetFlag(FLAGS_warmup_ms)),
+                        JsonNumber(absl::GetFlag(FLAGS_cooldown_ms)));
   text += "  \"cases\": [\n";
   for (size_t i = 0; i < results.size(); ++i) {
     const CaseResult& r = results[i];
@@ -935,6 +975,7 @@ absl::Status WriteJson(const std::string& path, const DeviceDescription& device,
         "\"baseline_iters\": %d, \"loom_iters\": %d, \"baseline_round_us\": %s, \"loom_round_us\": %s, "
         "\"max_rel_diff\": %s, \"max_abs_diff\": %s, "
         "\"bad_elements\": %d, \"compared_elements\": %d, \"baseline_fp64_err_over_bound\": %s, "
+        "\"loom_fp64_err_over_bound\": %s, "
         "\"correct\": %s, \"verdict\": %s, \"error\": %s}%s\n",
         JsonString(r.kind), r.tokens, JsonNumber(r.baseline.median_us), JsonNumber(r.loom.median_us),
         JsonNumber(r.speedup()), JsonNumber(CaseResult::GBps(r.weight_bytes, r.baseline)),
@@ -942,7 +983,8 @@ absl::Status WriteJson(const std::string& path, const DeviceDescription& device,
         JsonNumber(CaseResult::TFps(r.flops, r.loom)), r.baseline.iters, r.loom.iters,
         JsonNumbers(r.baseline.round_medians_us), JsonNumbers(r.loom.round_medians_us),
         JsonNumber(r.agreement.max_relative), JsonNumber(r.agreement.max_absolute), r.agreement.bad,
-        r.agreement.elements, JsonNumber(r.baseline_fp64_worst), r.correct() ? "true" : "false",
+        r.agreement.elements, JsonNumber(r.baseline_fp64_worst), JsonNumber(r.loom_fp64_worst),
+        r.correct() ? "true" : "false",
         JsonString(r.Verdict()), JsonString(r.error), i + 1 < results.size() ? "," : "");
   }
   text += "  ]\n}\n";
@@ -1138,12 +1180,19 @@ int Main() {
     return 1;
   }
 
-  std::printf("timing: %s; %d round%s of baseline and loom in turns, %.0f ms idle before each%s; loom launches %s\n",
+  // Within a run of launches back to back, loom's launches overlap each other
+  // (overlap_launches); the baseline's graph replays cannot. An event between
+  // launches ends the overlap, so with --run_length=1 neither side overlaps.
+  const bool self_overlap = ctx.run_length > 1 && ctx.loom_options.overlap_launches;
+  std::printf("timing: %s; %d round%s of baseline and loom in turns, %.0f ms idle before each%s; %s; loom weights "
+              "%s\n",
               ctx.run_length == 1 ? "an event between every two launches"
                                   : absl::StrFormat("runs of %d launches back to back", ctx.run_length).c_str(),
               ctx.rounds, ctx.rounds == 1 ? "" : "s", ctx.cooldown_ms,
               ctx.warmup_ms > 0 ? absl::StrFormat(", warmed for %.0f ms", ctx.warmup_ms).c_str() : "",
-              ctx.loom_options.overlap_launches ? "overlap the kernel before them" : "wait for the stream");
+              self_overlap ? "loom's launches overlap the loom launch before them (the baseline's cannot)"
+                           : "no launch overlaps another",
+              ctx.loom_options.pack_weights ? "packed at Compile" : "read in place");
   bool all_ok = true;
   bool usable = true;
   double copy_gbps = 0;
@@ -1194,7 +1243,7 @@ int Main() {
   PrintSummary(results, copy_gbps);
   if (!usable) all_ok = false;
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    if (absl::Status written = WriteJson(path, device, copy_gbps, results); !written.ok()) {
+    if (absl::Status written = WriteJson(path, device, ctx.loom_options, copy_gbps, results); !written.ok()) {
       std::printf("%s\n", written.ToString().c_str());
       all_ok = false;
     } else {
