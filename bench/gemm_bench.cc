@@ -33,6 +33,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -418,6 +419,9 @@ int Main() {
 }  // namespace loom::bench
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Single GEMMs: loom against cublasLt, same process, same data. See the top of bench/gemm_bench.cc.");
+  loom::bench::ListBenchFlagsInHelp();
   absl::ParseCommandLine(argc, argv);
   return loom::bench::Main();
 }

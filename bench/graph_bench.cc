@@ -1262,6 +1262,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "loom's MLP block and layer chain against cuBLAS in a CUDA graph (the PyTorch baseline), "
       "same process, same data. See the top of bench/graph_bench.cc.");
+  loom::bench::ListBenchFlagsInHelp();
   absl::ParseCommandLine(argc, argv);
   return loom::bench::Main();
 }

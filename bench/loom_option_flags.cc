@@ -1,6 +1,8 @@
 #include "loom_option_flags.h"
 
 #include "absl/flags/flag.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 
 ABSL_FLAG(int, a_stages, 0, "loom: the tiled kernel's A ring depth, 2 to 8 (0: chosen by the plan)");
 ABSL_FLAG(int, b_stages, 0, "loom: the tiled kernel's B ring depth, 2 to 8 (0: chosen by the plan)");
@@ -22,8 +24,8 @@ ABSL_FLAG(int, narrow_consumers, 0,
           "loom: the narrow kernel's consumer warpgroups, 1 or 2 taking the jobs in turn (0: chosen, "
           "CompileOptions::narrow_consumers)");
 ABSL_FLAG(bool, pack_weights, false,
-          "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of one row block; "
-          "CompileOptions::pack_weights)");
+          "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two "
+          "row blocks, split rings; CompileOptions::pack_weights)");
 ABSL_FLAG(bool, tagged_handoff, true,
           "loom: nodes of 1-2 rows on the narrow kernel poll their A as tagged words beside the producer's "
           "output (CompileOptions::tagged_handoff)");
@@ -65,6 +67,13 @@ CompileOptions LoomOptionsFromFlags() {
   options.split_k = absl::GetFlag(FLAGS_split_k);
   options.group_size = absl::GetFlag(FLAGS_group_size);
   return options;
+}
+
+void ListBenchFlagsInHelp() {
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "bench/"); };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
 }
 
 }  // namespace loom::bench

@@ -15,6 +15,11 @@ namespace loom::bench {
 // applied; every other field at its default.
 CompileOptions LoomOptionsFromFlags();
 
+// Makes --help list every flag the benchmarks define (their own and these
+// shared ones), not Abseil's default of the flags of a file named after the
+// program (none here: "No flags matched").
+void ListBenchFlagsInHelp();
+
 }  // namespace loom::bench
 
 #endif  // LOOM_BENCH_LOOM_OPTION_FLAGS_H_

@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs four independent projections (q, k, v, o) of different shapes as one loom graph.\n"
       "Without a GPU, runs the CPU reference executor at a reduced size.");
+  loom::demo::ListDemoFlagsInHelp();
   absl::ParseCommandLine(argc, argv);
   return loom::demo::Finish(Run());
 }

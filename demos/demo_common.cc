@@ -11,12 +11,15 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "loom/ops/host_numeric.h"
@@ -35,8 +38,8 @@ ABSL_FLAG(loom::KernelChoice, kernel, loom::KernelChoice::kAuto,
           "The kernel: auto (the runtime chooses), tiled or narrow (CompileOptions::kernel).");
 ABSL_FLAG(std::string, dtype, "bf16", "Every matrix's element type: bf16 or fp16.");
 ABSL_FLAG(bool, pack_weights, false,
-          "Copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of one row block; "
-          "CompileOptions::pack_weights).");
+          "Copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two row "
+          "blocks, split rings; CompileOptions::pack_weights).");
 
 namespace loom::demo {
 namespace {
@@ -559,15 +562,39 @@ absl::Status RunDemo(const Target& target, const DemoGraph& demo) {
   if (const std::string dtype = absl::GetFlag(FLAGS_dtype); dtype != "bf16" && dtype != "fp16") {
     return absl::InvalidArgumentError(absl::StrFormat("--dtype=%s: must be bf16 or fp16", dtype));
   }
+  // A size flag that makes a matrix past 2^39 elements (1 TiB of bf16), or
+  // whose element count overflows, is refused by name before anything is
+  // allocated; host memory that runs out below that is ResourceExhausted.
+  constexpr int64_t kMaxElements = int64_t{1} << 39;
+  for (const MatrixSpec& matrix : demo.matrices) {
+    int64_t elements = 0;
+    if (__builtin_mul_overflow(matrix.rows, matrix.cols, &elements) || elements > kMaxElements) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %d x %d elements, past the %d a demo matrix may have (check the size flags)", matrix.name,
+          matrix.rows, matrix.cols, kMaxElements));
+    }
+  }
   const uint64_t seed = ResolveSeed();
-  if (target.use_gpu()) return RunOnGpu(*target.gpu, demo, seed);
-  return RunOnCpu(demo, seed);
+  try {
+    if (target.use_gpu()) return RunOnGpu(*target.gpu, demo, seed);
+    return RunOnCpu(demo, seed);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s: the host memory for its matrices ran out (check the size flags)", demo.title));
+  }
 }
 
 int Finish(const absl::Status& status) {
   if (status.ok()) return 0;
   std::cerr << "error: " << status << "\n";
   return 1;
+}
+
+void ListDemoFlagsInHelp() {
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "demos/"); };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
 }
 
 }  // namespace loom::demo

@@ -87,6 +87,10 @@ absl::Status RunDemo(const Target& target, const DemoGraph& demo);
 // Prints a failed status clearly; returns the process exit code (0 when OK).
 int Finish(const absl::Status& status);
 
+// Makes --help list every flag the demos define (their own and demo_common's),
+// not Abseil's default of the flags of a file named after the program.
+void ListDemoFlagsInHelp();
+
 }  // namespace loom::demo
 
 #endif  // LOOM_DEMOS_DEMO_COMMON_H_

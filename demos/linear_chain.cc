@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs a chain of linear layers (8 x 4096x4096 by default) as one loom graph.\n"
       "Without a GPU, runs the CPU reference executor at a reduced size.");
+  loom::demo::ListDemoFlagsInHelp();
   absl::ParseCommandLine(argc, argv);
   return loom::demo::Finish(Run());
 }

@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs a Llama-style SwiGLU MLP block (gate_up + down, residual) as one loom graph.\n"
       "Without a GPU, runs the CPU reference executor at a reduced size.");
+  loom::demo::ListDemoFlagsInHelp();
   absl::ParseCommandLine(argc, argv);
   return loom::demo::Finish(Run());
 }
