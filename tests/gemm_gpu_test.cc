@@ -3,8 +3,11 @@
 // launch, replay determinism, and the bounded-wait time-out. Each compares
 // against the FP64 CPU reference on fresh random data with poisoned outputs
 // and guard bands. Skips (saying why) without a Hopper GPU.
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -1457,6 +1460,82 @@ TEST(GemmTest, APackedCopyPastTheDevicesMemoryIsResourceExhausted) {
   EXPECT_NE(std::string(plan.status().message()).find("CompileOptions.pack_weights"), std::string::npos)
       << plan.status();
   EXPECT_NE(std::string(plan.status().message()).find(" bytes, does not fit"), std::string::npos) << plan.status();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// One node, proj: y = x · wᵀ + b (64 x 64 by 128 x 64, bf16), over device
+// buffers of exactly its views' sizes. Compile(shift, a_data) moves each view
+// shift[i] bytes from its allocation's start (A, B, C, bias), or puts A at
+// `a_data` where that is set.
+class ReachableViewsTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kM = 64, kN = 128, kK = 64;
+  struct Role {
+    const char* label;  // how messages name the view
+    int64_t rows, cols;
+    absl::StatusOr<DeviceBuffer> buffer = absl::UnknownError("not allocated");
+  };
+
+  void SetUp() override {
+    LOOM_SKIP_WITHOUT_GPU();
+    for (Role& role : roles_) {
+      role.buffer = DeviceBuffer::Allocate(role.rows * role.cols * 2);
+      LOOM_ASSERT_OK(role.buffer.status());
+    }
+  }
+
+  absl::StatusOr<Plan> Compile(std::array<int64_t, 4> shift, void* a_data = nullptr) const {
+    std::array<TensorView, 4> views;
+    for (int i = 0; i < 4; ++i) {
+      void* data = static_cast<std::byte*>(roles_[i].buffer->data()) + shift[i];
+      views[i] = TensorView::Dense(std::string(1, "xwyb"[i]), i == 0 && a_data != nullptr ? a_data : data,
+                                   DType::kBF16, roles_[i].rows, roles_[i].cols);
+    }
+    GemmGraph g;
+    g.AddGemm("proj", views[0], views[1], views[2], Epilogue{.bias = views[3]});
+    return TestRuntime().Compile(g, CompileOptions{});
+  }
+
+  // InvalidArgument whose message holds every one of `parts`.
+  static void ExpectRefused(const absl::StatusOr<Plan>& plan, std::initializer_list<std::string> parts) {
+    ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+    for (const std::string& part : parts) {
+      EXPECT_NE(std::string(plan.status().message()).find(part), std::string::npos)
+          << "expected \"" << part << "\" in: " << plan.status();
+    }
+  }
+
+  Role roles_[4] = {{"A \"x\"", kM, kK}, {"B \"w\"", kN, kK}, {"C \"y\"", kM, kN}, {"bias \"b\"", 1, kN}};
+};
+
+// A view of each role that runs past the allocation it starts in is refused
+// by name; the same views at their allocations' starts compile.
+TEST_F(ReachableViewsTest, AViewPastItsAllocationIsRefused) {
+  LOOM_ASSERT_OK(Compile({0, 0, 0, 0}).status());
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(roles_[i].label);
+    // Starting 16 bytes before its allocation's end (TMA's alignment kept).
+    std::array<int64_t, 4> shift = {0, 0, 0, 0};
+    shift[i] = roles_[i].buffer->bytes() - 16;
+    ExpectRefused(Compile(shift), {absl::StrCat("node \"proj\": ", roles_[i].label, " [0x"),
+                                   "bytes past the end of the allocation it starts in"});
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Host memory CUDA did not allocate (here from std::vector), or an address
+// with no allocation at all, is refused on a device that does not read
+// pageable host memory (the H100 and H200 on x86 hosts); a launch would fault
+// the context.
+TEST_F(ReachableViewsTest, HostMemoryIsRefused) {
+  int pageable = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0), cudaSuccess);
+  if (pageable != 0) GTEST_SKIP() << "device 0 reads pageable host memory: host views are legal there";
+  std::vector<uint16_t> host(kM * kK);
+  ExpectRefused(Compile({0, 0, 0, 0}, host.data()),
+                {"node \"proj\": A \"x\" [0x", "neither allocated nor registered", "pageable"});
+  ExpectRefused(Compile({0, 0, 0, 0}, reinterpret_cast<void*>(uintptr_t{1} << 45)),
+                {"A \"x\" [0x200000000000, 0x200000002000)", "neither allocated nor registered"});
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

@@ -671,6 +671,31 @@ TEST(GemmGraphTest, AddGemmAppendsWithoutChecking) {
   EXPECT_EQ(graph.nodes()[1].a.name, "bad");
 }
 
+// CheckEachView visits every non-empty view in node order (A, B, C, bias,
+// residual within a node) and puts the node's label before the first error.
+TEST(GemmGraphTest, CheckEachViewVisitsNonEmptyViewsInOrder) {
+  GemmGraph graph;
+  Epilogue epilogue;
+  epilogue.bias = Bf16("b", 0x500000, 1, 256);
+  epilogue.residual = Bf16("r", 0x600000, 64, 256);
+  graph.AddGemm("proj", X(), W(), Y(), epilogue);
+  graph.AddGemm("empty", Bf16("e", 0x700000, 0, 128), W(), Bf16("f", 0x800000, 0, 256));
+  graph.AddGemm("next", Bf16("z", 0x900000, 64, 256), Bf16("v", 0xa00000, 32, 256), Bf16("o", 0xb00000, 64, 32));
+  std::vector<std::string> seen;
+  const auto record = [&](std::string_view role, const TensorView& view) {
+    seen.push_back(std::string(role) + ":" + view.name);
+    return absl::OkStatus();
+  };
+  EXPECT_TRUE(graph.CheckEachView(record).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"A:x", "B:w", "C:y", "bias:b", "residual:r", "B:w", "A:z", "B:v",
+                                            "C:o"}));
+  const absl::Status refused = graph.CheckEachView([](std::string_view role, const TensorView& view) {
+    return role == "B" && view.name == "v" ? absl::InvalidArgumentError("B \"v\": no") : absl::OkStatus();
+  });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(), "node \"next\": B \"v\": no");
+}
+
 TEST(GemmGraphTest, Names) {
   EXPECT_EQ(ActivationName(Activation::kNone), "none");
   EXPECT_EQ(ActivationName(Activation::kReLU), "relu");

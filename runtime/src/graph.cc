@@ -527,6 +527,17 @@ absl::Status GemmGraph::ValidateShapes() const {
   return absl::OkStatus();
 }
 
+absl::Status GemmGraph::CheckEachView(
+    const std::function<absl::Status(std::string_view role, const TensorView& view)>& check) const {
+  for (int i = 0; i < size(); ++i) {
+    for (const RoleView& rv : AllViews(nodes_[i])) {
+      if (rv.view->empty()) continue;
+      if (absl::Status status = check(rv.role, *rv.view); !status.ok()) return NodeError(i, status.message());
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GemmGraph::Validate() const {
   const int n = size();
   // Rules 1-6, node by node.

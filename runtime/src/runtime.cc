@@ -2,7 +2,9 @@
 // device resources) and Plan (launch, synchronize, explain).
 #include "loom/runtime.h"
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -989,6 +991,76 @@ absl::Status AllocateOrExhausted(void** pointer, size_t bytes, int device, const
   return internal::CudaStatus(allocated, absl::StrCat("cudaMalloc of ", what));
 }
 
+// cuPointerGetAttribute through the runtime's driver entry point (loom links
+// only cudart); null where the driver does not give it.
+PFN_cuPointerGetAttribute_v4000 PointerAttributeFunction() {
+  static const PFN_cuPointerGetAttribute_v4000 function = [] {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult result;
+    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &pointer, 4000, cudaEnableDefault, &result) !=
+            cudaSuccess ||
+        result != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuPointerGetAttribute_v4000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuPointerGetAttribute_v4000>(pointer);
+  }();
+  return function;
+}
+
+// Whether the kernels' TMA loads and stores on `view` stay inside memory that
+// `device` can reach: its first byte is memory CUDA knows (allocated or
+// registered) unless the device reads pageable host memory itself, and its
+// last byte lies inside the allocation its first byte is in. A pointer into
+// host memory, or at no allocation at all, would fault the context at the
+// first launch; a view longer than its allocation would make the stores write
+// past it. Views spanning two allocations are refused although neighbouring
+// allocations could hold them: CUDA gives no promise that they are adjacent.
+// Where the driver cannot say, the view passes (nothing refused on a guess).
+absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view, int device,
+                                  bool reads_pageable_memory) {
+  const uint64_t begin = reinterpret_cast<uint64_t>(view.data);
+  const uint64_t end = begin + static_cast<uint64_t>((view.rows - 1) * view.row_stride_bytes() +
+                                                     view.cols * static_cast<int64_t>(view.element_size()));
+  const std::string who = absl::StrFormat("%s \"%s\" [0x%x, 0x%x)", role, view.name, begin, end);
+  cudaPointerAttributes attributes;
+  const cudaError_t queried = cudaPointerGetAttributes(&attributes, view.data);
+  if (queried != cudaSuccess) {
+    cudaGetLastError();  // not the caller's error
+    return absl::OkStatus();
+  }
+  if (attributes.type == cudaMemoryTypeUnregistered) {
+    if (reads_pageable_memory) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is not memory device %d can reach: CUDA neither allocated nor registered it (host memory from "
+        "malloc or new, or no allocation at all), and the device does not read pageable host memory "
+        "(cudaDevAttrPageableMemoryAccess = 0); pass device memory (cudaMalloc) or pinned host memory",
+        who, device));
+  }
+  const PFN_cuPointerGetAttribute_v4000 get = PointerAttributeFunction();
+  CUdeviceptr range_begin = 0;
+  size_t range_bytes = 0;
+  if (get == nullptr || get(&range_begin, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, begin) != CUDA_SUCCESS ||
+      get(&range_bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, begin) != CUDA_SUCCESS || range_bytes == 0) {
+    return absl::OkStatus();
+  }
+  const uint64_t range_end = static_cast<uint64_t>(range_begin) + range_bytes;
+  if (end > range_end) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s runs %d bytes past the end of the allocation it starts in, [0x%x, 0x%x) (%d bytes)", who,
+        end - range_end, static_cast<uint64_t>(range_begin), range_end, range_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckViewsAreReachable(const Plan::Impl& impl) {
+  int pageable = 0;
+  LOOM_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, impl.device_ordinal));
+  return impl.graph.CheckEachView([&](std::string_view role, const TensorView& view) {
+    return CheckViewIsReachable(role, view, impl.device_ordinal, pageable != 0);
+  });
+}
+
 // Needs the plan's device current (Compile makes it so).
 absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   OwnStream setup;
@@ -1015,6 +1087,12 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
     LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.packed_weights),
                                              PackedCopyBytes(impl.packed_nodes), impl.device_ordinal,
                                              "the packed weights' copy (CompileOptions.pack_weights)"));
+  }
+  // After the allocations (what does not fit is ResourceExhausted whatever
+  // the views hold) and before anything reads or writes a view: the pack
+  // below, the first launch.
+  LOOM_RETURN_IF_ERROR(CheckViewsAreReachable(impl));
+  if (!impl.packed_nodes.empty()) {
     // On the legacy stream, so that the copy reads B after what the caller's
     // blocking streams wrote into it before Compile. Made before Compile
     // returns, so a launch on any stream (non-blocking ones too) reads B as
@@ -1463,6 +1541,7 @@ absl::Status CheckPlanDeviceIsCurrent(absl::string_view method, const Plan::Impl
   LOOM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
   return internal::CheckCurrentDevice(method, impl.device_ordinal, current);
 }
+
 }  // namespace
 
 Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

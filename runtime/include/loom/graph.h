@@ -15,6 +15,7 @@
 #define LOOM_GRAPH_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -101,6 +102,13 @@ class GemmGraph {
   // of the nodes needs to stay inside their views (RunNaiveGraph checks it),
   // without the kernels' hardware limits or the rules across nodes.
   absl::Status ValidateShapes() const;
+  // Runs `check(role, view)` on every non-empty view of every node, in node
+  // order and, within a node, A, B, C, bias, residual (a view two nodes share
+  // is checked for each); the first error comes back as InvalidArgument with
+  // the node's label in front. Runtime::Compile checks with it what only the
+  // device can tell (that each view is memory the device can reach).
+  absl::Status CheckEachView(
+      const std::function<absl::Status(std::string_view role, const TensorView& view)>& check) const;
 
   // The data dependencies between nodes, derived from the tensors' memory,
   // in consumer order (each consumer's edges together, consumers ascending;

@@ -332,8 +332,13 @@ class Runtime {
   static Runtime ForDescription(DeviceDescription device);
 
   // Validates the graph and lowers it into a Plan. InvalidArgument for a bad
-  // graph; FailedPrecondition when the options exceed the device's limits
-  // (shared memory per block, co-resident clusters). Allocates on the
+  // graph, and (on a GPU runtime) for a view the device cannot reach: host
+  // memory CUDA neither allocated nor registered, on a device that does not
+  // read pageable memory, or a view running past the end of the allocation
+  // it starts in (what the driver cannot tell about a view is not refused);
+  // FailedPrecondition when the options exceed the device's limits (shared
+  // memory per block, co-resident clusters); ResourceExhausted when the
+  // plan's workspace or packed weights do not fit. Allocates on the
   // runtime's device and leaves the calling thread's current device as it
   // was (the plan's Launch needs its device current: Plan::Launch).
   absl::StatusOr<Plan> Compile(const GemmGraph& graph, const CompileOptions& options = {}) const;
