@@ -2088,7 +2088,8 @@ class OnDevice {
 // both, the two must write the same bits where their plans are the same
 // (same GPU model, same schedule), and a replay on device 1 must repeat its
 // first launch. Each plan's Launch is refused while the other device is
-// current, and compiling for device 1 leaves the caller's device current.
+// current, and onto the other device's stream, and compiling for device 1
+// leaves the caller's device current.
 // Param: the block's kernel path ("narrow_packed" 16 tokens; "tiled" 300;
 // "tiled_split4" 128 tokens, every node split in four: workspace, reduce).
 class SecondGpuTest : public ::testing::TestWithParam<std::string> {};
@@ -2159,6 +2160,12 @@ TEST_P(SecondGpuTest, PlansOnBothGpusAtOnceMatchTheReference) {
       ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
       EXPECT_EQ(current, 0);
     }  // destroyed with device 0 current
+    // Device 0's plan onto device 1's stream: CUDA refuses the launch, and
+    // the error says whose stream it was.
+    const absl::Status wrong_stream = on0.plan().Launch(stream1.get());
+    EXPECT_EQ(wrong_stream.code(), absl::StatusCode::kInvalidArgument) << wrong_stream;
+    EXPECT_TRUE(absl::StrContains(wrong_stream.message(), "the stream belongs to device 1")) << wrong_stream;
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 
     ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
     const absl::Status refused0 = on0.plan().Launch(stream1.get());

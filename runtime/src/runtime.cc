@@ -1542,6 +1542,24 @@ absl::Status CheckPlanDeviceIsCurrent(absl::string_view method, const Plan::Impl
   return internal::CheckCurrentDevice(method, impl.device_ordinal, current);
 }
 
+// A launch's result. Where it failed on a stream of another device than the
+// plan's (CUDA launches only onto the current device's streams), that is
+// said by name rather than as the launch's generic error, which is cleared:
+// asked only after a failure, so launches that succeed pay nothing for it.
+absl::Status LaunchStatus(cudaError_t launched, std::string_view what, const Plan::Impl& impl,
+                          cudaStream_t stream) {
+  if (launched == cudaSuccess) return absl::OkStatus();
+  int stream_device = -1;
+  if (stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread &&
+      cudaStreamGetDevice(stream, &stream_device) == cudaSuccess && stream_device != impl.device_ordinal) {
+    cudaGetLastError();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Plan::Launch: the stream belongs to device %d, and this plan was compiled for device %d (%s); launch "
+        "it on a stream of device %d",
+        stream_device, impl.device_ordinal, cudaGetErrorName(launched), impl.device_ordinal));
+  }
+  return internal::CudaStatus(launched, what);
+}
 }  // namespace
 
 Plan::Plan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -1565,16 +1583,14 @@ absl::Status Plan::Launch(cudaStream_t stream) {
   // it has ended, overlaps that one.
   const bool overlap = impl_->options.overlap_launches;
   if (impl_->narrow) {
-    return internal::CudaStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters,
-                                                         impl_->packed_weights != nullptr, impl_->narrow_consumers,
-                                                         !impl_->tagged_handoffs.empty(), impl_->half,
-                                                         overlap, stream),
-                                "launching the narrow decode kernel");
+    return LaunchStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters, impl_->packed_weights != nullptr,
+                                                 impl_->narrow_consumers, !impl_->tagged_handoffs.empty(),
+                                                 impl_->half, overlap, stream),
+                        "launching the narrow decode kernel", *impl_, stream);
   }
-  return internal::CudaStatus(
-      kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->tile_n, impl_->half,
-                                   impl_->has_split_k, overlap, stream),
-      "launching the persistent kernel");
+  return LaunchStatus(kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->tile_n, impl_->half,
+                                                   impl_->has_split_k, overlap, stream),
+                      "launching the persistent kernel", *impl_, stream);
 }
 
 absl::Status Plan::Synchronize(cudaStream_t stream) {
