@@ -330,8 +330,10 @@ TEST(ReferenceMathTest, SwiGLUPairsGateAndUpColumns) {
 }
 
 TEST(ReferenceMathTest, AccumulateTileSumsInKOrder) {
-  // Summation order is visible in FP64: 1e16 + 1 - 1e16 is 0 in this order.
-  const double a[3] = {1e16, 1.0, -1e16};
+  // Summation order is visible in FP64: (1 + 1e16) - 1e16 is 0 (the 1 is
+  // lost to 1e16's ulp of 2), where the reversed order, or the two large
+  // terms first, gives 1.
+  const double a[3] = {1.0, 1e16, -1e16};
   const double b[3] = {1.0, 1.0, 1.0};
   double acc = 0.0;
   AccumulateTile(a, 3, b, 3, 1, 1, 3, &acc, 1);
