@@ -261,15 +261,17 @@ TEST(GemmTest, Fp16IntegerDataIsExact) {
   h.ExpectMatchesReference(/*exact=*/true);
 }
 
-// Integer data whose fp32 results are exact (inputs in [-2, 2], an integer
-// bias in [-2, 2] and residual in [-256, 256]) but need rounding in a 16-bit
-// output: bf16 past 256, fp16 past 2048 (sums up to 4 K). Each kernel's cast
-// must round to nearest even, as the reference does, bit for bit: the
+// Integer data whose fp32 results are exact (B in [-2, 2], A in [-a_range,
+// a_range], an integer bias in [-2, 2] and residual in [-256, 256]) but need
+// rounding in a 16-bit output: bf16 past 256, fp16 past 2048. Each kernel's
+// cast must round to nearest even, as the reference does, bit for bit: the
 // tolerance of the other tests is at least an ulp of a 16-bit output, so a
-// cast that truncated would pass them. The paths: the tiled kernel's
-// register stores (ReLU) and staged bf16 residual, a few-row split-K sum
-// written straight into C, the narrow kernel's mma.sync (8 rows) and wgmma
-// (40 rows) stores, and an fp16 output.
+// cast that truncated would pass them. Each case checks that at least 2% of
+// its outputs lie past its type's exact integers (7-23% do; a range too
+// narrow for its K would round nothing). The paths: the tiled kernel's register stores
+// (ReLU) and staged bf16 residual, a few-row split-K sum written straight
+// into C, the narrow kernel's mma.sync (8 rows) and wgmma (40 rows) stores,
+// and an fp16 output.
 struct RoundedCase {
   std::string name;
   Shape shape;
@@ -278,6 +280,7 @@ struct RoundedCase {
   int split_k;
   KernelChoice kernel;
   Activation activation = Activation::kNone;
+  int a_range = 2;
 };
 class RoundedOutputTest : public ::testing::TestWithParam<RoundedCase> {};
 TEST_P(RoundedOutputTest, IntegerSumsRoundToNearestEven) {
@@ -288,7 +291,7 @@ TEST_P(RoundedOutputTest, IntegerSumsRoundToNearestEven) {
   h.Input("A", c.type, c.shape.m, c.shape.k, rng);
   h.Input("B", c.type, c.shape.n, c.shape.k, rng);
   h.Input("bias", c.type, 1, c.shape.n, rng);
-  FillIntegers(h.host("A"), rng, -2, 2);
+  FillIntegers(h.host("A"), rng, -c.a_range, c.a_range);
   FillIntegers(h.host("B"), rng, -2, 2);
   FillIntegers(h.host("bias"), rng, -2, 2);
   if (c.residual) {
@@ -307,17 +310,25 @@ TEST_P(RoundedOutputTest, IntegerSumsRoundToNearestEven) {
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   ASSERT_EQ(h.plan().kernel(), c.kernel);
   h.ExpectMatchesReference(/*exact=*/true);
+  const double exact_up_to = c.type == DType::kBF16 ? 256 : 2048;
+  const HostMatrix& out = h.host("C");
+  int64_t past = 0;
+  for (int64_t r = 0; r < out.rows(); ++r) {
+    for (int64_t col = 0; col < out.cols(); ++col) past += std::abs(out.at(r, col)) > exact_up_to;
+  }
+  EXPECT_GE(past * 50, out.rows() * out.cols())
+      << past << " of " << out.rows() * out.cols() << " outputs past " << exact_up_to;
 }
 INSTANTIATE_TEST_SUITE_P(
     Paths, RoundedOutputTest,
     ::testing::Values(
         RoundedCase{"tiled_bf16_relu", {300, 704, 520}, DType::kBF16, false, 1, KernelChoice::kTiled,
-                    Activation::kReLU},
+                    Activation::kReLU, 16},
         RoundedCase{"tiled_bf16_staged_residual", {300, 512, 520}, DType::kBF16, true, 1, KernelChoice::kTiled},
         RoundedCase{"tiled_bf16_few_row_split", {16, 1000, 1024}, DType::kBF16, true, 4, KernelChoice::kTiled},
         RoundedCase{"narrow_bf16_mma_sync", {8, 1000, 520}, DType::kBF16, true, 0, KernelChoice::kNarrow},
         RoundedCase{"narrow_bf16_wgmma", {40, 1000, 520}, DType::kBF16, true, 0, KernelChoice::kNarrow},
-        RoundedCase{"tiled_fp16", {300, 704, 1024}, kFP16, true, 1, KernelChoice::kTiled}),
+        RoundedCase{"tiled_fp16", {300, 704, 1024}, kFP16, true, 1, KernelChoice::kTiled, Activation::kNone, 64}),
     [](const auto& info) { return info.param.name; });
 
 // A bf16 residual of a bf16 output on whole tiles goes through the staging
