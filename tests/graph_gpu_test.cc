@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
+#include "internal/testing_hooks.h"  // runtime/internal
 #include "loom/runtime.h"
 #include "loom/scheduler/job_access.h"
 #include "loom/scheduler/tiling.h"
@@ -1105,10 +1106,13 @@ INSTANTIATE_TEST_SUITE_P(Rows, ZeroKTest,
 
 // The same Plan (an MLP block in 4 forced splits: a split-K workspace,
 // dependency flags, a queue) compiled, launched and destroyed 2000 times must
-// give back every byte: after one warm-up round the allocation pattern repeats
-// exactly, so free memory may not move. 2000 rounds make a leak of even one
-// small allocation per Plan (>= 256 bytes: cudaMalloc's alignment) add up to
-// more than a 2 MiB page.
+// give back every allocation and every byte. Two checks, as free device
+// memory moves only by whole 2 MiB pages: loom's count of live allocations
+// (each plan holds at least six while it lives) must come back to where it
+// was, which sees a forgotten allocation of any size; and free memory must not
+// move (after one warm-up round the allocation pattern repeats exactly),
+// which sees leaks past loom's own allocations once they add up to a page
+// (2000 rounds: ~1 KiB a plan).
 // The same for the block at one token on the narrow decode kernel (no
 // workspace; its own ring sizes and launch), and with packed weights (their
 // copy is the plan's too).
@@ -1131,9 +1135,12 @@ TEST_P(PlanMemoryTest, PlansReleaseTheirDeviceMemory) {
   }
   LOOM_ASSERT_OK(h.Run(runtime, options));
   ASSERT_EQ(h.plan().kernel(), narrow ? KernelChoice::kNarrow : KernelChoice::kTiled);
+  const int64_t live_before = internal::LiveAllocationsForTesting();
+  int64_t fewest_live_in_a_round = INT64_MAX;
   auto round = [&]() -> absl::Status {
     absl::StatusOr<Plan> plan = runtime.Compile(h.plan().graph(), options);
     if (!plan.ok()) return plan.status();
+    fewest_live_in_a_round = std::min(fewest_live_in_a_round, internal::LiveAllocationsForTesting() - live_before);
     if (absl::Status s = plan->Launch(nullptr); !s.ok()) return s;
     return plan->Synchronize(nullptr);
   };
@@ -1142,6 +1149,9 @@ TEST_P(PlanMemoryTest, PlansReleaseTheirDeviceMemory) {
     for (int i = 0; i < kRounds; ++i) LOOM_ASSERT_OK(round());
   });
   if (HasFailure()) return;
+  EXPECT_GE(fewest_live_in_a_round, 6) << "a live plan should hold at least six allocations";
+  EXPECT_EQ(internal::LiveAllocationsForTesting(), live_before)
+      << "allocations left behind by " << kRounds << " plans";
   EXPECT_EQ(free.lost(), 0) << "device memory leaked over " << kRounds << " plans: " << free.lost() << " bytes";
   // One more plan after them, on re-poisoned outputs, is still right.
   LOOM_ASSERT_OK(h.PoisonDeviceOutputs());
@@ -2178,9 +2188,10 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SecondGpuTest, ::testing::Values("narrow_packe
                          [](const auto& info) { return info.param; });
 
 // Plans of device 1 destroyed while device 0 is current (Plan::Impl frees on
-// the plan's device): 500 compiled, launched and destroyed that way must
-// leave device 1's free memory exactly where it was, as PlanMemoryTest asks
-// of plans on one device; the last launch's outputs must still be right.
+// the plan's device): 500 compiled, launched and destroyed that way must give
+// back every allocation (loom's count: each free succeeded) and leave device
+// 1's free memory exactly where it was, as PlanMemoryTest asks of plans on
+// one device; the last launch's outputs must still be right.
 TEST(SecondGpuMemoryTest, PlansFreedWithTheOtherDeviceCurrent) {
   LOOM_SKIP_WITHOUT_SECOND_GPU();
   constexpr int kRounds = 500;
@@ -2209,10 +2220,13 @@ TEST(SecondGpuMemoryTest, PlansFreedWithTheOtherDeviceCurrent) {
     return absl::OkStatus();
   };
   LOOM_ASSERT_OK(round());  // warm-up
+  const int64_t live_before = internal::LiveAllocationsForTesting();
   const FreeMemory free = FreeMemoryAround(absl::StrCat(kRounds, " plans on device 1"), [&] {
     for (int i = 0; i < kRounds; ++i) LOOM_ASSERT_OK(round());
   });
   if (HasFailure()) return;
+  EXPECT_EQ(internal::LiveAllocationsForTesting(), live_before)
+      << "allocations left behind by " << kRounds << " plans on device 1";
   EXPECT_EQ(free.lost(), 0) << "device 1 lost " << free.lost() << " bytes over " << kRounds << " plans";
   // One more plan after them, on re-poisoned outputs, is still right.
   LOOM_ASSERT_OK(h.PoisonDeviceOutputs());

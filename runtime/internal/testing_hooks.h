@@ -1,7 +1,9 @@
 // testing_hooks.h (internal): ways for loom's own tests to break a Plan on
-// purpose. Not part of the public API.
+// purpose, or to look inside one. Not part of the public API.
 #ifndef LOOM_RUNTIME_INTERNAL_TESTING_HOOKS_H_
 #define LOOM_RUNTIME_INTERNAL_TESTING_HOOKS_H_
+
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "loom/runtime.h"
@@ -20,6 +22,12 @@ absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node);
 // on the same node, a consumer then finds exactly one of its producer tiles
 // missing.
 absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile);
+
+// The device (and mapped host) allocations of every plan alive in this
+// process, on every device: each Plan holds several (records, queue, flags,
+// state, the time-out record; a workspace, packed weights, tagged copies and a
+// trace where it needs them), all given back when it is destroyed.
+int64_t LiveAllocationsForTesting();
 
 }  // namespace loom::internal
 

@@ -7,6 +7,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <optional>
@@ -647,10 +648,40 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   return rings;
 }
 
+// Every device and mapped host allocation a plan owns is made and freed
+// through these, which count the live ones (LiveAllocationsForTesting): a
+// plan's destructor that forgot one is seen by the count however small the
+// allocation, where free device memory moves only by whole pages.
+std::atomic<int64_t> live_allocations{0};
+
+template <typename T>
+cudaError_t CountedMalloc(T** pointer, size_t bytes) {
+  const cudaError_t error = cudaMalloc(reinterpret_cast<void**>(pointer), bytes);
+  if (error == cudaSuccess) live_allocations.fetch_add(1, std::memory_order_relaxed);
+  return error;
+}
+
+template <typename T>
+cudaError_t CountedHostAlloc(T** pointer, size_t bytes, unsigned int flags) {
+  const cudaError_t error = cudaHostAlloc(reinterpret_cast<void**>(pointer), bytes, flags);
+  if (error == cudaSuccess) live_allocations.fetch_add(1, std::memory_order_relaxed);
+  return error;
+}
+
+void CountedFree(void* pointer) {
+  if (pointer != nullptr && cudaFree(pointer) == cudaSuccess) live_allocations.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void CountedFreeHost(void* pointer) {
+  if (pointer != nullptr && cudaFreeHost(pointer) == cudaSuccess) {
+    live_allocations.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 template <typename T>
 absl::Status Upload(const std::vector<T>& host, T** device, cudaStream_t stream) {
   if (host.empty()) return absl::OkStatus();
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(device), host.size() * sizeof(T)));
+  LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(device, host.size() * sizeof(T)));
   LOOM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(*device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
   return absl::OkStatus();
@@ -982,7 +1013,7 @@ class RestoreCurrentDevice {
 // device's free memory is too small (that error is not sticky: cleared, so
 // that the caller's next cudaGetLastError does not report it).
 absl::Status AllocateOrExhausted(void** pointer, size_t bytes, int device, const std::string& what) {
-  const cudaError_t allocated = cudaMalloc(pointer, bytes);
+  const cudaError_t allocated = CountedMalloc(pointer, bytes);
   if (allocated == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     return absl::ResourceExhaustedError(
@@ -1106,7 +1137,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   if (impl.tagged_words > 0) {
     // Zero tags: no launch's epoch (epochs start at 1).
     const size_t bytes = static_cast<size_t>(impl.tagged_words) * sizeof(uint64_t);
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.tagged_copies), bytes));
+    LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(&impl.tagged_copies, bytes));
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.tagged_copies, 0, bytes, setup.get()));
     for (const Plan::Impl::TaggedHandoff& handoff : impl.tagged_handoffs) {
       nodes[handoff.producer].tagged_c = impl.tagged_copies + handoff.offset + handoff.col0 / 2;
@@ -1119,12 +1150,12 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies, setup.get()));
   // Rounded up to whole 16-byte words: the A loader polls flags four at a time.
   const size_t flag_count = (std::max<int64_t>(impl.schedule.num_flags, 1) + 3) / 4 * 4;
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.flags), flag_count * sizeof(uint32_t)));
+  LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(&impl.flags, flag_count * sizeof(uint32_t)));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.flags, 0, flag_count * sizeof(uint32_t), setup.get()));
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.state), sizeof(kernel::LaunchState)));
+  LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(&impl.state, sizeof(kernel::LaunchState)));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.state, 0, sizeof(kernel::LaunchState), setup.get()));
   LOOM_CUDA_RETURN_IF_ERROR(
-      cudaHostAlloc(reinterpret_cast<void**>(&impl.timeout_host), sizeof(kernel::DeviceTimeoutRecord), cudaHostAllocMapped));
+      CountedHostAlloc(&impl.timeout_host, sizeof(kernel::DeviceTimeoutRecord), cudaHostAllocMapped));
   std::memset(impl.timeout_host, 0, sizeof(kernel::DeviceTimeoutRecord));
   kernel::DeviceTimeoutRecord* timeout_device = nullptr;
   LOOM_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&timeout_device), impl.timeout_host, 0));
@@ -1153,7 +1184,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.spin_timeout_ns = static_cast<uint64_t>(impl.options.spin_timeout_ns);
   if (impl.options.trace) {
     const size_t bytes = impl.schedule.queue.size() * impl.schedule.cluster_size * sizeof(kernel::DeviceJobTrace);
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&impl.trace), bytes));
+    LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(&impl.trace, bytes));
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.trace, 0, bytes, setup.get()));
   }
   params.trace = impl.trace;
@@ -1365,16 +1396,16 @@ Plan::Impl::~Impl() {
     restore.emplace();
     cudaSetDevice(device_ordinal);
   }
-  cudaFree(nodes);
-  cudaFree(queue);
-  cudaFree(dependencies);
-  cudaFree(flags);
-  cudaFree(workspace);
-  cudaFree(state);
-  cudaFree(trace);
-  cudaFree(packed_weights);
-  cudaFree(tagged_copies);
-  if (timeout_host != nullptr) cudaFreeHost(timeout_host);
+  CountedFree(nodes);
+  CountedFree(queue);
+  CountedFree(dependencies);
+  CountedFree(flags);
+  CountedFree(workspace);
+  CountedFree(state);
+  CountedFree(trace);
+  CountedFree(packed_weights);
+  CountedFree(tagged_copies);
+  CountedFreeHost(timeout_host);
 }
 
 namespace internal {
@@ -1764,6 +1795,8 @@ absl::Status SuppressFlagPublishingForTesting(Plan& plan, int node) {
                                &no_copy, sizeof(no_copy), cudaMemcpyHostToDevice),
                     "clearing tagged_c");
 }
+
+int64_t LiveAllocationsForTesting() { return live_allocations.load(std::memory_order_relaxed); }
 
 absl::Status PublishFlagsForTesting(Plan& plan, int node, int except_tile) {
   Plan::Impl& impl = *plan.impl_;
