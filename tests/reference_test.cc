@@ -947,6 +947,75 @@ TEST(BrokenSplitScheduleTest, ConsumerOfAPartedTileWaitsForEveryPart) {
   ExpectInternal(RunReference(g.graph(), late), "not a topological order");
 }
 
+// Reduce parts that leave rows of a tile unsummed, a cluster size no kernel
+// runs, and a dependency edge outside what Lower accepts are Internal, not a
+// run that reports OK over unwritten rows, a loop of 2^31 ranks or a signed
+// overflow (found by review: RunReference takes hand-built schedules).
+TEST(BrokenSplitScheduleTest, ScheduleFieldsOutsideLowersRangesAreReported) {
+  Rng rng;
+  HostGraph g(rng);
+  const TensorView h = g.Output("h", DType::kBF16, 40, 64);
+  g.graph().AddGemm("first", g.Input("x", DType::kBF16, 40, 128), g.Input("w1", DType::kBF16, 64, 128), h);
+  g.graph().AddGemm("second", h, g.Input("w2", DType::kBF16, 32, 64), g.Output("y", DType::kFP32, 40, 32));
+  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), SmallTiles(2, 1));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].reduce_parts, 5);  // 8 rows each
+  ASSERT_TRUE(RunReference(g.graph(), *s).ok());
+  sched::Schedule short_parts = *s;
+  short_parts.nodes[0].reduce_part_rows = 1;  // 5 parts of 1 row: rows 5-39 never summed
+  ExpectInternal(RunReference(g.graph(), short_parts), "reduce_parts 5 of 1 rows (split_k 2), which do not cover");
+  sched::Schedule wide_parts = *s;
+  wide_parts.nodes[0].reduce_part_rows = sched::kFewRowReduceRows + 1;
+  ExpectInternal(RunReference(g.graph(), wide_parts), "reduce_parts 5 of 17 rows");
+  ASSERT_EQ(s->nodes[1].reduce_parts, 0);  // its last split sums
+  sched::Schedule unsplit = *s;
+  unsplit.nodes[1].split_k = 1;  // a last split that sums, without split-K
+  ExpectInternal(RunReference(g.graph(), unsplit), "reduce_parts 0 of 0 rows (split_k 1)");
+  sched::Schedule many_parts = *s;
+  many_parts.nodes[0].reduce_parts = 256;  // TileJob::split holds 0-255
+  ExpectInternal(RunReference(g.graph(), many_parts), "reduce_parts 256 of 8 rows");
+  sched::Schedule wide_cluster = *s;
+  wide_cluster.cluster_size = INT32_MAX;
+  ExpectInternal(RunReference(g.graph(), wide_cluster), "cluster size 2147483647");
+  ASSERT_EQ(s->nodes[1].dependency_count, 1);
+  sched::Schedule far_edge = *s;
+  far_edge.dependencies[s->nodes[1].dependency_begin].row_offset = INT64_MAX;
+  ExpectInternal(RunReference(g.graph(), far_edge), "offsets (9223372036854775807, 0)");
+  sched::Schedule odd_operand = *s;
+  odd_operand.dependencies[s->nodes[1].dependency_begin].operand = 9;
+  ExpectInternal(RunReference(g.graph(), odd_operand), "operand 9");
+}
+
+// A split whose FP64 partials host memory cannot hold is ResourceExhausted
+// naming the node, not std::bad_alloc (Compile accepts split_k 256 of an
+// output whose partials there take split_k x M x N doubles). The schedule
+// of a small split node, scaled to a 2^20 x 2^20 output: 2^48 doubles.
+TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
+  Rng rng;
+  HostGraph small(rng);
+  small.graph().AddGemm("gemm", small.Input("a", DType::kBF16, 64, 256), small.Input("b", DType::kBF16, 64, 256),
+                        small.Output("c", DType::kFP32, 64, 64));
+  absl::StatusOr<sched::Schedule> s = LowerGraph(small.graph(), SmallTiles(8, 1));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].split_k, 8);
+  constexpr int64_t kSide = int64_t{1} << 20;
+  GemmGraph big;  // never read: the allocation fails first
+  const auto at = [](uint64_t address) { return reinterpret_cast<void*>(address); };
+  big.AddGemm("gemm", TensorView::Dense("a", at(uint64_t{1} << 44), DType::kBF16, kSide, 256),
+              TensorView::Dense("b", at(uint64_t{1} << 45), DType::kBF16, kSide, 256),
+              TensorView::Dense("c", at(uint64_t{1} << 46), DType::kFP32, kSide, kSide));
+  sched::NodeSchedule& node = s->nodes[0];
+  node.m = node.n = node.out_cols = kSide;
+  node.m_blocks = static_cast<int32_t>(kSide / 64);
+  node.n_blocks = static_cast<int32_t>(kSide / 64);
+  const absl::Status status = RunReference(big, *s);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("node \"gemm\"'s tile flags (16384 x 16384 tiles) and split-K partials "
+                                  "(split_k 8 x M 1048576 x N 1048576 doubles)"),
+            std::string::npos)
+      << status;
+}
+
 // --- The test bed's own checks -------------------------------------------------
 
 TEST(TestbedTest, GuardsCatchStrayWrites) {

@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <new>
+#include <stdexcept>
 #include <optional>
 #include <random>
 #include <string>
@@ -176,6 +178,8 @@ class ReferenceExecutor {
   };
 
   const sched::NodeSchedule& node_schedule(int node) const { return schedule_.nodes[node]; }
+  // Prepare's allocations for node `i`: ResourceExhausted where they do not fit.
+  absl::Status AllocateNodeState(int i);
   // The CTA tile of `job` at cluster rank `rank`; false when it lies outside the node.
   bool TileOf(const sched::TileJob& job, int rank, sched::CtaTile* tile, TileExtent* extent) const;
   // Whether the flag `read` names is set (the host mirror of it).
@@ -200,16 +204,54 @@ class ReferenceExecutor {
   mutable std::vector<sched::FlagRead> reads_;  // Ready's scratch
 };
 
+// Node `i`'s flags and, split-K, its partials, sized by its schedule; a
+// schedule whose sizes host memory cannot hold is ResourceExhausted (a plan's
+// sizes are the caller's, and Compile accepts splits of outputs far larger
+// than their FP64 partials can be here).
+absl::Status ReferenceExecutor::AllocateNodeState(int i) {
+  const sched::NodeSchedule& ns = schedule_.nodes[i];
+  NodeState& s = state_[i];
+  size_t tiles = 0, partials = 0, elements = 0;
+  const bool fits =
+      !__builtin_mul_overflow(static_cast<size_t>(ns.m_blocks), static_cast<size_t>(ns.n_blocks), &tiles) &&
+      !__builtin_mul_overflow(tiles, static_cast<size_t>(ns.split_k), &partials) &&
+      !__builtin_mul_overflow(static_cast<size_t>(ns.split_k), static_cast<size_t>(ns.m), &elements) &&
+      !__builtin_mul_overflow(elements, static_cast<size_t>(ns.n), &elements);
+  const auto too_large = [&] {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "RunReference: %s's tile flags (%d x %d tiles) and split-K partials (split_k %d x M %d x N %d doubles) "
+        "do not fit in host memory",
+        graph_.NodeLabel(i), ns.m_blocks, ns.n_blocks, ns.split_k, ns.m, ns.n));
+  };
+  if (!fits) return too_large();
+  try {
+    // The largest first: where it cannot fit, nothing else was filled.
+    if (ns.split_k > 1) {
+      // NaN, so a partial read before it is written cannot go unnoticed.
+      s.workspace.assign(elements, std::numeric_limits<double>::quiet_NaN());
+      s.partial_k_blocks.assign(partials, {0, 0});
+      s.partial_done.assign(partials, 0);
+    }
+    s.tile_done.assign(tiles, 0);
+    s.parts_done.assign(tiles, 0);
+  } catch (const std::bad_alloc&) {
+    return too_large();
+  } catch (const std::length_error&) {  // past a vector's max_size
+    return too_large();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReferenceExecutor::Prepare() {
   const sched::TileShape& t = schedule_.tile;
   if (static_cast<int>(schedule_.nodes.size()) != graph_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "schedule has %d nodes but the graph has %d", schedule_.nodes.size(), graph_.size()));
   }
-  if (t.m <= 0 || t.n <= 0 || t.k <= 0 || schedule_.cluster_size < 1) {
+  if (t.m <= 0 || t.n <= 0 || t.k <= 0 || (schedule_.cluster_size != 1 && schedule_.cluster_size != 2)) {
     return absl::InternalError(absl::StrFormat(
-        "schedule: tile %dx%dx%d with cluster size %d is not a valid tiling", t.m, t.n, t.k,
-        schedule_.cluster_size));
+        "schedule: tile %dx%dx%d with cluster size %d is not a valid tiling (cluster size 1 or 2)", t.m, t.n,
+        t.k, schedule_.cluster_size));
   }
   state_.resize(schedule_.nodes.size());
   for (int i = 0; i < graph_.size(); ++i) {
@@ -234,6 +276,19 @@ absl::Status ReferenceExecutor::Prepare() {
           t.n, t.k, CeilDiv(ns.m, t.m), CeilDiv(ns.n, t.n), CeilDiv(ns.k, t.k),
           expected_out_tile_n));
     }
+    // The reduce jobs' rows must cover every row of a tile (a tile of the
+    // last row block may have fewer than tile.m).
+    const bool parts_cover_tile =
+        ns.reduce_parts == 1 || (ns.reduce_parts == 0 && ns.split_k > 1) ||
+        (ns.reduce_parts > 1 && ns.reduce_parts <= 255 && ns.reduce_part_rows >= 1 &&
+         ns.reduce_part_rows <= sched::kFewRowReduceRows &&
+         int64_t{ns.reduce_parts} * ns.reduce_part_rows >= std::min<int64_t>(t.m, ns.m));
+    if (!parts_cover_tile) {
+      return absl::InternalError(absl::StrFormat(
+          "schedule: node %d \"%s\" has reduce_parts %d of %d rows (split_k %d), which do not cover its tiles' "
+          "min(tile.m %d, M %d) rows (parts: 0 with split_k > 1, 1, or 2-255 of 1-%d rows)",
+          i, node.name, ns.reduce_parts, ns.reduce_part_rows, ns.split_k, t.m, ns.m, sched::kFewRowReduceRows));
+    }
     if (ns.dependency_begin < 0 || ns.dependency_count < 0 ||
         static_cast<size_t>(ns.dependency_begin) + ns.dependency_count >
             schedule_.dependencies.size()) {
@@ -249,18 +304,17 @@ absl::Status ReferenceExecutor::Prepare() {
             "schedule: node %d \"%s\" depends on node %d, which is not an earlier node", i,
             node.name, edge.producer));
       }
+      constexpr int64_t kMaxOffset = int64_t{1} << 62;  // as Lower accepts
+      if (edge.operand > static_cast<uint8_t>(sched::DependencyOperand::kResidual) ||
+          edge.row_offset < -kMaxOffset || edge.row_offset > kMaxOffset || edge.col_offset < -kMaxOffset ||
+          edge.col_offset > kMaxOffset) {
+        return absl::InternalError(absl::StrFormat(
+            "schedule: node %d \"%s\" has a dependency with operand %d and offsets (%d, %d); operands are "
+            "A, B, bias, residual (0-3) and offsets within +-2^62",
+            i, node.name, edge.operand, edge.row_offset, edge.col_offset));
+      }
     }
-    NodeState& s = state_[i];
-    const size_t tiles = static_cast<size_t>(ns.m_blocks) * ns.n_blocks;
-    s.tile_done.assign(tiles, 0);
-    s.parts_done.assign(tiles, 0);
-    if (ns.split_k > 1) {
-      s.partial_done.assign(tiles * ns.split_k, 0);
-      s.partial_k_blocks.assign(tiles * ns.split_k, {0, 0});
-      // NaN, so a partial read before it is written cannot go unnoticed.
-      s.workspace.assign(static_cast<size_t>(ns.split_k * ns.m * ns.n),
-                         std::numeric_limits<double>::quiet_NaN());
-    }
+    LOOM_RETURN_IF_ERROR(AllocateNodeState(i));
   }
   output_writes_.emplace(graph_);
   return absl::OkStatus();
@@ -661,16 +715,35 @@ absl::Status RunReference(const Plan& plan, const ReferenceOptions& options) {
   return RunValidReference(plan.graph(), plan.schedule(), options);  // Compile validated the graph
 }
 
+namespace {
+absl::Status NaiveOperandsTooLarge(const GemmGraph& graph, int i) {
+  const GemmNode& node = graph.nodes()[i];
+  return absl::ResourceExhaustedError(
+      absl::StrFormat("RunNaiveGraph: %s's A [%d, %d] and B [%d, %d] as doubles do not fit in host memory",
+                      graph.NodeLabel(i), node.m(), node.k(), node.n(), node.k()));
+}
+}  // namespace
+
 absl::Status RunNaiveGraph(const GemmGraph& graph) {
   // Shapes that do not chain would read and write past the views, and a
   // non-empty view without data would be read through null (rule 1); the
   // kernels' hardware limits do not apply to this loop.
   LOOM_RETURN_IF_ERROR(graph.ValidateShapes());
-  for (const GemmNode& node : graph.nodes()) {
+  for (int i = 0; i < graph.size(); ++i) {
+    const GemmNode& node = graph.nodes()[i];
     const int64_t m = node.m(), n = node.n(), k = node.k();
     if (m == 0 || n == 0) continue;
-    const std::vector<double> a = ops::LoadBlock(node.a, 0, m, 0, k);
-    const std::vector<double> b = ops::LoadBlock(node.b, 0, n, 0, k);
+    // A and B whole, as doubles: views the kernels take can be far larger
+    // than host memory.
+    std::vector<double> a, b;
+    try {
+      a = ops::LoadBlock(node.a, 0, m, 0, k);
+      b = ops::LoadBlock(node.b, 0, n, 0, k);
+    } catch (const std::bad_alloc&) {
+      return NaiveOperandsTooLarge(graph, i);
+    } catch (const std::length_error&) {  // past the vector's max_size
+      return NaiveOperandsTooLarge(graph, i);
+    }
     std::vector<double> acc(static_cast<size_t>(n));
     for (int64_t row = 0; row < m; ++row) {
       std::fill(acc.begin(), acc.end(), 0.0);
