@@ -182,6 +182,19 @@ NodeSpan GemmSpanOf(const Schedule& s, int node) {
   return span;
 }
 
+// Clusters past one a job change nothing: INT_MAX of them is the makespan of
+// as many clusters as jobs (it once filled a heap with 2^31 entries and threw
+// bad_alloc), and below 1 counts as 1.
+TEST(WavefrontTest, MakespanOfMoreClustersThanJobs) {
+  absl::StatusOr<Schedule> s = Lower(GateUpDown(256, 512, 1024), Options({128, 256, 64}, 2, 66));
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int32_t jobs = static_cast<int32_t>(s->queue.size());
+  ASSERT_GT(jobs, 4);
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, INT32_MAX), SimulatedMakespan(*s, s->queue, jobs));
+  EXPECT_LT(SimulatedMakespan(*s, s->queue, jobs), SimulatedMakespan(*s, s->queue, 1));
+  EXPECT_EQ(SimulatedMakespan(*s, s->queue, -5), SimulatedMakespan(*s, s->queue, 1));
+}
+
 TEST(WavefrontTest, FullSizeMlpInterleavesUpAndDown) {
   // hidden 4096, intermediate 14336, M = 8192: deepest-first simulates
   // shorter, so down's jobs for the first rows enter the queue long before

@@ -305,7 +305,10 @@ int64_t MakespanOf(const Schedule& schedule, const JobGraph& g, const std::vecto
                    int32_t clusters) {
   std::vector<int64_t> unit_done(g.num_units, 0);  // when the last writer of each unit ends
   std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> free_at;
-  for (int32_t c = 0; c < std::max(clusters, 1); ++c) free_at.push(0);
+  // Clusters past one a job are never taken: at most order.size() of them
+  // (a caller's INT_MAX would otherwise fill the heap with 2^31 entries).
+  const int64_t used = std::clamp<int64_t>(clusters, 1, std::max<int64_t>(static_cast<int64_t>(order.size()), 1));
+  for (int64_t c = 0; c < used; ++c) free_at.push(0);
   int64_t makespan = 0;
   for (const int64_t j : order) {
     int64_t start = free_at.top();
