@@ -240,7 +240,11 @@ std::string SummariseOccupancy(const std::vector<JobTrace>& timeline) {
 
 absl::StatusOr<std::vector<Result>> BenchShape(const Runtime& runtime, const Shape& s, const std::string& ring) {
   const int64_t set_bytes = 2 * (s.m * s.k + s.n * s.k + 2 * s.m * s.n);
-  const int sets = static_cast<int>(std::max<int64_t>(1, (2 * runtime.device().l2_bytes + set_bytes - 1) / set_bytes));
+  // Enough sets that each launch reads its operands from DRAM, at most 64
+  // (a shape under 2 x L2 / 64, ~1.6 MB on the H200, runs from L2 on both
+  // sides: hundreds of thousands of tiny sets would take hours to prepare).
+  const int sets =
+      static_cast<int>(std::clamp<int64_t>((2 * runtime.device().l2_bytes + set_bytes - 1) / set_bytes, 1, 64));
   std::vector<BufferSet> buffers(sets);
   for (int i = 0; i < sets; ++i) {
     BENCH_CUDA(cudaMalloc(&buffers[i].a, s.m * s.k * 2));
@@ -337,26 +341,49 @@ absl::Status ValidateFlags() {
   return absl::OkStatus();
 }
 
+// --shapes: MxNxK, comma-separated. Each dimension at least 1, and each
+// matrix at most 2^36 elements (128 GiB of bf16), so that the byte counts
+// below cannot overflow; what does not fit the device fails at cudaMalloc.
+absl::StatusOr<std::vector<Shape>> ParseShapes(absl::string_view list) {
+  constexpr int64_t kMaxElements = int64_t{1} << 36;
+  std::vector<Shape> shapes;
+  for (absl::string_view text : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> parts = absl::StrSplit(text, 'x');
+    Shape s;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &s.m) || !absl::SimpleAtoi(parts[1], &s.n) ||
+        !absl::SimpleAtoi(parts[2], &s.k)) {
+      return absl::InvalidArgumentError(absl::StrFormat("--shapes: bad shape '%s' (want MxNxK)", text));
+    }
+    if (s.m < 1 || s.n < 1 || s.k < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--shapes: '%s' has a dimension below 1 (M, N and K must each be at least 1)", text));
+    }
+    for (const auto [a, b] : {std::pair{s.m, s.k}, std::pair{s.n, s.k}, std::pair{s.m, s.n}}) {
+      if (a > kMaxElements / b) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--shapes: '%s' has a matrix of %d x %d elements, past the benchmark's 2^36", text, a, b));
+      }
+    }
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
 int Main() {
   if (const absl::Status flags = ValidateFlags(); !flags.ok()) {
     std::fprintf(stderr, "loom_bench: %s\n", flags.ToString().c_str());
     return 2;
   }
+  const absl::StatusOr<std::vector<Shape>> parsed = ParseShapes(absl::GetFlag(FLAGS_shapes));
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "loom_bench: %s\n", std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<Shape>& shapes = *parsed;
   absl::StatusOr<Runtime> runtime = Runtime::Create(0);
   if (!runtime.ok()) {
     std::fprintf(stderr, "loom_bench needs a Hopper GPU: %s\n", runtime.status().ToString().c_str());
     return 1;
-  }
-  std::vector<Shape> shapes;
-  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty())) {
-    std::vector<absl::string_view> parts = absl::StrSplit(text, 'x');
-    Shape s;
-    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &s.m) || !absl::SimpleAtoi(parts[1], &s.n) ||
-        !absl::SimpleAtoi(parts[2], &s.k)) {
-      std::fprintf(stderr, "bad shape '%.*s' (want MxNxK)\n", static_cast<int>(text.size()), text.data());
-      return 2;
-    }
-    shapes.push_back(s);
   }
   std::vector<Result> all;
   for (const Shape& s : shapes) {

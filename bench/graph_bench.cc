@@ -1066,6 +1066,13 @@ absl::Status CheckFlags() {
   if (const int warmup = absl::GetFlag(FLAGS_warmup); warmup < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--warmup must be at least 1, got ", warmup));
   }
+  // A week at most: the watchdog's deadline is a duration in nanoseconds,
+  // which overflows past ~292 years (and for inf or NaN) into one already
+  // past.
+  if (const double seconds = absl::GetFlag(FLAGS_max_seconds); !(seconds >= 0 && seconds <= 604800)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_seconds must be in [0, 604800] (0: no limit), got ", seconds));
+  }
   if (const std::string dtype = absl::GetFlag(FLAGS_dtype); dtype != "bf16" && dtype != "fp16") {
     return absl::InvalidArgumentError(absl::StrCat("--dtype must be bf16 or fp16, got '", dtype, "'"));
   }

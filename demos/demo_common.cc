@@ -546,10 +546,13 @@ int64_t ResolveSize(const std::optional<int64_t>& flag, int64_t gpu_default, int
   return target.use_gpu() ? gpu_default : cpu_default;
 }
 
-absl::Status CheckPositive(std::string_view flag_name, int64_t value) {
-  if (value >= 1) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("--%s=%d: must be at least 1", flag_name, value));
+absl::Status CheckPositive(std::string_view flag_name, int64_t value, int64_t at_most, std::string_view limit) {
+  if (value < 1) return absl::InvalidArgumentError(absl::StrFormat("--%s=%d: must be at least 1", flag_name, value));
+  if (value > at_most) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--%s=%d: must be at most %d (%s)", flag_name, value, at_most, limit));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunDemo(const Target& target, const DemoGraph& demo) {

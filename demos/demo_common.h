@@ -78,8 +78,14 @@ Target ChooseTarget();
 int64_t ResolveSize(const std::optional<int64_t>& flag, int64_t gpu_default, int64_t cpu_default,
                     const Target& target);
 
-// InvalidArgument naming the flag unless value >= 1.
-absl::Status CheckPositive(std::string_view flag_name, int64_t value);
+// The largest matrix dimension the kernels take (TMA's limit; Validate
+// refuses more), and so the largest size flag a demo accepts.
+inline constexpr int64_t kMaxDimension = (int64_t{1} << 31) - 1;
+
+// InvalidArgument naming the flag unless 1 <= value <= at_most (`limit`
+// names what sets at_most).
+absl::Status CheckPositive(std::string_view flag_name, int64_t value, int64_t at_most = kMaxDimension,
+                           std::string_view limit = "the kernels' largest matrix dimension, 2^31 - 1");
 
 // Runs the demo on `target` as described at the top of this file.
 absl::Status RunDemo(const Target& target, const DemoGraph& demo);

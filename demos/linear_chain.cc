@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "demo_common.h"
+#include "loom/scheduler/tiling.h"
 #include "loom/status.h"
 
 ABSL_FLAG(std::optional<int64_t>, tokens, std::nullopt,
@@ -61,7 +62,8 @@ absl::Status Run() {
   const int64_t layers = absl::GetFlag(FLAGS_layers);
   LOOM_RETURN_IF_ERROR(loom::demo::CheckPositive("tokens", tokens));
   LOOM_RETURN_IF_ERROR(loom::demo::CheckPositive("width", width));
-  LOOM_RETURN_IF_ERROR(loom::demo::CheckPositive("layers", layers));
+  LOOM_RETURN_IF_ERROR(
+      loom::demo::CheckPositive("layers", layers, loom::sched::kMaxNodes, "a graph's most nodes"));
   return loom::demo::RunDemo(target, LinearChain(tokens, width, layers));
 }
 
