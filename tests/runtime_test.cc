@@ -344,8 +344,9 @@ TEST(RuntimeTest, NarrowRingsThatDoNotFitSayWhatIsLeft) {
   device.shared_memory_per_block = 49152;
   const absl::Status status = Runtime::ForDescription(device).Compile(DecodePair(4)).status();
   EXPECT_TRUE(HasStatus(status, absl::StatusCode::kFailedPrecondition,
-                        {"shared memory", "leave", "of the 49152 bytes per block", "less than two B stages of 16384"}));
-  EXPECT_EQ(std::string(status.message()).find("narrow_b_stages=-"), std::string::npos) << status;
+                        {"shared memory", "chosen (CompileOptions.narrow_a_stages = 0)", "leave",
+                         "of the 49152 bytes per block", "less than two B stages of 16384"}));
+  EXPECT_EQ(std::string(status.message()).find("narrow_b_stages"), std::string::npos) << status;
 }
 
 // A plan whose nodes all have at most 64 rows (decode) gets half-size A
@@ -1169,7 +1170,8 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
                           o.narrow_b_stages = 16;
                         }),
                         absl::StatusCode::kFailedPrecondition,
-                        {"shared memory", "narrow_a_stages=16 (of 8192 bytes)", "narrow_b_stages=16", "232448"}));
+                        {"shared memory", "CompileOptions.narrow_a_stages = 16, of 8192 bytes each",
+                         "CompileOptions.narrow_b_stages = 16", "232448"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) { o.narrow_b_in_flight = -1; }),
                         absl::StatusCode::kInvalidArgument, {"narrow_b_in_flight: -1", "[0, 15]"}));
   EXPECT_TRUE(HasStatus(compile([](CompileOptions& o) {

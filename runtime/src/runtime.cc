@@ -618,21 +618,28 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   rings.b_stages = options.narrow_b_stages > 0
                        ? options.narrow_b_stages
                        : static_cast<int>(std::min<int64_t>(max_b_stages, left / NarrowConfig::kBStageBytes));
+  // How the messages below name a ring depth: the option where the caller
+  // set it, else the depth Compile chose.
+  const auto depth = [](const char* option, int set, int stages) {
+    return set > 0 ? absl::StrFormat("CompileOptions.%s = %d", option, set)
+                   : absl::StrFormat("%d chosen (CompileOptions.%s = 0)", stages, option);
+  };
   if (rings.b_stages < 2) {  // chosen from what is left, and not enough is
     return absl::FailedPreconditionError(absl::StrFormat(
-        "shared memory: the narrow decode kernel's narrow_a_stages=%d (of %d bytes) leave %d of the %d bytes per "
+        "shared memory: the narrow decode kernel's A stages, %s, of %d bytes each, leave %d of the %d bytes per "
         "block %s allows, less than two B stages of %d bytes",
-        rings.a_stages, rings.a_stage_bytes, std::max<int64_t>(left, 0), device.shared_memory_per_block,
-        device.name, NarrowConfig::kBStageBytes));
+        depth("narrow_a_stages", options.narrow_a_stages, rings.a_stages), rings.a_stage_bytes,
+        std::max<int64_t>(left, 0), device.shared_memory_per_block, device.name, NarrowConfig::kBStageBytes));
   }
   rings.smem_bytes =
       kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, rings.b_stages, rings.consumers);
   if (rings.smem_bytes > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "shared memory: the narrow decode kernel's narrow_a_stages=%d (of %d bytes), narrow_b_stages=%d (of %d "
-        "bytes) need %d bytes per block, but %s allows %d",
-        rings.a_stages, rings.a_stage_bytes, rings.b_stages, NarrowConfig::kBStageBytes, rings.smem_bytes,
-        device.name, device.shared_memory_per_block));
+        "shared memory: the narrow decode kernel's A stages, %s, of %d bytes each, and B stages, %s, of %d "
+        "bytes each, need %d bytes per block, but %s allows %d",
+        depth("narrow_a_stages", options.narrow_a_stages, rings.a_stages), rings.a_stage_bytes,
+        depth("narrow_b_stages", options.narrow_b_stages, rings.b_stages), NarrowConfig::kBStageBytes,
+        rings.smem_bytes, device.name, device.shared_memory_per_block));
   }
   // At most b_stages - 1: the oldest stage in flight is then waited for
   // before its slot is loaded again (RunNarrowBLoader).
