@@ -279,7 +279,16 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
 
   // Dependencies, grouped by consumer. An edge on a producer without tiles
   // (zero-size) is dropped: there is no flag to wait for, the runtime provides
-  // that output before the launch.
+  // that output before the launch. The kernels index them in 32 bits
+  // (NodeSchedule::dependency_begin): ~2^31 edges take ~2^16 nodes each
+  // overlapping every earlier one, and tens of GiB here, so this is only
+  // said, never reached by a test.
+  int64_t edges = 0;
+  for (const NodeProblem& problem : problems) edges += static_cast<int64_t>(problem.dependencies.size());
+  if (edges > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph: ", edges, " dependency edges exceed 2^31 - 1, the kernels' edge index range"));
+  }
   for (int i = 0; i < static_cast<int>(problems.size()); ++i) {
     NodeSchedule& node = schedule.nodes[i];
     node.dependency_begin = static_cast<int32_t>(schedule.dependencies.size());
