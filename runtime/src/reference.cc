@@ -89,11 +89,29 @@ class OutputWrites {
   static std::optional<intptr_t> FirstUnwrittenIn(const Output& output, intptr_t begin, intptr_t end);
 
   std::vector<Output> outputs_;  // one a node, in node order (empty for an empty C)
+  // The non-empty outputs' byte extents [first byte, last byte + 1), by
+  // first byte, with the largest end up to each (a read looks only at the
+  // outputs whose extents meet it: a long chain's reads would otherwise scan
+  // every node's output, quadratic in the nodes).
+  struct Extent {
+    intptr_t begin, end;
+    int node;
+  };
+  std::vector<Extent> extents_;
+  std::vector<intptr_t> max_end_;  // [i]: the largest end of extents_[0..i]
 };
 
 OutputWrites::OutputWrites(const GemmGraph& graph) {
-  for (const GemmNode& node : graph.nodes()) {
-    outputs_.push_back(Output{&node.c, std::vector<uint8_t>(static_cast<size_t>(node.c.rows * node.c.cols), 0)});
+  for (int i = 0; i < graph.size(); ++i) {
+    const TensorView& c = graph.nodes()[i].c;
+    outputs_.push_back(Output{&c, std::vector<uint8_t>(static_cast<size_t>(c.rows * c.cols), 0)});
+    if (c.empty()) continue;
+    const intptr_t begin = Address(c, 0, 0);
+    extents_.push_back({begin, Address(c, c.rows - 1, c.cols - 1) + static_cast<intptr_t>(c.element_size()), i});
+  }
+  std::sort(extents_.begin(), extents_.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
+  for (const Extent& extent : extents_) {
+    max_end_.push_back(max_end_.empty() ? extent.end : std::max(max_end_.back(), extent.end));
   }
 }
 
@@ -139,8 +157,13 @@ std::optional<std::pair<int64_t, int64_t>> OutputWrites::FirstUnwritten(const Te
   for (int64_t row = row_begin; row < row_end; ++row) {
     const intptr_t begin = Address(view, row, col_begin), end = Address(view, row, col_end);
     std::optional<intptr_t> first;
-    for (const Output& output : outputs_) {
-      const std::optional<intptr_t> found = FirstUnwrittenIn(output, begin, end);
+    // The extents that start before `end`, from the last back to where none
+    // before can reach `begin`.
+    const auto past = std::partition_point(extents_.begin(), extents_.end(),
+                                           [end](const Extent& extent) { return extent.begin < end; });
+    for (int64_t i = (past - extents_.begin()) - 1; i >= 0 && max_end_[i] > begin; --i) {
+      if (extents_[i].end <= begin) continue;
+      const std::optional<intptr_t> found = FirstUnwrittenIn(outputs_[extents_[i].node], begin, end);
       if (found && (!first || *found < *first)) first = found;
     }
     // The view's element holding that output element's first byte (or, when
