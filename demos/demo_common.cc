@@ -264,9 +264,6 @@ absl::Status CheckNode(const GemmNode& node, int64_t max_rows, int64_t* checked)
   }
 
   const double accumulate_slack = 4.0 * std::sqrt(static_cast<double>(k)) * std::ldexp(1.0, -24);
-  const double output_rounding = node.c.dtype == DType::kFP32   ? std::ldexp(1.0, -24)
-                                 : node.c.dtype == DType::kFP16 ? std::ldexp(1.0, -11)
-                                                                : std::ldexp(1.0, -8);
   auto accumulator_tolerance = [&](size_t index) {
     return std::ldexp(std::fabs(acc[index]), -8) + accumulate_slack * magnitude[index];
   };
@@ -295,7 +292,7 @@ absl::Status CheckNode(const GemmNode& node, int64_t max_rows, int64_t* checked)
         expected += residual;
         tolerance += std::ldexp(std::fabs(residual), -24);
       }
-      tolerance += output_rounding * std::fabs(expected);
+      tolerance += ops::RoundingErrorBound(node.c.dtype, expected);  // the output's rounding
       const double got = ops::LoadElement(node.c, rows[i], j);
       ++*checked;
       if (!(std::fabs(got - expected) <= tolerance)) {  // NaN (unwritten) fails too

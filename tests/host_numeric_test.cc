@@ -279,6 +279,33 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, ElementAccessTest,
                            return std::string(DTypeName(info.param));
                          });
 
+// RoundingErrorBound holds for every value, normal or subnormal, and is not
+// loose: at half-way points between two neighbours it is at most twice the
+// error, and near zero it is the subnormal half-spacing (a bf16 value of
+// 6.7e-42 rounds to 0, an error 6.7e-42 that 2^-8 of it would not allow).
+TEST(RoundingErrorBoundTest, HoldsForNormalAndSubnormalValues) {
+  const DType types[] = {DType::kBF16, DType::kFP16, DType::kFP8E4M3, DType::kFP32};
+  const double largest[] = {3e38, 65000, 440, 3e38};
+  for (int t = 0; t < 4; ++t) {
+    SCOPED_TRACE(static_cast<int>(types[t]));
+    for (double magnitude = largest[t]; magnitude > 1e-300; magnitude /= 1.37) {
+      for (const double v : {magnitude, -magnitude, magnitude * 0.999, magnitude * 1.0003}) {
+        if (std::fabs(v) > largest[t]) continue;
+        const double error = std::fabs(RoundTo(types[t], v) - v);
+        ASSERT_LE(error, RoundingErrorBound(types[t], v)) << v;
+      }
+    }
+  }
+  EXPECT_EQ(RoundTo(DType::kBF16, 6.72623e-42), 0.0);
+  EXPECT_GT(0x1p-8 * 6.72623e-42, 0.0);
+  EXPECT_LT(0x1p-8 * 6.72623e-42, 6.72623e-42);  // the relative bound alone would refuse it
+  EXPECT_GE(RoundingErrorBound(DType::kBF16, 6.72623e-42), 6.72623e-42);
+  // Half-way between 1 and bf16's next value up (1 + 2^-7): the error is 2^-8,
+  // the bound 2^-8 (1 + 2^-8) + 2^-134.
+  const double tie = 1 + 0x1p-8;
+  EXPECT_LE(RoundingErrorBound(DType::kBF16, tie), 2 * std::fabs(RoundTo(DType::kBF16, tie) - tie));
+}
+
 TEST(StoreElementTest, FP32StoresTheNearestFloat) {
   testbed::HostMatrix m(DType::kFP32, 1, 1);
   StoreElement(m.view(), 0, 0, 0.1);

@@ -121,6 +121,21 @@ uint8_t DoubleToFP8E4M3(double value) {
 }
 float FP8E4M3ToFloat(uint8_t bits) { return static_cast<float>(DecodeSmallFloat(kFP8E4M3, bits)); }
 
+double RoundingErrorBound(DType dtype, double value) {
+  const double magnitude = std::fabs(value);
+  switch (dtype) {
+    case DType::kBF16:
+      return 0x1p-8 * magnitude + 0x1p-134;
+    case DType::kFP16:
+      return 0x1p-11 * magnitude + 0x1p-25;
+    case DType::kFP8E4M3:
+      return 0x1p-4 * magnitude + 0x1p-10;
+    case DType::kFP32:
+      return 0x1p-24 * magnitude + 0x1p-150;
+  }
+  return 0.0;
+}
+
 double RoundTo(DType dtype, double value) {
   switch (dtype) {
     case DType::kBF16:

@@ -29,20 +29,11 @@ std::string SeedMessage(uint64_t seed) {
   return absl::StrCat("random seed ", seed, " (replay: LOOM_TEST_SEED=", seed, ")");
 }
 
-// Half an ulp, relative, of an output stored in `dtype`: the error of its
-// final rounding. FP32's (2^-24) is left out, as TESTING.md does.
-double OutputRounding(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      return 0x1p-8;
-    case DType::kFP16:
-      return 0x1p-11;
-    case DType::kFP8E4M3:
-      return 0x1p-4;
-    case DType::kFP32:
-      return 0.0;
-  }
-  return 0.0;
+// The error of an output's final rounding to `dtype` at reference value
+// `ref`: half an ulp (ops::RoundingErrorBound: relative, and half the
+// subnormal spacing near zero). FP32's is left out, as TESTING.md does.
+double OutputRounding(DType dtype, double ref) {
+  return dtype == DType::kFP32 ? 0.0 : ops::RoundingErrorBound(dtype, ref);
 }
 
 std::string ViewName(const TensorView& view) { return view.name.empty() ? "output" : view.name; }
@@ -332,13 +323,14 @@ Comparison CompareToReference(const TensorView& out, const TensorView& ref, cons
   std::vector<double> ab(static_cast<size_t>(n));
   const double accumulation =
       tolerance.accumulation * std::sqrt(static_cast<double>(k)) * tolerance.unit_roundoff;
-  const double relative = tolerance.relative + OutputRounding(out.dtype);
   for (int64_t i = 0; i < m; ++i) {
     std::fill(ab.begin(), ab.end(), 0.0);
     ops::AccumulateTile(abs_a.data() + i * k, k, abs_b.data(), k, 1, n, k, ab.data(), n);  // K may be 0
     for (int64_t j = 0; j < n; ++j) {
       const double o = ops::LoadElement(out, i, j), r = ops::LoadElement(ref, i, j);
-      const double bound = tolerance.exact ? 0.0 : relative * std::fabs(r) + accumulation * ab[j];
+      const double bound = tolerance.exact ? 0.0
+                                           : tolerance.relative * std::fabs(r) + OutputRounding(out.dtype, r) +
+                                                 accumulation * ab[j];
       builder.Check(i, j, o, r, bound, ab[j]);
     }
   }
@@ -374,7 +366,6 @@ Comparison CompareNodeToReference(const GemmNode& node, const TensorView& out, c
   std::vector<double> acc(static_cast<size_t>(n)), ab(static_cast<size_t>(n));
   const double accumulation =
       tolerance.accumulation * std::sqrt(static_cast<double>(k)) * tolerance.unit_roundoff;
-  const double relative = tolerance.relative + OutputRounding(out.dtype);
   double slope = 1.0;
   if (epilogue.activation == Activation::kGELU) slope = kGeluSlope;
   if (epilogue.activation == Activation::kSiLU) slope = kSiluSlope;
@@ -405,7 +396,9 @@ Comparison CompareNodeToReference(const GemmNode& node, const TensorView& out, c
       }
       const double o = ops::LoadElement(out, i, j), r = ops::LoadElement(ref, i, j);
       const double bound =
-          tolerance.exact ? 0.0 : relative * std::fabs(r) + carried + kEpilogueArithmetic * terms;
+          tolerance.exact ? 0.0
+                          : tolerance.relative * std::fabs(r) + OutputRounding(out.dtype, r) + carried +
+                                kEpilogueArithmetic * terms;
       builder.Check(i, j, o, r, bound, ab_shown);
     }
   }

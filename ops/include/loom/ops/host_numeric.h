@@ -42,6 +42,14 @@ float FP8E4M3ToFloat(uint8_t bits);
 // `value` rounded to `dtype` and widened back (what storing then loading gives).
 double RoundTo(DType dtype, double value);
 
+// The most that rounding a finite `value` (within the type's range) to
+// `dtype` to nearest can change it: half an ulp, which is at most
+// 2^-8 |value| for bf16, 2^-11 for fp16, 2^-4 for fp8 e4m3 and 2^-24 for fp32
+// among normal numbers, and half the subnormal spacing near zero (bf16
+// 2^-134, fp16 2^-25, fp8 e4m3 2^-10, fp32 2^-150), where the relative bound
+// alone is too small (a bf16 chain's values shrinking to 1e-41 round to 0).
+double RoundingErrorBound(DType dtype, double value);
+
 // Element (row, col) of a view of HOST memory, widened to double. No bounds
 // checks: the caller keeps row < rows and col < cols.
 double LoadElement(const TensorView& view, int64_t row, int64_t col);
