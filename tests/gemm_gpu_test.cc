@@ -1474,24 +1474,32 @@ TEST(GemmTest, APackedCopyPastTheDevicesMemoryIsResourceExhausted) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-// One node, proj: y = x · wᵀ + b (64 x 64 by 128 x 64, bf16), over device
-// buffers of exactly its views' sizes. Compile(shift, a_data) moves each view
-// shift[i] bytes from its allocation's start (A, B, C, bias), or puts A at
+// One node, proj: y = x · wᵀ + b (64 x 64 by 128 x 64, bf16), each view in
+// a cudaMalloc allocation of its own of 2 MiB (the driver's granularity, so
+// the allocation's range is the size asked for whatever it rounds to), each
+// followed by a spare allocation, so that a view run past its allocation
+// lands in memory no other view of the node uses (else Validate would
+// refuse it first, as an in-place GEMM). Compile(shift, a_data) starts each
+// view shift[i] bytes into its allocation (A, B, C, bias), or puts A at
 // `a_data` where that is set.
 class ReachableViewsTest : public ::testing::Test {
  protected:
   static constexpr int64_t kM = 64, kN = 128, kK = 64;
+  static constexpr int64_t kAllocationBytes = int64_t{2} << 20;
   struct Role {
     const char* label;  // how messages name the view
     int64_t rows, cols;
     absl::StatusOr<DeviceBuffer> buffer = absl::UnknownError("not allocated");
+    absl::StatusOr<DeviceBuffer> spare = absl::UnknownError("not allocated");
   };
 
   void SetUp() override {
     LOOM_SKIP_WITHOUT_GPU();
     for (Role& role : roles_) {
-      role.buffer = DeviceBuffer::Allocate(role.rows * role.cols * 2);
+      role.buffer = DeviceBuffer::Allocate(kAllocationBytes);
       LOOM_ASSERT_OK(role.buffer.status());
+      role.spare = DeviceBuffer::Allocate(kAllocationBytes);
+      LOOM_ASSERT_OK(role.spare.status());
     }
   }
 
@@ -1523,11 +1531,15 @@ class ReachableViewsTest : public ::testing::Test {
 // by name; the same views at their allocations' starts compile.
 TEST_F(ReachableViewsTest, AViewPastItsAllocationIsRefused) {
   LOOM_ASSERT_OK(Compile({0, 0, 0, 0}).status());
+  // Each view ending exactly at its allocation's end.
+  std::array<int64_t, 4> at_end;
+  for (int i = 0; i < 4; ++i) at_end[i] = kAllocationBytes - roles_[i].rows * roles_[i].cols * 2;
+  LOOM_ASSERT_OK(Compile(at_end).status());
   for (int i = 0; i < 4; ++i) {
     SCOPED_TRACE(roles_[i].label);
     // Starting 16 bytes before its allocation's end (TMA's alignment kept).
     std::array<int64_t, 4> shift = {0, 0, 0, 0};
-    shift[i] = roles_[i].buffer->bytes() - 16;
+    shift[i] = kAllocationBytes - 16;
     ExpectRefused(Compile(shift), {absl::StrCat("node \"proj\": ", roles_[i].label, " [0x"),
                                    "bytes past the end of the allocation it starts in"});
   }
@@ -1547,6 +1559,26 @@ TEST_F(ReachableViewsTest, HostMemoryIsRefused) {
                 {"node \"proj\": A \"x\" [0x", "neither allocated nor registered", "pageable"});
   ExpectRefused(Compile({0, 0, 0, 0}, reinterpret_cast<void*>(uintptr_t{1} << 45)),
                 {"A \"x\" [0x200000000000, 0x200000002000)", "neither allocated nor registered"});
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Memory that is not a plain cudaMalloc allocation is not refused where the
+// views lie inside it: a stream-ordered pool's (cudaMallocAsync) and pinned
+// host memory (cudaHostAlloc, mapped) as A both compile.
+TEST_F(ReachableViewsTest, PoolAndPinnedMemoryAreAccepted) {
+  const int64_t a_bytes = kM * kK * 2;
+  void* pooled = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&pooled, a_bytes, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, a_bytes, cudaHostAllocMapped), cudaSuccess);
+  const absl::Status from_pool = Compile({0, 0, 0, 0}, pooled).status();
+  const absl::Status from_pinned = Compile({0, 0, 0, 0}, pinned).status();
+  EXPECT_TRUE(from_pool.ok()) << from_pool;
+  EXPECT_TRUE(from_pinned.ok()) << from_pinned;
+  EXPECT_EQ(cudaFreeAsync(pooled, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

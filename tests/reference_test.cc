@@ -989,7 +989,10 @@ TEST(BrokenSplitScheduleTest, ScheduleFieldsOutsideLowersRangesAreReported) {
 // A split whose FP64 partials host memory cannot hold is ResourceExhausted
 // naming the node, not std::bad_alloc (Compile accepts split_k 256 of an
 // output whose partials there take split_k x M x N doubles). The schedule
-// of a small split node, scaled to a 2^20 x 2^20 output: 2^48 doubles.
+// of a small split node, scaled to a 2^22 x 2^22 output at split 8: 2^47
+// doubles, 2^50 bytes, past a 47-bit user address space, so that even a
+// host that overcommits memory refuses the allocation instead of letting
+// the fill run into the OOM killer.
 TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
   Rng rng;
   HostGraph small(rng);
@@ -998,7 +1001,7 @@ TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
   absl::StatusOr<sched::Schedule> s = LowerGraph(small.graph(), SmallTiles(8, 1));
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->nodes[0].split_k, 8);
-  constexpr int64_t kSide = int64_t{1} << 20;
+  constexpr int64_t kSide = int64_t{1} << 22;
   GemmGraph big;  // never read: the allocation fails first
   const auto at = [](uint64_t address) { return reinterpret_cast<void*>(address); };
   big.AddGemm("gemm", TensorView::Dense("a", at(uint64_t{1} << 44), DType::kBF16, kSide, 256),
@@ -1010,8 +1013,8 @@ TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
   node.n_blocks = static_cast<int32_t>(kSide / 64);
   const absl::Status status = RunReference(big, *s);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
-  EXPECT_NE(status.message().find("node \"gemm\"'s tile flags (16384 x 16384 tiles) and split-K partials "
-                                  "(split_k 8 x M 1048576 x N 1048576 doubles)"),
+  EXPECT_NE(status.message().find("node \"gemm\"'s tile flags (65536 x 65536 tiles) and split-K partials "
+                                  "(split_k 8 x M 4194304 x N 4194304 doubles)"),
             std::string::npos)
       << status;
 }

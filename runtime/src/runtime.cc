@@ -1045,29 +1045,35 @@ PFN_cuPointerGetAttribute_v4000 PointerAttributeFunction() {
   return function;
 }
 
+// cudaPointerGetAttributes of `address`: nullopt where the runtime cannot
+// say (its error cleared, if it is the one left pending).
+std::optional<cudaPointerAttributes> PointerAttributes(uint64_t address) {
+  cudaPointerAttributes attributes;
+  const cudaError_t queried = cudaPointerGetAttributes(&attributes, reinterpret_cast<const void*>(address));
+  if (queried == cudaSuccess) return attributes;
+  if (cudaPeekAtLastError() == queried) cudaGetLastError();
+  return std::nullopt;
+}
+
 // Whether the kernels' TMA loads and stores on `view` stay inside memory that
-// `device` can reach: its first byte is memory CUDA knows (allocated or
-// registered) unless the device reads pageable host memory itself, and its
-// last byte lies inside the allocation its first byte is in. A pointer into
-// host memory, or at no allocation at all, would fault the context at the
-// first launch; a view longer than its allocation would make the stores write
-// past it. Views spanning two allocations are refused although neighbouring
-// allocations could hold them: CUDA gives no promise that they are adjacent.
-// Where the driver cannot say, the view passes (nothing refused on a guess).
+// `device` can reach. Its first byte must be memory CUDA knows (allocated or
+// registered), unless the device reads pageable host memory itself: a host
+// pointer, or one at no allocation at all, would fault the context at the
+// first launch. Its last byte: where the first lies in a plain cudaMalloc
+// allocation (the driver's range is then exactly that allocation, and the
+// next one is not promised to be adjacent), inside it; elsewhere (memory
+// pools, virtual-memory mappings, which may legitimately span adjacent
+// reservations, managed and pinned host memory), in mapped memory. Where the
+// driver cannot say, the view passes (nothing refused on a guess).
 absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view, int device,
                                   bool reads_pageable_memory) {
   const uint64_t begin = reinterpret_cast<uint64_t>(view.data);
   const uint64_t end = begin + static_cast<uint64_t>((view.rows - 1) * view.row_stride_bytes() +
                                                      view.cols * static_cast<int64_t>(view.element_size()));
   const std::string who = absl::StrFormat("%s \"%s\" [0x%x, 0x%x)", role, view.name, begin, end);
-  cudaPointerAttributes attributes;
-  const cudaError_t queried = cudaPointerGetAttributes(&attributes, view.data);
-  if (queried != cudaSuccess) {
-    cudaGetLastError();  // not the caller's error
-    return absl::OkStatus();
-  }
-  if (attributes.type == cudaMemoryTypeUnregistered) {
-    if (reads_pageable_memory) return absl::OkStatus();
+  const std::optional<cudaPointerAttributes> first = PointerAttributes(begin);
+  if (!first || reads_pageable_memory) return absl::OkStatus();
+  if (first->type == cudaMemoryTypeUnregistered) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s is not memory device %d can reach: CUDA neither allocated nor registered it (host memory from "
         "malloc or new, or no allocation at all), and the device does not read pageable host memory "
@@ -1075,17 +1081,27 @@ absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view,
         who, device));
   }
   const PFN_cuPointerGetAttribute_v4000 get = PointerAttributeFunction();
+  if (get == nullptr) return absl::OkStatus();
+  int plain_allocation = 0;  // cudaMalloc / cuMemAlloc memory (IPC-capable the legacy way)
   CUdeviceptr range_begin = 0;
   size_t range_bytes = 0;
-  if (get == nullptr || get(&range_begin, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, begin) != CUDA_SUCCESS ||
-      get(&range_bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, begin) != CUDA_SUCCESS || range_bytes == 0) {
-    return absl::OkStatus();
-  }
-  const uint64_t range_end = static_cast<uint64_t>(range_begin) + range_bytes;
-  if (end > range_end) {
+  if (get(&plain_allocation, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, begin) == CUDA_SUCCESS &&
+      plain_allocation != 0 && get(&range_begin, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, begin) == CUDA_SUCCESS &&
+      get(&range_bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, begin) == CUDA_SUCCESS && range_bytes > 0) {
+    const uint64_t range_end = static_cast<uint64_t>(range_begin) + range_bytes;
+    if (end <= range_end) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s runs %d bytes past the end of the allocation it starts in, [0x%x, 0x%x) (%d bytes)", who,
         end - range_end, static_cast<uint64_t>(range_begin), range_end, range_bytes));
+  }
+  const std::optional<cudaPointerAttributes> last = PointerAttributes(end - 1);
+  int mapped = 1;
+  if ((last && last->type == cudaMemoryTypeUnregistered) ||
+      (last && get(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, end - 1) == CUDA_SUCCESS && mapped == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s ends in memory that is not mapped (its last byte, 0x%x, lies past the memory it "
+                        "starts in)",
+                        who, end - 1));
   }
   return absl::OkStatus();
 }
