@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "internal/cuda_status.h"
+#include "internal/driver_entry.h"
 #include "internal/plan_impl.h"
 #include "internal/tensor_maps.h"
 #include "internal/testing_hooks.h"
@@ -1029,19 +1030,8 @@ absl::Status AllocateOrExhausted(void** pointer, size_t bytes, int device, const
   return internal::CudaStatus(allocated, absl::StrCat("cudaMalloc of ", what));
 }
 
-// cuPointerGetAttribute through the runtime's driver entry point (loom links
-// only cudart); null where the driver does not give it.
 PFN_cuPointerGetAttribute_v4000 PointerAttributeFunction() {
-  static const PFN_cuPointerGetAttribute_v4000 function = [] {
-    void* pointer = nullptr;
-    cudaDriverEntryPointQueryResult result;
-    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &pointer, 4000, cudaEnableDefault, &result) !=
-            cudaSuccess ||
-        result != cudaDriverEntryPointSuccess) {
-      return static_cast<PFN_cuPointerGetAttribute_v4000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuPointerGetAttribute_v4000>(pointer);
-  }();
+  static const auto function = internal::DriverFunction<PFN_cuPointerGetAttribute_v4000>("cuPointerGetAttribute", 4000);
   return function;
 }
 
@@ -1068,12 +1058,12 @@ std::optional<cudaPointerAttributes> PointerAttributes(uint64_t address) {
 absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view, int device,
                                   bool reads_pageable_memory) {
   const uint64_t begin = reinterpret_cast<uint64_t>(view.data);
-  const uint64_t end = begin + static_cast<uint64_t>((view.rows - 1) * view.row_stride_bytes() +
-                                                     view.cols * static_cast<int64_t>(view.element_size()));
+  const uint64_t end = reinterpret_cast<uint64_t>(view.element(view.rows - 1, view.cols));  // past the last byte
   const std::string who = absl::StrFormat("%s \"%s\" [0x%x, 0x%x)", role, view.name, begin, end);
   const std::optional<cudaPointerAttributes> first = PointerAttributes(begin);
-  if (!first || reads_pageable_memory) return absl::OkStatus();
+  if (!first) return absl::OkStatus();
   if (first->type == cudaMemoryTypeUnregistered) {
+    if (reads_pageable_memory) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s is not memory device %d can reach: CUDA neither allocated nor registered it (host memory from "
         "malloc or new, or no allocation at all), and the device does not read pageable host memory "
@@ -1096,7 +1086,7 @@ absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view,
   }
   const std::optional<cudaPointerAttributes> last = PointerAttributes(end - 1);
   int mapped = 1;
-  if ((last && last->type == cudaMemoryTypeUnregistered) ||
+  if ((last && last->type == cudaMemoryTypeUnregistered && !reads_pageable_memory) ||
       (last && get(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, end - 1) == CUDA_SUCCESS && mapped == 0)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s ends in memory that is not mapped (its last byte, 0x%x, lies past the memory it "

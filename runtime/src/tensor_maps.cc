@@ -6,23 +6,14 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "internal/driver_entry.h"
 
 namespace loom::internal {
 namespace {
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point, so loom
-// links only cudart.
 PFN_cuTensorMapEncodeTiled_v12000 EncodeFunction() {
-  static PFN_cuTensorMapEncodeTiled_v12000 function = [] {
-    void* pointer = nullptr;
-    cudaDriverEntryPointQueryResult result;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000, cudaEnableDefault,
-                                         &result) != cudaSuccess ||
-        result != cudaDriverEntryPointSuccess) {
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
-  }();
+  static const auto function =
+      DriverFunction<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled", 12000);
   return function;
 }
 
