@@ -39,6 +39,7 @@
 #include "loom/runtime.h"
 #include "loom/scheduler/queue.h"
 #include "loom/scheduler/schedule.h"
+#include "loom/scheduler/tiling.h"
 #include "testbed/testbed.h"
 
 namespace loom {
@@ -972,18 +973,18 @@ TEST(BrokenSplitScheduleTest, ScheduleFieldsOutsideLowersRangesAreReported) {
   unsplit.nodes[1].split_k = 1;  // a last split that sums, without split-K
   ExpectInternal(RunReference(g.graph(), unsplit), "reduce_parts 0 of 0 rows (split_k 1)");
   sched::Schedule many_parts = *s;
-  many_parts.nodes[0].reduce_parts = 256;  // TileJob::split holds 0-255
-  ExpectInternal(RunReference(g.graph(), many_parts), "reduce_parts 256 of 8 rows");
+  many_parts.nodes[0].reduce_parts = sched::kMaxReduceParts + 1;  // covers the rows, past the parts' bit mask
+  ExpectInternal(RunReference(g.graph(), many_parts), "reduce_parts 9 of 8 rows");
   sched::Schedule wide_cluster = *s;
   wide_cluster.cluster_size = INT32_MAX;
   ExpectInternal(RunReference(g.graph(), wide_cluster), "cluster size 2147483647");
   ASSERT_EQ(s->nodes[1].dependency_count, 1);
   sched::Schedule far_edge = *s;
   far_edge.dependencies[s->nodes[1].dependency_begin].row_offset = INT64_MAX;
-  ExpectInternal(RunReference(g.graph(), far_edge), "offsets (9223372036854775807, 0)");
+  ExpectInternal(RunReference(g.graph(), far_edge), "dependency 0 has row_offset 9223372036854775807, past +-2^62");
   sched::Schedule odd_operand = *s;
   odd_operand.dependencies[s->nodes[1].dependency_begin].operand = 9;
-  ExpectInternal(RunReference(g.graph(), odd_operand), "operand 9");
+  ExpectInternal(RunReference(g.graph(), odd_operand), "dependency 0 has operand 9, not one of A, B, bias, residual");
 }
 
 // A split whose FP64 partials host memory cannot hold is ResourceExhausted

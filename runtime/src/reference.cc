@@ -22,9 +22,9 @@
 #include <cstdint>
 #include <limits>
 #include <new>
-#include <stdexcept>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,8 +106,7 @@ OutputWrites::OutputWrites(const GemmGraph& graph) {
     const TensorView& c = graph.nodes()[i].c;
     outputs_.push_back(Output{&c, std::vector<uint8_t>(static_cast<size_t>(c.rows * c.cols), 0)});
     if (c.empty()) continue;
-    const intptr_t begin = Address(c, 0, 0);
-    extents_.push_back({begin, Address(c, c.rows - 1, c.cols - 1) + static_cast<intptr_t>(c.element_size()), i});
+    extents_.push_back({Address(c, 0, 0), Address(c, c.rows - 1, c.cols), i});  // past the last element
   }
   std::sort(extents_.begin(), extents_.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
   for (const Extent& extent : extents_) {
@@ -303,14 +302,15 @@ absl::Status ReferenceExecutor::Prepare() {
     // last row block may have fewer than tile.m).
     const bool parts_cover_tile =
         ns.reduce_parts == 1 || (ns.reduce_parts == 0 && ns.split_k > 1) ||
-        (ns.reduce_parts > 1 && ns.reduce_parts <= 255 && ns.reduce_part_rows >= 1 &&
+        (ns.reduce_parts > 1 && ns.reduce_parts <= sched::kMaxReduceParts && ns.reduce_part_rows >= 1 &&
          ns.reduce_part_rows <= sched::kFewRowReduceRows &&
          int64_t{ns.reduce_parts} * ns.reduce_part_rows >= std::min<int64_t>(t.m, ns.m));
     if (!parts_cover_tile) {
       return absl::InternalError(absl::StrFormat(
           "schedule: node %d \"%s\" has reduce_parts %d of %d rows (split_k %d), which do not cover its tiles' "
-          "min(tile.m %d, M %d) rows (parts: 0 with split_k > 1, 1, or 2-255 of 1-%d rows)",
-          i, node.name, ns.reduce_parts, ns.reduce_part_rows, ns.split_k, t.m, ns.m, sched::kFewRowReduceRows));
+          "min(tile.m %d, M %d) rows (parts: 0 with split_k > 1, 1, or 2-%d of 1-%d rows)",
+          i, node.name, ns.reduce_parts, ns.reduce_part_rows, ns.split_k, t.m, ns.m, sched::kMaxReduceParts,
+          sched::kFewRowReduceRows));
     }
     if (ns.dependency_begin < 0 || ns.dependency_count < 0 ||
         static_cast<size_t>(ns.dependency_begin) + ns.dependency_count >
@@ -322,19 +322,9 @@ absl::Status ReferenceExecutor::Prepare() {
     }
     for (int d = 0; d < ns.dependency_count; ++d) {
       const sched::DependencyEdge& edge = schedule_.dependencies[ns.dependency_begin + d];
-      if (edge.producer < 0 || edge.producer >= i) {
-        return absl::InternalError(absl::StrFormat(
-            "schedule: node %d \"%s\" depends on node %d, which is not an earlier node", i,
-            node.name, edge.producer));
-      }
-      constexpr int64_t kMaxOffset = int64_t{1} << 62;  // as Lower accepts
-      if (edge.operand > static_cast<uint8_t>(sched::DependencyOperand::kResidual) ||
-          edge.row_offset < -kMaxOffset || edge.row_offset > kMaxOffset || edge.col_offset < -kMaxOffset ||
-          edge.col_offset > kMaxOffset) {
-        return absl::InternalError(absl::StrFormat(
-            "schedule: node %d \"%s\" has a dependency with operand %d and offsets (%d, %d); operands are "
-            "A, B, bias, residual (0-3) and offsets within +-2^62",
-            i, node.name, edge.operand, edge.row_offset, edge.col_offset));
+      if (absl::Status status = sched::CheckDependencyEdge(edge, i); !status.ok()) {
+        return absl::InternalError(
+            absl::StrFormat("schedule: node %d \"%s\": dependency %d %s", i, node.name, d, status.message()));
       }
     }
     LOOM_RETURN_IF_ERROR(AllocateNodeState(i));
@@ -459,9 +449,9 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
     return absl::InternalError(
         absl::StrCat("schedule: ", DescribeJob(index), " reduces a node without split-K"));
   }
-  // (A node whose last split sums, reduce_parts 0, has no reduce job.)
-  if (job.kind == static_cast<uint8_t>(JobKind::kReduce) &&
-      (job.split >= ns.reduce_parts || ns.reduce_parts > sched::kMaxReduceParts)) {
+  // (A node whose last split sums, reduce_parts 0, has no reduce job;
+  // Prepare checked reduce_parts against kMaxReduceParts.)
+  if (job.kind == static_cast<uint8_t>(JobKind::kReduce) && job.split >= ns.reduce_parts) {
     return absl::InternalError(absl::StrFormat("schedule: %s: part %d of reduce_parts %d", DescribeJob(index),
                                                job.split, ns.reduce_parts));
   }

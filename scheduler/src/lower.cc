@@ -122,25 +122,12 @@ namespace {
 // (FlagGroupsOf, ProducerTiles), which past that could overflow. (What
 // Compile derives from views lies far inside.)
 absl::Status ValidateEdges(const std::vector<NodeProblem>& problems) {
-  constexpr int64_t kMaxOffset = int64_t{1} << 62;
   for (int i = 0; i < static_cast<int>(problems.size()); ++i) {
     const std::vector<DependencyEdge>& edges = problems[i].dependencies;
     for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
-      const DependencyEdge& edge = edges[e];
-      if (edge.producer < 0 || edge.producer >= i) {
-        return absl::InvalidArgumentError(absl::StrCat(ProblemLabel(problems, i), ": dependency ", e, " has producer ",
-                                                       edge.producer, ", which is not an earlier node"));
-      }
-      if (edge.operand > static_cast<uint8_t>(DependencyOperand::kResidual)) {
-        return absl::InvalidArgumentError(absl::StrCat(ProblemLabel(problems, i), ": dependency ", e, " has operand ",
-                                                       static_cast<int>(edge.operand),
-                                                       ", not one of A, B, bias, residual"));
-      }
-      for (const auto& [what, offset] : {std::pair{"row_offset", edge.row_offset}, {"col_offset", edge.col_offset}}) {
-        if (offset < -kMaxOffset || offset > kMaxOffset) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(ProblemLabel(problems, i), ": dependency ", e, " has ", what, " ", offset, ", past +-2^62"));
-        }
+      if (absl::Status status = CheckDependencyEdge(edges[e], i); !status.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(ProblemLabel(problems, i), ": dependency ", e, " ", status.message()));
       }
     }
   }
@@ -148,6 +135,24 @@ absl::Status ValidateEdges(const std::vector<NodeProblem>& problems) {
 }
 
 }  // namespace
+
+absl::Status CheckDependencyEdge(const DependencyEdge& edge, int consumer) {
+  constexpr int64_t kMaxOffset = int64_t{1} << 62;
+  if (edge.producer < 0 || edge.producer >= consumer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("has producer ", edge.producer, ", which is not an earlier node"));
+  }
+  if (edge.operand > static_cast<uint8_t>(DependencyOperand::kResidual)) {
+    return absl::InvalidArgumentError(absl::StrCat("has operand ", static_cast<int>(edge.operand),
+                                                   ", not one of A, B, bias, residual"));
+  }
+  for (const auto& [what, offset] : {std::pair{"row_offset", edge.row_offset}, {"col_offset", edge.col_offset}}) {
+    if (offset < -kMaxOffset || offset > kMaxOffset) {
+      return absl::InvalidArgumentError(absl::StrCat("has ", what, " ", offset, ", past +-2^62"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
                                const SchedulerOptions& options) {

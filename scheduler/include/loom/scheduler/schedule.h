@@ -200,6 +200,12 @@ struct Schedule {
   int32_t queue_clusters = 0;  // the clusters OrderQueue ordered and timed the queue for
 };
 
+// InvalidArgument unless `edge`, an edge of node `consumer`, names an earlier
+// node, one of the four operands and offsets within +-2^62 (what Lower
+// accepts, and what the reference executor asks of a schedule it is given);
+// the message starts "has ...", for the caller to say which edge.
+absl::Status CheckDependencyEdge(const DependencyEdge& edge, int consumer);
+
 // Lowers a graph (nodes in a valid topological order, as GemmGraph keeps them)
 // into a Schedule. InvalidArgument for problems it cannot lower (a dimension
 // past the job encoding's range, a dependency on a later node).
