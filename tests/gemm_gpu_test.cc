@@ -3,6 +3,9 @@
 // launch, replay determinism, and the bounded-wait time-out. Each compares
 // against the FP64 CPU reference on fresh random data with poisoned outputs
 // and guard bands. Skips (saying why) without a Hopper GPU.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -19,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
+#include "internal/driver_entry.h"    // runtime/internal
 #include "internal/testing_hooks.h"  // runtime/internal
 #include "loom/runtime.h"
 #include "narrow_config.h"
@@ -1579,6 +1583,112 @@ TEST_F(ReachableViewsTest, PoolAndPinnedMemoryAreAccepted) {
   EXPECT_EQ(cudaFreeAsync(pooled, nullptr), cudaSuccess);
   EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Device memory mapped through the virtual-memory API (cuMemCreate,
+// cuMemAddressReserve, cuMemMap) on device 0: `bytes` rounded up to the
+// allocation granularity, with `access` granted to device 0 by cuMemSetAccess,
+// or none where it is CU_MEM_ACCESS_FLAGS_PROT_NONE (the range is then mapped
+// but not accessible). `status` says whether each step succeeded.
+class VirtualMapping {
+ public:
+  VirtualMapping(int64_t bytes, CUmemAccess_flags access) {
+    using loom::internal::DriverFunction;
+    static const auto granularity_of = DriverFunction<PFN_cuMemGetAllocationGranularity_v10020>(
+        "cuMemGetAllocationGranularity", 10020);
+    static const auto create = DriverFunction<PFN_cuMemCreate_v10020>("cuMemCreate", 10020);
+    static const auto reserve = DriverFunction<PFN_cuMemAddressReserve_v10020>("cuMemAddressReserve", 10020);
+    static const auto map = DriverFunction<PFN_cuMemMap_v10020>("cuMemMap", 10020);
+    static const auto set_access = DriverFunction<PFN_cuMemSetAccess_v10020>("cuMemSetAccess", 10020);
+    if (!granularity_of || !create || !reserve || !map || !set_access) {
+      status = absl::UnavailableError("the driver gives no virtual-memory API");
+      return;
+    }
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    size_t granularity = 0;
+    if (granularity_of(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) {
+      status = absl::InternalError("cuMemGetAllocationGranularity failed");
+      return;
+    }
+    bytes_ = (static_cast<size_t>(bytes) + granularity - 1) / granularity * granularity;
+    if (create(&handle_, bytes_, &prop, 0) != CUDA_SUCCESS) {
+      status = absl::InternalError("cuMemCreate failed");
+      return;
+    }
+    created_ = true;
+    if (reserve(&address_, bytes_, 0, 0, 0) != CUDA_SUCCESS) {
+      status = absl::InternalError("cuMemAddressReserve failed");
+      return;
+    }
+    if (map(address_, bytes_, 0, handle_, 0) != CUDA_SUCCESS) {
+      status = absl::InternalError("cuMemMap failed");
+      return;
+    }
+    mapped_ = true;
+    if (access == CU_MEM_ACCESS_FLAGS_PROT_NONE) return;
+    const CUmemAccessDesc grant = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, access};
+    if (const CUresult granted = set_access(address_, bytes_, &grant, 1); granted != CUDA_SUCCESS) {
+      status = absl::UnimplementedError(absl::StrCat("cuMemSetAccess with flags ", access, " failed: ", granted));
+    }
+  }
+  ~VirtualMapping() {
+    using loom::internal::DriverFunction;
+    static const auto unmap = DriverFunction<PFN_cuMemUnmap_v10020>("cuMemUnmap", 10020);
+    static const auto free_address = DriverFunction<PFN_cuMemAddressFree_v10020>("cuMemAddressFree", 10020);
+    static const auto release = DriverFunction<PFN_cuMemRelease_v10020>("cuMemRelease", 10020);
+    if (mapped_) {
+      EXPECT_EQ(unmap(address_, bytes_), CUDA_SUCCESS);
+    }
+    if (address_ != 0) {
+      EXPECT_EQ(free_address(address_, bytes_), CUDA_SUCCESS);
+    }
+    if (created_) {
+      EXPECT_EQ(release(handle_), CUDA_SUCCESS);
+    }
+  }
+  VirtualMapping(const VirtualMapping&) = delete;
+  VirtualMapping& operator=(const VirtualMapping&) = delete;
+
+  void* data() const { return reinterpret_cast<void*>(address_); }
+
+  absl::Status status;
+
+ private:
+  size_t bytes_ = 0;
+  CUmemGenericAllocationHandle handle_ = 0;
+  CUdeviceptr address_ = 0;
+  bool created_ = false, mapped_ = false;
+};
+
+// Device memory the device was given no access to (a virtual-memory mapping
+// without cuMemSetAccess; the same refusal covers another device's memory
+// without peer access) is refused as any view, and read-only memory as the
+// output; read-only memory as an input and read-write memory compile.
+TEST_F(ReachableViewsTest, MemoryWithoutAccessIsRefused) {
+  const int64_t a_bytes = kM * kK * 2;
+  VirtualMapping unreachable(a_bytes, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  LOOM_ASSERT_OK(unreachable.status);
+  ExpectRefused(Compile({0, 0, 0, 0}, unreachable.data()),
+                {"node \"proj\": A \"x\" [0x", "is memory of device 0 that device 0 has no access to",
+                 "cuMemSetAccess"});
+  VirtualMapping writable(a_bytes, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  LOOM_ASSERT_OK(writable.status);
+  const absl::Status from_writable = Compile({0, 0, 0, 0}, writable.data()).status();
+  EXPECT_TRUE(from_writable.ok()) << from_writable;
+
+  VirtualMapping read_only(kM * kN * 2, CU_MEM_ACCESS_FLAGS_PROT_READ);
+  if (!read_only.status.ok()) GTEST_SKIP() << "read-only mappings not given by this driver: " << read_only.status;
+  const absl::Status read_only_input = Compile({0, 0, 0, 0}, read_only.data()).status();
+  EXPECT_TRUE(read_only_input.ok()) << read_only_input;
+  GemmGraph g;
+  g.AddGemm("proj", TensorView::Dense("x", roles_[0].buffer->data(), DType::kBF16, kM, kK),
+            TensorView::Dense("w", roles_[1].buffer->data(), DType::kBF16, kN, kK),
+            TensorView::Dense("y", read_only.data(), DType::kBF16, kM, kN));
+  ExpectRefused(TestRuntime().Compile(g, CompileOptions{}),
+                {"node \"proj\": C \"y\" [0x", "device 0 has only read access to it", "need read-write access"});
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
