@@ -2235,5 +2235,48 @@ TEST(SecondGpuMemoryTest, PlansFreedWithTheOtherDeviceCurrent) {
   h.ExpectEachNodeMatchesReference();
 }
 
+// A view in device 1's memory, in a plan for device 0: refused by name until
+// device 0 has peer access to device 1 (a launch would fault the context),
+// accepted once it has, where the two GPUs can reach each other.
+TEST(SecondGpuMemoryTest, ViewsOnTheOtherDeviceNeedPeerAccess) {
+  LOOM_SKIP_WITHOUT_SECOND_GPU();
+  constexpr int64_t kM = 64, kN = 128, kK = 64;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  if (cudaDeviceDisablePeerAccess(1) != cudaSuccess) cudaGetLastError();  // not enabled: nothing to undo
+  absl::StatusOr<DeviceBuffer> w = DeviceBuffer::Allocate(kN * kK * 2);
+  LOOM_ASSERT_OK(w.status());
+  absl::StatusOr<DeviceBuffer> y = DeviceBuffer::Allocate(kM * kN * 2);
+  LOOM_ASSERT_OK(y.status());
+  absl::StatusOr<DeviceBuffer> x = absl::UnknownError("not allocated");
+  {
+    const OnDevice device1(1);
+    ASSERT_EQ(device1.error(), cudaSuccess) << cudaGetErrorName(device1.error());
+    x = DeviceBuffer::Allocate(kM * kK * 2);
+    LOOM_ASSERT_OK(x.status());
+  }
+  GemmGraph g;
+  g.AddGemm("proj", TensorView::Dense("x", x->data(), DType::kBF16, kM, kK),
+            TensorView::Dense("w", w->data(), DType::kBF16, kN, kK),
+            TensorView::Dense("y", y->data(), DType::kBF16, kM, kN));
+  const absl::StatusOr<Plan> refused = TestRuntime().Compile(g, CompileOptions{});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "node \"proj\": A \"x\" [0x")) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "is memory of device 1 that device 0 has no access to"))
+      << refused.status();
+  int can_access = 0;
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&can_access, 0, 1), cudaSuccess);
+  if (can_access != 0) {
+    ASSERT_EQ(cudaDeviceEnablePeerAccess(1, 0), cudaSuccess);
+    const absl::StatusOr<Plan> accepted = TestRuntime().Compile(g, CompileOptions{});
+    EXPECT_TRUE(accepted.ok()) << accepted.status();
+    EXPECT_EQ(cudaDeviceDisablePeerAccess(1), cudaSuccess);
+  } else {
+    std::printf("[ loom     ] devices 0 and 1 cannot reach each other: only the refusal was checked\n");
+  }
+  const OnDevice device1(1);  // x freed on its own device
+  x = absl::UnknownError("freed");
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace loom::testbed
