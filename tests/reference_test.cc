@@ -1020,6 +1020,36 @@ TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
       << status;
 }
 
+// Partials larger than the host's physical memory but inside the address
+// space (2^20 x 2^20 at split 8: 2^46 bytes, 64 TiB) are refused before any
+// is filled, by the host's memory size rather than a failed allocation,
+// which a host that overcommits memory would not report.
+TEST(BrokenSplitScheduleTest, PartialsPastPhysicalMemoryAreRefusedBeforeTheFill) {
+  Rng rng;
+  HostGraph small(rng);
+  small.graph().AddGemm("gemm", small.Input("a", DType::kBF16, 64, 256), small.Input("b", DType::kBF16, 64, 256),
+                        small.Output("c", DType::kFP32, 64, 64));
+  absl::StatusOr<sched::Schedule> s = LowerGraph(small.graph(), SmallTiles(8, 1));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].split_k, 8);
+  constexpr int64_t kSide = int64_t{1} << 20;
+  GemmGraph big;  // never read: refused first
+  const auto at = [](uint64_t address) { return reinterpret_cast<void*>(address); };
+  big.AddGemm("gemm", TensorView::Dense("a", at(uint64_t{1} << 44), DType::kBF16, kSide, 256),
+              TensorView::Dense("b", at(uint64_t{1} << 45), DType::kBF16, kSide, 256),
+              TensorView::Dense("c", at(uint64_t{1} << 46), DType::kFP32, kSide, kSide));
+  sched::NodeSchedule& node = s->nodes[0];
+  node.m = node.n = node.out_cols = kSide;
+  node.m_blocks = static_cast<int32_t>(kSide / 64);
+  node.n_blocks = static_cast<int32_t>(kSide / 64);
+  const absl::Status status = RunReference(big, *s);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("(split_k 8 x M 1048576 x N 1048576 doubles) do not fit in host memory: with "
+                                  "the nodes' state before it, 70388608401408 bytes; this host has "),
+            std::string::npos)
+      << status;
+}
+
 // --- The test bed's own checks -------------------------------------------------
 
 TEST(TestbedTest, GuardsCatchStrayWrites) {

@@ -18,6 +18,8 @@
 // wrong producer box, a phase without its reads) cannot pass unseen.
 #include "loom/reference.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -26,6 +28,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -224,28 +227,54 @@ class ReferenceExecutor {
   std::vector<NodeState> state_;
   std::optional<OutputWrites> output_writes_;  // made by Prepare, once the host views are checked
   mutable std::vector<sched::FlagRead> reads_;  // Ready's scratch
+  size_t state_bytes_ = 0;  // what AllocateNodeState has sized so far
 };
+
+// The host's physical memory in bytes (0 where the system cannot say).
+size_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGE_SIZE);
+  size_t bytes = 0;
+  if (pages <= 0 || page_bytes <= 0 ||
+      __builtin_mul_overflow(static_cast<size_t>(pages), static_cast<size_t>(page_bytes), &bytes)) {
+    return 0;
+  }
+  return bytes;
+}
 
 // Node `i`'s flags and, split-K, its partials, sized by its schedule; a
 // schedule whose sizes host memory cannot hold is ResourceExhausted (a plan's
 // sizes are the caller's, and Compile accepts splits of outputs far larger
-// than their FP64 partials can be here).
+// than their FP64 partials can be here). Where the nodes' state together
+// would pass the host's physical memory it is refused before any is filled:
+// a host that overcommits memory would hand the allocation out and let the
+// fill run into the OOM killer.
 absl::Status ReferenceExecutor::AllocateNodeState(int i) {
   const sched::NodeSchedule& ns = schedule_.nodes[i];
   NodeState& s = state_[i];
-  size_t tiles = 0, partials = 0, elements = 0;
+  size_t tiles = 0, partials = 0, elements = 0, bytes = 0, partial_bytes = 0;
+  // The bytes: the FP64 partials, each partial's k-blocks and done flag, two flags a tile.
   const bool fits =
       !__builtin_mul_overflow(static_cast<size_t>(ns.m_blocks), static_cast<size_t>(ns.n_blocks), &tiles) &&
       !__builtin_mul_overflow(tiles, static_cast<size_t>(ns.split_k), &partials) &&
       !__builtin_mul_overflow(static_cast<size_t>(ns.split_k), static_cast<size_t>(ns.m), &elements) &&
-      !__builtin_mul_overflow(elements, static_cast<size_t>(ns.n), &elements);
-  const auto too_large = [&] {
+      !__builtin_mul_overflow(elements, static_cast<size_t>(ns.n), &elements) &&
+      !__builtin_mul_overflow(elements, sizeof(double), &bytes) &&
+      !__builtin_mul_overflow(partials, sizeof(std::pair<int32_t, int32_t>) + 1, &partial_bytes) &&
+      !__builtin_add_overflow(bytes, partial_bytes, &bytes) && !__builtin_add_overflow(bytes, 2 * tiles, &bytes) &&
+      !__builtin_add_overflow(bytes, state_bytes_, &bytes);
+  const auto too_large = [&](std::string_view why) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "RunReference: %s's tile flags (%d x %d tiles) and split-K partials (split_k %d x M %d x N %d doubles) "
-        "do not fit in host memory",
-        graph_.NodeLabel(i), ns.m_blocks, ns.n_blocks, ns.split_k, ns.m, ns.n));
+        "do not fit in host memory%s",
+        graph_.NodeLabel(i), ns.m_blocks, ns.n_blocks, ns.split_k, ns.m, ns.n, why));
   };
-  if (!fits) return too_large();
+  if (!fits) return too_large("");
+  if (const size_t host_bytes = PhysicalMemoryBytes(); host_bytes > 0 && bytes > host_bytes) {
+    return too_large(absl::StrFormat(": with the nodes' state before it, %d bytes; this host has %d bytes of memory",
+                                     bytes, host_bytes));
+  }
+  state_bytes_ = bytes;
   try {
     // The largest first: where it cannot fit, nothing else was filled.
     if (ns.split_k > 1) {
@@ -257,9 +286,9 @@ absl::Status ReferenceExecutor::AllocateNodeState(int i) {
     s.tile_done.assign(tiles, 0);
     s.parts_done.assign(tiles, 0);
   } catch (const std::bad_alloc&) {
-    return too_large();
+    return too_large("");
   } catch (const std::length_error&) {  // past a vector's max_size
-    return too_large();
+    return too_large("");
   }
   return absl::OkStatus();
 }
