@@ -987,32 +987,44 @@ TEST(BrokenSplitScheduleTest, ScheduleFieldsOutsideLowersRangesAreReported) {
   ExpectInternal(RunReference(g.graph(), odd_operand), "dependency 0 has operand 9, not one of A, B, bias, residual");
 }
 
-// A split whose FP64 partials host memory cannot hold is ResourceExhausted
-// naming the node, not std::bad_alloc (Compile accepts split_k 256 of an
-// output whose partials there take split_k x M x N doubles). The schedule
-// of a small split node, scaled to a 2^22 x 2^22 output at split 8: 2^47
-// doubles, 2^50 bytes, past a 47-bit user address space, so that even a
-// host that overcommits memory refuses the allocation instead of letting
-// the fill run into the OOM killer.
-TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
+// The schedule of a small split-K node (split 8, 64 x 64 tiles) scaled to a
+// `side` x `side` FP32 output with K = 256, and a graph of that shape over
+// made-up addresses: RunReference must refuse it before it reads any.
+struct ScaledSplit {
+  GemmGraph graph;
+  sched::Schedule schedule;
+};
+ScaledSplit ScaledSplitSchedule(int64_t side) {
   Rng rng;
   HostGraph small(rng);
   small.graph().AddGemm("gemm", small.Input("a", DType::kBF16, 64, 256), small.Input("b", DType::kBF16, 64, 256),
                         small.Output("c", DType::kFP32, 64, 64));
   absl::StatusOr<sched::Schedule> s = LowerGraph(small.graph(), SmallTiles(8, 1));
-  ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_EQ(s->nodes[0].split_k, 8);
-  constexpr int64_t kSide = int64_t{1} << 22;
-  GemmGraph big;  // never read: the allocation fails first
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  EXPECT_EQ(s->nodes[0].split_k, 8);
+  ScaledSplit scaled;
+  scaled.schedule = *std::move(s);
   const auto at = [](uint64_t address) { return reinterpret_cast<void*>(address); };
-  big.AddGemm("gemm", TensorView::Dense("a", at(uint64_t{1} << 44), DType::kBF16, kSide, 256),
-              TensorView::Dense("b", at(uint64_t{1} << 45), DType::kBF16, kSide, 256),
-              TensorView::Dense("c", at(uint64_t{1} << 46), DType::kFP32, kSide, kSide));
-  sched::NodeSchedule& node = s->nodes[0];
-  node.m = node.n = node.out_cols = kSide;
-  node.m_blocks = static_cast<int32_t>(kSide / 64);
-  node.n_blocks = static_cast<int32_t>(kSide / 64);
-  const absl::Status status = RunReference(big, *s);
+  scaled.graph.AddGemm("gemm", TensorView::Dense("a", at(uint64_t{1} << 44), DType::kBF16, side, 256),
+                       TensorView::Dense("b", at(uint64_t{1} << 45), DType::kBF16, side, 256),
+                       TensorView::Dense("c", at(uint64_t{1} << 46), DType::kFP32, side, side));
+  sched::NodeSchedule& node = scaled.schedule.nodes[0];
+  node.m = node.n = node.out_cols = side;
+  node.m_blocks = static_cast<int32_t>(side / 64);
+  node.n_blocks = static_cast<int32_t>(side / 64);
+  return scaled;
+}
+
+// A split whose FP64 partials host memory cannot hold is ResourceExhausted
+// naming the node, not std::bad_alloc (Compile accepts split_k 256 of an
+// output whose partials there take split_k x M x N doubles). A 2^22 x 2^22
+// output at split 8: 2^47 doubles, 2^50 bytes, past a 47-bit user address
+// space, so that the allocation itself cannot succeed anywhere.
+TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
+  const ScaledSplit big = ScaledSplitSchedule(int64_t{1} << 22);
+  if (HasFailure()) return;
+  const absl::Status status = RunReference(big.graph, big.schedule);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
   EXPECT_NE(status.message().find("node \"gemm\"'s tile flags (65536 x 65536 tiles) and split-K partials "
                                   "(split_k 8 x M 4194304 x N 4194304 doubles)"),
@@ -1025,24 +1037,9 @@ TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
 // is filled, by the host's memory size rather than a failed allocation,
 // which a host that overcommits memory would not report.
 TEST(BrokenSplitScheduleTest, PartialsPastPhysicalMemoryAreRefusedBeforeTheFill) {
-  Rng rng;
-  HostGraph small(rng);
-  small.graph().AddGemm("gemm", small.Input("a", DType::kBF16, 64, 256), small.Input("b", DType::kBF16, 64, 256),
-                        small.Output("c", DType::kFP32, 64, 64));
-  absl::StatusOr<sched::Schedule> s = LowerGraph(small.graph(), SmallTiles(8, 1));
-  ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_EQ(s->nodes[0].split_k, 8);
-  constexpr int64_t kSide = int64_t{1} << 20;
-  GemmGraph big;  // never read: refused first
-  const auto at = [](uint64_t address) { return reinterpret_cast<void*>(address); };
-  big.AddGemm("gemm", TensorView::Dense("a", at(uint64_t{1} << 44), DType::kBF16, kSide, 256),
-              TensorView::Dense("b", at(uint64_t{1} << 45), DType::kBF16, kSide, 256),
-              TensorView::Dense("c", at(uint64_t{1} << 46), DType::kFP32, kSide, kSide));
-  sched::NodeSchedule& node = s->nodes[0];
-  node.m = node.n = node.out_cols = kSide;
-  node.m_blocks = static_cast<int32_t>(kSide / 64);
-  node.n_blocks = static_cast<int32_t>(kSide / 64);
-  const absl::Status status = RunReference(big, *s);
+  const ScaledSplit big = ScaledSplitSchedule(int64_t{1} << 20);
+  if (HasFailure()) return;
+  const absl::Status status = RunReference(big.graph, big.schedule);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
   EXPECT_NE(status.message().find("(split_k 8 x M 1048576 x N 1048576 doubles) do not fit in host memory: with "
                                   "the nodes' state before it, 70388608401408 bytes; this host has "),
