@@ -1,0 +1,132 @@
+#include "internal/reachable_views.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_format.h"
+#include "internal/cuda_status.h"
+#include "internal/driver_entry.h"
+#include "loom/status.h"
+
+namespace loom::internal {
+namespace {
+
+PFN_cuPointerGetAttribute_v4000 PointerAttributeFunction() {
+  static const auto function = DriverFunction<PFN_cuPointerGetAttribute_v4000>("cuPointerGetAttribute", 4000);
+  return function;
+}
+
+// cudaPointerGetAttributes of `address`: nullopt where the runtime cannot
+// say (its error cleared, if it is the one left pending).
+std::optional<cudaPointerAttributes> PointerAttributes(uint64_t address) {
+  cudaPointerAttributes attributes;
+  const cudaError_t queried = cudaPointerGetAttributes(&attributes, reinterpret_cast<const void*>(address));
+  if (queried == cudaSuccess) return attributes;
+  if (cudaPeekAtLastError() == queried) cudaGetLastError();
+  return std::nullopt;
+}
+
+// Device memory other than a plain cudaMalloc allocation of `device` itself
+// (another device's memory, a pool's, a virtual-memory mapping) is reachable
+// only where access was granted to `device` (the current one): peer access,
+// cudaMemPoolSetAccess, cuMemSetAccess. Refused where the driver reports no
+// access at `address`, or read-only access to the view the kernels write (C).
+absl::Status CheckAccessGranted(PFN_cuPointerGetAttribute_v4000 get, std::string_view who, std::string_view role,
+                                uint64_t address, int owner, int device) {
+  unsigned int access = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+  if (get(&access, CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, address) != CUDA_SUCCESS) return absl::OkStatus();
+  if (access == CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is memory of device %d that device %d has no access to at 0x%x (another device's memory without "
+        "cudaDeviceEnablePeerAccess, a pool's without cudaMemPoolSetAccess, or a virtual-memory mapping "
+        "without cuMemSetAccess for device %d)",
+        who, owner, device, address, device));
+  }
+  if (access == CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ && role == "C") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is the output, but device %d has only read access to it at 0x%x; the kernels write C and need "
+        "read-write access",
+        who, device, address));
+  }
+  return absl::OkStatus();
+}
+
+// Whether the kernels' TMA loads and stores on `view` stay inside memory that
+// `device` can reach. Its first byte must be memory CUDA knows (allocated or
+// registered), unless the device reads pageable host memory itself: a host
+// pointer, or one at no allocation at all, would fault the context at the
+// first launch. Its last byte: where the first lies in a plain cudaMalloc
+// allocation (the driver's range is then exactly that allocation, and the
+// next one is not promised to be adjacent), inside it; elsewhere (memory
+// pools, virtual-memory mappings, which may legitimately span adjacent
+// reservations, managed and pinned host memory), in mapped memory. Device
+// memory `device` was not given access to is refused at both ends
+// (CheckAccessGranted). Where the driver cannot say, the view passes
+// (nothing refused on a guess).
+absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view, int device,
+                                  bool reads_pageable_memory) {
+  const uint64_t begin = reinterpret_cast<uint64_t>(view.data);
+  const uint64_t end = reinterpret_cast<uint64_t>(view.element(view.rows - 1, view.cols));  // past the last byte
+  const std::string who = absl::StrFormat("%s \"%s\" [0x%x, 0x%x)", role, view.name, begin, end);
+  const std::optional<cudaPointerAttributes> first = PointerAttributes(begin);
+  if (!first) return absl::OkStatus();
+  if (first->type == cudaMemoryTypeUnregistered) {
+    if (reads_pageable_memory) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is not memory device %d can reach: CUDA neither allocated nor registered it (host memory from "
+        "malloc or new, or no allocation at all), and the device does not read pageable host memory "
+        "(cudaDevAttrPageableMemoryAccess = 0); pass device memory (cudaMalloc) or pinned host memory",
+        who, device));
+  }
+  const PFN_cuPointerGetAttribute_v4000 get = PointerAttributeFunction();
+  if (get == nullptr) return absl::OkStatus();
+  int plain_allocation = 0;  // cudaMalloc / cuMemAlloc memory (IPC-capable the legacy way)
+  if (get(&plain_allocation, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, begin) != CUDA_SUCCESS) {
+    plain_allocation = 0;
+  }
+  const bool own_plain_allocation = plain_allocation != 0 && first->device == device;
+  if (first->type == cudaMemoryTypeDevice && !own_plain_allocation) {
+    LOOM_RETURN_IF_ERROR(CheckAccessGranted(get, who, role, begin, first->device, device));
+  }
+  CUdeviceptr range_begin = 0;
+  size_t range_bytes = 0;
+  if (plain_allocation != 0 && get(&range_begin, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, begin) == CUDA_SUCCESS &&
+      get(&range_bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, begin) == CUDA_SUCCESS && range_bytes > 0) {
+    const uint64_t range_end = static_cast<uint64_t>(range_begin) + range_bytes;
+    if (end <= range_end) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s runs %d bytes past the end of the allocation it starts in, [0x%x, 0x%x) (%d bytes)", who,
+        end - range_end, static_cast<uint64_t>(range_begin), range_end, range_bytes));
+  }
+  const std::optional<cudaPointerAttributes> last = PointerAttributes(end - 1);
+  int mapped = 1;
+  if ((last && last->type == cudaMemoryTypeUnregistered && !reads_pageable_memory) ||
+      (last && get(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, end - 1) == CUDA_SUCCESS && mapped == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s ends in memory that is not mapped (its last byte, 0x%x, lies past the memory it "
+                        "starts in)",
+                        who, end - 1));
+  }
+  if (last && last->type == cudaMemoryTypeDevice) {
+    LOOM_RETURN_IF_ERROR(CheckAccessGranted(get, who, role, end - 1, last->device, device));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckViewsAreReachable(const GemmGraph& graph, int device) {
+  int pageable = 0;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device));
+  return graph.CheckEachView([&](std::string_view role, const TensorView& view) {
+    return CheckViewIsReachable(role, view, device, pageable != 0);
+  });
+}
+
+}  // namespace loom::internal
