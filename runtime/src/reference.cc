@@ -253,14 +253,16 @@ absl::Status ReferenceExecutor::AllocateNodeState(int i) {
   const sched::NodeSchedule& ns = schedule_.nodes[i];
   NodeState& s = state_[i];
   size_t tiles = 0, partials = 0, elements = 0, bytes = 0, partial_bytes = 0;
-  // The bytes: the FP64 partials, each partial's k-blocks and done flag, two flags a tile.
+  // The bytes: split-K, the FP64 partials and each partial's k-blocks and
+  // done flag; two flags a tile.
+  const size_t split = ns.split_k > 1 ? 1 : 0;  // 1 where the node has partials
   const bool fits =
       !__builtin_mul_overflow(static_cast<size_t>(ns.m_blocks), static_cast<size_t>(ns.n_blocks), &tiles) &&
       !__builtin_mul_overflow(tiles, static_cast<size_t>(ns.split_k), &partials) &&
       !__builtin_mul_overflow(static_cast<size_t>(ns.split_k), static_cast<size_t>(ns.m), &elements) &&
       !__builtin_mul_overflow(elements, static_cast<size_t>(ns.n), &elements) &&
-      !__builtin_mul_overflow(elements, sizeof(double), &bytes) &&
-      !__builtin_mul_overflow(partials, sizeof(std::pair<int32_t, int32_t>) + 1, &partial_bytes) &&
+      !__builtin_mul_overflow(elements, sizeof(double) * split, &bytes) &&
+      !__builtin_mul_overflow(partials, (sizeof(std::pair<int32_t, int32_t>) + 1) * split, &partial_bytes) &&
       !__builtin_add_overflow(bytes, partial_bytes, &bytes) && !__builtin_add_overflow(bytes, 2 * tiles, &bytes) &&
       !__builtin_add_overflow(bytes, state_bytes_, &bytes);
   const auto too_large = [&](std::string_view why) {
