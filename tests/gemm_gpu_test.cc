@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <initializer_list>
 #include <iterator>
 #include <limits>
@@ -1664,8 +1665,8 @@ class VirtualMapping {
 };
 
 // Device memory the device was given no access to (a virtual-memory mapping
-// without cuMemSetAccess; the same refusal covers another device's memory
-// without peer access) is refused as any view, and read-only memory as the
+// without cuMemSetAccess; another device's memory without peer access is
+// SecondGpuMemoryTest's) is refused as any view, and read-only memory as the
 // output; read-only memory as an input and read-write memory compile.
 TEST_F(ReachableViewsTest, MemoryWithoutAccessIsRefused) {
   const int64_t a_bytes = kM * kK * 2;
@@ -1689,6 +1690,29 @@ TEST_F(ReachableViewsTest, MemoryWithoutAccessIsRefused) {
             TensorView::Dense("y", read_only.data(), DType::kBF16, kM, kN));
   ExpectRefused(TestRuntime().Compile(g, CompileOptions{}),
                 {"node \"proj\": C \"y\" [0x", "device 0 has only read access to it", "need read-write access"});
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Host memory registered read-only (cudaHostRegisterReadOnly) compiles as
+// an input and is refused as C, which the kernels write.
+TEST_F(ReachableViewsTest, ReadOnlyHostMemoryIsRefusedAsTheOutput) {
+  int read_only_supported = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&read_only_supported, cudaDevAttrHostRegisterReadOnlySupported, 0), cudaSuccess);
+  if (read_only_supported == 0) GTEST_SKIP() << "device 0 cannot register host memory read-only";
+  constexpr size_t kBytes = size_t{64} << 10;  // whole pages, more than C's 16 KiB
+  void* host = std::aligned_alloc(4096, kBytes);
+  ASSERT_NE(host, nullptr);
+  ASSERT_EQ(cudaHostRegister(host, kBytes, cudaHostRegisterMapped | cudaHostRegisterReadOnly), cudaSuccess);
+  const absl::Status as_input = Compile({0, 0, 0, 0}, host).status();
+  EXPECT_TRUE(as_input.ok()) << as_input;
+  GemmGraph g;
+  g.AddGemm("proj", TensorView::Dense("x", roles_[0].buffer->data(), DType::kBF16, kM, kK),
+            TensorView::Dense("w", roles_[1].buffer->data(), DType::kBF16, kN, kK),
+            TensorView::Dense("y", host, DType::kBF16, kM, kN));
+  ExpectRefused(TestRuntime().Compile(g, CompileOptions{}),
+                {"node \"proj\": C \"y\" [0x", "device 0 has only read access to it", "need read-write access"});
+  EXPECT_EQ(cudaHostUnregister(host), cudaSuccess);
+  std::free(host);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

@@ -2237,7 +2237,8 @@ TEST(SecondGpuMemoryTest, PlansFreedWithTheOtherDeviceCurrent) {
 
 // A view in device 1's memory, in a plan for device 0: refused by name until
 // device 0 has peer access to device 1 (a launch would fault the context),
-// accepted once it has, where the two GPUs can reach each other.
+// accepted once it has, where the two GPUs can reach each other, and then
+// run: x and w zero, y poisoned, y must come back zero.
 TEST(SecondGpuMemoryTest, ViewsOnTheOtherDeviceNeedPeerAccess) {
   LOOM_SKIP_WITHOUT_SECOND_GPU();
   constexpr int64_t kM = 64, kN = 128, kK = 64;
@@ -2253,7 +2254,10 @@ TEST(SecondGpuMemoryTest, ViewsOnTheOtherDeviceNeedPeerAccess) {
     ASSERT_EQ(device1.error(), cudaSuccess) << cudaGetErrorName(device1.error());
     x = DeviceBuffer::Allocate(kM * kK * 2);
     LOOM_ASSERT_OK(x.status());
+    ASSERT_EQ(cudaMemset(x->data(), 0, kM * kK * 2), cudaSuccess);
   }
+  ASSERT_EQ(cudaMemset(w->data(), 0, kN * kK * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemset(y->data(), 0xFF, kM * kN * 2), cudaSuccess);
   GemmGraph g;
   g.AddGemm("proj", TensorView::Dense("x", x->data(), DType::kBF16, kM, kK),
             TensorView::Dense("w", w->data(), DType::kBF16, kN, kK),
@@ -2267,8 +2271,15 @@ TEST(SecondGpuMemoryTest, ViewsOnTheOtherDeviceNeedPeerAccess) {
   ASSERT_EQ(cudaDeviceCanAccessPeer(&can_access, 0, 1), cudaSuccess);
   if (can_access != 0) {
     ASSERT_EQ(cudaDeviceEnablePeerAccess(1, 0), cudaSuccess);
-    const absl::StatusOr<Plan> accepted = TestRuntime().Compile(g, CompileOptions{});
-    EXPECT_TRUE(accepted.ok()) << accepted.status();
+    {
+      absl::StatusOr<Plan> accepted = TestRuntime().Compile(g, CompileOptions{});
+      LOOM_ASSERT_OK(accepted.status());
+      LOOM_ASSERT_OK(accepted->Launch(nullptr));
+      LOOM_ASSERT_OK(accepted->Synchronize(nullptr));
+      std::vector<uint16_t> out(kM * kN, 0xFFFF);
+      ASSERT_EQ(cudaMemcpy(out.data(), y->data(), kM * kN * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(std::count(out.begin(), out.end(), uint16_t{0}), kM * kN) << "y = x · wᵀ of zeros is not zero";
+    }
     EXPECT_EQ(cudaDeviceDisablePeerAccess(1), cudaSuccess);
   } else {
     std::printf("[ loom     ] devices 0 and 1 cannot reach each other: only the refusal was checked\n");

@@ -16,7 +16,10 @@
 //    of the output dtype, and at most 0.1% of elements (in practice none)
 //    differing at all. Integer-valued data makes every partial sum exact, and
 //    then split-K results must be bit-identical too.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -987,47 +990,57 @@ TEST(BrokenSplitScheduleTest, ScheduleFieldsOutsideLowersRangesAreReported) {
   ExpectInternal(RunReference(g.graph(), odd_operand), "dependency 0 has operand 9, not one of A, B, bias, residual");
 }
 
-// The schedule of a small split-K node (split 8, 64 x 64 tiles) scaled to a
-// `side` x `side` FP32 output with K = 256, and a graph of that shape over
-// made-up addresses: RunReference must refuse it before it reads any.
+// The schedule of `nodes` independent small split-K nodes (split 8, 64 x 64
+// tiles) scaled to `side` x `side` FP32 outputs with K = 256, and a graph of
+// that shape over made-up addresses: RunReference must refuse it before it
+// reads any.
 struct ScaledSplit {
   GemmGraph graph;
   sched::Schedule schedule;
 };
-ScaledSplit ScaledSplitSchedule(int64_t side) {
+ScaledSplit ScaledSplitSchedule(int64_t side, int nodes = 1) {
   Rng rng;
   HostGraph small(rng);
-  small.graph().AddGemm("gemm", small.Input("a", DType::kBF16, 64, 256), small.Input("b", DType::kBF16, 64, 256),
-                        small.Output("c", DType::kFP32, 64, 64));
+  for (int i = 0; i < nodes; ++i) {
+    const std::string n = absl::StrCat(i);
+    small.graph().AddGemm(absl::StrCat("gemm", n), small.Input("a" + n, DType::kBF16, 64, 256),
+                          small.Input("b" + n, DType::kBF16, 64, 256), small.Output("c" + n, DType::kFP32, 64, 64));
+  }
   absl::StatusOr<sched::Schedule> s = LowerGraph(small.graph(), SmallTiles(8, 1));
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return {};
-  EXPECT_EQ(s->nodes[0].split_k, 8);
   ScaledSplit scaled;
   scaled.schedule = *std::move(s);
-  const auto at = [](uint64_t address) { return reinterpret_cast<void*>(address); };
-  scaled.graph.AddGemm("gemm", TensorView::Dense("a", at(uint64_t{1} << 44), DType::kBF16, side, 256),
-                       TensorView::Dense("b", at(uint64_t{1} << 45), DType::kBF16, side, 256),
-                       TensorView::Dense("c", at(uint64_t{1} << 46), DType::kFP32, side, side));
-  sched::NodeSchedule& node = scaled.schedule.nodes[0];
-  node.m = node.n = node.out_cols = side;
-  node.m_blocks = static_cast<int32_t>(side / 64);
-  node.n_blocks = static_cast<int32_t>(side / 64);
+  const auto at = [](int i, int operand) { return reinterpret_cast<void*>(static_cast<uint64_t>(3 * i + operand + 1) << 42); };
+  for (int i = 0; i < nodes; ++i) {
+    const std::string n = absl::StrCat(i);
+    scaled.graph.AddGemm(absl::StrCat("gemm", n), TensorView::Dense("a" + n, at(i, 0), DType::kBF16, side, 256),
+                         TensorView::Dense("b" + n, at(i, 1), DType::kBF16, side, 256),
+                         TensorView::Dense("c" + n, at(i, 2), DType::kFP32, side, side));
+    sched::NodeSchedule& node = scaled.schedule.nodes[i];
+    EXPECT_EQ(node.split_k, 8);
+    node.m = node.n = node.out_cols = side;
+    node.m_blocks = static_cast<int32_t>(side / 64);
+    node.n_blocks = static_cast<int32_t>(side / 64);
+  }
   return scaled;
 }
 
 // A split whose FP64 partials host memory cannot hold is ResourceExhausted
 // naming the node, not std::bad_alloc (Compile accepts split_k 256 of an
 // output whose partials there take split_k x M x N doubles). A 2^22 x 2^22
-// output at split 8: 2^47 doubles, 2^50 bytes, past a 47-bit user address
-// space, so that the allocation itself cannot succeed anywhere.
+// output at split 8: 2^47 doubles, 2^50 bytes, past any host's memory (the
+// check before the fill refuses it) and past a 47-bit user address space.
+// (The catches of a failed allocation, behind that check, have no test: no
+// size passes it and fails to allocate on every host.)
 TEST(BrokenSplitScheduleTest, PartialsPastHostMemoryAreResourceExhausted) {
   const ScaledSplit big = ScaledSplitSchedule(int64_t{1} << 22);
   if (HasFailure()) return;
   const absl::Status status = RunReference(big.graph, big.schedule);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
-  EXPECT_NE(status.message().find("node \"gemm\"'s tile flags (65536 x 65536 tiles) and split-K partials "
-                                  "(split_k 8 x M 4194304 x N 4194304 doubles)"),
+  EXPECT_NE(status.message().find("node \"gemm0\"'s tile flags (65536 x 65536 tiles) and split-K partials "
+                                  "(split_k 8 x M 4194304 x N 4194304 doubles) do not fit in host memory: the "
+                                  "nodes' state up to it takes "),
             std::string::npos)
       << status;
 }
@@ -1041,10 +1054,30 @@ TEST(BrokenSplitScheduleTest, PartialsPastPhysicalMemoryAreRefusedBeforeTheFill)
   if (HasFailure()) return;
   const absl::Status status = RunReference(big.graph, big.schedule);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
-  EXPECT_NE(status.message().find("(split_k 8 x M 1048576 x N 1048576 doubles) do not fit in host memory: with "
-                                  "the nodes' state before it, 70388608401408 bytes; this host has "),
+  EXPECT_NE(status.message().find("(split_k 8 x M 1048576 x N 1048576 doubles) do not fit in host memory: the "
+                                  "nodes' state up to it takes 70388608401408 bytes, and this host has "),
             std::string::npos)
       << status;
+}
+
+// Two nodes whose partials each take ~60% of the host's memory: the second
+// is refused, naming it, before the first's are filled (a check node by node
+// would fill ~60% of the host's memory with NaN first).
+TEST(BrokenSplitScheduleTest, NodesThatFitAloneButNotTogetherAreRefusedBeforeTheFill) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_bytes <= 0) GTEST_SKIP() << "this host does not say how much memory it has";
+  const double host_bytes = static_cast<double>(pages) * static_cast<double>(page_bytes);
+  // 8 splits x side^2 doubles = 0.6 of the host, side a multiple of 64.
+  const int64_t side = std::max<int64_t>(64, static_cast<int64_t>(std::sqrt(0.6 * host_bytes / 64) / 64) * 64);
+  const ScaledSplit big = ScaledSplitSchedule(side, /*nodes=*/2);
+  if (HasFailure()) return;
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status status = RunReference(big.graph, big.schedule);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("node \"gemm1\"'s tile flags"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("this host has"), std::string::npos) << status;
+  EXPECT_LT(seconds, 1.0) << "refused only after " << seconds << " s: the first node's partials were filled";
 }
 
 // --- The test bed's own checks -------------------------------------------------

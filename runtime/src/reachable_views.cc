@@ -32,26 +32,41 @@ std::optional<cudaPointerAttributes> PointerAttributes(uint64_t address) {
   return std::nullopt;
 }
 
-// Device memory other than a plain cudaMalloc allocation of `device` itself
-// (another device's memory, a pool's, a virtual-memory mapping) is reachable
-// only where access was granted to `device` (the current one): peer access,
-// cudaMemPoolSetAccess, cuMemSetAccess. Refused where the driver reports no
-// access at `address`, or read-only access to the view the kernels write (C).
+// Whether `device` (the current one) may touch the memory at `address`,
+// whose runtime attributes are `attributes`, as the kernels do (`role` "C"
+// is written, the rest read). A plain cudaMalloc allocation of `device`
+// itself always passes. Device memory is refused where the driver reports no
+// access (CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: a pool's memory without
+// cudaMemPoolSetAccess, a virtual-memory mapping without cuMemSetAccess) and,
+// for another device's memory, where the runtime gives no address `device`
+// may dereference (cudaPointerAttributes::devicePointer null, its documented
+// sign; the case of peer memory without cudaDeviceEnablePeerAccess, which
+// has not run on two GPUs). Any memory CUDA knows but managed memory is
+// refused as C where the driver reports read-only access (a read-only
+// mapping, host memory registered read-only).
 absl::Status CheckAccessGranted(PFN_cuPointerGetAttribute_v4000 get, std::string_view who, std::string_view role,
-                                uint64_t address, int owner, int device) {
-  unsigned int access = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
-  if (get(&access, CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, address) != CUDA_SUCCESS) return absl::OkStatus();
-  if (access == CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE) {
+                                uint64_t address, const cudaPointerAttributes& attributes,
+                                bool own_plain_allocation, int device) {
+  if (own_plain_allocation || attributes.type == cudaMemoryTypeUnregistered ||
+      attributes.type == cudaMemoryTypeManaged) {
+    return absl::OkStatus();
+  }
+  const bool device_memory = attributes.type == cudaMemoryTypeDevice;
+  const auto no_access = [&] {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s is memory of device %d that device %d has no access to at 0x%x (another device's memory without "
         "cudaDeviceEnablePeerAccess, a pool's without cudaMemPoolSetAccess, or a virtual-memory mapping "
         "without cuMemSetAccess for device %d)",
-        who, owner, device, address, device));
-  }
+        who, attributes.device, device, address, device));
+  };
+  if (device_memory && attributes.device != device && attributes.devicePointer == nullptr) return no_access();
+  unsigned int access = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+  if (get(&access, CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, address) != CUDA_SUCCESS) return absl::OkStatus();
+  if (device_memory && access == CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE) return no_access();
   if (access == CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ && role == "C") {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s is the output, but device %d has only read access to it at 0x%x; the kernels write C and need "
-        "read-write access",
+        "%s is the output, but device %d has only read access to it at 0x%x (a read-only mapping, or host "
+        "memory registered read-only); the kernels write C and need read-write access",
         who, device, address));
   }
   return absl::OkStatus();
@@ -65,9 +80,9 @@ absl::Status CheckAccessGranted(PFN_cuPointerGetAttribute_v4000 get, std::string
 // allocation (the driver's range is then exactly that allocation, and the
 // next one is not promised to be adjacent), inside it; elsewhere (memory
 // pools, virtual-memory mappings, which may legitimately span adjacent
-// reservations, managed and pinned host memory), in mapped memory. Device
-// memory `device` was not given access to is refused at both ends
-// (CheckAccessGranted). Where the driver cannot say, the view passes
+// reservations, managed and pinned host memory), in mapped memory. Memory
+// `device` was not given access to (read access, for C) is refused at both
+// ends (CheckAccessGranted). Where the driver cannot say, the view passes
 // (nothing refused on a guess).
 absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view, int device,
                                   bool reads_pageable_memory) {
@@ -90,10 +105,9 @@ absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view,
   if (get(&plain_allocation, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, begin) != CUDA_SUCCESS) {
     plain_allocation = 0;
   }
-  const bool own_plain_allocation = plain_allocation != 0 && first->device == device;
-  if (first->type == cudaMemoryTypeDevice && !own_plain_allocation) {
-    LOOM_RETURN_IF_ERROR(CheckAccessGranted(get, who, role, begin, first->device, device));
-  }
+  const bool own_plain_allocation =
+      plain_allocation != 0 && first->type == cudaMemoryTypeDevice && first->device == device;
+  LOOM_RETURN_IF_ERROR(CheckAccessGranted(get, who, role, begin, *first, own_plain_allocation, device));
   CUdeviceptr range_begin = 0;
   size_t range_bytes = 0;
   if (plain_allocation != 0 && get(&range_begin, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, begin) == CUDA_SUCCESS &&
@@ -113,9 +127,7 @@ absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view,
                         "starts in)",
                         who, end - 1));
   }
-  if (last && last->type == cudaMemoryTypeDevice) {
-    LOOM_RETURN_IF_ERROR(CheckAccessGranted(get, who, role, end - 1, last->device, device));
-  }
+  if (last) LOOM_RETURN_IF_ERROR(CheckAccessGranted(get, who, role, end - 1, *last, false, device));
   return absl::OkStatus();
 }
 

@@ -205,6 +205,10 @@ class ReferenceExecutor {
   const sched::NodeSchedule& node_schedule(int node) const { return schedule_.nodes[node]; }
   // Prepare's allocations for node `i`: ResourceExhausted where they do not fit.
   absl::Status AllocateNodeState(int i);
+  // ResourceExhausted where every node's state together passes the host's memory.
+  absl::Status CheckStateFitsHost() const;
+  // Node `i`'s state does not fit; `why` ends the message.
+  absl::Status NodeStateTooLarge(int i, std::string_view why) const;
   // The CTA tile of `job` at cluster rank `rank`; false when it lies outside the node.
   bool TileOf(const sched::TileJob& job, int rank, sched::CtaTile* tile, TileExtent* extent) const;
   // Whether the flag `read` names is set (the host mirror of it).
@@ -227,7 +231,6 @@ class ReferenceExecutor {
   std::vector<NodeState> state_;
   std::optional<OutputWrites> output_writes_;  // made by Prepare, once the host views are checked
   mutable std::vector<sched::FlagRead> reads_;  // Ready's scratch
-  size_t state_bytes_ = 0;  // what AllocateNodeState has sized so far
 };
 
 // The host's physical memory in bytes (0 where the system cannot say).
@@ -242,55 +245,80 @@ size_t PhysicalMemoryBytes() {
   return bytes;
 }
 
-// Node `i`'s flags and, split-K, its partials, sized by its schedule; a
-// schedule whose sizes host memory cannot hold is ResourceExhausted (a plan's
-// sizes are the caller's, and Compile accepts splits of outputs far larger
-// than their FP64 partials can be here). Where the nodes' state together
-// would pass the host's physical memory it is refused before any is filled:
-// a host that overcommits memory would hand the allocation out and let the
-// fill run into the OOM killer.
+// The host memory a node's state takes (AllocateNodeState): two flags a
+// tile and, split-K, the FP64 partials with each partial's k-blocks and done
+// flag. Null where a count overflows size_t.
+struct NodeStateSize {
+  size_t tiles = 0, partials = 0, elements = 0;  // elements: of the partials, split_k x M x N
+  size_t bytes = 0;
+};
+std::optional<NodeStateSize> NodeStateSizeOf(const sched::NodeSchedule& ns) {
+  NodeStateSize size;
+  size_t partial_bytes = 0;
+  const size_t split = ns.split_k > 1 ? 1 : 0;  // 1 where the node has partials
+  const bool counted =
+      !__builtin_mul_overflow(static_cast<size_t>(ns.m_blocks), static_cast<size_t>(ns.n_blocks), &size.tiles) &&
+      !__builtin_mul_overflow(size.tiles, static_cast<size_t>(ns.split_k), &size.partials) &&
+      !__builtin_mul_overflow(static_cast<size_t>(ns.split_k), static_cast<size_t>(ns.m), &size.elements) &&
+      !__builtin_mul_overflow(size.elements, static_cast<size_t>(ns.n), &size.elements) &&
+      !__builtin_mul_overflow(size.elements, sizeof(double) * split, &size.bytes) &&
+      !__builtin_mul_overflow(size.partials, (sizeof(std::pair<int32_t, int32_t>) + 1) * split, &partial_bytes) &&
+      !__builtin_add_overflow(size.bytes, partial_bytes, &size.bytes) &&
+      !__builtin_add_overflow(size.bytes, 2 * size.tiles, &size.bytes);
+  if (!counted) return std::nullopt;
+  return size;
+}
+
+absl::Status ReferenceExecutor::NodeStateTooLarge(int i, std::string_view why) const {
+  const sched::NodeSchedule& ns = schedule_.nodes[i];
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "RunReference: %s's tile flags (%d x %d tiles) and split-K partials (split_k %d x M %d x N %d doubles) "
+      "do not fit in host memory%s",
+      graph_.NodeLabel(i), ns.m_blocks, ns.n_blocks, ns.split_k, ns.m, ns.n, why));
+}
+
+// A plan's sizes are the caller's, and Compile accepts splits of outputs far
+// larger than their FP64 partials can be here. So before any node's state is
+// filled, the nodes' state together must fit the host's physical memory: a
+// host that overcommits memory would hand such allocations out and let the
+// fill run into the OOM killer. (A coarse guard: what is free, and a
+// container's limit, are not asked.)
+absl::Status ReferenceExecutor::CheckStateFitsHost() const {
+  const size_t host_bytes = PhysicalMemoryBytes();
+  size_t total = 0;
+  for (int i = 0; i < graph_.size(); ++i) {
+    const std::optional<NodeStateSize> size = NodeStateSizeOf(schedule_.nodes[i]);
+    if (!size || __builtin_add_overflow(total, size->bytes, &total)) return NodeStateTooLarge(i, "");
+    if (host_bytes > 0 && total > host_bytes) {
+      return NodeStateTooLarge(
+          i, absl::StrFormat(": the nodes' state up to it takes %d bytes, and this host has %d bytes of memory", total,
+                             host_bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Node `i`'s flags and, split-K, its partials, sized by its schedule (after
+// CheckStateFitsHost); ResourceExhausted where an allocation fails.
 absl::Status ReferenceExecutor::AllocateNodeState(int i) {
   const sched::NodeSchedule& ns = schedule_.nodes[i];
   NodeState& s = state_[i];
-  size_t tiles = 0, partials = 0, elements = 0, bytes = 0, partial_bytes = 0;
-  // The bytes: split-K, the FP64 partials and each partial's k-blocks and
-  // done flag; two flags a tile.
-  const size_t split = ns.split_k > 1 ? 1 : 0;  // 1 where the node has partials
-  const bool fits =
-      !__builtin_mul_overflow(static_cast<size_t>(ns.m_blocks), static_cast<size_t>(ns.n_blocks), &tiles) &&
-      !__builtin_mul_overflow(tiles, static_cast<size_t>(ns.split_k), &partials) &&
-      !__builtin_mul_overflow(static_cast<size_t>(ns.split_k), static_cast<size_t>(ns.m), &elements) &&
-      !__builtin_mul_overflow(elements, static_cast<size_t>(ns.n), &elements) &&
-      !__builtin_mul_overflow(elements, sizeof(double) * split, &bytes) &&
-      !__builtin_mul_overflow(partials, (sizeof(std::pair<int32_t, int32_t>) + 1) * split, &partial_bytes) &&
-      !__builtin_add_overflow(bytes, partial_bytes, &bytes) && !__builtin_add_overflow(bytes, 2 * tiles, &bytes) &&
-      !__builtin_add_overflow(bytes, state_bytes_, &bytes);
-  const auto too_large = [&](std::string_view why) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "RunReference: %s's tile flags (%d x %d tiles) and split-K partials (split_k %d x M %d x N %d doubles) "
-        "do not fit in host memory%s",
-        graph_.NodeLabel(i), ns.m_blocks, ns.n_blocks, ns.split_k, ns.m, ns.n, why));
-  };
-  if (!fits) return too_large("");
-  if (const size_t host_bytes = PhysicalMemoryBytes(); host_bytes > 0 && bytes > host_bytes) {
-    return too_large(absl::StrFormat(": with the nodes' state before it, %d bytes; this host has %d bytes of memory",
-                                     bytes, host_bytes));
-  }
-  state_bytes_ = bytes;
+  const std::optional<NodeStateSize> size = NodeStateSizeOf(ns);
+  if (!size) return NodeStateTooLarge(i, "");
   try {
     // The largest first: where it cannot fit, nothing else was filled.
     if (ns.split_k > 1) {
       // NaN, so a partial read before it is written cannot go unnoticed.
-      s.workspace.assign(elements, std::numeric_limits<double>::quiet_NaN());
-      s.partial_k_blocks.assign(partials, {0, 0});
-      s.partial_done.assign(partials, 0);
+      s.workspace.assign(size->elements, std::numeric_limits<double>::quiet_NaN());
+      s.partial_k_blocks.assign(size->partials, {0, 0});
+      s.partial_done.assign(size->partials, 0);
     }
-    s.tile_done.assign(tiles, 0);
-    s.parts_done.assign(tiles, 0);
+    s.tile_done.assign(size->tiles, 0);
+    s.parts_done.assign(size->tiles, 0);
   } catch (const std::bad_alloc&) {
-    return too_large("");
+    return NodeStateTooLarge(i, "");
   } catch (const std::length_error&) {  // past a vector's max_size
-    return too_large("");
+    return NodeStateTooLarge(i, "");
   }
   return absl::OkStatus();
 }
@@ -358,8 +386,9 @@ absl::Status ReferenceExecutor::Prepare() {
             absl::StrFormat("schedule: node %d \"%s\": dependency %d %s", i, node.name, d, status.message()));
       }
     }
-    LOOM_RETURN_IF_ERROR(AllocateNodeState(i));
   }
+  LOOM_RETURN_IF_ERROR(CheckStateFitsHost());
+  for (int i = 0; i < graph_.size(); ++i) LOOM_RETURN_IF_ERROR(AllocateNodeState(i));
   output_writes_.emplace(graph_);
   return absl::OkStatus();
 }
