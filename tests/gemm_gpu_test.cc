@@ -1569,18 +1569,25 @@ TEST_F(ReachableViewsTest, HostMemoryIsRefused) {
 
 // Memory that is not a plain cudaMalloc allocation is not refused where the
 // views lie inside it: a stream-ordered pool's (cudaMallocAsync) and pinned
-// host memory (cudaHostAlloc, mapped) as A both compile.
+// host memory (cudaHostAlloc, mapped) as A both compile, and pinned host
+// memory as C (which the kernels write) too.
 TEST_F(ReachableViewsTest, PoolAndPinnedMemoryAreAccepted) {
-  const int64_t a_bytes = kM * kK * 2;
+  const int64_t a_bytes = kM * kK * 2, c_bytes = kM * kN * 2;
   void* pooled = nullptr;
   ASSERT_EQ(cudaMallocAsync(&pooled, a_bytes, nullptr), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   void* pinned = nullptr;
-  ASSERT_EQ(cudaHostAlloc(&pinned, a_bytes, cudaHostAllocMapped), cudaSuccess);
+  ASSERT_EQ(cudaHostAlloc(&pinned, c_bytes, cudaHostAllocMapped), cudaSuccess);
   const absl::Status from_pool = Compile({0, 0, 0, 0}, pooled).status();
   const absl::Status from_pinned = Compile({0, 0, 0, 0}, pinned).status();
   EXPECT_TRUE(from_pool.ok()) << from_pool;
   EXPECT_TRUE(from_pinned.ok()) << from_pinned;
+  GemmGraph g;
+  g.AddGemm("proj", TensorView::Dense("x", roles_[0].buffer->data(), DType::kBF16, kM, kK),
+            TensorView::Dense("w", roles_[1].buffer->data(), DType::kBF16, kN, kK),
+            TensorView::Dense("y", pinned, DType::kBF16, kM, kN));
+  const absl::Status into_pinned = TestRuntime().Compile(g, CompileOptions{}).status();
+  EXPECT_TRUE(into_pinned.ok()) << into_pinned;
   EXPECT_EQ(cudaFreeAsync(pooled, nullptr), cudaSuccess);
   EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
