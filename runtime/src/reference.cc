@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "loom/graph.h"
@@ -175,6 +176,14 @@ std::optional<std::pair<int64_t, int64_t>> OutputWrites::FirstUnwritten(const Te
   return std::nullopt;
 }
 
+// The host memory a node's state takes (AllocateNodeState): two flags a
+// tile and, split-K, the FP64 partials with each partial's k-blocks and done
+// flag.
+struct NodeStateSize {
+  size_t tiles = 0, partials = 0, elements = 0;  // elements: of the partials, split_k x M x N
+  size_t bytes = 0;
+};
+
 class ReferenceExecutor {
  public:
   ReferenceExecutor(const GemmGraph& graph, const sched::Schedule& schedule)
@@ -203,10 +212,11 @@ class ReferenceExecutor {
   };
 
   const sched::NodeSchedule& node_schedule(int node) const { return schedule_.nodes[node]; }
-  // Prepare's allocations for node `i`: ResourceExhausted where they do not fit.
-  absl::Status AllocateNodeState(int i);
-  // ResourceExhausted where every node's state together passes the host's memory.
-  absl::Status CheckStateFitsHost() const;
+  // Prepare's allocations for node `i`, of `size`: ResourceExhausted where they do not fit.
+  absl::Status AllocateNodeState(int i, const NodeStateSize& size);
+  // Every node's state size, each counted without overflow and together
+  // inside the host's memory; else ResourceExhausted naming the node.
+  absl::StatusOr<std::vector<NodeStateSize>> SizeStateForHost() const;
   // Node `i`'s state does not fit; `why` ends the message.
   absl::Status NodeStateTooLarge(int i, std::string_view why) const;
   // The CTA tile of `job` at cluster rank `rank`; false when it lies outside the node.
@@ -245,13 +255,7 @@ size_t PhysicalMemoryBytes() {
   return bytes;
 }
 
-// The host memory a node's state takes (AllocateNodeState): two flags a
-// tile and, split-K, the FP64 partials with each partial's k-blocks and done
-// flag. Null where a count overflows size_t.
-struct NodeStateSize {
-  size_t tiles = 0, partials = 0, elements = 0;  // elements: of the partials, split_k x M x N
-  size_t bytes = 0;
-};
+// Node `ns`'s state size; null where a count overflows size_t.
 std::optional<NodeStateSize> NodeStateSizeOf(const sched::NodeSchedule& ns) {
   NodeStateSize size;
   size_t partial_bytes = 0;
@@ -283,38 +287,37 @@ absl::Status ReferenceExecutor::NodeStateTooLarge(int i, std::string_view why) c
 // host that overcommits memory would hand such allocations out and let the
 // fill run into the OOM killer. (A coarse guard: what is free, and a
 // container's limit, are not asked.)
-absl::Status ReferenceExecutor::CheckStateFitsHost() const {
+absl::StatusOr<std::vector<NodeStateSize>> ReferenceExecutor::SizeStateForHost() const {
   const size_t host_bytes = PhysicalMemoryBytes();
+  std::vector<NodeStateSize> sizes;
   size_t total = 0;
   for (int i = 0; i < graph_.size(); ++i) {
     const std::optional<NodeStateSize> size = NodeStateSizeOf(schedule_.nodes[i]);
     if (!size || __builtin_add_overflow(total, size->bytes, &total)) return NodeStateTooLarge(i, "");
+    sizes.push_back(*size);
     if (host_bytes > 0 && total > host_bytes) {
       return NodeStateTooLarge(
           i, absl::StrFormat(": the nodes' state up to it takes %d bytes, and this host has %d bytes of memory", total,
                              host_bytes));
     }
   }
-  return absl::OkStatus();
+  return sizes;
 }
 
-// Node `i`'s flags and, split-K, its partials, sized by its schedule (after
-// CheckStateFitsHost); ResourceExhausted where an allocation fails.
-absl::Status ReferenceExecutor::AllocateNodeState(int i) {
-  const sched::NodeSchedule& ns = schedule_.nodes[i];
+// Node `i`'s flags and, split-K, its partials, of `size` (SizeStateForHost);
+// ResourceExhausted where an allocation fails.
+absl::Status ReferenceExecutor::AllocateNodeState(int i, const NodeStateSize& size) {
   NodeState& s = state_[i];
-  const std::optional<NodeStateSize> size = NodeStateSizeOf(ns);
-  if (!size) return NodeStateTooLarge(i, "");
   try {
     // The largest first: where it cannot fit, nothing else was filled.
-    if (ns.split_k > 1) {
+    if (schedule_.nodes[i].split_k > 1) {
       // NaN, so a partial read before it is written cannot go unnoticed.
-      s.workspace.assign(size->elements, std::numeric_limits<double>::quiet_NaN());
-      s.partial_k_blocks.assign(size->partials, {0, 0});
-      s.partial_done.assign(size->partials, 0);
+      s.workspace.assign(size.elements, std::numeric_limits<double>::quiet_NaN());
+      s.partial_k_blocks.assign(size.partials, {0, 0});
+      s.partial_done.assign(size.partials, 0);
     }
-    s.tile_done.assign(size->tiles, 0);
-    s.parts_done.assign(size->tiles, 0);
+    s.tile_done.assign(size.tiles, 0);
+    s.parts_done.assign(size.tiles, 0);
   } catch (const std::bad_alloc&) {
     return NodeStateTooLarge(i, "");
   } catch (const std::length_error&) {  // past a vector's max_size
@@ -387,8 +390,9 @@ absl::Status ReferenceExecutor::Prepare() {
       }
     }
   }
-  LOOM_RETURN_IF_ERROR(CheckStateFitsHost());
-  for (int i = 0; i < graph_.size(); ++i) LOOM_RETURN_IF_ERROR(AllocateNodeState(i));
+  const absl::StatusOr<std::vector<NodeStateSize>> sizes = SizeStateForHost();
+  if (!sizes.ok()) return sizes.status();
+  for (int i = 0; i < graph_.size(); ++i) LOOM_RETURN_IF_ERROR(AllocateNodeState(i, (*sizes)[i]));
   output_writes_.emplace(graph_);
   return absl::OkStatus();
 }
