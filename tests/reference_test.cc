@@ -924,16 +924,21 @@ TEST(BrokenSplitScheduleTest, EveryReducePartOnceAndTheTileWholeOnlyWithAll) {
   ExpectInternal(RunReference(g.graph(), past), "part 3 of reduce_parts 3");
 }
 
+// Two nodes, "first" (40 x 64, K = 128) read as A by "second", lowered at
+// split 2 on 8-row tiles: the scheduler reduces the first in 5 parts of 8 rows.
+absl::StatusOr<sched::Schedule> AddPartedPair(HostGraph& g) {
+  const TensorView h = g.Output("h", DType::kBF16, 40, 64);
+  g.graph().AddGemm("first", g.Input("x", DType::kBF16, 40, 128), g.Input("w1", DType::kBF16, 64, 128), h);
+  g.graph().AddGemm("second", h, g.Input("w2", DType::kBF16, 32, 64), g.Output("y", DType::kFP32, 40, 32));
+  return LowerGraph(g.graph(), SmallTiles(2, 1));
+}
+
 // A consumer of a node reduced in parts waits for every part: with one part
 // moved behind the consumer's first job, the queue is not topological.
 TEST(BrokenSplitScheduleTest, ConsumerOfAPartedTileWaitsForEveryPart) {
   Rng rng;
   HostGraph g(rng);
-  const TensorView h = g.Output("h", DType::kBF16, 40, 64);
-  g.graph().AddGemm("first", g.Input("x", DType::kBF16, 40, 128), g.Input("w1", DType::kBF16, 64, 128), h);
-  g.graph().AddGemm("second", h, g.Input("w2", DType::kBF16, 32, 64), g.Output("y", DType::kFP32, 40, 32));
-  sched::SchedulerOptions options = SmallTiles(2, 1);
-  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), options);
+  absl::StatusOr<sched::Schedule> s = AddPartedPair(g);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->nodes[0].reduce_parts, 5);  // 8 rows each (the scheduler's choice)
   EXPECT_TRUE(sched::CheckQueue(*s).ok()) << sched::CheckQueue(*s);
@@ -958,10 +963,7 @@ TEST(BrokenSplitScheduleTest, ConsumerOfAPartedTileWaitsForEveryPart) {
 TEST(BrokenSplitScheduleTest, ScheduleFieldsOutsideLowersRangesAreReported) {
   Rng rng;
   HostGraph g(rng);
-  const TensorView h = g.Output("h", DType::kBF16, 40, 64);
-  g.graph().AddGemm("first", g.Input("x", DType::kBF16, 40, 128), g.Input("w1", DType::kBF16, 64, 128), h);
-  g.graph().AddGemm("second", h, g.Input("w2", DType::kBF16, 32, 64), g.Output("y", DType::kFP32, 40, 32));
-  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), SmallTiles(2, 1));
+  absl::StatusOr<sched::Schedule> s = AddPartedPair(g);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->nodes[0].reduce_parts, 5);  // 8 rows each
   ASSERT_TRUE(RunReference(g.graph(), *s).ok());
