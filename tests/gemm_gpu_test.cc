@@ -1484,9 +1484,9 @@ TEST(GemmTest, APackedCopyPastTheDevicesMemoryIsResourceExhausted) {
 // the allocation's range is the size asked for whatever it rounds to), each
 // followed by a spare allocation, so that a view run past its allocation
 // lands in memory no other view of the node uses (else Validate would
-// refuse it first, as an in-place GEMM). Compile(shift, a_data) starts each
-// view shift[i] bytes into its allocation (A, B, C, bias), or puts A at
-// `a_data` where that is set.
+// refuse it first, as an in-place GEMM). Compile(shift, moved, moved_data)
+// starts each view shift[i] bytes into its allocation (A, B, C, bias), but
+// the view of role `moved` at `moved_data`.
 class ReachableViewsTest : public ::testing::Test {
  protected:
   static constexpr int64_t kM = 64, kN = 128, kK = 64;
@@ -1508,17 +1508,21 @@ class ReachableViewsTest : public ::testing::Test {
     }
   }
 
-  absl::StatusOr<Plan> Compile(std::array<int64_t, 4> shift, void* a_data = nullptr) const {
+  absl::StatusOr<Plan> Compile(std::array<int64_t, 4> shift, int moved = -1, void* moved_data = nullptr) const {
     std::array<TensorView, 4> views;
     for (int i = 0; i < 4; ++i) {
       void* data = static_cast<std::byte*>(roles_[i].buffer->data()) + shift[i];
-      views[i] = TensorView::Dense(std::string(1, "xwyb"[i]), i == 0 && a_data != nullptr ? a_data : data,
-                                   DType::kBF16, roles_[i].rows, roles_[i].cols);
+      views[i] = TensorView::Dense(std::string(1, "xwyb"[i]), i == moved ? moved_data : data, DType::kBF16,
+                                   roles_[i].rows, roles_[i].cols);
     }
     GemmGraph g;
     g.AddGemm("proj", views[0], views[1], views[2], Epilogue{.bias = views[3]});
     return TestRuntime().Compile(g, CompileOptions{});
   }
+
+  // The node with role `role`'s view (0 A, 1 B, 2 C, 3 bias) at `data`, the
+  // others at their allocations' starts.
+  absl::StatusOr<Plan> CompileWithViewAt(int role, void* data) const { return Compile({0, 0, 0, 0}, role, data); }
 
   // InvalidArgument whose message holds every one of `parts`.
   static void ExpectRefused(const absl::StatusOr<Plan>& plan, std::initializer_list<std::string> parts) {
@@ -1560,9 +1564,9 @@ TEST_F(ReachableViewsTest, HostMemoryIsRefused) {
   ASSERT_EQ(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, 0), cudaSuccess);
   if (pageable != 0) GTEST_SKIP() << "device 0 reads pageable host memory: host views are legal there";
   std::vector<uint16_t> host(kM * kK);
-  ExpectRefused(Compile({0, 0, 0, 0}, host.data()),
+  ExpectRefused(CompileWithViewAt(0, host.data()),
                 {"node \"proj\": A \"x\" [0x", "neither allocated nor registered", "pageable"});
-  ExpectRefused(Compile({0, 0, 0, 0}, reinterpret_cast<void*>(uintptr_t{1} << 45)),
+  ExpectRefused(CompileWithViewAt(0, reinterpret_cast<void*>(uintptr_t{1} << 45)),
                 {"A \"x\" [0x200000000000, 0x200000002000)", "neither allocated nor registered"});
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
@@ -1578,15 +1582,11 @@ TEST_F(ReachableViewsTest, PoolAndPinnedMemoryAreAccepted) {
   ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   void* pinned = nullptr;
   ASSERT_EQ(cudaHostAlloc(&pinned, c_bytes, cudaHostAllocMapped), cudaSuccess);
-  const absl::Status from_pool = Compile({0, 0, 0, 0}, pooled).status();
-  const absl::Status from_pinned = Compile({0, 0, 0, 0}, pinned).status();
+  const absl::Status from_pool = CompileWithViewAt(0, pooled).status();
+  const absl::Status from_pinned = CompileWithViewAt(0, pinned).status();
   EXPECT_TRUE(from_pool.ok()) << from_pool;
   EXPECT_TRUE(from_pinned.ok()) << from_pinned;
-  GemmGraph g;
-  g.AddGemm("proj", TensorView::Dense("x", roles_[0].buffer->data(), DType::kBF16, kM, kK),
-            TensorView::Dense("w", roles_[1].buffer->data(), DType::kBF16, kN, kK),
-            TensorView::Dense("y", pinned, DType::kBF16, kM, kN));
-  const absl::Status into_pinned = TestRuntime().Compile(g, CompileOptions{}).status();
+  const absl::Status into_pinned = CompileWithViewAt(2, pinned).status();
   EXPECT_TRUE(into_pinned.ok()) << into_pinned;
   EXPECT_EQ(cudaFreeAsync(pooled, nullptr), cudaSuccess);
   EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
@@ -1679,23 +1679,19 @@ TEST_F(ReachableViewsTest, MemoryWithoutAccessIsRefused) {
   const int64_t a_bytes = kM * kK * 2;
   VirtualMapping unreachable(a_bytes, CU_MEM_ACCESS_FLAGS_PROT_NONE);
   LOOM_ASSERT_OK(unreachable.status);
-  ExpectRefused(Compile({0, 0, 0, 0}, unreachable.data()),
+  ExpectRefused(CompileWithViewAt(0, unreachable.data()),
                 {"node \"proj\": A \"x\" [0x", "is memory of device 0 that device 0 has no access to",
                  "cuMemSetAccess"});
   VirtualMapping writable(a_bytes, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
   LOOM_ASSERT_OK(writable.status);
-  const absl::Status from_writable = Compile({0, 0, 0, 0}, writable.data()).status();
+  const absl::Status from_writable = CompileWithViewAt(0, writable.data()).status();
   EXPECT_TRUE(from_writable.ok()) << from_writable;
 
   VirtualMapping read_only(kM * kN * 2, CU_MEM_ACCESS_FLAGS_PROT_READ);
   if (!read_only.status.ok()) GTEST_SKIP() << "read-only mappings not given by this driver: " << read_only.status;
-  const absl::Status read_only_input = Compile({0, 0, 0, 0}, read_only.data()).status();
+  const absl::Status read_only_input = CompileWithViewAt(0, read_only.data()).status();
   EXPECT_TRUE(read_only_input.ok()) << read_only_input;
-  GemmGraph g;
-  g.AddGemm("proj", TensorView::Dense("x", roles_[0].buffer->data(), DType::kBF16, kM, kK),
-            TensorView::Dense("w", roles_[1].buffer->data(), DType::kBF16, kN, kK),
-            TensorView::Dense("y", read_only.data(), DType::kBF16, kM, kN));
-  ExpectRefused(TestRuntime().Compile(g, CompileOptions{}),
+  ExpectRefused(CompileWithViewAt(2, read_only.data()),
                 {"node \"proj\": C \"y\" [0x", "device 0 has only read access to it", "need read-write access"});
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
@@ -1710,13 +1706,9 @@ TEST_F(ReachableViewsTest, ReadOnlyHostMemoryIsRefusedAsTheOutput) {
   void* host = std::aligned_alloc(4096, kBytes);
   ASSERT_NE(host, nullptr);
   ASSERT_EQ(cudaHostRegister(host, kBytes, cudaHostRegisterMapped | cudaHostRegisterReadOnly), cudaSuccess);
-  const absl::Status as_input = Compile({0, 0, 0, 0}, host).status();
+  const absl::Status as_input = CompileWithViewAt(0, host).status();
   EXPECT_TRUE(as_input.ok()) << as_input;
-  GemmGraph g;
-  g.AddGemm("proj", TensorView::Dense("x", roles_[0].buffer->data(), DType::kBF16, kM, kK),
-            TensorView::Dense("w", roles_[1].buffer->data(), DType::kBF16, kN, kK),
-            TensorView::Dense("y", host, DType::kBF16, kM, kN));
-  ExpectRefused(TestRuntime().Compile(g, CompileOptions{}),
+  ExpectRefused(CompileWithViewAt(2, host),
                 {"node \"proj\": C \"y\" [0x", "device 0 has only read access to it", "need read-write access"});
   EXPECT_EQ(cudaHostUnregister(host), cudaSuccess);
   std::free(host);
