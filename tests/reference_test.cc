@@ -16,8 +16,6 @@
 //    of the output dtype, and at most 0.1% of elements (in practice none)
 //    differing at all. Integer-valued data makes every partial sum exact, and
 //    then split-K results must be bit-identical too.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +24,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -35,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "internal/host_memory.h"
 #include "loom/graph.h"
 #include "loom/ops/host_numeric.h"
 #include "loom/ops/reference.h"
@@ -1062,15 +1062,16 @@ TEST(BrokenSplitScheduleTest, PartialsPastPhysicalMemoryAreRefusedBeforeTheFill)
       << status;
 }
 
-// Two nodes whose partials each take ~60% of the host's memory: the second
-// is refused, naming it, before the first's are filled (a check node by node
-// would fill ~60% of the host's memory with NaN first).
+// Two nodes whose partials each take ~60% of the memory this process can
+// still be given: the second is refused, naming it, before the first's are
+// filled (a check node by node would fill ~60% of it with NaN first).
 TEST(BrokenSplitScheduleTest, NodesThatFitAloneButNotTogetherAreRefusedBeforeTheFill) {
-  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page_bytes <= 0) GTEST_SKIP() << "this host does not say how much memory it has";
-  const double host_bytes = static_cast<double>(pages) * static_cast<double>(page_bytes);
-  // 8 splits x side^2 doubles = 0.6 of the host, side a multiple of 64.
-  const int64_t side = std::max<int64_t>(64, static_cast<int64_t>(std::sqrt(0.6 * host_bytes / 64) / 64) * 64);
+  const std::optional<internal::HostMemoryBudget> budget =
+      internal::HostMemoryBudgetOf(internal::ReadHostMemoryFacts());
+  if (!budget) GTEST_SKIP() << "this host does not say how much memory it has";
+  // 8 splits x side^2 doubles = 0.6 of the budget, side a multiple of 64.
+  const int64_t side =
+      std::max<int64_t>(64, static_cast<int64_t>(std::sqrt(0.6 * static_cast<double>(budget->bytes) / 64) / 64) * 64);
   const ScaledSplit big = ScaledSplitSchedule(side, /*nodes=*/2);
   if (HasFailure()) return;
   const auto start = std::chrono::steady_clock::now();

@@ -18,8 +18,6 @@
 // wrong producer box, a phase without its reads) cannot pass unseen.
 #include "loom/reference.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -36,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "internal/host_memory.h"
 #include "loom/graph.h"
 #include "loom/ops/reference.h"
 #include "loom/runtime.h"
@@ -243,18 +242,6 @@ class ReferenceExecutor {
   mutable std::vector<sched::FlagRead> reads_;  // Ready's scratch
 };
 
-// The host's physical memory in bytes (0 where the system cannot say).
-size_t PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_bytes = sysconf(_SC_PAGE_SIZE);
-  size_t bytes = 0;
-  if (pages <= 0 || page_bytes <= 0 ||
-      __builtin_mul_overflow(static_cast<size_t>(pages), static_cast<size_t>(page_bytes), &bytes)) {
-    return 0;
-  }
-  return bytes;
-}
-
 // Node `ns`'s state size; null where a count overflows size_t.
 std::optional<NodeStateSize> NodeStateSizeOf(const sched::NodeSchedule& ns) {
   NodeStateSize size;
@@ -283,22 +270,22 @@ absl::Status ReferenceExecutor::NodeStateTooLarge(int i, std::string_view why) c
 
 // A plan's sizes are the caller's, and Compile accepts splits of outputs far
 // larger than their FP64 partials can be here. So before any node's state is
-// filled, the nodes' state together must fit the host's physical memory: a
-// host that overcommits memory would hand such allocations out and let the
-// fill run into the OOM killer. (A coarse guard: what is free, and a
-// container's limit, are not asked.)
+// filled, the nodes' state together must fit the memory this process can
+// still be given (internal::HostMemoryBudgetOf: physical, available, and a
+// cgroup's room): a host that overcommits memory would hand such allocations
+// out and let the fill run into the OOM killer.
 absl::StatusOr<std::vector<NodeStateSize>> ReferenceExecutor::SizeStateForHost() const {
-  const size_t host_bytes = PhysicalMemoryBytes();
+  const std::optional<internal::HostMemoryBudget> budget = internal::HostMemoryBudgetOf(internal::ReadHostMemoryFacts());
   std::vector<NodeStateSize> sizes;
   size_t total = 0;
   for (int i = 0; i < graph_.size(); ++i) {
     const std::optional<NodeStateSize> size = NodeStateSizeOf(schedule_.nodes[i]);
     if (!size || __builtin_add_overflow(total, size->bytes, &total)) return NodeStateTooLarge(i, "");
     sizes.push_back(*size);
-    if (host_bytes > 0 && total > host_bytes) {
-      return NodeStateTooLarge(
-          i, absl::StrFormat(": the nodes' state up to it takes %d bytes, and this host has %d bytes of memory", total,
-                             host_bytes));
+    if (budget && total > budget->bytes) {
+      return NodeStateTooLarge(i, absl::StrFormat(": the nodes' state up to it takes %d bytes, and this host has %d "
+                                                  "bytes for it (%s)",
+                                                  total, budget->bytes, budget->source));
     }
   }
   return sizes;

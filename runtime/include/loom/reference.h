@@ -51,7 +51,11 @@ struct ReferenceOptions {
 // schedule does not describe it (node count or shapes differ); Internal if
 // the schedule is inconsistent (a tile computed twice or never, k-blocks that
 // do not cover K, a job whose flags are not set in queue order, a job that
-// reads an output not yet written, a deadlock of the virtual SMs).
+// reads an output not yet written, a deadlock of the virtual SMs);
+// ResourceExhausted, before any is filled, where the nodes' tile flags and
+// FP64 partials together exceed the host memory this process can still be
+// given (the smallest of the physical memory, /proc/meminfo's MemAvailable
+// and a cgroup's room under its limit) or an allocation fails.
 absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedule,
                           const ReferenceOptions& options = {});
 

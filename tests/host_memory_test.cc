@@ -1,0 +1,105 @@
+// The host-memory budget RunReference checks its state against
+// (runtime/internal/host_memory.h): which figure bounds it, and what is left
+// out when a file is missing or does not parse.
+#include "internal/host_memory.h"
+
+#include <optional>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace loom::internal {
+namespace {
+
+constexpr size_t kGiB = size_t{1} << 30;
+
+std::string MemInfo(const std::string& available_line) {
+  return "MemTotal:       263842140 kB\nMemFree:         1000000 kB\n" + available_line +
+         "\nBuffers:          123456 kB\n";
+}
+
+TEST(HostMemoryBudgetTest, NothingKnownGivesNoBudget) {
+  EXPECT_FALSE(HostMemoryBudgetOf(HostMemoryFacts{}).has_value());
+}
+
+TEST(HostMemoryBudgetTest, PhysicalMemoryAloneBoundsIt) {
+  HostMemoryFacts facts;
+  facts.physical = 64 * kGiB;
+  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
+  ASSERT_TRUE(budget.has_value());
+  EXPECT_EQ(budget->bytes, 64 * kGiB);
+  EXPECT_EQ(budget->source, "the host's physical memory");
+}
+
+TEST(HostMemoryBudgetTest, AvailableMemoryBelowPhysicalBoundsIt) {
+  HostMemoryFacts facts;
+  facts.physical = 64 * kGiB;
+  facts.meminfo = MemInfo("MemAvailable:    2097152 kB");  // 2 GiB
+  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
+  ASSERT_TRUE(budget.has_value());
+  EXPECT_EQ(budget->bytes, 2 * kGiB);
+  EXPECT_EQ(budget->source, "MemAvailable in /proc/meminfo");
+}
+
+TEST(HostMemoryBudgetTest, AMalformedOrMissingAvailableLineIsLeftOut) {
+  for (const char* line : {"MemAvailable:    2097152 MB", "MemAvailable:    lots kB", "MemAvailable:",
+                           "MemAvailabl:    2097152 kB", "MemAvailable:    99999999999999999999999 kB"}) {
+    HostMemoryFacts facts;
+    facts.physical = 64 * kGiB;
+    facts.meminfo = MemInfo(line);
+    const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
+    ASSERT_TRUE(budget.has_value()) << line;
+    EXPECT_EQ(budget->bytes, 64 * kGiB) << line;
+  }
+}
+
+TEST(HostMemoryBudgetTest, TheTightestCgroupBoundsIt) {
+  HostMemoryFacts facts;
+  facts.physical = 64 * kGiB;
+  facts.meminfo = MemInfo("MemAvailable:   33554432 kB");  // 32 GiB
+  facts.cgroups = {
+      {"/sys/fs/cgroup/job/memory.max", "max\n", "123\n"},  // no limit
+      {"/sys/fs/cgroup/memory.max", std::to_string(20 * kGiB) + "\n", std::to_string(12 * kGiB) + "\n"},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n", "1131937792\n"},  // v1, unlimited
+  };
+  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
+  ASSERT_TRUE(budget.has_value());
+  EXPECT_EQ(budget->bytes, 8 * kGiB);
+  EXPECT_EQ(budget->source, "the room left under /sys/fs/cgroup/memory.max");
+}
+
+TEST(HostMemoryBudgetTest, ACgroupOverItsLimitLeavesNothing) {
+  HostMemoryFacts facts;
+  facts.physical = 64 * kGiB;
+  facts.cgroups = {{"/sys/fs/cgroup/memory.max", "1000", "1200"}};
+  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
+  ASSERT_TRUE(budget.has_value());
+  EXPECT_EQ(budget->bytes, 0u);
+}
+
+TEST(HostMemoryBudgetTest, ACgroupWithAFileMissingOrUnparsedIsLeftOut) {
+  HostMemoryFacts facts;
+  facts.physical = 64 * kGiB;
+  facts.cgroups = {{"/a/memory.max", "1000", std::nullopt},
+                   {"/b/memory.max", std::nullopt, "10"},
+                   {"/c/memory.max", "1k", "10"},
+                   {"/d/memory.max", "1000", "-5"}};
+  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
+  ASSERT_TRUE(budget.has_value());
+  EXPECT_EQ(budget->bytes, 64 * kGiB);
+}
+
+// On this host (Linux): the physical memory is read, and the budget is no
+// more than it.
+TEST(HostMemoryBudgetTest, ThisHostsFactsGiveABudgetWithinItsPhysicalMemory) {
+  const HostMemoryFacts facts = ReadHostMemoryFacts();
+  ASSERT_TRUE(facts.physical.has_value());
+  ASSERT_TRUE(facts.meminfo.has_value());
+  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
+  ASSERT_TRUE(budget.has_value());
+  EXPECT_GT(budget->bytes, 0u);
+  EXPECT_LE(budget->bytes, *facts.physical);
+}
+
+}  // namespace
+}  // namespace loom::internal
