@@ -18,6 +18,16 @@ std::string MemInfo(const std::string& available_line) {
          "\nBuffers:          123456 kB\n";
 }
 
+// Whether `facts` give a budget of `bytes`, bounded by `source`.
+::testing::AssertionResult BudgetIs(const HostMemoryFacts& facts, size_t bytes, const std::string& source) {
+  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
+  if (!budget) return ::testing::AssertionFailure() << "no budget";
+  if (budget->bytes != bytes || budget->source != source) {
+    return ::testing::AssertionFailure() << "budget " << budget->bytes << " bytes from " << budget->source;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(HostMemoryBudgetTest, NothingKnownGivesNoBudget) {
   EXPECT_FALSE(HostMemoryBudgetOf(HostMemoryFacts{}).has_value());
 }
@@ -25,20 +35,14 @@ TEST(HostMemoryBudgetTest, NothingKnownGivesNoBudget) {
 TEST(HostMemoryBudgetTest, PhysicalMemoryAloneBoundsIt) {
   HostMemoryFacts facts;
   facts.physical = 64 * kGiB;
-  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
-  ASSERT_TRUE(budget.has_value());
-  EXPECT_EQ(budget->bytes, 64 * kGiB);
-  EXPECT_EQ(budget->source, "the host's physical memory");
+  EXPECT_TRUE(BudgetIs(facts, 64 * kGiB, "the host's physical memory"));
 }
 
 TEST(HostMemoryBudgetTest, AvailableMemoryBelowPhysicalBoundsIt) {
   HostMemoryFacts facts;
   facts.physical = 64 * kGiB;
   facts.meminfo = MemInfo("MemAvailable:    2097152 kB");  // 2 GiB
-  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
-  ASSERT_TRUE(budget.has_value());
-  EXPECT_EQ(budget->bytes, 2 * kGiB);
-  EXPECT_EQ(budget->source, "MemAvailable in /proc/meminfo");
+  EXPECT_TRUE(BudgetIs(facts, 2 * kGiB, "MemAvailable in /proc/meminfo"));
 }
 
 TEST(HostMemoryBudgetTest, AMalformedOrMissingAvailableLineIsLeftOut) {
@@ -47,9 +51,7 @@ TEST(HostMemoryBudgetTest, AMalformedOrMissingAvailableLineIsLeftOut) {
     HostMemoryFacts facts;
     facts.physical = 64 * kGiB;
     facts.meminfo = MemInfo(line);
-    const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
-    ASSERT_TRUE(budget.has_value()) << line;
-    EXPECT_EQ(budget->bytes, 64 * kGiB) << line;
+    EXPECT_TRUE(BudgetIs(facts, 64 * kGiB, "the host's physical memory")) << line;
   }
 }
 
@@ -62,19 +64,14 @@ TEST(HostMemoryBudgetTest, TheTightestCgroupBoundsIt) {
       {"/sys/fs/cgroup/memory.max", std::to_string(20 * kGiB) + "\n", std::to_string(12 * kGiB) + "\n"},
       {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n", "1131937792\n"},  // v1, unlimited
   };
-  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
-  ASSERT_TRUE(budget.has_value());
-  EXPECT_EQ(budget->bytes, 8 * kGiB);
-  EXPECT_EQ(budget->source, "the room left under /sys/fs/cgroup/memory.max");
+  EXPECT_TRUE(BudgetIs(facts, 8 * kGiB, "the room left under /sys/fs/cgroup/memory.max"));
 }
 
 TEST(HostMemoryBudgetTest, ACgroupOverItsLimitLeavesNothing) {
   HostMemoryFacts facts;
   facts.physical = 64 * kGiB;
   facts.cgroups = {{"/sys/fs/cgroup/memory.max", "1000", "1200"}};
-  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
-  ASSERT_TRUE(budget.has_value());
-  EXPECT_EQ(budget->bytes, 0u);
+  EXPECT_TRUE(BudgetIs(facts, 0, "the room left under /sys/fs/cgroup/memory.max"));
 }
 
 TEST(HostMemoryBudgetTest, ACgroupWithAFileMissingOrUnparsedIsLeftOut) {
@@ -84,9 +81,7 @@ TEST(HostMemoryBudgetTest, ACgroupWithAFileMissingOrUnparsedIsLeftOut) {
                    {"/b/memory.max", std::nullopt, "10"},
                    {"/c/memory.max", "1k", "10"},
                    {"/d/memory.max", "1000", "-5"}};
-  const std::optional<HostMemoryBudget> budget = HostMemoryBudgetOf(facts);
-  ASSERT_TRUE(budget.has_value());
-  EXPECT_EQ(budget->bytes, 64 * kGiB);
+  EXPECT_TRUE(BudgetIs(facts, 64 * kGiB, "the host's physical memory"));
 }
 
 // On this host (Linux): the physical memory is read, and the budget is no
