@@ -1,18 +1,18 @@
 // register_stream_probe: can a 64-token layer stream its weights at the
 // one-token rate if the weights never pass through shared memory?
 //
-// At 33-64 rows the narrow kernel (ops/kernel/narrow_gemm.cu, RunWgmmaJob)
-// multiplies a 32-column weight tile on wgmma m64n32k16 with both operands
-// in shared memory: per weight byte the SM's shared memory takes 1 byte of
-// weights and 2 of tokens written by TMA and reads the same 3 back, and
-// wgmma_probe measured m64n32k16 at the 24 cycles a wgmma that its 3 KiB of
-// operands take at 128 bytes a clock. This probe times the other way round:
-// the weights are wgmma's A operand (64 weight rows = output columns, the
-// M side), loaded by every consumer thread straight from global memory into
-// the registers of its m64k16 fragment (16 bytes a thread a k16 step, the
-// layout a packed copy of the weights could have), and the 64 tokens are
-// the B operand (N = 64) from shared memory. Per weight byte the shared
-// memory then takes 1 byte of tokens written and 1 read.
+// At 33-64 rows the narrow kernel (RunWgmmaJob in
+// ops/kernel/narrow_consumer_role.cuh) multiplies a 32-column weight tile on
+// wgmma m64n32k16 with both operands in shared memory: per weight byte the SM's
+// shared memory takes 1 byte of weights and 2 of tokens written by TMA and
+// reads the same 3 back, and wgmma_probe measured m64n32k16 at the 24 cycles a
+// wgmma that its 3 KiB of operands take at 128 bytes a clock. This probe times
+// the other way round: the weights are wgmma's A operand (64 weight rows =
+// output columns, the M side), loaded by every consumer thread straight from
+// global memory into the registers of its m64k16 fragment (16 bytes a thread a
+// k16 step, the layout a packed copy of the weights could have), and the 64
+// tokens are the B operand (N = 64) from shared memory. Per weight byte the
+// shared memory then takes 1 byte of tokens written and 1 read.
 //
 // Every SM runs one CTA of --warpgroups consumer warpgroups; each warpgroup
 // streams its own contiguous slice of a --mib MiB weight buffer, 2 KiB a k16

@@ -1,8 +1,8 @@
 // stream_probe: how fast one CTA per SM can stream a weight matrix into a
 // shared-memory ring, by the shape of its loads. No math: a consumer warp
 // waits for each stage and frees it. This is the ceiling the narrow decode
-// kernel's B ring (ops/kernel/narrow_gemm.cu) works under, measured apart
-// from its dependencies, its consumer and its job queue.
+// kernel's B ring (ops/kernel/narrow_loader_role.cuh) works under,
+// measured apart from its dependencies, its consumer and its job queue.
 //
 // The matrix is [rows, cols] bf16, row-major (a weight matrix: rows are
 // output columns, cols is K). A job is `job_rows` consecutive rows over the

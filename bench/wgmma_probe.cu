@@ -1,7 +1,7 @@
 // wgmma_probe: how fast one SM multiplies on wgmma with both operands from
 // shared memory, in the pattern of the narrow decode kernel's main loop
-// (ops/kernel/narrow_gemm.cu, RunWgmmaJob), by instruction shape and by the
-// number of warpgroups issuing at once. No loads, no rings: operands sit in
+// (RunWgmmaJob in ops/kernel/narrow_consumer_role.cuh), by instruction
+// shape and by the number of warpgroups issuing at once. No loads, no rings: operands sit in
 // shared memory (random bf16), each warpgroup its own copy, and every stage
 // multiplies the same bytes.
 //

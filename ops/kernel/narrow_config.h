@@ -44,8 +44,8 @@ struct NarrowConfig {
   static constexpr int kBlockN = 32;
   static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig
   // One consumer warpgroup, or two taking the CTA's jobs in turn
-  // (narrow_gemm.cu, ConsumeJobs): one runs a job's epilogue while the other
-  // multiplies the next job's stages. Two pay where a CTA runs many jobs of
+  // (narrow_consumer_role.cuh, ConsumeJobs): one runs a job's epilogue while
+  // the other multiplies the next job's stages. Two pay where a CTA runs many jobs of
   // 17-64 rows (the MLP block, whose gate/up is seven waves, at 32 / 64
   // tokens 89.3-89.7 / 105.3-105.4 us against 95.1-95.5 / 110.4), not on
   // the mma.sync path (16 tokens 84.2-84.4 against 81.5-81.9) nor in a chain
@@ -151,8 +151,8 @@ struct NarrowConfig {
   // A k-block of A holds only the plan's rows, rounded up to the 8-row group
   // of the 128B swizzle (TMA zero-fills the rows past M): 1 KiB for up to 8
   // tokens. The wgmma paths (17 to 64 rows) read 64 rows from a tile's
-  // start (17-32 rows: the tiles of two k-blocks at once, narrow_gemm.cu,
-  // RunPairedWgmmaJob; 33-64: RunWgmmaJob), past the tiles into whatever
+  // start (17-32 rows: the tiles of two k-blocks at once,
+  // narrow_consumer_role.cuh, RunPairedWgmmaJob; 33-64: RunWgmmaJob), past the tiles into whatever
   // follows (later k-blocks and stages, then the B ring, which the layout
   // puts after A for that reason): at most 24 rows, 3 KiB. Those rows only
   // reach accumulator rows that are never read.
@@ -166,7 +166,7 @@ struct NarrowConfig {
   }
 
   // Plans of at most this many rows multiply on mma.sync (the tokens as one
-  // or two 8-column blocks), taller ones on wgmma (narrow_gemm.cu).
+  // or two 8-column blocks), taller ones on wgmma (narrow_consumer_role.cuh).
   static constexpr int kMmaSyncRows = 16;
   // Plans of 17 to this many rows multiply two k-blocks a wgmma
   // (RunPairedWgmmaJob), taller ones one (RunWgmmaJob).
@@ -235,7 +235,7 @@ struct NarrowBarriers {
   uint64_t publish_empty[NarrowConfig::kJobSlots];
   // With two consumer warpgroups, one per warpgroup: the other's main loop
   // has waited for every stage of its job (one arrival per warp), so this
-  // one may wait for the next job's (narrow_gemm.cu, ConsumeJobs).
+  // one may wait for the next job's (narrow_consumer_role.cuh, ConsumeJobs).
   uint64_t consumer_turn[NarrowConfig::kMaxConsumerWarpgroups];
   // This launch's epoch, read by the scheduler thread and handed to the
   // CTA's other roles (NarrowContext::AwaitPreviousLaunch): one arrival,

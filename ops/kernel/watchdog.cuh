@@ -8,7 +8,7 @@
 // the abort flag within a few microseconds and gives up too. A role whose
 // wait gave up drains: it waits for no other CTA again and keeps its side of
 // each ring going until the job stream ends (the narrow kernel's loaders
-// without data, narrow_gemm.cu; the tiled kernel's with whatever the
+// without data, narrow_loader_role.cuh; the tiled kernel's with whatever the
 // producers left, cta_context.cuh), and the scheduler hands out the rest of
 // the queue. So the waits on a CTA's own rings, staging buffers, job slots
 // and consumer meetings (WaitPhase) need no clock, and each CTA reaches its

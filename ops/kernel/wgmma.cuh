@@ -113,7 +113,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
 // both operands from shared memory (K-major, 128B-swizzled tiles, through
 // descriptors given by their low words: Swizzle128DescriptorLow; the high
 // word is the constant kSwizzle128DescriptorHigh): the narrow decode
-// kernel's 64 x 32 tile (narrow_gemm.cu, RunWgmmaJob). d[16] holds the same
+// kernel's 64 x 32 tile (narrow_consumer_role.cuh, RunWgmmaJob). d[16] holds the same
 // rows and columns as the first 16 registers of the m64n256k16 layout above
 // (columns 0..31). Always accumulates (D = A*B + D). Asynchronous, as above.
 // NOTE: the low words only, the high word a constant inside the asm: given
@@ -132,7 +132,7 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint32_t desc
   LOOM_WGMMA_IN_HALF_TYPE(LOOM_WGMMA_SS_LOW, "m64n32k16", LOOM_WGMMA_REGS16, LOOM_WGMMA_D16, d, "%16", "%17", "%18")
 }
 
-// The same, m64n64k16: the 17-32-row jobs' paired k-blocks (narrow_gemm.cu,
+// The same, m64n64k16: the 17-32-row jobs' paired k-blocks (narrow_consumer_role.cuh,
 // RunPairedWgmmaJob). d[32] holds the first 32 registers of the m64n256k16
 // layout (columns 0..63).
 template <ElementType kHalf>

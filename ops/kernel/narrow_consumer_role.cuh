@@ -1,0 +1,453 @@
+// narrow_consumer_role.cuh: the narrow kernel's consumer warpgroups: their
+// main loops (mma.sync at 1-16 rows, paired m64n64k16 wgmma at 17-32,
+// m64n32k16 at 33-64), the ring releases, and the turns two consumers take
+// over a CTA's jobs (protocol: narrow_context.cuh).
+#ifndef LOOM_OPS_KERNEL_NARROW_CONSUMER_ROLE_CUH_
+#define LOOM_OPS_KERNEL_NARROW_CONSUMER_ROLE_CUH_
+
+#include <cuda/ptx>
+
+#include "narrow_context.cuh"
+#include "narrow_epilogue.cuh"
+#include "wgmma.cuh"
+
+namespace loom::kernel {
+
+// RunWgmmaJob's main loop (33 to 64 rows): each k16 step one wgmma
+// m64n32k16 with both operands from shared memory, A through a descriptor of
+// all 64 rows of its k-block tile (rows past the plan's run into what follows
+// the tile: NarrowConfig::ATileBytes). One wgmma into one accumulator waits for
+// the last (a single chain of short wgmmas left the tensor cores idle,
+// bench/NOTES.md v1.16), so the k16 steps of a k-block go to kChains
+// independent accumulator sets, summed at the end (in a fixed order: the
+// result does not depend on timing). A stage's 16 wgmmas are one group; its
+// slots are freed once the next stage's group is issued and this one has
+// retired (wgmma_wait_group<1>).
+// NOTE: with A from registers (the RS form: each warp's 16 rows loaded with
+// ldmatrix into one of two buffers, so one group a k-block and a wait after
+// each) the MLP block at 64 tokens took 160 us and the 8-layer chain 177;
+// with this loop 131 and 152 (bench/NOTES.md v1.18). Reading A from shared
+// memory costs twice the bytes of B per wgmma; the waits cost more.
+inline constexpr int kChains = NarrowConfig::kBlockK / 16;
+
+// Frees the oldest stage's A and B slots once this warp's reads of them are
+// done (one arrival per consumer warp, or on A one per lane:
+// kEveryLaneOnA) and moves the cursors on.
+template <bool kEveryLaneOnA>
+__device__ __forceinline__ void ReleaseSlots(const NarrowContext& ctx, bool release_lane, RingCursor& a_release,
+                                             RingCursor& b_release) {
+  if (kEveryLaneOnA || release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->a_empty[a_release.stage]);
+  if (release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->b_empty[b_release.stage]);
+  a_release.Advance(ctx.params.a_stages);
+  b_release.Advance(ctx.params.b_stages);
+}
+
+// What one consumer warpgroup keeps across jobs: which it is, its position
+// in both rings, and the phase of its turn barrier, which keeps the two
+// warpgroups' main loops in job order (ConsumeJobs).
+struct ConsumerRings {
+  int warpgroup;  // 0 or 1
+  RingCursor a, b;
+  uint32_t turn_phase = 0;
+
+  // Its named barrier and partials buffer (RunMmaSyncJob, RunPairedWgmmaJob).
+  __device__ uint32_t barrier() const { return static_cast<uint32_t>(NamedBarrier::kConsumer0) + warpgroup; }
+  __device__ float4* partials(const NarrowContext& ctx) const {
+    return ctx.partials + warpgroup * (NarrowConfig::kPartialsBytes / sizeof(float4));
+  }
+  // Its turn barrier (completes when the other warpgroup's main loop has
+  // waited for its last stage), and the other's.
+  __device__ uint64_t* turn(const NarrowContext& ctx) const { return &ctx.barriers->consumer_turn[warpgroup]; }
+  __device__ uint64_t* next_turn(const NarrowContext& ctx) const {
+    return &ctx.barriers->consumer_turn[warpgroup ^ 1];
+  }
+};
+
+// This warp's main loop has waited for every stage of its job: the other
+// warpgroup may wait for the next job's (one arrival per warp).
+template <int kConsumers>
+__device__ __forceinline__ void PassTurn(const NarrowContext& ctx, const ConsumerRings& rings, int lane) {
+  if (kConsumers > 1 && lane == 0) cuda::ptx::mbarrier_arrive(rings.next_turn(ctx));
+}
+
+// Waits for the stage under the cursors to be full in both rings; on the
+// job's first stage also stamps data_ready and lets the epilogue prefetch.
+// The warp leaves converged: what follows (wgmma, ldmatrix, mma.sync) is
+// warp-wide.
+// NOTE: the __syncwarp costs a 64-row job at 33 CTAs 4-10% (nothing on the
+// whole chip); waiting on a warp vote instead (`while (!__all_sync(...,
+// try_wait))`) was slower still (bench/NOTES.md v1.48).
+template <typename Epilogue>
+__device__ __forceinline__ void WaitForStage(const NarrowContext& ctx, const ConsumerRings& rings, int index,
+                                             bool first, bool leader, Epilogue& epilogue) {
+  WaitPhase(&ctx.barriers->a_full[rings.a.stage], rings.a.phase);
+  if (first) {
+    RecordTrace(ctx, index, leader, &DeviceJobTrace::data_ready);
+    epilogue.Prefetch();
+  }
+  WaitPhase(&ctx.barriers->b_full[rings.b.stage], rings.b.phase);
+  __syncwarp();
+}
+
+// A job of 33 to 64 rows: wgmma m64n32k16 over the whole K, then the
+// epilogue. kHalf: the plan's 16-bit type (NarrowGemmKernel).
+template <int kConsumers, ElementType kHalf>
+__device__ void RunWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+                            int lane, ConsumerRings& rings) {
+  const bool release_lane = lane == 0;
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
+  NarrowEpilogue<kHalf> epilogue(work, ctx.tile().m, warp, lane);
+  float chains[kChains][16];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+    for (int r = 0; r < 16; ++r) chains[c][r] = 0.0f;
+  }
+  // The stage whose wgmmas were issued and whose slots are not yet released.
+  RingCursor a_release = rings.a, b_release = rings.b;
+  bool pending = false;
+  const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
+  for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
+    WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
+    const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
+    const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
+    // Every k-block of the stage, those past K too (zero-filled: LoadStage):
+    // wgmmas under a branch made ptxas fence the accumulators (C7519).
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < NarrowConfig::kKBlocksPerStage; ++kb) {
+      const uint32_t desc_a = Swizzle128DescriptorLow(a_stage + kb * a_tile_bytes);
+      const uint32_t desc_b = Swizzle128DescriptorLow(b_stage + kb * NarrowConfig::kBTileBytes);
+#pragma unroll
+      for (int k16 = 0; k16 < kChains; ++k16) {
+        wgmma_m64n32k16_ss<kHalf>(chains[k16], AdvanceDescriptorLowK16(desc_a, k16),
+                                AdvanceDescriptorLowK16(desc_b, k16));
+      }
+    }
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<1>();
+    // The previous stage's group has retired: its slots are free.
+    if (pending) ReleaseSlots<false>(ctx, release_lane, a_release, b_release);
+    pending = true;
+    rings.a.Advance(ctx.params.a_stages);
+    rings.b.Advance(ctx.params.b_stages);
+  }
+  PassTurn<kConsumers>(ctx, rings, lane);
+  ptx::wgmma_wait_group<0>();
+  if (pending) ReleaseSlots<false>(ctx, release_lane, a_release, b_release);
+  float acc[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    acc[r] = chains[0][r];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) acc[r] += chains[c][r];
+  }
+  RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
+  epilogue.Store(acc);
+}
+
+// A job of 17 to 32 rows (kRows, the A tile's rows: 24 or 32) on wgmma
+// m64n64k16, two k-blocks a wgmma: its 64 rows are the tokens over k-block
+// 2p (rows 0..kRows-1) and over k-block 2p + 1 (rows kRows..2 kRows-1),
+// which lie one after the other in the A stage (rows past them read what
+// follows and are never used); its 64 columns the tile's weights over the
+// same two k-blocks, one after the other in the B stage. Of the product,
+// rows 0..kRows-1 x columns 0-31 are the sums over k-block 2p, rows kRows..
+// x columns 32-63 those over k-block 2p + 1; the rest mixes k-blocks and is
+// never read. A stage is 8 wgmmas (two pairs x four k16 steps) into two
+// accumulator sets, one group, its slots freed as in RunWgmmaJob (the same
+// loop, written out: through a shared helper taking the stage's wgmmas as a
+// lambda, the 24-token chain took 107.0-107.1 us against 106.3-106.6,
+// bench/NOTES.md v1.24). Then the threads that hold the second k-block's
+// sums hand them, through shared memory, to those that hold the first's for
+// the same token, which add them
+// (in a fixed order: the result does not depend on timing) and so hold the
+// tile in RunWgmmaJob's layout, rows 0..kRows-1: the same epilogue stores it
+// (it skips rows past M).
+// NOTE: half as many wgmmas as RunWgmmaJob's m64n32k16 (which this replaced
+// at 17-32 rows), each twice as wide: the MLP block at 24 / 32 tokens took
+// 105.6-106.1 / 108.8-109.1 us against 111.7-112.0 / 115.2-115.5, the
+// 8-layer chain 107.4-107.7 / 108.9-109.5 against 112.0-112.4 /
+// 112.8-113.7. Four accumulator sets instead of two, or 32-row tiles at
+// 17-24 rows, were no faster. The operands the other way round (weights as
+// the 64 rows, the tokens of both k-blocks as N = 2 * rows) took 114.5 /
+// 124.3 at 24 / 32 tokens, and at 48 / 64 tokens (N = 96 / 128) 149 / 167
+// against 117 / 119 (bench/NOTES.md v1.24).
+template <int kRows, int kConsumers, ElementType kHalf>
+__device__ void RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+                                  int lane, ConsumerRings& rings) {
+  constexpr int kPairChains = 2;
+  constexpr int kHandoffPitch = NarrowConfig::kBlockN + 1;  // floats a token row, padded against bank conflicts
+  static_assert(NarrowConfig::kKBlocksPerStage == 4 && NarrowConfig::kBlockN == 32, "two pairs of k-blocks a stage");
+  static_assert(kRows % 8 == 0 && 2 * kRows <= 64, "both k-blocks' tokens in the 64 rows");
+  static_assert(kRows * kHandoffPitch * 4 <= NarrowConfig::kPartialsBytes, "the handoff fits the partials");
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const uint32_t a_tile_bytes = NarrowConfig::ATileBytes(kRows);
+  const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
+  NarrowEpilogue<kHalf> epilogue(work, ctx.tile().m, warp, lane);
+  float chains[kPairChains][32] = {};
+  RingCursor a_release = rings.a, b_release = rings.b;
+  bool pending = false;
+  for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
+    WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
+    const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
+    const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::kBStageBytes;
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < NarrowConfig::kBlockK / 16; ++k16) {
+#pragma unroll
+      for (int pair = 0; pair < 2; ++pair) {
+        const uint32_t tokens = Swizzle128DescriptorLow(a_stage + 2 * pair * a_tile_bytes);
+        const uint32_t weights = Swizzle128DescriptorLow(b_stage + 2 * pair * NarrowConfig::kBTileBytes);
+        wgmma_m64n64k16_ss<kHalf>(chains[pair], AdvanceDescriptorLowK16(tokens, k16),
+                                AdvanceDescriptorLowK16(weights, k16));
+      }
+    }
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<1>();
+    if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
+    pending = true;
+    rings.a.Advance(ctx.params.a_stages);
+    rings.b.Advance(ctx.params.b_stages);
+  }
+  PassTurn<kConsumers>(ctx, rings, lane);
+  ptx::wgmma_wait_group<0>();
+  if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
+  // Register 4c + 2h + e holds row 16 * warp + lane / 4 + 8h, column 8c + 2 *
+  // (lane % 4) + e (wgmma.cuh); every index below is a constant (a run-time
+  // one would put the accumulators in local memory), only the stores and
+  // loads are predicated on the row.
+  float* handoff = reinterpret_cast<float*>(rings.partials(ctx));
+  // The first barrier: the previous job's partials have all been read.
+  ptx::barrier_at<128>(rings.barrier());
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = 16 * warp + lane / 4 + 8 * h;
+    if (row < kRows || row >= 2 * kRows) continue;
+#pragma unroll
+    for (int c = 4; c < 8; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 4 * c + 2 * h + e;
+        handoff[(row - kRows) * kHandoffPitch + 8 * (c - 4) + 2 * (lane % 4) + e] = chains[0][r] + chains[1][r];
+      }
+    }
+  }
+  ptx::barrier_at<128>(rings.barrier());
+  float acc[16];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = 16 * warp + lane / 4 + 8 * h;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 4 * c + 2 * h + e;
+        acc[r] = chains[0][r] + chains[1][r];
+        if (row < kRows) acc[r] += handoff[row * kHandoffPitch + 8 * c + 2 * (lane % 4) + e];
+      }
+    }
+  }
+  RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
+  epilogue.Store(acc);
+}
+
+// The same for a job of at most 16 rows, on mma.sync m16n8k16 with the
+// operands swapped: the weights (the job's 32 columns of B, two 16-row
+// blocks) are the 16-row operand, the tokens (one or two blocks of 8 rows of
+// A) the 8-column one, so no instruction spends work on rows past M.
+// Warp w multiplies k-block w of every stage, for every (weight block, token
+// block) pair, one accumulator set per pair and k16 step (independent
+// chains). Then the four warps' partial tiles meet in shared memory, and
+// warp w sums pair w (weight block w % 2, token block w / 2) over the warps,
+// in warp order (the result does not depend on timing), for its epilogue.
+// Traced (bench/NOTES.md v1.17): with each warp on one pair over all of a
+// stage's k-blocks, four mma.sync in a row into each chain, a one-token
+// chain layer's main loop (64 k-blocks) took ~6.2 us; split by k-block,
+// ~5 us.
+// kTagged: the tagged handoff's instantiation (SwappedEpilogue).
+template <int kTokenBlocks, int kConsumers, bool kTagged, ElementType kHalf>
+__device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+                              int lane, ConsumerRings& rings) {
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
+  static_assert(NarrowConfig::kKBlocksPerStage == 4, "one k-block of each stage per consumer warp");
+  const int weight_block = warp % 2, token_block = warp / 2;  // this warp's pair, for the epilogue
+  const bool active = token_block < kTokenBlocks;
+  SwappedEpilogue<kTagged, kHalf> epilogue(work, ctx.tile().m, weight_block, token_block, active, lane);
+  const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
+  float chains[kTokenBlocks][2][4][4] = {};  // [token block][weight block][k16 step][register]
+  for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
+    WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
+    const uint32_t a_tile = a_base + rings.a.stage * ctx.params.a_stage_bytes + warp * a_tile_bytes;
+    const uint32_t b_tile = b_base + rings.b.stage * NarrowConfig::kBStageBytes + warp * NarrowConfig::kBTileBytes;
+    uint32_t tokens[kTokenBlocks][2][4];  // 16-byte chunks 0-3 and 4-7 of the token row (k 0-31, 32-63)
+#pragma unroll
+    for (int tb = 0; tb < kTokenBlocks; ++tb) {
+      const int token_row = 8 * tb + (lane & 7);
+      ptx::ldmatrix_x4(a_tile + SwizzledPanelOffset(token_row, 16 * ((lane >> 3) + 0)), tokens[tb][0]);
+      ptx::ldmatrix_x4(a_tile + SwizzledPanelOffset(token_row, 16 * ((lane >> 3) + 4)), tokens[tb][1]);
+    }
+#pragma unroll
+    for (int wb = 0; wb < 2; ++wb) {
+      const int weight_row = 16 * wb + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int k16 = 0; k16 < 4; ++k16) {
+        uint32_t weights[4];
+        ptx::ldmatrix_x4(b_tile + SwizzledPanelOffset(weight_row, 16 * (2 * k16 + (lane >> 4))), weights);
+#pragma unroll
+        for (int tb = 0; tb < kTokenBlocks; ++tb) {
+          ptx::mma_m16n8k16<kHalf>(chains[tb][wb][k16], weights, tokens[tb][k16 / 2][2 * (k16 % 2)],
+                                 tokens[tb][k16 / 2][2 * (k16 % 2) + 1]);
+        }
+      }
+    }
+    // The stage's reads are done (ldmatrix is synchronous): free its slots.
+    // With the tagged handoff, whose A loader refills the A slot with
+    // generic stores, each lane releases its own reads of A.
+    ReleaseSlots<kTagged>(ctx, lane == 0, rings.a, rings.b);
+  }
+  PassTurn<kConsumers>(ctx, rings, lane);
+  // The first barrier: the previous job's partials have all been read.
+  ptx::barrier_at<128>(rings.barrier());
+#pragma unroll
+  for (int tb = 0; tb < kTokenBlocks; ++tb) {
+#pragma unroll
+    for (int wb = 0; wb < 2; ++wb) {
+      float4 sum;
+      const float(&c)[4][4] = chains[tb][wb];
+      sum.x = (c[0][0] + c[1][0]) + (c[2][0] + c[3][0]);
+      sum.y = (c[0][1] + c[1][1]) + (c[2][1] + c[3][1]);
+      sum.z = (c[0][2] + c[1][2]) + (c[2][2] + c[3][2]);
+      sum.w = (c[0][3] + c[1][3]) + (c[2][3] + c[3][3]);
+      rings.partials(ctx)[(warp * 4 + 2 * tb + wb) * 32 + lane] = sum;
+    }
+  }
+  ptx::barrier_at<128>(rings.barrier());
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (active) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float4 part = rings.partials(ctx)[(w * 4 + 2 * token_block + weight_block) * 32 + lane];
+      acc[0] += part.x;
+      acc[1] += part.y;
+      acc[2] += part.z;
+      acc[3] += part.w;
+    }
+  }
+  RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
+  epilogue.Store(acc, ctx.epoch);
+}
+
+// A job's stages waited for and freed without a multiply, after recording a
+// failure for the launch (WaitKind::kNoKernelPath: no wait timed out): for a
+// job the kernel has no path for (ConsumeJobs). Every lane frees A (the
+// tagged handoff's kEveryLaneOnA).
+template <int kConsumers>
+__device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int index, int lane,
+                            ConsumerRings& rings) {
+  if (threadIdx.x % 128 == 0) ctx.watchdog.Report(WaitKind::kNoKernelPath, index, -1, 0, 0);
+  const int stages = NarrowConfig::StagesOf(work.job->k_block_end - work.job->k_block_begin);
+  for (int s = 0; s < stages; ++s) {
+    WaitPhase(&ctx.barriers->a_full[rings.a.stage], rings.a.phase);
+    WaitPhase(&ctx.barriers->b_full[rings.b.stage], rings.b.phase);
+    __syncwarp();
+    ReleaseSlots<true>(ctx, lane == 0, rings.a, rings.b);
+  }
+  PassTurn<kConsumers>(ctx, rings, lane);
+}
+
+// A consumer warpgroup, every other job of the CTA (`warpgroup` 0 the first,
+// third, ...; 1 the second, fourth, ...): the main loop over the whole K and
+// the epilogue into C, then each warp hands its part of the tile to the
+// publisher. The jobs of the other warpgroup it reads too, and moves its
+// ring and handoff cursors past them: both rings and the handoffs hold the
+// CTA's jobs in queue order. So while one warpgroup runs a job's epilogue,
+// the other multiplies the next job's stages as they land.
+// After a time-out it goes on as usual (its rings drain: the top of the
+// file) until the job stream ends.
+// kPath: 24 or 32, RunPairedWgmmaJob for A tiles of that many rows; 0, the
+// others by the plan's rows (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
+// NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
+// spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
+// 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
+// loop of their own (bench/NOTES.md v1.24).
+template <int kPath, int kConsumers, bool kTagged, ElementType kHalf>
+__device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
+  static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
+  const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
+  JobStream jobs;
+  ConsumerRings rings{warpgroup};
+  RingCursor handoff;
+  for (int ordinal = 0;; ++ordinal) {
+    const int index = jobs.Next(ctx);
+    if (index < 0) return;
+    if (kConsumers > 1 && ordinal % kConsumers != warpgroup) {
+      const sched::TileJob& job = ctx.params.queue[index];
+      const int stages = NarrowConfig::StagesOf(job.k_block_end - job.k_block_begin);
+      rings.a.Skip(stages, ctx.params.a_stages);
+      rings.b.Skip(stages, ctx.params.b_stages);
+      handoff.Advance(NarrowConfig::kJobSlots);
+      continue;
+    }
+    // A ring barrier's wait by parity tells its current phase only from the
+    // one before: so the stages of this job are waited for only once the
+    // other warpgroup has waited for its last job's (every job before this
+    // one was its, or this warpgroup's own).
+    if (kConsumers > 1 && ordinal > 0) {
+      WaitPhase(rings.turn(ctx), rings.turn_phase);
+      rings.turn_phase ^= 1;
+    }
+    StartTrace(ctx, index, leader);
+    const CtaWork work = ResolveJob(ctx, index);
+    if constexpr (kPath == 0) {
+      if (tile_rows <= 8) {
+        RunMmaSyncJob<1, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
+      } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
+        RunMmaSyncJob<2, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
+      } else if constexpr (kTagged) {
+        // Not reached: a plan with tagged handoffs multiplies on mma.sync
+        // (runtime.cc, TaggedHandoffsOf). Rather than compile in a path it
+        // never runs, the launch fails and the job's stages drain.
+        PassOverJob<kConsumers>(ctx, work, index, lane, rings);
+      } else {
+        RunWgmmaJob<kConsumers, kHalf>(ctx, work, index, leader, warp, lane, rings);
+      }
+    } else {
+      RunPairedWgmmaJob<kPath, kConsumers, kHalf>(ctx, work, index, leader, warp, lane, rings);
+    }
+    __syncwarp();  // the lanes' stores to C, before lane 0's arrival
+    if (lane == 0) {
+      WaitPhase(&ctx.barriers->publish_empty[handoff.stage], handoff.phase ^ 1);
+      cuda::ptx::mbarrier_arrive(&ctx.barriers->publish_full[handoff.stage]);
+    }
+    __syncwarp();  // converged again: JobStream::Next reads the slot once a warp
+    handoff.Advance(NarrowConfig::kJobSlots);
+    RecordTrace(ctx, index, leader, &DeviceJobTrace::staged);
+  }
+}
+
+template <bool kPaired, int kConsumers, bool kTagged, ElementType kHalf>
+__device__ void RunNarrowConsumer(const NarrowContext& ctx) {
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int warpgroup = threadIdx.x / 128 - 1;
+  const bool leader = threadIdx.x % 128 == 0;  // writes its jobs' traces (the publisher releases the flag)
+  if constexpr (kPaired) {
+    if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {
+      ConsumeJobs<24, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+    } else {
+      ConsumeJobs<32, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+    }
+  } else {
+    ConsumeJobs<0, kConsumers, kTagged, kHalf>(ctx, warpgroup, warp, lane, leader);
+  }
+}
+
+}  // namespace loom::kernel
+
+#endif  // LOOM_OPS_KERNEL_NARROW_CONSUMER_ROLE_CUH_
