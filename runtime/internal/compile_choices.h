@@ -1,0 +1,97 @@
+// compile_choices.h (internal): what Runtime::Compile checks and chooses
+// before it lowers a graph: the options' and the device's ranges, which
+// kernel runs the plan, and that kernel's tile width, rings and shared
+// memory. Pure functions of the graph, the options and the device
+// description, so Compile without a GPU makes the same choices.
+#ifndef LOOM_RUNTIME_INTERNAL_COMPILE_CHOICES_H_
+#define LOOM_RUNTIME_INTERNAL_COMPILE_CHOICES_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernel_params.h"
+#include "loom/graph.h"
+#include "loom/runtime.h"
+#include "loom/scheduler/schedule.h"
+
+namespace loom::internal {
+
+// The tiled kernel's CTAs a cluster (the narrow kernel has no clusters).
+inline constexpr int kClusterSize = 2;
+
+// The kernels' names for a graph's element type and activation.
+kernel::ElementType ElementTypeOf(DType dtype);
+kernel::EpilogueActivation ActivationOf(Activation activation);
+
+// The scheduler's view of `graph`'s nodes and of the edges between them
+// (`dependencies`: graph.Dependencies()).
+std::vector<sched::NodeProblem> ProblemsOf(const GemmGraph& graph, const std::vector<DataDependency>& dependencies);
+
+// Whether the scheduler gives `node` tile jobs (M and N above 0), and
+// whether those jobs load operands (K above 0 too).
+bool HasJobs(const GemmNode& node);
+bool LoadsOperands(const GemmNode& node);
+
+// The first node with jobs and K = 0, or null.
+const GemmNode* FirstZeroKNode(const GemmGraph& graph);
+// The narrow kernel's 32-column tiles of `node` (0 without jobs).
+int64_t NarrowTiles(const GemmNode& node);
+// The rows of the tallest node with jobs, and the longest K of one.
+int64_t MaxRows(const GemmGraph& graph);
+int64_t MaxK(const GemmGraph& graph);
+
+// The plan's 16-bit input type; InvalidArgument for a graph that mixes two.
+absl::StatusOr<DType> HalfTypeOf(const GemmGraph& graph);
+
+// InvalidArgument for an option out of its range, naming it and the value.
+absl::Status CheckOptions(const CompileOptions& options);
+// InvalidArgument or FailedPrecondition for a device description the
+// kernels cannot run on.
+absl::Status CheckDevice(const DeviceDescription& device);
+// InvalidArgument where lockstep rings would read a B another node writes.
+absl::Status CheckLockstepReadsNoProducedB(const GemmGraph& graph, const std::vector<DataDependency>& dependencies);
+
+// Whether a graph of at most `rows` rows runs on the narrow decode kernel
+// (`depth`: sched::NodeDepths of its problems) of a device with `sms` SMs.
+bool UsesNarrowKernel(const CompileOptions& options, const GemmGraph& graph,
+                      const std::vector<DataDependency>& dependencies, const std::vector<int32_t>& depth,
+                      int64_t rows, int sms);
+
+// The tiled kernel: its A stage size, its tile width on a grid of
+// `grid_ctas` CTAs, the scheduler's tile for a width, its ring depths {A,
+// B}, the shared memory they take (ResourceExhausted past the device's), and
+// whether its B loader reads packed weights under `options`.
+uint32_t AStageBytesFor(const GemmGraph& graph);
+int ChooseTileWidth(const CompileOptions& options, const std::vector<sched::NodeProblem>& problems,
+                    const std::vector<int32_t>& depth, int64_t grid_ctas);
+sched::TileShape TiledTile(int tile_n);
+std::pair<int, int> ChooseTiledRings(const CompileOptions& options, const DeviceDescription& device,
+                                     uint32_t a_stage_bytes, int tile_n);
+absl::StatusOr<int64_t> TiledSharedMemory(int a_stages, int b_stages, const DeviceDescription& device,
+                                          uint32_t a_stage_bytes, int tile_n);
+bool TiledRingsReadPackedWeights(const CompileOptions& options);
+
+// The narrow decode kernel's rings (ChooseNarrowRings).
+struct NarrowRings {
+  int a_stages = 0;
+  int b_stages = 0;
+  int b_in_flight = 0;
+  int consumers = 0;  // consumer warpgroups (CompileOptions::narrow_consumers)
+  uint32_t a_stage_bytes = 0;
+  uint32_t smem_bytes = 0;
+};
+
+// Whether every node is at most one wave of narrow tiles on `sms` SMs and
+// some node reads another's output: a chain of one-wave layers.
+bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDependency>& dependencies, int sms);
+// The narrow kernel's rings for a graph of at most `rows` rows and K at most
+// `max_k`; InvalidArgument for options it cannot run.
+absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
+                                              int64_t rows, int64_t max_k, bool one_wave_chain, bool packed);
+
+}  // namespace loom::internal
+
+#endif  // LOOM_RUNTIME_INTERNAL_COMPILE_CHOICES_H_
