@@ -361,7 +361,7 @@ __device__ __forceinline__ void AcquireEveryNodesTensorMaps(const KernelParams& 
 // warp at the start of a launch: after a launch has streamed its weights
 // through L2 they are gone, and the first job of every role reads them one
 // round trip after another (queue entry, node, descriptor). Nodes that load
-// nothing (M, N or K of 0) have no A or B maps (runtime.cc) and are skipped.
+// nothing (M, N or K of 0) have no A or B maps (plan_resources.cc) and are skipped.
 // NOTE: with this and the scheduler's first fetch beside the epoch read, the
 // one-token MLP block (narrow kernel) took 99.5-99.7 us against 100.7-100.8
 // (bench/NOTES.md v1.19).

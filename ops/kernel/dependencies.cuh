@@ -151,7 +151,7 @@ __device__ inline FlagRun AProducerRun(const Ctx& ctx, const KernelNode& node, i
 
 // How many of the run's granules, from the first, have every flag at this
 // epoch: one poll, the run's flags read as aligned 16-byte words (the flag
-// array is padded to a whole word, runtime.cc), all in flight together. Every
+// array is padded to a whole word, plan_resources.cc), all in flight together. Every
 // granule of the run lies in the words read (WaitForAProducersAhead caps the
 // run to them). The words are read by kLanes lanes of a warp (the narrow
 // kernel's A loader polls with all 32, the tiled kernel's with one thread):

@@ -1,5 +1,5 @@
 // kernel_params.h: what the host hands the persistent kernel. Built by the
-// runtime from a Plan (runtime/src/runtime.cc), copied to device memory
+// runtime from a Plan (runtime/src/plan_resources.cc), copied to device memory
 // once per Plan; the kernel takes one KernelParams by value.
 #ifndef LOOM_OPS_KERNEL_KERNEL_PARAMS_H_
 #define LOOM_OPS_KERNEL_KERNEL_PARAMS_H_

@@ -180,7 +180,7 @@ __device__ inline void RunBLoader(const CtaContext<Config>& ctx) {
     // or, with B shared by the cluster, one of half that (the CTA's half of
     // the rows) to both CTAs. The
     // runtime packs the nodes of at most two row blocks whose B no node
-    // writes (runtime.cc, PackedNodesOf). Measured on the MLP block at 128
+    // writes (plan_resources.cc, PackedNodesOf). Measured on the MLP block at 128
     // tokens: gate/up's main loops 58.5 us against 60.5, the down
     // projection's 27.2 against 29.4 (bench/NOTES.md v1.40). A stage per
     // k-block: the job's stages follow each other; with B shared, this CTA's

@@ -108,7 +108,7 @@ struct NarrowConfig {
   LOOM_HOST_DEVICE static constexpr Int StagesOf(Int k_blocks) {
     return (k_blocks + kKBlocksPerStage - 1) / kKBlocksPerStage;
   }
-  // The tagged handoff (runtime.cc, TaggedHandoffsOf): in a plan on the
+  // The tagged handoff (plan_resources.cc, TaggedHandoffsOf): in a plan on the
   // mma.sync path, a node of at most kTaggedMaxRows rows whose A is exactly
   // another node's C (the same view; that node of one wave of tiles at
   // most) reads A from a tagged copy that the

@@ -411,7 +411,7 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
         RunMmaSyncJob<2, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
       } else if constexpr (kTagged) {
         // Not reached: a plan with tagged handoffs multiplies on mma.sync
-        // (runtime.cc, TaggedHandoffsOf). Rather than compile in a path it
+        // (plan_resources.cc, TaggedHandoffsOf). Rather than compile in a path it
         // never runs, the launch fails and the job's stages drain.
         PassOverJob<kConsumers>(ctx, work, index, lane, rings);
       } else {

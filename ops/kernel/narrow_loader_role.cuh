@@ -15,7 +15,7 @@ namespace loom::kernel {
 
 // Loads the k-blocks [kb0, kb0 + kKBlocksPerStage) of rows [row0, + tile_bytes
 // / 128) of an operand into a ring stage, one tile_bytes tile per k-block.
-// `kblock_map` (the operand's K is a multiple of 64: runtime.cc encodes it
+// `kblock_map` (the operand's K is a multiple of 64: plan_resources.cc encodes it
 // with EncodeKBlockMap) loads them all at once; otherwise each k-block is a
 // load of its own. Either way TMA zero-fills what lies past K, whole k-blocks
 // too, so the consumer can run every k-block of every stage.
@@ -62,7 +62,7 @@ __device__ __forceinline__ void LoadPackedStage(const uint8_t* packed_b, int64_t
                              NarrowConfig::kBStageBytes, full, policy);
 }
 
-// Whether the node's operands have k-block maps (KernelNodesOf in runtime.cc).
+// Whether the node's operands have k-block maps (KernelNodesOf in plan_resources.cc).
 __device__ __forceinline__ bool HasKBlockMaps(const sched::NodeSchedule& schedule) {
   return schedule.k % NarrowConfig::kBlockK == 0;
 }
@@ -215,7 +215,7 @@ __device__ inline int LoadTaggedStages(const NarrowContext& ctx, const KernelNod
 __device__ inline int LoadTaggedStages(const NarrowContext& ctx, const KernelNode& node, const sched::TileJob& job,
                                 int index, int lane, RingCursor& ring, bool traced, uint64_t& waited_ns) {
   static_assert(NarrowConfig::kTaggedMaxRows == 2, "a case per row count");
-  // 1 to kTaggedMaxRows rows (runtime.cc, TaggedHandoffsOf)
+  // 1 to kTaggedMaxRows rows (plan_resources.cc, TaggedHandoffsOf)
   return node.schedule.m == 1 ? LoadTaggedStages<1>(ctx, node, job, index, lane, ring, traced, waited_ns)
                               : LoadTaggedStages<2>(ctx, node, job, index, lane, ring, traced, waited_ns);
 }

@@ -31,7 +31,7 @@ struct Plan::Impl {
   int b_in_flight = 0;  // the narrow kernel's B loads in flight at most
   int narrow_consumers = 0;  // the narrow kernel's consumer warpgroups (CompileOptions::narrow_consumers)
   int tile_n = 0;  // the tiled kernel's tile width (CompileOptions::tile_n); 0 on the narrow kernel
-  // The graph's 16-bit type (HalfTypeOf, runtime.cc): the tiled kernel's
+  // The graph's 16-bit type (HalfTypeOf, compile_choices.cc): the tiled kernel's
   // instantiation; bf16 on the narrow kernel.
   kernel::ElementType half = kernel::ElementType::kBF16;
   std::optional<TimeoutRecord> last_timeout;
