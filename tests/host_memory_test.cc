@@ -60,9 +60,9 @@ TEST(HostMemoryBudgetTest, TheTightestCgroupBoundsIt) {
   facts.physical = 64 * kGiB;
   facts.meminfo = MemInfo("MemAvailable:   33554432 kB");  // 32 GiB
   facts.cgroups = {
-      {"/sys/fs/cgroup/job/memory.max", "max\n", "123\n"},  // no limit
-      {"/sys/fs/cgroup/memory.max", std::to_string(20 * kGiB) + "\n", std::to_string(12 * kGiB) + "\n"},
-      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n", "1131937792\n"},  // v1, unlimited
+      {"/sys/fs/cgroup/job/memory.max", "max\n", "123\n", std::nullopt},  // no limit
+      {"/sys/fs/cgroup/memory.max", std::to_string(20 * kGiB) + "\n", std::to_string(12 * kGiB) + "\n", std::nullopt},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n", "1131937792\n", std::nullopt},  // v1: no limit in effect
   };
   EXPECT_TRUE(BudgetIs(facts, 8 * kGiB, "the room left under /sys/fs/cgroup/memory.max"));
 }
@@ -70,17 +70,39 @@ TEST(HostMemoryBudgetTest, TheTightestCgroupBoundsIt) {
 TEST(HostMemoryBudgetTest, ACgroupOverItsLimitLeavesNothing) {
   HostMemoryFacts facts;
   facts.physical = 64 * kGiB;
-  facts.cgroups = {{"/sys/fs/cgroup/memory.max", "1000", "1200"}};
+  facts.cgroups = {{"/sys/fs/cgroup/memory.max", "1000", "1200", std::nullopt}};
   EXPECT_TRUE(BudgetIs(facts, 0, "the room left under /sys/fs/cgroup/memory.max"));
+}
+
+// Page cache is use the kernel reclaims before it kills: a cgroup full of it
+// still has room (memory.stat's file lines; v1's hierarchical total_ lines
+// before the cgroup's own).
+TEST(HostMemoryBudgetTest, ACgroupsReclaimablePageCacheCountsAsRoom) {
+  const std::string v2_stat = "anon 1000\nactive_file " + std::to_string(4 * kGiB) + "\ninactive_file " +
+                              std::to_string(6 * kGiB) + "\nshmem 0\n";
+  const std::string v1_stat = "cache 5\ninactive_file 16384\nactive_file 8192\ntotal_active_file " +
+                              std::to_string(4 * kGiB) + "\ntotal_inactive_file " + std::to_string(6 * kGiB) + "\n";
+  for (const auto& [path, stat] : {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory.max", v2_stat},
+                                   {"/sys/fs/cgroup/memory/memory.limit_in_bytes", v1_stat}}) {
+    HostMemoryFacts facts;
+    facts.physical = 64 * kGiB;
+    facts.cgroups = {{path, std::to_string(20 * kGiB), std::to_string(19 * kGiB), stat}};
+    EXPECT_TRUE(BudgetIs(facts, 11 * kGiB, "the room left under " + path)) << path;
+  }
+  // More cache than use (the files read at different moments): all room.
+  HostMemoryFacts facts;
+  facts.physical = 64 * kGiB;
+  facts.cgroups = {{"/sys/fs/cgroup/memory.max", std::to_string(20 * kGiB), std::to_string(kGiB), v2_stat}};
+  EXPECT_TRUE(BudgetIs(facts, 20 * kGiB, "the room left under /sys/fs/cgroup/memory.max"));
 }
 
 TEST(HostMemoryBudgetTest, ACgroupWithAFileMissingOrUnparsedIsLeftOut) {
   HostMemoryFacts facts;
   facts.physical = 64 * kGiB;
-  facts.cgroups = {{"/a/memory.max", "1000", std::nullopt},
-                   {"/b/memory.max", std::nullopt, "10"},
-                   {"/c/memory.max", "1k", "10"},
-                   {"/d/memory.max", "1000", "-5"}};
+  facts.cgroups = {{"/a/memory.max", "1000", std::nullopt, "inactive_file 0"},
+                   {"/b/memory.max", std::nullopt, "10", std::nullopt},
+                   {"/c/memory.max", "1k", "10", std::nullopt},
+                   {"/d/memory.max", "1000", "-5", std::nullopt}};
   EXPECT_TRUE(BudgetIs(facts, 64 * kGiB, "the host's physical memory"));
 }
 

@@ -12,12 +12,13 @@
 namespace loom::internal {
 
 // A cgroup's memory limit and use, as read: cgroup v2's memory.max ("max"
-// or bytes) and memory.current, or v1's memory.limit_in_bytes and
-// memory.usage_in_bytes.
+// or bytes), memory.current and memory.stat, or v1's memory.limit_in_bytes,
+// memory.usage_in_bytes and memory.stat.
 struct CgroupMemoryFiles {
   std::string limit_path;  // for messages
   std::optional<std::string> limit;
   std::optional<std::string> usage;
+  std::optional<std::string> stat;  // its file-cache lines count as room (the kernel reclaims them)
 };
 
 // What the host says about its memory; each part absent where it cannot be
@@ -35,7 +36,9 @@ struct HostMemoryBudget {
 
 // The smallest of: the physical memory; MemAvailable (Linux's estimate of
 // what can be allocated without swapping, reclaimable page cache included);
-// and, for each cgroup with a limit, the limit less its current use. Null
+// and, for each cgroup with a limit, the limit less its current use, the
+// page cache the kernel would reclaim first not counted as use (memory.stat's
+// active_file and inactive_file; v1's total_ ones). Null
 // where no part gives a figure; a part whose text does not parse is left
 // out.
 std::optional<HostMemoryBudget> HostMemoryBudgetOf(const HostMemoryFacts& facts);

@@ -3,8 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -46,14 +48,39 @@ std::optional<size_t> MemAvailableBytes(absl::string_view meminfo) {
   return std::nullopt;
 }
 
-// A cgroup's limit less its use; null where it has no limit ("max") or a
-// file is missing or does not parse.
+// The value of `key` in a memory.stat text ("key bytes" lines); 0 where
+// it is absent or does not parse.
+size_t StatBytes(absl::string_view stat, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(stat, '\n')) {
+    const std::pair<absl::string_view, absl::string_view> field = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    if (field.first == key) return ParseBytes(field.second).value_or(0);
+  }
+  return 0;
+}
+
+// The page cache a cgroup's use counts that the kernel reclaims before it
+// would kill: its file-backed LRU pages (v1's hierarchical total_ lines
+// where present, else the cgroup's own).
+size_t ReclaimableFileBytes(absl::string_view stat) {
+  size_t bytes = 0;
+  for (absl::string_view key : {"active_file", "inactive_file"}) {
+    const size_t total = StatBytes(stat, absl::StrCat("total_", key));
+    const size_t own = total > 0 ? total : StatBytes(stat, key);
+    if (__builtin_add_overflow(bytes, own, &bytes)) return 0;
+  }
+  return bytes;
+}
+
+// A cgroup's limit less its use (its reclaimable page cache not counted);
+// null where it has no limit ("max") or the limit or use is missing or does
+// not parse.
 std::optional<size_t> CgroupRoom(const CgroupMemoryFiles& files) {
   if (!files.limit || !files.usage) return std::nullopt;
   if (absl::StripAsciiWhitespace(*files.limit) == "max") return std::nullopt;
   const std::optional<size_t> limit = ParseBytes(*files.limit);
-  const std::optional<size_t> usage = ParseBytes(*files.usage);
+  std::optional<size_t> usage = ParseBytes(*files.usage);
   if (!limit || !usage) return std::nullopt;
+  if (files.stat) *usage -= std::min(*usage, ReclaimableFileBytes(*files.stat));
   return *limit > *usage ? *limit - *usage : 0;
 }
 
@@ -85,8 +112,8 @@ HostMemoryFacts ReadHostMemoryFacts() {
   }
   facts.meminfo = ReadFile("/proc/meminfo");
   const std::string v1 = "/sys/fs/cgroup/memory/";
-  facts.cgroups.push_back(
-      {v1 + "memory.limit_in_bytes", ReadFile(v1 + "memory.limit_in_bytes"), ReadFile(v1 + "memory.usage_in_bytes")});
+  facts.cgroups.push_back({v1 + "memory.limit_in_bytes", ReadFile(v1 + "memory.limit_in_bytes"),
+                           ReadFile(v1 + "memory.usage_in_bytes"), ReadFile(v1 + "memory.stat")});
   // cgroup v2: the line "0::<path>".
   const std::optional<std::string> self = ReadFile("/proc/self/cgroup");
   if (!self) return facts;
@@ -96,7 +123,8 @@ HostMemoryFacts ReadHostMemoryFacts() {
     if (path.empty() || path[0] != '/' || path.find("..") != std::string::npos) break;
     while (true) {  // the cgroup, then each ancestor up to the root
       const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
-      facts.cgroups.push_back({dir + "/memory.max", ReadFile(dir + "/memory.max"), ReadFile(dir + "/memory.current")});
+      facts.cgroups.push_back({dir + "/memory.max", ReadFile(dir + "/memory.max"), ReadFile(dir + "/memory.current"),
+                               ReadFile(dir + "/memory.stat")});
       if (path == "/") break;
       const size_t slash = path.rfind('/');
       path = slash == 0 ? "/" : path.substr(0, slash);
