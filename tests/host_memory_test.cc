@@ -62,7 +62,8 @@ TEST(HostMemoryBudgetTest, TheTightestCgroupBoundsIt) {
   facts.cgroups = {
       {"/sys/fs/cgroup/job/memory.max", "max\n", "123\n", std::nullopt},  // no limit
       {"/sys/fs/cgroup/memory.max", std::to_string(20 * kGiB) + "\n", std::to_string(12 * kGiB) + "\n", std::nullopt},
-      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n", "1131937792\n", std::nullopt},  // v1: no limit in effect
+      // v1, whose "no limit" is a huge number
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n", "1131937792\n", std::nullopt},
   };
   EXPECT_TRUE(BudgetIs(facts, 8 * kGiB, "the room left under /sys/fs/cgroup/memory.max"));
 }
