@@ -72,11 +72,10 @@ size_t ReclaimableFileBytes(absl::string_view stat) {
 }
 
 // A cgroup's limit less its use (its reclaimable page cache not counted);
-// null where it has no limit ("max") or the limit or use is missing or does
-// not parse.
+// null where the limit or use is missing or does not parse, as v2's "max"
+// (no limit) does not.
 std::optional<size_t> CgroupRoom(const CgroupMemoryFiles& files) {
   if (!files.limit || !files.usage) return std::nullopt;
-  if (absl::StripAsciiWhitespace(*files.limit) == "max") return std::nullopt;
   const std::optional<size_t> limit = ParseBytes(*files.limit);
   std::optional<size_t> usage = ParseBytes(*files.usage);
   if (!limit || !usage) return std::nullopt;
