@@ -1080,6 +1080,8 @@ TEST(BrokenSplitScheduleTest, NodesThatFitAloneButNotTogetherAreRefusedBeforeThe
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
   EXPECT_NE(status.message().find("node \"gemm1\"'s tile flags"), std::string::npos) << status;
   EXPECT_NE(status.message().find("this host has"), std::string::npos) << status;
+  // It names the figure that bounded the budget (internal::HostMemoryBudget::source).
+  EXPECT_NE(status.message().find("bytes for it ("), std::string::npos) << status;
   EXPECT_LT(seconds, 1.0) << "refused only after " << seconds << " s: the first node's partials were filled";
 }
 
