@@ -23,6 +23,8 @@
 //           modes; 0: rows packed, a row pitch of cols * 2 bytes)
 //   ldg     no ring: every thread of the CTA reads 16-byte vectors (a
 //           reference for what plain loads reach)
+// --repeat=R: every CTA streams its jobs R times over (the grid's jobs run
+// R times): with a matrix that fits in L2, the rate L2 serves the SMs at.
 // --drain: a job's loads start only once the previous job's last stage has
 // landed (what the narrow kernel's B loader did until bench/NOTES.md v1.19).
 // --a_rows=M: also stream an activation A [M, cols] beside it, as the narrow
@@ -55,6 +57,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -79,6 +82,7 @@ ABSL_FLAG(std::string, grids, "0", "CTAs to launch (0: one per SM), a list");
 ABSL_FLAG(std::string, box_rows, "32", "kblock mode: rows a box (32, 16 or 8), a list");
 ABSL_FLAG(std::string, pitch_pad, "0", "bytes of padding after each row (a multiple of 16), a list");
 ABSL_FLAG(int, iters, 20, "timed launches per configuration (median)");
+ABSL_FLAG(int, repeat, 1, "times the grid streams the matrix in one launch (after the first, from L2 if it fits)");
 
 namespace {
 
@@ -103,7 +107,8 @@ struct ProbeParams {
   uint32_t job_gap_ns;
   const uint8_t* weights;
   int64_t cols;
-  int jobs;
+  int jobs;         // launched: the matrix's jobs times --repeat
+  int matrix_jobs;  // the matrix's (job j streams rows of job j % matrix_jobs)
   int stages;
   int stages_per_job;
   int box_rows;  // kblock: rows a box (kJobRows / box_rows row groups a job)
@@ -144,7 +149,7 @@ __device__ __forceinline__ void LoadStage(const ProbeParams& p, int job, int s, 
   const uint32_t stage_bytes = kStageBytes;  // cuda::ptx takes sizes by reference
   cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared, full,
                                        stage_bytes);
-  const int32_t row0 = job * kJobRows;
+  const int32_t row0 = job % p.matrix_jobs * kJobRows;
   const int32_t kb0 = s * kKBlocksPerStage;
   switch (p.mode) {
     case Mode::kKBlock: {
@@ -279,10 +284,11 @@ __global__ void __launch_bounds__(96, 1) RingProbe(const __grid_constant__ Probe
 }
 
 // Plain loads: CTA b streams its jobs' rows with 16-byte vectors.
-__global__ void __launch_bounds__(256) LdgProbe(const uint4* weights, int64_t job_vectors, int jobs, uint32_t* out) {
+__global__ void __launch_bounds__(256) LdgProbe(const uint4* weights, int64_t job_vectors, int jobs, int matrix_jobs,
+                                                uint32_t* out) {
   uint32_t acc = 0;
   for (int job = blockIdx.x; job < jobs; job += gridDim.x) {
-    const uint4* base = weights + job * job_vectors;
+    const uint4* base = weights + job % matrix_jobs * job_vectors;
 #pragma unroll 8
     for (int64_t i = threadIdx.x; i < job_vectors; i += blockDim.x) {
       uint4 v;
@@ -408,6 +414,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--rows must be a multiple of %d and --cols of %d\n", kJobRows, kKBlock * kKBlocksPerStage);
     return 1;
   }
+  const int repeat = absl::GetFlag(FLAGS_repeat);
+  if (repeat < 1 || rows / kJobRows * repeat > std::numeric_limits<int>::max()) {
+    std::fprintf(stderr, "--repeat must be at least 1 and keep the launch's jobs within an int, got %d\n", repeat);
+    return 1;
+  }
   int device = 0, sms = 0, max_smem = 0;
   PROBE_CHECK(cudaGetDevice(&device));
   PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -443,9 +454,10 @@ int main(int argc, char** argv) {
   max_smem -= static_cast<int>(attributes.sharedSizeBytes);  // the barriers
   PROBE_CHECK(cudaFuncSetAttribute(RingProbe, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
   const int jobs = static_cast<int>(rows / kJobRows);
+  const double streamed = static_cast<double>(bytes) * repeat;  // what a launch streams
   const int stages_per_job = static_cast<int>(cols / (kKBlock * kKBlocksPerStage));
-  std::printf("matrix %lld x %lld bf16 (%.1f MB), %d jobs of %d rows, %d SMs\n", static_cast<long long>(rows),
-              static_cast<long long>(cols), bytes / 1e6, jobs, kJobRows, sms);
+  std::printf("matrix %lld x %lld bf16 (%.1f MB), %d jobs of %d rows, streamed %d time(s) a launch, %d SMs\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), bytes / 1e6, jobs, kJobRows, repeat, sms);
   std::printf("%-7s %4s %4s %6s %6s %6s %7s %5s %5s %10s %9s\n", "mode", "box", "pad", "stages", "drain", "a_rows",
               "gap_ns", "grid", "a_mc", "us", "GB/s");
   const char* names[] = {"kblock", "rowmaj", "tile2d", "bulk", "ldg", "rowbulk"};
@@ -463,10 +475,11 @@ int main(int argc, char** argv) {
     if (mode == Mode::kLdg) {
       for (int grid : {sms, 2 * sms, 4 * sms}) {
         const double us = MedianUs(iters, [&] {
-          LdgProbe<<<grid, 256>>>(reinterpret_cast<const uint4*>(weights), kJobRows * cols * 2 / 16, jobs, out);
+          LdgProbe<<<grid, 256>>>(reinterpret_cast<const uint4*>(weights), kJobRows * cols * 2 / 16, jobs * repeat,
+                                  jobs, out);
         });
         std::printf("%-7s %4s %4s %6s %6s %6s %7s %5d %5s %10.1f %9.0f  (256 threads a CTA)\n", "ldg", "-", "-",
-                    "-", "-", "-", "-", grid, "-", us, bytes / us / 1e3);
+                    "-", "-", "-", "-", grid, "-", us, streamed / us / 1e3);
       }
       continue;
     }
@@ -478,7 +491,8 @@ int main(int argc, char** argv) {
       params.cols = cols;
       params.pitch = cols * 2 + v.pad;
       params.box_rows = v.box_rows;
-      params.jobs = jobs;
+      params.jobs = jobs * repeat;
+      params.matrix_jobs = jobs;
       params.stages_per_job = stages_per_job;
       params.mode = mode;
       params.stages = v.stages;
@@ -530,7 +544,7 @@ int main(int argc, char** argv) {
       }
       const double us = MedianUs(iters, [&] { PROBE_CHECK(cudaLaunchKernelEx(&config, RingProbe, params)); });
       std::printf("%-7s %4d %4d %6d %6d %6d %7d %5d %5d %10.1f %9.0f\n", names[static_cast<int>(mode)], v.box_rows,
-                  v.pad, v.stages, v.drain, v.a_rows, v.gap_ns, v.grid, v.a_multicast, us, bytes / us / 1e3);
+                  v.pad, v.stages, v.drain, v.a_rows, v.gap_ns, v.grid, v.a_multicast, us, streamed / us / 1e3);
     }
     PROBE_CHECK(cudaGetLastError());
   }
