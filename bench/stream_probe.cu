@@ -23,8 +23,9 @@
 //           modes; 0: rows packed, a row pitch of cols * 2 bytes)
 //   ldg     no ring: every thread of the CTA reads 16-byte vectors (a
 //           reference for what plain loads reach)
-// --repeat=R: every CTA streams its jobs R times over (the grid's jobs run
-// R times): with a matrix that fits in L2, the rate L2 serves the SMs at.
+// --repeat=R: the launch streams the matrix R times over (R times its jobs,
+// job j reading job j % jobs's rows): with a matrix that fits in L2, all but
+// the first pass read L2, which times the rate L2 serves the SMs at.
 // --drain: a job's loads start only once the previous job's last stage has
 // landed (what the narrow kernel's B loader did until bench/NOTES.md v1.19).
 // --a_rows=M: also stream an activation A [M, cols] beside it, as the narrow
