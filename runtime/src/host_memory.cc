@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -32,30 +33,34 @@ std::optional<size_t> ParseBytes(absl::string_view text) {
   return static_cast<size_t>(value);
 }
 
-// /proc/meminfo's "MemAvailable:   123 kB" line, in bytes.
-std::optional<size_t> MemAvailableBytes(absl::string_view meminfo) {
-  for (absl::string_view line : absl::StrSplit(meminfo, '\n')) {
-    constexpr absl::string_view kKey = "MemAvailable:";
-    if (line.substr(0, kKey.size()) != kKey) continue;
-    absl::string_view rest = absl::StripAsciiWhitespace(line.substr(kKey.size()));
-    constexpr absl::string_view kUnit = "kB";
-    if (rest.size() < kUnit.size() || rest.substr(rest.size() - kUnit.size()) != kUnit) return std::nullopt;
-    const std::optional<size_t> kib = ParseBytes(rest.substr(0, rest.size() - kUnit.size()));
-    size_t bytes = 0;
-    if (!kib || __builtin_mul_overflow(*kib, size_t{1024}, &bytes)) return std::nullopt;
-    return bytes;
+// What follows `key` on the line of `text` whose first word is `key` (the
+// "key value" lines of /proc/meminfo and memory.stat), spaces stripped;
+// null where no line has it.
+std::optional<absl::string_view> ValueOf(absl::string_view text, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    const std::pair<absl::string_view, absl::string_view> field =
+        absl::StrSplit(line, absl::MaxSplits(absl::ByAnyChar(" \t"), 1));
+    if (field.first == key) return absl::StripAsciiWhitespace(field.second);
   }
   return std::nullopt;
 }
 
-// The value of `key` in a memory.stat text ("key bytes" lines); 0 where
-// it is absent or does not parse.
+// /proc/meminfo's "MemAvailable:   123 kB" line, in bytes.
+std::optional<size_t> MemAvailableBytes(absl::string_view meminfo) {
+  const std::optional<absl::string_view> rest = ValueOf(meminfo, "MemAvailable:");
+  constexpr absl::string_view kUnit = "kB";
+  if (!rest || !absl::EndsWith(*rest, kUnit)) return std::nullopt;
+  const std::optional<size_t> kib = ParseBytes(rest->substr(0, rest->size() - kUnit.size()));
+  size_t bytes = 0;
+  if (!kib || __builtin_mul_overflow(*kib, size_t{1024}, &bytes)) return std::nullopt;
+  return bytes;
+}
+
+// The bytes of `key` in a memory.stat text; 0 where it is absent or does
+// not parse.
 size_t StatBytes(absl::string_view stat, absl::string_view key) {
-  for (absl::string_view line : absl::StrSplit(stat, '\n')) {
-    const std::pair<absl::string_view, absl::string_view> field = absl::StrSplit(line, absl::MaxSplits(' ', 1));
-    if (field.first == key) return ParseBytes(field.second).value_or(0);
-  }
-  return 0;
+  const std::optional<absl::string_view> value = ValueOf(stat, key);
+  return value ? ParseBytes(*value).value_or(0) : 0;
 }
 
 // The page cache a cgroup's use counts that the kernel reclaims before it
