@@ -1,0 +1,322 @@
+// ring_probe: the tiled kernel's consumer main loop (RunMainLoop in
+// ops/kernel/mma_role.cuh) and its rings, built up from a bare wgmma loop one
+// part at a time. Why: bench/NOTES.md v1.64 measured a 128-wide k-block's
+// multiply at ~680 cycles inside the kernel with its loads switched off,
+// against ~520 for the same wgmmas in wgmma_probe, and did not find where the
+// rest goes. Each level adds one part of the kernel's loop to the one before:
+//   0 bare     fence, four m64nNk16 wgmmas (one k-block of 64), commit,
+//              wait_group<1>; both warpgroups read one B (as the kernel's
+//              do) and their own 64 rows of A, always from the same slot.
+//   1 rotate   the slots rotate through --slots stages of an A ring and a B
+//              ring, the descriptors made from the stage as the kernel does.
+//   2 wait     each k-block waits on its A and B slots' full barriers, which
+//              a producer thread a ring arms (a plain arrival, no bytes)
+//              after the slot's empty barrier completes; the first thread of
+//              each consumer warpgroup releases the slots of k-block i - 1
+//              after wait_group<1>, as the kernel does.
+//   3 cluster  clusters of two: each release arrives on the empty barriers of
+//              both CTAs (the kernel's ArriveOnEveryCta), so a CTA's
+//              producers wait for the peer's consumers too.
+//   4 waiters  the producer warpgroup's two other warps each have a thread
+//              in a try-wait loop on a barrier that completes only at the
+//              end, as the kernel's store thread and scheduler wait.
+//   5 loads    the producers fill the slots: A with one bulk copy of 16 KiB
+//              a CTA, B with one of half the stage that each CTA multicasts
+//              to both (as packed weights shared by the pair), from a
+//              --buffer_mib buffer read round and round (so from L2 once
+//              it fits there); the full barriers expect the bytes.
+// --multiply=false leaves the wgmmas out (the slots are still waited for
+// and released): the loads' own rate at level 5.
+// The multiply sits under a runtime condition (`compute`, from --multiply),
+// as the kernel's does: without one, ptxas serialised this loop's wgmmas
+// (C7514) as soon as the loop waited on a barrier, which it does not do in
+// the kernel; a sum over every accumulator after the loop did too (C7515),
+// so only one is read.
+//
+// Prints, per tile width and level, the consumer warpgroups' cycles a k-block
+// (median over the grid, from the clock at each warpgroup's start and end)
+// and the fraction of the tensor pipe that is (512 cycles a 128 x 128 x 64
+// k-block, 1024 at 256 columns, at 2048 multiply-adds a clock).
+//
+//   ring_probe --widths=128,256 --levels=0,1,2,3,4,5 --slots=4 --k_blocks=4000
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "probe_common.h"
+#include "ptx.cuh"
+#include "watchdog.cuh"
+#include "wgmma.cuh"
+
+ABSL_FLAG(std::string, widths, "128,256", "tile widths (wgmma N) to try: 128 and/or 256, a list");
+ABSL_FLAG(std::string, levels, "0,1,2,3,4,5", "levels to run (see the file's comment), a list of 0-5");
+ABSL_FLAG(int, slots, 4, "stages in each ring (2 to 6)");
+ABSL_FLAG(int, k_blocks, 4000, "k-blocks each consumer warpgroup multiplies");
+ABSL_FLAG(bool, multiply, true, "issue the wgmmas (false: the ring's waits and releases only)");
+ABSL_FLAG(int, buffer_mib, 16, "level 5: the global buffer the loads read, MiB (1 to 1024)");
+
+namespace {
+
+namespace ptx = loom::kernel::ptx;
+using loom::kernel::AdvanceDescriptorK16;
+using loom::kernel::MakeSwizzle128Descriptor;
+using loom::kernel::WaitPhase;
+
+constexpr loom::kernel::ElementType kBF16 = loom::kernel::ElementType::kBF16;
+constexpr int kThreads = 384;                  // a producer warpgroup, then two consumer warpgroups
+constexpr uint32_t kAStageBytes = 128 * 128;   // 128 rows x 64 bf16 (128 B), 128B swizzle
+constexpr uint32_t kAHalfBytes = kAStageBytes / 2;
+constexpr int kMaxSlots = 6;
+
+struct Barriers {
+  uint64_t a_full[kMaxSlots], a_empty[kMaxSlots], b_full[kMaxSlots], b_empty[kMaxSlots];
+  uint64_t never;  // what level 4's waiters wait on; completed at the end
+};
+
+struct Ring {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void Advance(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  __device__ int Previous(int stages) const { return stage == 0 ? stages - 1 : stage - 1; }
+};
+
+template <int kN>
+__device__ __forceinline__ void Multiply(float (&acc)[kN / 2], uint64_t desc_a, uint64_t desc_b) {
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int k16 = 0; k16 < 4; ++k16) {
+    if constexpr (kN == 128) {
+      loom::kernel::wgmma_m64n128k16<kBF16>(acc, AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16),
+                                            true);
+    } else {
+      loom::kernel::wgmma_m64n256k16<kBF16>(acc, AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16),
+                                            true);
+    }
+  }
+  ptx::wgmma_commit_group();
+}
+
+// Arrives on the barrier at `barrier`'s offset in each of the cluster's
+// `cluster` CTAs.
+__device__ __forceinline__ void ReleaseEverywhere(uint64_t* barrier, int cluster) {
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
+  for (int r = 0; r < cluster; ++r) ptx::mbarrier_arrive_remote(ptx::mapa_shared_cluster(local, r));
+}
+
+template <int kN>
+__global__ void __launch_bounds__(kThreads, 1)
+    RingKernel(int level, int slots, int k_blocks, bool compute, const uint8_t* buffer, uint32_t buffer_stages,
+               long long* cycles, float* sink) {
+  constexpr uint32_t kBStageBytes = kN * 128;
+  extern __shared__ uint8_t dynamic_smem[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+  uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
+  uint8_t* a_ring = smem;
+  uint8_t* b_ring = a_ring + slots * kAStageBytes;
+  Barriers* barriers = reinterpret_cast<Barriers*>(b_ring + slots * kBStageBytes);
+  const int cluster = level >= 3 ? 2 : 1;
+  const uint32_t rank = cluster > 1 ? cuda::ptx::get_sreg_cluster_ctarank() : 0;
+  const int warpgroup = static_cast<int>(threadIdx.x / 128);
+  const int lane_of_warpgroup = static_cast<int>(threadIdx.x % 128);
+
+  for (uint32_t i = threadIdx.x; i < slots * (kAStageBytes + kBStageBytes) / 4; i += blockDim.x) {
+    const uint32_t h = (i * 2654435761u) ^ (i >> 7);  // moderate bf16 pairs: no zeros, no infinities
+    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u | (h & 0x03ff03ffu);
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < slots; ++s) {
+      cuda::ptx::mbarrier_init(&barriers->a_full[s], 1);
+      cuda::ptx::mbarrier_init(&barriers->b_full[s], 1);
+      cuda::ptx::mbarrier_init(&barriers->a_empty[s], 2 * cluster);
+      cuda::ptx::mbarrier_init(&barriers->b_empty[s], 2 * cluster);
+    }
+    cuda::ptx::mbarrier_init(&barriers->never, 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  __syncthreads();
+  if (cluster > 1) ptx::cluster_sync();
+
+  if (warpgroup == 0) {
+    const int warp = lane_of_warpgroup / 32;
+    if (lane_of_warpgroup % 32 != 0 || level < 2) {
+      // no producer below level 2
+    } else if (warp < 2) {
+      // Warp 0 arms the A ring, warp 1 the B ring.
+      const bool is_a = warp == 0;
+      uint64_t* full = is_a ? barriers->a_full : barriers->b_full;
+      uint64_t* empty = is_a ? barriers->a_empty : barriers->b_empty;
+      const uint32_t stage_bytes = is_a ? kAStageBytes : kBStageBytes;
+      // B shared by the pair: this CTA's half, to both CTAs.
+      const uint32_t copy_bytes = is_a || cluster == 1 ? stage_bytes : stage_bytes / 2;
+      const uint32_t copy_offset = is_a ? 0 : rank * copy_bytes;
+      uint8_t* ring_base = is_a ? a_ring : b_ring;
+      // Each CTA walks the buffer from its own place (a 32-KiB stride).
+      uint32_t source_stage = (blockIdx.x * 7) % buffer_stages;
+      Ring ring;
+      for (int i = 0; i < k_blocks; ++i) {
+        WaitPhase(&empty[ring.stage], ring.phase ^ 1);
+        if (level >= 5) {
+          cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                               &full[ring.stage], stage_bytes);
+          uint8_t* slot = ring_base + ring.stage * stage_bytes + copy_offset;
+          const uint8_t* source = buffer + static_cast<uint64_t>(source_stage) * 32768 + copy_offset;
+          if (is_a || cluster == 1) {
+            cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, slot, source, copy_bytes,
+                                     &full[ring.stage]);
+          } else {
+            cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, slot, source, copy_bytes,
+                                     &full[ring.stage], uint16_t{0b11});
+          }
+          if (++source_stage == buffer_stages) source_stage = 0;
+        } else {
+          cuda::ptx::mbarrier_arrive(&full[ring.stage]);
+        }
+        ring.Advance(slots);
+      }
+    } else if (level >= 4) {
+      WaitPhase(&barriers->never, 0);  // completed by warpgroup 1 once it is done
+    }
+  } else {
+    const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(a_ring)) + (warpgroup - 1) * kAHalfBytes;
+    const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(b_ring));
+    const bool rotate = level >= 1, wait = level >= 2;
+    const bool release_thread = lane_of_warpgroup == 0;
+    float acc[kN / 2];
+#pragma unroll
+    for (int r = 0; r < kN / 2; ++r) acc[r] = 0.0f;
+    Ring a, b;
+    const long long start = clock64();
+    for (int i = 0; i < k_blocks; ++i) {
+      if (wait) {
+        WaitPhase(&barriers->a_full[a.stage], a.phase);
+        WaitPhase(&barriers->b_full[b.stage], b.phase);
+      }
+      const uint64_t desc_a = MakeSwizzle128Descriptor(a_base + (rotate ? a.stage : 0) * kAStageBytes);
+      const uint64_t desc_b = MakeSwizzle128Descriptor(b_base + (rotate ? b.stage : 0) * kBStageBytes);
+      if (compute) Multiply<kN>(acc, desc_a, desc_b);
+      if (i > 0) {
+        ptx::wgmma_wait_group<1>();
+        // Without wgmmas nothing holds the warpgroup's warps together: they
+        // meet before warp 0 releases what a lagging warp may not have
+        // waited for yet (as the kernel's consumers do, mma_role.cuh).
+        if (wait && !compute) ptx::barrier_at<128>(static_cast<uint32_t>(warpgroup));
+        if (wait && release_thread) {
+          ReleaseEverywhere(&barriers->a_empty[a.Previous(slots)], cluster);
+          ReleaseEverywhere(&barriers->b_empty[b.Previous(slots)], cluster);
+        }
+      }
+      a.Advance(slots);
+      b.Advance(slots);
+    }
+    ptx::wgmma_wait_group<0>();
+    const long long end = clock64();
+    if (wait && !compute) ptx::barrier_at<128>(static_cast<uint32_t>(warpgroup));
+    if (wait && release_thread) {
+      ReleaseEverywhere(&barriers->a_empty[a.Previous(slots)], cluster);
+      ReleaseEverywhere(&barriers->b_empty[b.Previous(slots)], cluster);
+    }
+    // One accumulator read (the wgmmas are volatile asm, kept anyway; see
+    // the file's comment).
+    const float sum = acc[0];
+    if (lane_of_warpgroup == 0) cycles[blockIdx.x * 2 + warpgroup - 1] = end - start;
+    if (lane_of_warpgroup == 0 && warpgroup == 1) cuda::ptx::mbarrier_arrive(&barriers->never);
+    if (sum == 1234.5f) *sink = sum;  // never true in practice; keeps the multiplies
+  }
+  __syncthreads();
+  // A CTA leaves only once the peer no longer arrives on its barriers.
+  if (cluster > 1) ptx::cluster_sync();
+}
+
+template <int kN>
+void Run(int level, int slots, int k_blocks, bool multiply, const uint8_t* buffer, uint32_t buffer_stages, int sms) {
+  const auto kernel = RingKernel<kN>;
+  const int smem = slots * static_cast<int>(kAStageBytes + kN * 128) + static_cast<int>(sizeof(Barriers)) + 1024;
+  if (smem > 227 * 1024) {
+    std::printf("n%-3d level %d  slots %d: %d bytes of shared memory, past the 227 KiB an SM has; skipped\n", kN, level,
+                slots, smem);
+    return;
+  }
+  PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int cluster = level >= 3 ? 2 : 1;
+  const int grid = sms / cluster * cluster;
+  if (cluster > 1) PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
+  long long* cycles = nullptr;
+  float* sink = nullptr;
+  PROBE_CHECK(cudaMalloc(&cycles, grid * 2 * sizeof(long long)));
+  PROBE_CHECK(cudaMalloc(&sink, sizeof(float)));
+  cudaLaunchAttribute attribute = ClusterDimension(cluster);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  for (int run = 0; run < 2; ++run) {  // a warm-up, then the run read
+    PROBE_CHECK(cudaLaunchKernelEx(&config, kernel, level, slots, run == 0 ? k_blocks / 10 + 2 : k_blocks, multiply,
+                                   buffer, buffer_stages, cycles, sink));
+    PROBE_CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<long long> host(grid * 2);
+  PROBE_CHECK(cudaMemcpy(host.data(), cycles, host.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  std::sort(host.begin(), host.end());
+  const double median = static_cast<double>(host[host.size() / 2]) / k_blocks;
+  const double low = static_cast<double>(host.front()) / k_blocks, high = static_cast<double>(host.back()) / k_blocks;
+  const double ideal = kN == 128 ? 512.0 : 1024.0;
+  std::printf("n%-3d level %d  slots %d  cluster %d  %-11s %7.1f cycles a k-block (min %.1f, max %.1f)  %5.1f%% of the pipe\n",
+              kN, level, slots, cluster, multiply ? "multiply" : "no multiply", median, low, high, 100.0 * ideal / median);
+  PROBE_CHECK(cudaFree(cycles));
+  PROBE_CHECK(cudaFree(sink));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int slots = absl::GetFlag(FLAGS_slots);
+  const int k_blocks = absl::GetFlag(FLAGS_k_blocks);
+  const std::vector<int> widths = ParseIntList("widths", absl::GetFlag(FLAGS_widths));
+  const std::vector<int> levels = ParseIntList("levels", absl::GetFlag(FLAGS_levels));
+  bool ok = slots >= 2 && slots <= kMaxSlots && k_blocks >= 10;
+  for (int w : widths) ok = ok && (w == 128 || w == 256);
+  for (int l : levels) ok = ok && l >= 0 && l <= 5;
+  const int buffer_mib = absl::GetFlag(FLAGS_buffer_mib);
+  ok = ok && buffer_mib >= 1 && buffer_mib <= 1024;
+  if (!ok || (widths.size() * levels.size()) == 0) {
+    std::fprintf(stderr,
+                 "ring_probe: need --slots in [2, %d] (got %d), --k_blocks of at least 10 (got %d), --buffer_mib in [1, "
+                 "1024] (got %d), --widths of 128 and/or 256, --levels of 0-5\n",
+                 kMaxSlots, slots, k_blocks, buffer_mib);
+    return 2;
+  }
+  int device = 0, sms = 0;
+  PROBE_CHECK(cudaGetDevice(&device));
+  PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const bool multiply = absl::GetFlag(FLAGS_multiply);
+  // Copies start at 32-KiB steps and read at most 48 KiB (a B half at 16 KiB in).
+  const uint32_t buffer_stages = static_cast<uint32_t>(buffer_mib) * 32 - 2;
+  uint8_t* buffer = nullptr;
+  PROBE_CHECK(cudaMalloc(&buffer, static_cast<size_t>(buffer_mib) << 20));
+  PROBE_CHECK(cudaMemset(buffer, 0x3c, static_cast<size_t>(buffer_mib) << 20));
+  for (int w : widths) {
+    for (int l : levels) {
+      if (w == 128) {
+        Run<128>(l, slots, k_blocks, multiply, buffer, buffer_stages, sms);
+      } else {
+        Run<256>(l, slots, k_blocks, multiply, buffer, buffer_stages, sms);
+      }
+    }
+  }
+  PROBE_CHECK(cudaFree(buffer));
+  return 0;
+}
