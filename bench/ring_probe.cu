@@ -49,6 +49,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "cta_context.cuh"
 #include "probe_common.h"
 #include "ptx.cuh"
 #include "watchdog.cuh"
@@ -66,6 +67,7 @@ namespace {
 namespace ptx = loom::kernel::ptx;
 using loom::kernel::AdvanceDescriptorK16;
 using loom::kernel::MakeSwizzle128Descriptor;
+using loom::kernel::RingCursor;
 using loom::kernel::WaitPhase;
 
 constexpr loom::kernel::ElementType kBF16 = loom::kernel::ElementType::kBF16;
@@ -77,18 +79,6 @@ constexpr int kMaxSlots = 6;
 struct Barriers {
   uint64_t a_full[kMaxSlots], a_empty[kMaxSlots], b_full[kMaxSlots], b_empty[kMaxSlots];
   uint64_t never;  // what level 4's waiters wait on; completed at the end
-};
-
-struct Ring {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ void Advance(int stages) {
-    if (++stage == stages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
-  __device__ int Previous(int stages) const { return stage == 0 ? stages - 1 : stage - 1; }
 };
 
 template <int kN>
@@ -163,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint8_t* ring_base = is_a ? a_ring : b_ring;
       // Each CTA walks the buffer from its own place (a 32-KiB stride).
       uint32_t source_stage = (blockIdx.x * 7) % buffer_stages;
-      Ring ring;
+      RingCursor ring;
       for (int i = 0; i < k_blocks; ++i) {
         WaitPhase(&empty[ring.stage], ring.phase ^ 1);
         if (level >= 5) {
@@ -195,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[kN / 2];
 #pragma unroll
     for (int r = 0; r < kN / 2; ++r) acc[r] = 0.0f;
-    Ring a, b;
+    RingCursor a, b;
     const long long start = clock64();
     for (int i = 0; i < k_blocks; ++i) {
       if (wait) {
