@@ -28,10 +28,10 @@
 // --multiply=false leaves the wgmmas out (the slots are still waited for
 // and released): the loads' own rate at level 5.
 // The multiply sits under a runtime condition (`compute`, from --multiply),
-// as the kernel's does: without one, ptxas serialised this loop's wgmmas
-// (C7514) as soon as the loop waited on a barrier, which it does not do in
-// the kernel; a sum over every accumulator after the loop did too (C7515),
-// so only one is read.
+// as the kernel's does. ptxas serialised this loop's wgmmas (C7514 or C7515)
+// in several of the probe's first forms, all of which summed every
+// accumulator after the loop; the probe reads one, and
+// ring_probe_codegen_test fails the build if ptxas serialises it again.
 //
 // Prints, per tile width and level, the consumer warpgroups' cycles a k-block
 // (median over the grid, from the clock at each warpgroup's start and end)
