@@ -240,7 +240,6 @@ void Run(int level, int slots, int k_blocks, bool multiply, const uint8_t* buffe
   PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int cluster = level >= 3 ? 2 : 1;
   const int grid = sms / cluster * cluster;
-  if (cluster > 1) PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
   long long* cycles = nullptr;
   float* sink = nullptr;
   PROBE_CHECK(cudaMalloc(&cycles, grid * 2 * sizeof(long long)));
