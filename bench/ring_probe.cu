@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const bool multiply = absl::GetFlag(FLAGS_multiply);
   // Copies start at 32-KiB steps and end at most 32 KiB past their step (a B
-  // half 16 KiB in, or a whole B stage); the last step leaves one to spare.
+  // half 16 KiB in, or a whole B stage), so every copy ends at least 64 KiB short of the end.
   const uint32_t buffer_stages = static_cast<uint32_t>(buffer_mib) * 32 - 2;
   uint8_t* buffer = nullptr;
   PROBE_CHECK(cudaMalloc(&buffer, static_cast<size_t>(buffer_mib) << 20));
