@@ -50,6 +50,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "cta_context.cuh"
+#include "mma_role.cuh"
 #include "probe_common.h"
 #include "ptx.cuh"
 #include "watchdog.cuh"
@@ -86,22 +87,20 @@ __device__ __forceinline__ void Multiply(float (&acc)[kN / 2], uint64_t desc_a, 
   ptx::wgmma_fence();
 #pragma unroll
   for (int k16 = 0; k16 < 4; ++k16) {
-    if constexpr (kN == 128) {
-      loom::kernel::wgmma_m64n128k16<kBF16>(acc, AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16),
-                                            true);
-    } else {
-      loom::kernel::wgmma_m64n256k16<kBF16>(acc, AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16),
-                                            true);
-    }
+    loom::kernel::WgmmaTile<kBF16>(acc, AdvanceDescriptorK16(desc_a, k16), AdvanceDescriptorK16(desc_b, k16));
   }
   ptx::wgmma_commit_group();
 }
 
 // Arrives on the barrier at `barrier`'s offset in each of the cluster's
-// `cluster` CTAs.
+// `cluster` CTAs: CtaContext::ArriveOnEveryCta's code, unrolled to two
+// arrivals as there, without the kernel's context.
 __device__ __forceinline__ void ReleaseEverywhere(uint64_t* barrier, int cluster) {
   const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
-  for (int r = 0; r < cluster; ++r) ptx::mbarrier_arrive_remote(ptx::mapa_shared_cluster(local, r));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (r < cluster) ptx::mbarrier_arrive_remote(ptx::mapa_shared_cluster(local, r));
+  }
 }
 
 template <int kN>
