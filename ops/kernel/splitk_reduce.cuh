@@ -154,10 +154,12 @@ __device__ inline bool WaitForPartials(const CtaContext<Config>& ctx, const CtaW
 // its 64 columns (two lines) of `rows` rows from `first` (its first column in
 // row 0 of split 0), in every split. No other warp reads those lines; the
 // __syncwarp orders all its lanes' loads (consumed by the sums) before the
-// discards. (SumPartials' whole tiles, 129 rows and up, keep theirs: beside
-// that path the discards spilled and made the 256-token block slower, 207.7
-// us against 202.6; after the consumer's last job they gained nothing, the
-// multiply bounding those sizes rather than the stream. NOTES v1.42.)
+// discards. (SumPartials' whole tiles, of more than kFewRowReduceRows live
+// rows, keep theirs: beside that path the discards spilled and made the
+// 256-token block slower, 207.7 us against 202.6; after the consumer's last
+// job they gained nothing, the multiply bounding those sizes rather than the
+// stream. NOTES v1.42.) `split_k`: the node's splits, every one of which
+// wrote a partial (a reduce job's node: sched::PartialSlices == split_k).
 __device__ inline void DiscardWarpPartials(const float* first, int rows, int64_t row_stride, int split_k,
                                            int64_t split_stride) {
   __syncwarp();
@@ -444,6 +446,9 @@ __device__ inline void SumFewRowPartials(const CtaContext<Config>& ctx, const Ct
   const KernelNode& node = *work.node;
   const sched::NodeSchedule& schedule = node.schedule;
   const EpilogueFields fields(node);
+  // A reduce job's node keeps every split's partial (reduce_parts >= 1, so
+  // sched::PartialSlices(schedule) == split_k): the sum and the discards
+  // below cover exactly the node's slices.
   const int split_k = schedule.split_k;
   const int part = work.job->split;
   const ReduceRows job_rows = ReduceRowsOfJob(schedule, work.m_block, part);
