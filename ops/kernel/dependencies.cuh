@@ -234,11 +234,25 @@ struct KnownARun {
 // took 321 us per tile against 155 us standalone while it waited once per
 // producer tile column (two k-blocks, ~1.4 us of wgmma). A granule whose
 // producer is still running costs what it did.
-// `poll(run)` is CompleteGranules, read by one thread or by a whole warp
-// (the narrow kernel's A loader); `known` is the job's KnownARun.
-template <typename Ctx, typename Poll>
-__device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
-                                             int64_t row0, int kb, int kb_end, Poll&& poll, KnownARun& known) {
+// kLanes: who polls (CompleteGranules): the tiled kernel's A loader alone
+// (1), or the narrow kernel's whole warp (32), every lane calling with its
+// `lane` and getting the same answer. A warp's lanes each acquire only the
+// flags they read, and one lane then issues the TMA loads that read what
+// all those flags announce: after the acquire fences the lanes meet
+// (bar.warp.sync orders memory among them) before the proxy fence, so the
+// acquires of every lane come before the issuer's loads (a review found the
+// issuer's loads formally unordered after the other lanes' acquires).
+// NOTE: a warp's polls are warp collectives, so its lanes must give up
+// together. In SpinUntil each lane decides for itself, from the abort flag
+// and the clock, which the converged warp reads in one instruction each, so
+// every lane sees the same values and leaves at the same poll.
+// SpinUntilAsWarp, where lane 0 decides for the warp, made ptxas spill in
+// every narrow instantiation capped at 168 registers (0 -> 8 and 4 -> 8
+// bytes of spill stores, compiled here); measure before switching.
+template <int kLanes, typename Ctx>
+__device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index, int64_t row0,
+                                             int kb, int kb_end, KnownARun& known, int lane = 0) {
+  static_assert(kLanes == 1 || kLanes == 32, "one thread or a whole warp");
   if (known.kb < 0 || kb / known.wait_k_blocks - known.kb / known.wait_k_blocks >= known.run.granules) {
     known.run = AProducerRun(ctx, node, row0, kb, kb_end);
     known.kb = kb;
@@ -254,7 +268,7 @@ __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& n
   run.granules = min(run.granules - skipped, flags_left >> run.tiles_shift);
   if (run.granules <= 0) {
     // Not a run (AProducerRun found none at kb): kb's own granule alone, as
-    // WaitForProducers finds it.
+    // WaitForProducers finds it (each lane waiting on every flag itself).
     DependencyMemo memo;
     if (!WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kA, row0, row0 + ctx.tile().m,
                           kb * Ctx::Config::kBlockK, (kb + 1) * Ctx::Config::kBlockK, memo)) {
@@ -265,7 +279,7 @@ __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& n
   int complete = 0;
   const bool done = ctx.watchdog.SpinUntil(
       [&] {
-        complete = poll(run);
+        complete = CompleteGranules<kLanes>(ctx, run, lane);
         if (complete > 0) return true;
         __nanosleep(64);
         return false;
@@ -275,16 +289,9 @@ __device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& n
   // Relaxed reads that saw the releases, then an acquire fence: an acquire
   // (see WaitForFlag). Then the proxy fence of WaitForProducers.
   cuda::ptx::fence(cuda::ptx::sem_acquire, cuda::ptx::scope_gpu);
+  if constexpr (kLanes > 1) __syncwarp();
   cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
   return min((kb / wait_k_blocks + complete) * wait_k_blocks, kb_end);
-}
-
-template <typename Ctx>
-__device__ inline int WaitForAProducersAhead(const Ctx& ctx, const KernelNode& node, int job_index,
-                                             int64_t row0, int kb, int kb_end, KnownARun& known) {
-  return WaitForAProducersAhead(
-      ctx, node, job_index, row0, kb, kb_end, [&](const FlagRun& run) { return CompleteGranules<1>(ctx, run, 0); },
-      known);
 }
 
 // Whether every producer tile that elements [row_begin, row_end) x

@@ -119,7 +119,7 @@ __device__ inline void RunALoader(const CtaContext<Config>& ctx) {
       const int32_t k0 = kb * kBlockK;
       if (kb >= a_ready_end) {
         const uint64_t start = traced ? ptx::globaltimer() : 0;
-        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, kb, job.k_block_end, known);
+        a_ready_end = WaitForAProducersAhead<1>(ctx, node, index, row0, kb, job.k_block_end, known);
         if (a_ready_end < 0) {
           draining = true;
           a_ready_end = job.k_block_end;

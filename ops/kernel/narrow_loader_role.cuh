@@ -235,7 +235,6 @@ template <bool kTaggedA>
 __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
   const bool issuer = lane == 0;
   const bool traced = ctx.params.trace != nullptr;
-  const auto poll = [&](const FlagRun& run) { return CompleteGranules<32>(ctx, run, lane); };
   JobStream jobs;
   RingCursor ring;
   DependencyMemo memo;
@@ -291,7 +290,7 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
       while (a_ready_end < kb_end) {
         const uint64_t start = traced ? ptx::globaltimer() : 0;
-        a_ready_end = WaitForAProducersAhead(ctx, node, index, row0, a_ready_end, job.k_block_end, poll, known);
+        a_ready_end = WaitForAProducersAhead<32>(ctx, node, index, row0, a_ready_end, job.k_block_end, known, lane);
         a_ready_end = __shfl_sync(0xffffffffu, a_ready_end, 0);
         if (a_ready_end < 0) {
           draining = true;
