@@ -281,6 +281,23 @@ TEST(LowerTest, ProducersOfOneAShareTheirFlagRows) {
 }
 
 // Which producers FlagGroupsOf lays out together, and which it leaves alone.
+// Producers stacked in A's rows that meet in one row block through a single
+// row (rows 0-128 from node 0, 129-255 from node 1: both in row block 1)
+// share that block's tile column, so A's flags cannot be read as one run.
+TEST(LowerTest, StackedProducersMeetingThroughOneRowHaveNoFlagRuns) {
+  SchedulerOptions o = Options();
+  o.tile = {128, 128, 64};
+  o.cluster_size = 1;
+  o.num_sms = 8;
+  o.max_clusters = 8;
+  absl::StatusOr<Schedule> s = Lower({Gemm(129, 128, 64), Gemm(127, 128, 64),
+                                      Gemm(256, 128, 128, {Edge(0, DependencyOperand::kA),
+                                                           Edge(1, DependencyOperand::kA, -129, 0)})},
+                                     o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->nodes[2].a_flag_runs, 0);
+}
+
 TEST(LowerTest, FlagGroupsAreTheProducersOfOneA) {
   auto groups_of = [](const std::vector<NodeProblem>& graph) {
     SchedulerOptions o = Options();
@@ -648,6 +665,20 @@ TEST(LowerTest, IdleClustersAtLaunchCountsTheFirstWaveThatCannotStart) {
   s = Lower({Gemm(128, 512, 64), Gemm(128, 512, 64, {Edge(0, DependencyOperand::kResidual)})}, Options());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(IdleClustersAtLaunch(*s, 2), 1);
+  // Split K: the splits start, a summing last split too (it waits for the
+  // others' partials only after its main loop); a reduce job does not.
+  SchedulerOptions split = Options();
+  split.split_k = 4;
+  split.reduce_in_parts = false;
+  s = Lower({Gemm(128, 512, 4096)}, split);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 4u);
+  EXPECT_EQ(IdleClustersAtLaunch(*s, 66), 62);
+  split.sum_in_last_split = false;
+  s = Lower({Gemm(128, 512, 4096)}, split);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 5u);  // four splits and the reduce job
+  EXPECT_EQ(IdleClustersAtLaunch(*s, 66), 62);
 }
 
 // The last split of a node whose last split sums takes kLastSplitExtraKBlocks
@@ -690,10 +721,13 @@ TEST(LowerTest, LastSplitIsLongerWhereTheSplitsStartTogether) {
   reduce_jobs.sum_in_last_split = false;
   EXPECT_EQ(extras(chain(300), reduce_jobs), V({0, 0}));
   EXPECT_EQ(extras({Gemm(8192, 4096, 4096)}, o), V({0}));
-  // Splits that would keep fewer than 8 k-blocks each: even.
+  // Splits that would keep fewer than 8 k-blocks each: even (256 rows: 64
+  // jobs, within the wave, so that only this rule decides).
   SchedulerOptions four = o;
   four.split_k = 4;
-  EXPECT_EQ(extras({Gemm(300, 4096, 2048)}, four), V({0}));  // (32 - 8) / 4 = 6
+  EXPECT_EQ(extras({Gemm(256, 4096, 2048)}, four), V({0}));                       // (32 - 8) / 4 = 6
+  EXPECT_EQ(extras({Gemm(256, 4096, 2496)}, four), V({0}));                       // (39 - 8) / 4 = 7
+  EXPECT_EQ(extras({Gemm(256, 4096, 2560)}, four), V({kLastSplitExtraKBlocks}));  // (40 - 8) / 4 = 8
   // Forced: that many wherever the last split sums, at most k_blocks - split_k.
   SchedulerOptions forced = o;
   forced.last_split_extra_k_blocks = 0;

@@ -351,6 +351,53 @@ TEST(WavefrontTest, IndependentNodesAreConcatenated) {
   for (size_t p = 1; p < s->queue.size(); ++p) EXPECT_GE(s->queue[p].node, s->queue[p - 1].node) << p;
 }
 
+// Among nodes of one depth the node with the longer remaining critical path
+// goes first, in either priority: nodes 0 and 1 read nothing, but only node 1
+// heads a chain (1 -> 2 -> 3), so its jobs lead the queue.
+TEST(WavefrontTest, LongerCriticalPathGoesFirstAmongNodesOfOneDepth) {
+  absl::StatusOr<Schedule> s = Lower({Gemm(256, 128, 64), Gemm(256, 128, 64), Gemm(256, 128, 128, {Edge(1, Op::kA)}),
+                                      Gemm(256, 128, 128, {Edge(2, Op::kA)})},
+                                     Options({128, 128, 64}, 1, 8));
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (NodePriority priority : {NodePriority::kDeepestFirst, NodePriority::kShallowestFirst}) {
+    EXPECT_EQ(WavefrontQueue(*s, 8, priority)[0].node, 1) << static_cast<int>(priority);
+  }
+}
+
+// A consumer job becomes eligible exactly `lag` positions behind the last
+// producer tile it reads: with lag 2, the consumer of row block 0 (queued
+// first) takes position 2, not 3.
+TEST(WavefrontTest, ConsumerEntersExactlyLagPositionsBehindItsProducer) {
+  absl::StatusOr<Schedule> s =
+      Lower({Gemm(512, 128, 64), Gemm(512, 128, 128, {Edge(0, Op::kA)})}, Options({128, 128, 64}, 1, 8));
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::vector<TileJob> queue = WavefrontQueue(*s, 2, NodePriority::kDeepestFirst);
+  ASSERT_EQ(queue.size(), 8u);
+  EXPECT_EQ(queue[0].node, 0);
+  EXPECT_EQ(queue[1].node, 0);
+  EXPECT_EQ(queue[2].node, 1);
+}
+
+// A tile reduced in two parts is done only once both parts are: at every lag
+// and in either priority, its consumer comes after the second part (with the
+// tile released after its first part, deepest-first at lag 1 put the consumer
+// between the two; the random graphs caught that in ~1 run of 5).
+TEST(WavefrontTest, TileReducedInTwoPartsIsReleasedAfterBoth) {
+  SchedulerOptions options = Options({128, 256, 64}, 2, 66);
+  options.reduce_part_rows = 16;
+  absl::StatusOr<Schedule> s = Lower({Gemm(32, 256, 4096), Gemm(32, 256, 256, {Edge(0, Op::kA)})}, options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].reduce_parts, 2);
+  for (int64_t lag : {0, 1, 2}) {
+    for (NodePriority priority : {NodePriority::kDeepestFirst, NodePriority::kShallowestFirst}) {
+      Schedule ordered = *s;
+      ordered.queue = WavefrontQueue(ordered, lag, priority);
+      const absl::Status checked = CheckQueue(ordered);
+      EXPECT_TRUE(checked.ok()) << "lag " << lag << ", priority " << static_cast<int>(priority) << ": " << checked;
+    }
+  }
+}
+
 // Random DAGs of random shapes: a soak of Lower + CheckQueue + simulation.
 TEST(RandomGraphTest, LowerCheckAndSimulate) {
   // A fresh seed each run, printed on failure; LOOM_TEST_SEED replays one.
@@ -477,6 +524,36 @@ TEST(SimulatorChecksTest, OneConsumerJobTooEarlyDeadlocksOnOneSm) {
   const SimulationResult r = Simulate(s, 1, 7);
   EXPECT_TRUE(r.deadlock) << r.Summary();
   EXPECT_NE(r.Summary().find("waiting on node 0"), std::string::npos) << r.Summary();
+}
+
+// The checks see a producer that only the consumer's last k-block reads (the
+// producer's columns are A's columns 64-127), queued after its consumer.
+TEST(SimulatorChecksTest, ProducerReadOnlyByTheLastKBlockQueuedLateDeadlocks) {
+  absl::StatusOr<Schedule> s =
+      Lower({Gemm(128, 64, 64), Gemm(128, 128, 128, {Edge(0, Op::kA, 0, -64)})}, Options({128, 128, 64}, 1, 8));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 2u);
+  std::reverse(s->queue.begin(), s->queue.end());
+  EXPECT_FALSE(CheckQueue(*s).ok());
+  const SimulationResult r = Simulate(*s, 1, 1);
+  EXPECT_TRUE(r.deadlock) << r.Summary();
+}
+
+// ... and a last split that sums queued before the split whose partial it
+// sums.
+TEST(SimulatorChecksTest, SummingLastSplitQueuedBeforeItsPartialDeadlocks) {
+  SchedulerOptions options = Options({128, 128, 64}, 1, 8);
+  options.split_k = 2;
+  options.reduce_in_parts = false;
+  absl::StatusOr<Schedule> s = Lower({Gemm(128, 128, 4096)}, options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].reduce_parts, 0);  // the last split sums
+  ASSERT_EQ(s->queue.size(), 2u);
+  std::reverse(s->queue.begin(), s->queue.end());
+  ASSERT_EQ(s->queue[0].split, 1);
+  EXPECT_FALSE(CheckQueue(*s).ok());
+  const SimulationResult r = Simulate(*s, 1, 1);
+  EXPECT_TRUE(r.deadlock) << r.Summary();
 }
 
 TEST(SimulatorChecksTest, AliasedFlagsLetAConsumerReadUnfinishedData) {

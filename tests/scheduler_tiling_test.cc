@@ -185,6 +185,7 @@ TEST(TileNodeTest, FewRowAndPartedNodesKeepEightBlocksASplit) {
   };
   EXPECT_EQ(split(1, 4096), 8);
   EXPECT_EQ(split(16, 4096), 8);
+  EXPECT_EQ(split(16, 4000), 8);   // ragged, so not in parts: 16 rows is still a few-row reduce
   EXPECT_EQ(split(17, 4096), 8);   // reduced in 3 parts
   EXPECT_EQ(split(64, 4096), 8);   // reduced in 8 parts
   // Ragged: its tiles summed whole, >= 16 blocks a split (4), and by the last
