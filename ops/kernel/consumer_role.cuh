@@ -100,6 +100,13 @@ __device__ __forceinline__ void RunConsumer(const CtaContext<Config>& ctx, int w
           StagePlainTile<ElementType::kFP32>(ctx, warpgroup, staging, accumulators);
         }
       } else {
+        // The epilogue's bias and residual reads are ordered after their
+        // producers through the A loader: it acquires their flags before the
+        // job's first A stage, whose full barrier this warpgroup waited on
+        // in the main loop. A job of no k-blocks (K = 0) has no such stage,
+        // so nothing here orders its reads; the graph's validation refuses a
+        // K = 0 node whose bias or residual another node writes (rule 10,
+        // runtime/src/graph.cc).
         if (sums_tile) {
           // The last split sums the tile: the others' partials added to its
           // own accumulators, then the epilogue, as a reduce job's would be

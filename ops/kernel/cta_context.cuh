@@ -176,6 +176,11 @@ __device__ inline uint32_t SchedulerCount(const KernelParams& params) {
 __device__ inline void FinishFetching(const KernelParams& params, uint32_t epoch) {
   __threadfence();  // this thread's fetches, before its count
   if (atomicAdd(&params.state->finished_fetching, 1u) + 1 == SchedulerCount(params)) {
+    // Every other scheduler's count (and its fetches and epoch read before
+    // it), before these stores: the count's answer alone orders them only
+    // through the branch, which the memory model does not count (found by
+    // review). One fence a launch, by one thread, after its last fetch.
+    __threadfence();
     params.state->cursor = 0;
     params.state->finished_fetching = 0;
     params.state->epoch = epoch;
