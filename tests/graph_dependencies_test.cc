@@ -239,6 +239,66 @@ TEST(DependenciesTest, RowsThatStraddleTheProducersRowsFallBackToWholeTensor) {
   EXPECT_EQ(graph.Dependencies(), (std::vector<DataDependency>{Whole(1, 0, Operand::kA)}));
 }
 
+// The view starts two rows above the producer's C (rows 2-3 of buf
+// [4, 128]), 8 columns in, and is 121 wide, so each of its rows ends one
+// element into the next buffer row: rows 1 and 2 of the view both meet C,
+// through two translations exactly a stride apart, the first at the view's
+// left edge (a row offset of exactly -2 strides: a floor division that
+// rounded it down once more gave Translation(-2, 8), which misses C(0, 0)
+// read by the view's row 1).
+TEST(DependenciesTest, RowsThatStraddleFromAboveTheProducerFallBackToWholeTensor) {
+  const TensorView buffer = Bf16("buf", kBuffer, 4, 128);
+  GemmGraph graph;
+  graph.AddGemm("p", Bf16("x", kX, 2, 64), Bf16("w", kW, 128, 64), buffer.Rows(2, 2).Named("buf.low"));
+  const TensorView above{"buf.above", buffer.element(0, 8), DType::kBF16, 3, 121, 128};
+  const TensorView w2{"w2", At(kW2), DType::kBF16, 32, 121, 128};  // rows padded to 256 bytes
+  graph.AddGemm("c", above, w2, Bf16("y", kOut, 3, 32));
+  ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
+  EXPECT_EQ(graph.Dependencies(), (std::vector<DataDependency>{Whole(1, 0, Operand::kA)}));
+}
+
+// The view starts 8 columns before the end of a row of the producer's
+// padded C ([64, 121], stride 128) and is 16 wide, so its rows run into the
+// producer's next row: two translations (rows 0 and 1) meet it, exactly
+// one stride apart at the edge of the output (one translation alone,
+// (1, -8), would leave row 0's tile unwaited).
+TEST(DependenciesTest, RowsThatStraddleByExactlyOneStrideFallBackToWholeTensor) {
+  const TensorView h{"h", At(kBuffer), DType::kBF16, 64, 121, 128};
+  GemmGraph graph;
+  graph.AddGemm("p", Bf16("x", kX, 64, 64), Bf16("w", kW, 121, 64), h);
+  const TensorView tail{"h.tail", h.element(0, 120), DType::kBF16, 2, 16, 128};
+  graph.AddGemm("c", tail, Bf16("w2", kW2, 32, 16), Bf16("y", kOut, 2, 32));
+  ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
+  EXPECT_EQ(graph.Dependencies(), (std::vector<DataDependency>{Whole(1, 0, Operand::kA)}));
+}
+
+// Single rows of different element sizes: fp32 [1, 64] read as bf16
+// [1, 128]; column c of the operand is not column c + offset of the output.
+// The single-row path must not offer Translation(0, 0).
+TEST(DependenciesTest, DifferentElementSizeOfSingleRowsFallsBackToWholeTensor) {
+  GemmGraph graph;
+  graph.AddGemm("p", Bf16("x", kX, 1, 64), Bf16("w", kW, 64, 64),
+                TensorView::Dense("h", At(kBuffer), DType::kFP32, 1, 64));
+  graph.AddGemm("c", Bf16("h.bits", kBuffer, 1, 128), Bf16("w2", kW2, 32, 128), Bf16("y", kOut, 1, 32));
+  ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
+  EXPECT_EQ(graph.Dependencies(), (std::vector<DataDependency>{Whole(1, 0, Operand::kA)}));
+}
+
+// A view starting inside the producer's last row, 8 columns in, a whole
+// stride wide (so its first row runs past the padded C's row into memory
+// the producer does not write) meets the output through one translation
+// only (a candidate one row past the output does not meet it; counting it
+// fell back to the whole tensor: a coarser wait, not a wrong one).
+TEST(DependenciesTest, AViewFromTheLastRowOnIsOneTranslation) {
+  const TensorView h{"h", At(kBuffer), DType::kBF16, 64, 121, 128};
+  GemmGraph graph;
+  graph.AddGemm("p", Bf16("x", kX, 64, 64), Bf16("w", kW, 121, 64), h);
+  const TensorView last{"h.last", h.element(63, 8), DType::kBF16, 2, 128, 128};
+  graph.AddGemm("c", last, Bf16("w2", kW2, 32, 128), Bf16("y", kOut, 2, 32));
+  ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
+  EXPECT_EQ(graph.Dependencies(), (std::vector<DataDependency>{Translation(1, 0, Operand::kA, 63, 8)}));
+}
+
 TEST(DependenciesTest, OnlyEarlierProducersCount) {
   // Dependencies() reports edges to earlier nodes only; Validate() refuses a
   // graph with an edge to a later one (a hazard).

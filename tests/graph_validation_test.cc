@@ -108,6 +108,63 @@ std::vector<RefusalCase> RefusalCases() {
   cases.push_back({"ActivationOutOfRange",
                    [] { return Single(X(), W(), Y(), WithActivation(static_cast<Activation>(9))); },
                    {"node \"proj\": epilogue activation 9 is not one of none, relu, gelu, silu, swiglu"}});
+  // The first value past the enum, not only one far past it.
+  cases.push_back({"ActivationJustPastTheEnum",
+                   [] { return Single(X(), W(), Y(), WithActivation(static_cast<Activation>(5))); },
+                   {"node \"proj\": epilogue activation 5 is not one of none, relu, gelu, silu, swiglu"}});
+  // A K = 0 node whose bias and residual two nodes write: the message names
+  // the first producer (the lowest index) and the operand it writes.
+  cases.push_back({"ZeroKWithAProducedBiasAndResidual",
+                   [] {
+                     GemmGraph graph;
+                     const TensorView bias = Bf16("bias", kBias, 1, 256);
+                     graph.AddGemm("bias_node", Bf16("x1", kX, 1, 128), W(), bias);
+                     graph.AddGemm("residual_node", X(), W(), Y());
+                     graph.AddGemm("zero_k", Bf16("a", kH, 64, 0), Bf16("b", kW2, 256, 0), Bf16("z", kZ, 64, 256),
+                                   WithBiasAndResidual(bias, Y()));
+                     return graph;
+                   },
+                   {"node \"zero_k\": K is 0", "its bias \"bias\" is written by node \"bias_node\""},
+                   {"residual_node"}});
+  // The reader has an earlier producer (p) as well as the later writer: the
+  // hazard with the later one is still found (the walk over a reader's
+  // producers goes past the earlier ones).
+  cases.push_back({"WriteAfterReadBehindAnEarlierProducer",
+                   [] {
+                     // "reader" reads h (from "p", earlier) and its residual r;
+                     // "late", added after it, writes r.
+                     GemmGraph graph;
+                     graph.AddGemm("p", X(), W(), Bf16("h", kH, 64, 256));
+                     graph.AddGemm("reader", Bf16("h", kH, 64, 256), Bf16("w2", kW2, 128, 256),
+                                   Bf16("z", kZ, 64, 128), WithResidual(Bf16("r", kResidual, 64, 128)));
+                     graph.AddGemm("late", X(), Bf16("w3", kBias, 128, 128), Bf16("r.new", kResidual, 64, 128));
+                     return graph;
+                   },
+                   {"node \"late\": hazard (write after read): writes C \"r.new\"", "overlaps residual \"r\"",
+                    "read by node \"reader\", added earlier"}});
+  // A residual of too few rows (the epilogue would read past it); the
+  // ResidualShape case has the wrong column count.
+  cases.push_back({"ResidualRows",
+                   [] { return Single(X(), W(), Y(), WithResidual(Bf16("r", kResidual, 32, 256))); },
+                   {"node \"proj\": shapes do not chain: residual \"r\" is [32, 256], expected "
+                    "[M, N_out] = [64, 256]"}});
+  // A cycle whose nodes are not the graph's first (nodes 1 and 3, between
+  // independent ones) is still reported as a cycle, not as a hazard.
+  cases.push_back({"TwoNodeCycleAmongIndependentNodes",
+                   [] {
+                     GemmGraph graph;
+                     graph.AddGemm("free0", Bf16("u0", kH, 64, 128), Bf16("v", kW2, 128, 128),
+                                   Bf16("o0", kZ, 64, 128));
+                     graph.AddGemm("a", Bf16("t1", kX, 64, 128), Bf16("w", kW, 128, 128),
+                                   Bf16("t2", kY, 64, 128));
+                     graph.AddGemm("free2", Bf16("u0", kH, 64, 128), Bf16("v", kW2, 128, 128),
+                                   Bf16("o2", kBias, 64, 128));
+                     graph.AddGemm("b", Bf16("t2", kY, 64, 128), Bf16("w", kW, 128, 128),
+                                   Bf16("t1", kX, 64, 128));
+                     return graph;
+                   },
+                   {"cycle in the data dependencies: node \"a\" -> node \"b\" -> node \"a\""},
+                   {"hazard"}});
   cases.push_back({"DTypeFp16InputsBf16Output",
                    [] {
                      return Single(Typed("x", kX, DType::kFP16, 64, 128),
@@ -538,6 +595,73 @@ TEST(ValidateTest, SingleRowViewIgnoresItsStride) {
   // With one row the stride is never used: 129 elements (258 bytes) is fine.
   EXPECT_TRUE(
       Single(Strided("x", kX, 1, 128, 129), W(), Strided("y", kY, 1, 256, 0)).Validate().ok());
+}
+
+// A view whose last byte is the last byte of the address space does not run
+// past it; one 16 bytes further does.
+TEST(ValidateTest, ViewEndingAtTheTopOfTheAddressSpace) {
+  constexpr uintptr_t kBytes = 64 * 256 * 2;  // y [64, 256] bf16
+  const uintptr_t top = uintptr_t{0} - kBytes;
+  const absl::Status at_top = Single(X(), W(), Bf16("y", top, 64, 256)).Validate();
+  EXPECT_TRUE(at_top.ok()) << at_top;
+  const absl::Status past = Single(X(), W(), Bf16("y", top + 16, 64, 256)).Validate();
+  EXPECT_EQ(past.code(), absl::StatusCode::kInvalidArgument) << past;
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "node \"proj\": C \"y\"", std::string(past.message()));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "(32768 bytes) runs past the end of the address space",
+                      std::string(past.message()));
+}
+
+// Byte ranges that touch (one ends where the other begins) share no byte:
+// in-place (rule 6) and written-by-two-nodes (rule 7), for single rows and
+// for views of different strides, whichever view is the first argument of
+// the overlap check.
+TEST(ValidateTest, TouchingByteRangesDoNotOverlap) {
+  // Rule 6: A [1, 128] ends where C [1, 256] begins.
+  const absl::Status in_place = Single(Bf16("x", kY - 256, 1, 128), W(), Bf16("y", kY, 1, 256)).Validate();
+  EXPECT_TRUE(in_place.ok()) << in_place;
+  // Rule 7: a later node writes the row just below an earlier node's row.
+  const TensorView h = Bf16("h", kH, 2, 256);
+  GemmGraph rows;
+  rows.AddGemm("second_row", Bf16("x1", kX, 1, 128), W(), h.Rows(1, 1).Named("h.row1"));
+  rows.AddGemm("first_row", Bf16("x2", kZ, 1, 128), W(), h.Rows(0, 1).Named("h.row0"));
+  EXPECT_TRUE(rows.Validate().ok()) << rows.Validate();
+  // Rule 7, multi-row views of different strides: [64, 128] dense ends where
+  // a [64, 256] view begins.
+  GemmGraph strided;
+  strided.AddGemm("upper", X(), W(), Bf16("y", kY, 64, 256));
+  strided.AddGemm("lower", X(), Bf16("w2", kW2, 128, 128), Bf16("z", kY - 64 * 128 * 2, 64, 128));
+  EXPECT_TRUE(strided.Validate().ok()) << strided.Validate();
+}
+
+// A single-row view with a stride of its own beside a multi-row view of the
+// other column half of the same buffer: no byte in common, in either node
+// order (the single row is then the first and then the second view of the
+// overlap check, whose single-row view keeps its own stride).
+TEST(ValidateTest, OneRowOfAColumnHalfBesideTheOtherHalf) {
+  const TensorView buffer = Bf16("buf", kH, 64, 512);
+  const TensorView left = buffer.Columns(0, 256).Named("buf.left");
+  // Row 5 of the right half, as a dense [1, 256] view (its own stride, 256).
+  const TensorView row = TensorView::Dense("buf.row5.right", buffer.element(5, 256), DType::kBF16, 1, 256);
+  for (const bool row_first : {false, true}) {
+    SCOPED_TRACE(row_first ? "the single row added first" : "the single row added second");
+    GemmGraph graph;
+    if (row_first) graph.AddGemm("row", Bf16("x1", kZ, 1, 128), W(), row);
+    graph.AddGemm("left", X(), W(), left);
+    if (!row_first) graph.AddGemm("row", Bf16("x1", kZ, 1, 128), W(), row);
+    EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
+  }
+}
+
+// Rule 10 is for a node with an output: a K = 0 node without one (M = 0)
+// may read a bias another node writes: it runs no job.
+TEST(ValidateTest, ZeroKNodeWithoutAnOutputMayReadAProducedBias) {
+  GemmGraph graph;
+  const TensorView bias = Bf16("bias", kBias, 1, 256);
+  graph.AddGemm("bias_node", Bf16("x1", kX, 1, 128), W(), bias);
+  graph.AddGemm("no_op", TensorView::Dense("a", nullptr, DType::kBF16, 0, 0),
+                TensorView::Dense("b", nullptr, DType::kBF16, 256, 0),
+                TensorView::Dense("c", nullptr, DType::kBF16, 0, 256), WithBias(bias));
+  EXPECT_TRUE(graph.Validate().ok()) << graph.Validate();
 }
 
 TEST(ValidateTest, LargestK) {

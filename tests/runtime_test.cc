@@ -17,7 +17,9 @@
 #include "internal/testing_hooks.h"
 #include "internal/timeline.h"
 #include "loom/scheduler/tiling.h"
+#include "kernel_config.h"
 #include "narrow_config.h"
+#include "persistent_gemm.h"
 
 namespace loom {
 namespace {
@@ -602,6 +604,11 @@ TEST(RuntimeTest, TileWidthFollowsTheTilesOfEachStep) {
       {"the MLP block at 128 rows: up's 224 tiles", UpDownGraph(128, true), 0, 256},
       {"200 rows on 8 clusters: 64 tiles, 16 CTAs", Layers(1, 200, 4096, false), 8, 256},
       {"200 rows x 512 on 8 clusters: 8 tiles", Layers(1, 200, 512, false), 8, 128},
+      // The bounds themselves: nine tenths of the grid exactly, one wave
+      // exactly, and one tile past a wave (256).
+      {"128 x 1152 on 5 clusters: 9 tiles of 10 CTAs, nine tenths exactly", Layers(1, 128, 1152, false), 5, 128},
+      {"512 x 4224: 132 tiles, one wave exactly", Layers(1, 512, 4224, false), 0, 128},
+      {"896 x 2432: 133 tiles, one past the wave", Layers(1, 896, 2432, false), 0, 256},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -677,6 +684,83 @@ TEST(RuntimeTest, KernelChoiceCountsTheNodesOfADepthTogether) {
     for (int i = 1; i <= readers; ++i) {
       EXPECT_EQ(plan->schedule().nodes[i].split_k > 1, readers == 1) << "the rule's premise, node " << i;
     }
+  }
+}
+
+// A node without jobs counts nothing towards the tile width, its K neither:
+// 128 tiles at K = 4096 (nine tenths, 128 wide) stay 128 wide beside a
+// no-op node of K = 8192 at the same depth (counted, the no-op's K would make
+// the step's K too long for the nearly-full-wave rule).
+TEST(RuntimeTest, NodesWithoutJobsDoNotSteerTheTileWidth) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  GemmGraph graph = Layers(1, 448, 4096, false);
+  const absl::StatusOr<Plan> plain = runtime.Compile(graph, options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_EQ(plain->schedule().tile.n, 128);
+  graph.AddGemm("long_k_only", TensorView::Dense("a", nullptr, DType::kBF16, 0, 8192),
+                Fake("b", uint64_t{1} << 40, 64, 8192), TensorView::Dense("c", nullptr, DType::kBF16, 0, 64));
+  const absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->schedule().tile.n, 128);
+}
+
+// Rings that need exactly the device's shared memory per block fit; one
+// byte less does not.
+TEST(RuntimeTest, RingsThatNeedExactlyTheSharedMemoryFit) {
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.tile_n = 256;
+  options.a_stages = 4;
+  options.b_stages = 4;
+  const int64_t need = kernel::SharedMemoryBytes(4, 4, kernel::KernelConfig::kAStageBytes, 256);
+  DeviceDescription device = DeviceDescription::H200();
+  device.shared_memory_per_block = need;
+  const absl::StatusOr<Plan> plan = Runtime::ForDescription(device).Compile(OneGemm(), options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  device.shared_memory_per_block = need - 1;
+  EXPECT_TRUE(HasStatus(Runtime::ForDescription(device).Compile(OneGemm(), options).status(),
+                        absl::StatusCode::kFailedPrecondition,
+                        {"shared memory", absl::StrCat("need ", need, " bytes per block")}));
+}
+
+// The dependent-split rule counts a node's 256-column tiles rounded up: a
+// dependent node 128 columns wide is one tile, which the tiled kernel splits
+// (448 k-blocks on 66 clusters), so at 32 rows its weights (128 x 28672)
+// outweigh half of the wide node's (28672 x 64) and kAuto takes the narrow
+// kernel (rounded down, the narrow node would have no tiles, never be split,
+// and the plan would go tiled).
+TEST(RuntimeTest, KernelChoiceCountsANarrowDependentNodeAsOneTile) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  GemmGraph graph;
+  const TensorView h = Fake("h", 0x30000000, 32, 28672);
+  graph.AddGemm("up", Fake("x", 0x100000, 32, 64), Fake("w", 0x10000000, 28672, 64), h);
+  graph.AddGemm("down", h, Fake("v", 0x40000000, 128, 28672), Fake("y", 0x60000000, 32, 128));
+  absl::StatusOr<Plan> plan = runtime.Compile(graph, CompileOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kernel(), KernelChoice::kNarrow);
+  CompileOptions tiled;
+  tiled.kernel = KernelChoice::kTiled;
+  tiled.tile_n = 256;
+  plan = runtime.Compile(graph, tiled);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_GT(plan->schedule().nodes[1].split_k, 1) << "the rule's premise: the tiled kernel splits down";
+}
+
+// A narrow plan whose longest K is one stage (K <= 256) still gets two A
+// stages (a ring of one would wait for itself; CheckOptions refuses 1 as
+// narrow_a_stages).
+TEST(RuntimeTest, NarrowRingsOfOneStageOfKHaveTwoAStages) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  for (const int64_t k : {int64_t{64}, int64_t{256}}) {
+    SCOPED_TRACE(k);
+    GemmGraph graph;
+    graph.AddGemm("proj", Fake("x", 0x100000, 1, k), Fake("w", 0x10000000, 768, k), Fake("y", 0x20000000, 1, 768));
+    const absl::StatusOr<Plan> plan = runtime.Compile(graph, CompileOptions{});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
+    EXPECT_NE(plan->Explain().find("A 2 stages of 4096 bytes"), std::string::npos) << plan->Explain();
   }
 }
 
@@ -1255,6 +1339,12 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
       {[](CompileOptions& o) { o.narrow_b_stages = 17; }, {"narrow_b_stages: 17", "[2, 16]"}},
       {[](CompileOptions& o) { o.narrow_consumers = 3; }, {"narrow_consumers: 3", "[0, 2]"}},
       {[](CompileOptions& o) { o.narrow_consumers = -1; }, {"narrow_consumers: -1", "[0, 2]"}},
+      // Each range's first value outside it (the cases above are far
+      // outside).
+      {[](CompileOptions& o) { o.spin_timeout_ns = kMaxSpinTimeoutNs + 1; },
+       {"spin_timeout_ns: 1152921504606846977", "[1, 1152921504606846976]"}},
+      {[](CompileOptions& o) { o.narrow_b_in_flight = 16; }, {"narrow_b_in_flight: 16", "[0, 15]"}},
+      {[](CompileOptions& o) { o.split_k = 257; }, {"CompileOptions.split_k must be in [0, 256]", "got 257"}},
       // Checked by the scheduler, whose options carry the same names; the
       // message names CompileOptions.
       {[](CompileOptions& o) { o.group_size = -1; }, {"CompileOptions.group_size must be >= 0, got -1"}},
