@@ -306,10 +306,56 @@ TEST(RoundingErrorBoundTest, HoldsForNormalAndSubnormalValues) {
   EXPECT_LE(RoundingErrorBound(DType::kBF16, tie), 2 * std::fabs(RoundTo(DType::kBF16, tie) - tie));
 }
 
+// The bound is tight for every dtype, not bf16 alone: at a point half-way
+// between two neighbours (1 + half an ulp, and half the smallest subnormal,
+// which ties to zero) the rounding error is half a spacing, and the bound may
+// be at most twice that. A looser relative or absolute term (2^-10 for fp16's
+// 2^-11, 2^-23 for fp32's 2^-24, 2^-3 for fp8's 2^-4, a subnormal term of a
+// whole spacing) would let the demos' tolerance pass a wrong output rounding.
+TEST(RoundingErrorBoundTest, TightAtTiesForEveryDType) {
+  struct Case {
+    DType dtype;
+    double half_ulp_at_one;        // half the spacing above 1
+    double half_smallest_subnormal;
+  };
+  for (const Case& c : {Case{DType::kBF16, 0x1p-8, 0x1p-134}, Case{DType::kFP16, 0x1p-11, 0x1p-25},
+                        Case{DType::kFP8E4M3, 0x1p-4, 0x1p-10}, Case{DType::kFP32, 0x1p-24, 0x1p-150}}) {
+    SCOPED_TRACE(DTypeName(c.dtype));
+    for (const double tie : {1.0 + c.half_ulp_at_one, c.half_smallest_subnormal}) {
+      const double error = std::fabs(RoundTo(c.dtype, tie) - tie);
+      EXPECT_EQ(error, tie == c.half_smallest_subnormal ? tie : c.half_ulp_at_one) << tie;
+      EXPECT_LE(error, RoundingErrorBound(c.dtype, tie)) << tie;
+      EXPECT_LE(RoundingErrorBound(c.dtype, tie), 2 * error) << tie;
+    }
+  }
+}
+
 TEST(StoreElementTest, FP32StoresTheNearestFloat) {
   testbed::HostMatrix m(DType::kFP32, 1, 1);
   StoreElement(m.view(), 0, 0, 0.1);
   EXPECT_EQ(LoadElement(m.view(), 0, 0), static_cast<double>(0.1f));
+}
+
+// StoreElement rounds once, from double, for the 16-bit formats too (as
+// BF16Test.DoubleRoundsOnce checks DoubleToBF16): a value just above a tie
+// that rounding to float first would land on the tie, and then round to even.
+TEST(StoreElementTest, SixteenBitFormatsRoundOnceFromDouble) {
+  struct Case {
+    DType dtype;
+    double above_tie;  // 1 + half an ulp + a little; as a float exactly the tie
+    double expected;   // 1 + one ulp
+  };
+  for (const Case& c : {Case{DType::kBF16, 1.0 + 0x1p-8 + 0x1p-40, 1.0 + 0x1p-7},
+                        Case{DType::kFP16, 1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-10}}) {
+    SCOPED_TRACE(DTypeName(c.dtype));
+    ASSERT_EQ(static_cast<double>(static_cast<float>(c.above_tie)), c.above_tie - 0x1p-40);  // float: the tie
+    testbed::HostMatrix m(c.dtype, 1, 2);
+    StoreElement(m.view(), 0, 0, c.above_tie);
+    StoreElement(m.view(), 0, 1, -c.above_tie);
+    EXPECT_EQ(LoadElement(m.view(), 0, 0), c.expected);
+    EXPECT_EQ(LoadElement(m.view(), 0, 1), -c.expected);
+    EXPECT_EQ(LoadElement(m.view(), 0, 0), RoundTo(c.dtype, c.above_tie));
+  }
 }
 
 // --- The reference epilogue math ---------------------------------------------
@@ -373,6 +419,23 @@ TEST(ReferenceMathTest, AccumulateTileSumsInKOrder) {
   AccumulateTile(aa.data(), 64, bb.data(), 64, 1, 5, 64, grouped.data(), 5);
   for (int j = 0; j < 5; ++j) AccumulateTile(aa.data(), 64, &bb[j * 64], 64, 1, 1, 64, &single[j], 1);
   EXPECT_EQ(grouped, single);
+}
+
+// Each product is rounded before it is added, in the grouped (4 columns) and
+// the single-column path alike: -1 + (1 + 2^-30)(1 - 2^-30) is 0 that way (the
+// product, 1 - 2^-60, rounds to 1) and -2^-60 with a fused multiply-add. The
+// sin/cos data of AccumulateTileSumsInKOrder happens to give the same bits
+// both ways, so it cannot tell a path that fuses from one that does not.
+TEST(ReferenceMathTest, EveryPathRoundsEachProduct) {
+  const double a[2] = {-1.0, 1.0 + 0x1p-30};
+  std::vector<double> b(5 * 2);
+  for (int j = 0; j < 5; ++j) {
+    b[j * 2 + 0] = 1.0;
+    b[j * 2 + 1] = 1.0 - 0x1p-30;
+  }
+  std::vector<double> acc(5, 0.0);
+  AccumulateTile(a, 2, b.data(), 2, 1, 5, 2, acc.data(), 5);  // columns 0-3 grouped, 4 single
+  for (int j = 0; j < 5; ++j) EXPECT_EQ(acc[j], 0.0) << "column " << j;
 }
 
 }  // namespace

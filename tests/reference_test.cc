@@ -849,6 +849,90 @@ TEST(BrokenEpilogueScheduleTest, ResidualReadBeforeItIsWrittenIsReported) {
   }
 }
 
+// The queue of `schedule` (cluster size 1: a job a tile) made of the jobs of
+// (node, n_block) in `order`, each of row block 0; fails the test if one is missing.
+std::vector<sched::TileJob> JobsInOrder(const sched::Schedule& schedule,
+                                        const std::vector<std::pair<int, int>>& order) {
+  std::vector<sched::TileJob> queue;
+  for (const auto& [node, n_block] : order) {
+    const auto job = std::find_if(schedule.queue.begin(), schedule.queue.end(), [&](const sched::TileJob& j) {
+      return static_cast<int>(j.node) == node && j.m_block == 0 && static_cast<int>(j.n_block) == n_block;
+    });
+    EXPECT_NE(job, schedule.queue.end()) << "node " << node << " n_block " << n_block;
+    if (job != schedule.queue.end()) queue.push_back(*job);
+  }
+  return queue;
+}
+
+// The data check of reads (OutputWrites) at the edges of what is read and of
+// what was written, each a consumer whose edges are dropped and whose job runs
+// before one of its producer's tiles: an unwritten column that is the last
+// one read; a read that starts at an output's last element; a read that
+// starts before the output's first byte (the output a column slice of a
+// buffer the graph's input fills); a B produced by a node; a SwiGLU node's
+// bias produced by a node, whose accumulator-wide columns (not the output's
+// half-wide ones) are read.
+TEST(BrokenEpilogueScheduleTest, ReadsAtTheEdgesOfOutputsAreFollowed) {
+  const auto expect_caught = [](HostGraph& g, const std::vector<std::pair<int, int>>& order,
+                                const std::string& needle) {
+    ASSERT_TRUE(g.graph().Validate().ok()) << g.graph().Validate();
+    absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), SmallTiles(1, 1));
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(RunReference(g.graph(), *s).ok());
+    sched::Schedule broken = *s;
+    for (sched::NodeSchedule& node : broken.nodes) node.dependency_count = 0;
+    broken.queue = JobsInOrder(*s, order);
+    ASSERT_EQ(broken.queue.size(), s->queue.size());
+    ExpectInternal(RunReference(g.graph(), broken), needle);
+  };
+  Rng rng;
+  {
+    SCOPED_TRACE("an unwritten last column");
+    HostGraph g(rng);
+    const TensorView h = g.Output("h", DType::kBF16, 1, 65);  // n_block 1: column 64 alone
+    g.graph().AddGemm("up", g.Input("x", DType::kBF16, 1, 32), g.Input("w1", DType::kBF16, 65, 32), h);
+    g.graph().AddGemm("down", h, g.Input("w2", DType::kBF16, 16, 65), g.Output("y", DType::kFP32, 1, 16));
+    expect_caught(g, {{0, 0}, {1, 0}, {0, 1}}, "reads A \"h\" element (0, 64)");
+  }
+  {
+    SCOPED_TRACE("a read from an output's last element");
+    HostGraph g(rng);
+    const TensorView h = g.Output("h", DType::kBF16, 1, 65);
+    g.graph().AddGemm("up", g.Input("x", DType::kBF16, 1, 32), g.Input("w1", DType::kBF16, 65, 32), h);
+    g.graph().AddGemm("tail", h.Columns(64, 1), g.Input("w2", DType::kBF16, 16, 1),
+                      g.Output("y", DType::kFP32, 1, 16));
+    expect_caught(g, {{0, 0}, {1, 0}, {0, 1}}, "element (0, 0), another node's output");
+  }
+  {
+    SCOPED_TRACE("a read from before an output's first byte");
+    HostGraph g(rng);
+    const TensorView buf = g.Input("buf", DType::kBF16, 1, 128);  // columns 64-127: up's output
+    g.graph().AddGemm("up", g.Input("x", DType::kBF16, 1, 32), g.Input("w1", DType::kBF16, 64, 32),
+                      buf.Columns(64, 64));
+    g.graph().AddGemm("down", buf, g.Input("w2", DType::kBF16, 16, 128), g.Output("y", DType::kFP32, 1, 16));
+    expect_caught(g, {{1, 0}, {0, 0}}, "reads A \"buf\" element (0, 64)");
+  }
+  {
+    SCOPED_TRACE("a B produced by a node");
+    HostGraph g(rng);
+    const TensorView hb = g.Output("hb", DType::kBF16, 16, 64);
+    g.graph().AddGemm("up", g.Input("x", DType::kBF16, 16, 32), g.Input("w1", DType::kBF16, 64, 32), hb);
+    g.graph().AddGemm("scores", g.Input("q", DType::kBF16, 1, 64), hb, g.Output("s", DType::kFP32, 1, 16));
+    expect_caught(g, {{1, 0}, {0, 0}}, "reads B \"hb\" element (0, 0)");
+  }
+  {
+    SCOPED_TRACE("a SwiGLU bias produced by a node");
+    HostGraph g(rng);
+    const TensorView bias = g.Output("bias", DType::kBF16, 1, 128);
+    g.graph().AddGemm("bias_maker", g.Input("x", DType::kBF16, 1, 32), g.Input("w1", DType::kBF16, 128, 32), bias);
+    g.graph().AddGemm("glu", g.Input("a", DType::kBF16, 1, 32), g.Input("w2", DType::kBF16, 128, 32),
+                      g.Output("out", DType::kFP32, 1, 64), {.activation = Activation::kSwiGLU, .bias = bias});
+    // glu's n_block 1 reads bias columns 64-127 (its output columns 32-63),
+    // which bias_maker's n_block 1 writes.
+    expect_caught(g, {{0, 0}, {1, 1}, {0, 1}, {1, 0}}, "reads bias \"bias\" element (0, 64)");
+  }
+}
+
 TEST_F(BrokenScheduleTest, ScheduleOfAnotherGraphIsInvalidArgument) {
   sched::Schedule other = schedule_;
   other.nodes.pop_back();
@@ -956,6 +1040,26 @@ TEST(BrokenSplitScheduleTest, ConsumerOfAPartedTileWaitsForEveryPart) {
   ExpectInternal(RunReference(g.graph(), late), "not a topological order");
 }
 
+// Each reduce part marks only its own rows written: a consumer whose edges
+// are dropped, queued after every part but the first, is caught reading the
+// first part's rows (the later parts' sums of them would be the same values,
+// so only the data check can tell).
+TEST(BrokenSplitScheduleTest, AReducePartWritesOnlyItsOwnRows) {
+  Rng rng;
+  HostGraph g(rng);
+  absl::StatusOr<sched::Schedule> s = AddPartedPair(g);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->nodes[0].reduce_parts, 5);  // rows 0-7, 8-15, ..., 32-39
+  sched::Schedule late = *s;
+  late.nodes[1].dependency_count = 0;
+  const auto part0 = std::find_if(late.queue.begin(), late.queue.end(), [](const sched::TileJob& job) {
+    return job.node == 0 && job.kind == static_cast<uint8_t>(sched::JobKind::kReduce) && job.split == 0;
+  });
+  ASSERT_NE(part0, late.queue.end());
+  std::rotate(part0, part0 + 1, late.queue.end());
+  ExpectInternal(RunReference(g.graph(), late), "reads A \"h\" element (0, 0)");
+}
+
 // Reduce parts that leave rows of a tile unsummed, a cluster size no kernel
 // runs, and a dependency edge outside what Lower accepts are Internal, not a
 // run that reports OK over unwritten rows, a loop of 2^31 ranks or a signed
@@ -990,6 +1094,38 @@ TEST(BrokenSplitScheduleTest, ScheduleFieldsOutsideLowersRangesAreReported) {
   sched::Schedule odd_operand = *s;
   odd_operand.dependencies[s->nodes[1].dependency_begin].operand = 9;
   ExpectInternal(RunReference(g.graph(), odd_operand), "dependency 0 has operand 9, not one of A, B, bias, residual");
+}
+
+// The same checks at their limits: reduce parts one row short of the tile's
+// rows; splits that start where they should but stop a k-block short of K; a
+// split index equal to split_k.
+TEST(BrokenSplitScheduleTest, ScheduleFieldsJustOutsideTheirRangesAreReported) {
+  Rng rng;
+  {
+    HostGraph g(rng);
+    absl::StatusOr<sched::Schedule> s = AddPartedPair(g);
+    ASSERT_TRUE(s.ok()) << s.status();
+    sched::Schedule one_row_short = *s;
+    one_row_short.nodes[0].reduce_parts = 3;
+    one_row_short.nodes[0].reduce_part_rows = 13;  // 39 of the tile's 40 rows
+    ExpectInternal(RunReference(g.graph(), one_row_short), "reduce_parts 3 of 13 rows (split_k 2), which do not cover");
+  }
+  HostGraph g(rng);
+  g.graph().AddGemm("gemm", g.Input("a", DType::kBF16, 64, 128), g.Input("b", DType::kBF16, 64, 128),
+                    g.Output("c", DType::kFP32, 64, 64));
+  sched::SchedulerOptions options = SmallTiles(2, 1);
+  options.reduce_in_parts = false;
+  options.sum_in_last_split = false;
+  absl::StatusOr<sched::Schedule> s = LowerGraph(g.graph(), options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->queue.size(), 3u);  // split 0 (k-blocks 0-1), split 1 (2-3), reduce
+  ASSERT_EQ(s->queue[1].k_block_end, 4);
+  sched::Schedule short_k = *s;
+  short_k.queue[1].k_block_end = 3;
+  ExpectInternal(RunReference(g.graph(), short_k), "splits cover k-blocks [0, 3) of 4");
+  sched::Schedule split_past = *s;
+  split_past.queue[1].split = 2;
+  ExpectInternal(RunReference(g.graph(), split_past), "split 2 of split_k 2");
 }
 
 // The schedule of `nodes` independent small split-K nodes (split 8, 64 x 64

@@ -2,6 +2,7 @@
 // Compile for device limits, Launch on a host-only plan, Explain.
 #include "loom/runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <set>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "internal/plan_impl.h"
+#include "internal/plan_resources.h"
 #include "internal/testing_hooks.h"
 #include "internal/timeline.h"
 #include "loom/scheduler/tiling.h"
@@ -1226,6 +1228,68 @@ TEST(RuntimeTest, PackedWeightsAreExplained) {
   EXPECT_EQ(kTiled.StageOffset(3, 8, 17), (3 * 17 + 8) * 32768);
 }
 
+// Where each packed B lies in the copy, known on the host (PackedNodesOf):
+// copies back to back in node order; a node whose B is the same view as an
+// earlier node's (same memory, shape and stride) at that node's copy, copying
+// nothing; the same memory under another row stride is another matrix, with
+// its own copy. Explain shows only the total, which a copy laid over another
+// (every offset 0) or a shared copy pointing past its own keeps.
+TEST(RuntimeTest, PackedWeightsLieBackToBack) {
+  GemmGraph graph;
+  const TensorView w1 = Fake("w1", 0x10000000, 4096, 4096);
+  const TensorView w1_left = w1.Columns(0, 2048).Named("w1_left");  // w1's columns 0-2047: stride 4096
+  const TensorView w1_dense = Fake("w1_dense", 0x10000000, 4096, 2048);  // the same data, rows, cols; stride 2048
+  const TensorView h = Fake("h", 0x30000000, 1, 4096);
+  graph.AddGemm("first", Fake("x", 0x100000, 1, 4096), w1, h);
+  graph.AddGemm("small", h, Fake("w2", 0x12000000, 128, 4096), Fake("y", 0x31000000, 1, 128));
+  graph.AddGemm("again", h, w1, Fake("z", 0x32000000, 1, 4096));  // first's B again
+  graph.AddGemm("left", Fake("x2", 0x200000, 1, 2048), w1_left, Fake("s", 0x33000000, 1, 4096));
+  graph.AddGemm("dense", Fake("x3", 0x300000, 1, 2048), w1_dense, Fake("d", 0x34000000, 1, 4096));
+  constexpr kernel::PackedLayout kNarrow = kernel::NarrowConfig::Packed();
+  const int64_t big = kNarrow.Bytes(4096, 4096), small = kNarrow.Bytes(128, 4096), half = kNarrow.Bytes(4096, 2048);
+  const std::vector<Plan::Impl::PackedNode> packed =
+      internal::PackedNodesOf(graph, graph.Dependencies(), /*tiled=*/nullptr);
+  ASSERT_EQ(packed.size(), 5u);
+  const int64_t expected[5][3] = {{0, big, 1}, {big, small, 1}, {0, big, 0}, {big + small, half, 1},
+                                  {big + small + half, half, 1}};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(packed[i].node, i);
+    EXPECT_EQ(packed[i].offset, expected[i][0]) << graph.nodes()[i].name;
+    EXPECT_EQ(packed[i].bytes, expected[i][1]) << graph.nodes()[i].name;
+    EXPECT_EQ(packed[i].copies, expected[i][2] == 1) << graph.nodes()[i].name;
+  }
+  EXPECT_EQ(internal::PackedCopyBytes(packed), big + small + 2 * half);
+}
+
+// The tagged handoffs' fields, known on the host (TaggedHandoffsOf): two
+// producers of h's column halves and a consumer of all of h share one copy,
+// each producer writing from its own first column; a second consumer of the
+// right half alone (right's C exactly, another buffer start: another copy)
+// stays on flags, since right writes one copy only. Explain shows neither
+// col0 nor a handoff that a producer could not write.
+TEST(RuntimeTest, TaggedHandoffsGiveEachProducerItsColumns) {
+  const TensorView h = Fake("h", 0x30000000, 2, 768);
+  GemmGraph graph;
+  graph.AddGemm("left", Fake("x", 0x100000, 2, 1024), Fake("w", 0x10000000, 384, 1024), h.Columns(0, 384));
+  graph.AddGemm("right", Fake("x", 0x100000, 2, 1024), Fake("w2", 0x14000000, 384, 1024), h.Columns(384, 384));
+  graph.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, 2, 256));
+  graph.AddGemm("right_only", h.Columns(384, 384), Fake("u", 0x1c000000, 256, 384), Fake("z", 0x24000000, 2, 256));
+  ASSERT_TRUE(graph.Validate().ok()) << graph.Validate();
+  int64_t words = -1;
+  const std::vector<Plan::Impl::TaggedHandoff> handoffs =
+      internal::TaggedHandoffsOf(graph, graph.Dependencies(), kernel::NarrowConfig::AStageBytes(2),
+                                 /*consumers=*/1, /*grid_ctas=*/132, &words);
+  ASSERT_EQ(handoffs.size(), 2u);
+  EXPECT_EQ(words, 2 * 384);  // one copy: 2 rows of 384 words
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(handoffs[i].producer, i);
+    EXPECT_EQ(handoffs[i].consumer, 2);
+    EXPECT_EQ(handoffs[i].offset, 0);
+    EXPECT_EQ(handoffs[i].pitch, 384);
+    EXPECT_EQ(handoffs[i].col0, 384 * i);
+  }
+}
+
 // The narrow kernel's options are checked, each refusal naming the option,
 // the value and the rule.
 TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
@@ -1738,6 +1802,63 @@ TEST(RuntimeTest, FirstARunsAreTheProducerTilesEachGranuleReads) {
       }
     }
     EXPECT_EQ(runs_found, rows > 64 ? 10 : 5) << rows << " rows";
+  }
+}
+
+// A run joins the next edge's only where that edge's flags follow on exactly
+// (FirstARunOfRowBlock): four consumers whose A joins producer 0's output
+// with producer 1's or 2's, either side first, cannot all find their second
+// producer's flags right after their first's; those that do not must stop at
+// the seam, not go on over the flags of whatever tiles lie there (after the
+// first producer's, or before them).
+TEST(RuntimeTest, FirstARunsJoinOnlyFlagsThatFollowOn) {
+  using sched::DependencyOperand;
+  auto edge = [](int producer, int64_t col_offset = 0) {
+    sched::DependencyEdge e;
+    e.producer = producer;
+    e.operand = static_cast<uint8_t>(DependencyOperand::kA);
+    e.col_offset = col_offset;
+    return e;
+  };
+  for (const int64_t rows : {1, 16}) {
+    const std::vector<sched::NodeProblem> graph = {
+        {.m = rows, .n = 256, .k = 128, .dependencies = {}},
+        {.m = rows, .n = 256, .k = 128, .dependencies = {}},
+        {.m = rows, .n = 256, .k = 128, .dependencies = {}},
+        {.m = rows, .n = 64, .k = 512, .dependencies = {edge(0), edge(2, -256)}},
+        {.m = rows, .n = 64, .k = 512, .dependencies = {edge(0), edge(1, -256)}},
+        {.m = rows, .n = 64, .k = 512, .dependencies = {edge(1), edge(0, -256)}},
+        {.m = rows, .n = 64, .k = 512, .dependencies = {edge(2), edge(0, -256)}},
+    };
+    absl::StatusOr<sched::Schedule> schedule =
+        LowerUnsplit(graph, kernel::NarrowConfig::tile(rows), /*cluster_size=*/1);
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    const sched::TileShape tile = schedule->tile;
+    for (int i = 3; i < 7; ++i) {
+      const sched::NodeSchedule& node = schedule->nodes[i];
+      kernel::KernelNode::FirstARun runs[2];
+      internal::FirstARunsOf(*schedule, i, internal::AProducerOf(*schedule, i), /*narrow=*/true, runs);
+      const kernel::KernelNode::FirstARun& run = runs[0];
+      ASSERT_GT(run.granules, 0) << rows << " rows, node " << i;
+      const int tiles = 1 << run.tiles_shift;
+      const int64_t granule_cols = int64_t{node.a_wait_k_blocks} * tile.k;
+      for (int j = 0; j < run.granules; ++j) {
+        const int64_t c0 = j * granule_cols;
+        ASSERT_LE(c0 + granule_cols, node.k) << rows << " rows, node " << i << ": granule " << j << " past K";
+        int boxes = 0;
+        for (int d = 0; d < node.dependency_count; ++d) {
+          const sched::DependencyEdge& e = schedule->dependencies[node.dependency_begin + d];
+          const sched::NodeSchedule& producer = schedule->nodes[e.producer];
+          const sched::TileBox box = sched::ProducerTiles(producer, tile, e, 0, tile.m, c0, c0 + granule_cols);
+          if (box.empty()) continue;
+          ++boxes;
+          EXPECT_EQ(box.n_end - box.n_begin, tiles) << rows << " rows, node " << i << " granule " << j;
+          EXPECT_EQ(sched::OutputFlagIndex(producer, box.m_begin, box.n_begin), run.first_flag + j * tiles)
+              << rows << " rows, node " << i << " granule " << j;
+        }
+        EXPECT_EQ(boxes, 1) << rows << " rows, node " << i << " granule " << j;
+      }
+    }
   }
 }
 
