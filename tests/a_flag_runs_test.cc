@@ -93,6 +93,36 @@ TEST(AFlagRunsTest, StackedProducersAreWaitedForEachOne) {
   }
 }
 
+// StackedProducers one row block down: p writes rows 0-191 of A, q rows
+// 192-255 of the right half, so only row block 1 reads both (the second CTA
+// of a cluster sharing B).
+GemmGraph StackedProducersInRowBlockOne() {
+  GemmGraph graph;
+  const TensorView a = View("a", kBuffer, 256, 1024);
+  graph.AddGemm("p", View("x", kInputs, 192, 64), View("wp", kWeights, 1024, 64), a.Rows(0, 192).Named("a_top"));
+  graph.AddGemm("q", View("x2", kInputs + (1 << 20), 64, 64), View("wq", kWeights + (1 << 20), 512, 64),
+                a.Rows(192, 64).Columns(512, 512).Named("a_bottom_right"));
+  graph.AddGemm("consumer", a, View("wc", kWeights + (2 << 20), 256, 1024), View("y", kInputs + (2 << 20), 256, 256));
+  return graph;
+}
+
+// The replay is not blind: the stacked layout with the consumer's runs of A
+// flags turned back on (as before NodeSchedule::a_flag_runs) follows p's tiles
+// past where q's begin, and UnsoundWaits says so for the row block that reads q.
+TEST(AFlagRunsTest, RunsOverStackedProducersAreReportedUnsound) {
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  absl::StatusOr<Plan> plan = CompileOnH200(StackedProducersInRowBlockOne(), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->schedule().nodes[2].a_flag_runs, 0);
+  EXPECT_TRUE(UnsoundWaits(*plan).empty());
+  // The plan's own schedule (not const: Plan hands it out read-only).
+  const_cast<sched::Schedule&>(plan->schedule()).nodes[2].a_flag_runs = 1;
+  const std::vector<std::string> failures = UnsoundWaits(*plan);
+  ASSERT_FALSE(failures.empty());
+  EXPECT_NE(failures.front().find("node consumer rows from 128"), std::string::npos) << failures.front();
+}
+
 TEST(AFlagRunsTest, AnOutputInsideATileColumnIsWaitedForWhole) {
   for (const int split_k : {1, 2, 3}) {
     for (const int tile_n : {128, 256}) {
@@ -302,6 +332,33 @@ TEST(QueueOrderTest, SlicesOfLargerOutputsAreWaitedForInQueueOrder) {
       EXPECT_TRUE(unsound.empty()) << unsound.front();
     }
   }
+}
+
+// The queue check is not blind: a consumer's job moved ahead of the producer
+// of its residual is reported, as the first job, waiting for a flag
+// published later.
+TEST(QueueOrderTest, AJobQueuedBeforeItsResidualsProducerIsReported) {
+  GemmGraph graph;
+  const TensorView r = View("r", kBuffer, 128, 256);
+  graph.AddGemm("p", View("x", kInputs, 128, 64), View("wp", kWeights, 256, 64), r);
+  graph.AddGemm("consumer", View("x2", kInputs + (1 << 20), 128, 64), View("wc", kWeights + (1 << 20), 256, 64),
+                View("y", kInputs + (2 << 20), 128, 256), Epilogue{.residual = r});
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  absl::StatusOr<Plan> plan = CompileOnH200(graph, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(WaitsOutOfQueueOrder(*plan).empty());
+  // The plan's own queue (not const: Plan hands it out read-only), the
+  // consumer's first job moved to the front.
+  std::vector<sched::TileJob>& queue = const_cast<sched::Schedule&>(plan->schedule()).queue;
+  const auto consumer =
+      std::find_if(queue.begin(), queue.end(), [](const sched::TileJob& job) { return job.node == 1; });
+  ASSERT_NE(consumer, queue.end());
+  std::rotate(queue.begin(), consumer, consumer + 1);
+  const std::vector<std::string> failures = WaitsOutOfQueueOrder(*plan);
+  ASSERT_FALSE(failures.empty());
+  EXPECT_NE(failures.front().find("queue #0 (node consumer"), std::string::npos) << failures.front();
+  EXPECT_NE(failures.front().find("published at #"), std::string::npos) << failures.front();
 }
 
 // Random slices of produced outputs (rows and columns anywhere inside,

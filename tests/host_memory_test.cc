@@ -97,6 +97,16 @@ TEST(HostMemoryBudgetTest, ACgroupsReclaimablePageCacheCountsAsRoom) {
   EXPECT_TRUE(BudgetIs(facts, 20 * kGiB, "the room left under /sys/fs/cgroup/memory.max"));
 }
 
+// Page-cache figures whose sum overflows (a memory.stat that does not add
+// up) count as no page cache: the cgroup's room is its limit less its whole use.
+TEST(HostMemoryBudgetTest, PageCacheThatOverflowsCountsAsNone) {
+  const std::string stat = "active_file 18446744073709551615\ninactive_file " + std::to_string(2 * kGiB) + "\n";
+  HostMemoryFacts facts;
+  facts.physical = 64 * kGiB;
+  facts.cgroups = {{"/sys/fs/cgroup/memory.max", std::to_string(20 * kGiB), std::to_string(19 * kGiB), stat}};
+  EXPECT_TRUE(BudgetIs(facts, kGiB, "the room left under /sys/fs/cgroup/memory.max"));
+}
+
 TEST(HostMemoryBudgetTest, ACgroupWithAFileMissingOrUnparsedIsLeftOut) {
   HostMemoryFacts facts;
   facts.physical = 64 * kGiB;

@@ -270,6 +270,17 @@ TEST(RuntimeTest, TimelineTableSummarisesEachNodeAndKind) {
   EXPECT_NE(partial.find("1.0 us     1.0 us         -      -       -"), std::string::npos) << partial;
 }
 
+// A span whose first event never happened (time -1) is left out of the
+// medians, not measured from -1: a job with no data-ready stamp has no wait
+// and no main-loop span, only its epilogue and store.
+TEST(RuntimeTest, TimelineLeavesOutSpansWhoseFirstEventIsMissing) {
+  const std::vector<JobTrace> timeline = {Trace(0, 0, false, 5.0, -1, 8.0, 9.0, 10.0)};
+  const std::string table = internal::FormatTimeline(timeline, {"only"});
+  // wait, main loop, epilogue, store, A deps, as the table prints them.
+  EXPECT_NE(table.find(absl::StrFormat("%12s %10s %9s %6s %7s", "-", "-", "1.0 us", "1.0 us", "-")), std::string::npos)
+      << table;
+}
+
 TEST(RuntimeTest, GridLargerThanCoresidentIsRefused) {
   CompileOptions options;
   options.max_clusters = 67;

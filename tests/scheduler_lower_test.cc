@@ -191,6 +191,29 @@ TEST(LowerTest, WholeTensorAEdgesHaveNoFlagRuns) {
   EXPECT_EQ(s->nodes[1].a_flag_runs, 1);
 }
 
+// A whole_tensor edge (an operand that is no one translation of the
+// producer's output) waits for every tile of the producer, ragged last row
+// and column included, whatever elements the consumer's tile reads.
+TEST(LowerTest, AWholeTensorEdgeReadsEveryProducerTile) {
+  absl::StatusOr<Schedule> s = Lower({Gemm(300, 600, 512)}, Options());
+  ASSERT_TRUE(s.ok()) << s.status();
+  const NodeSchedule& producer = s->nodes[0];
+  ASSERT_EQ(producer.m_blocks, 3);
+  ASSERT_EQ(producer.n_blocks, 3);
+  DependencyEdge whole = Edge(0, DependencyOperand::kA);
+  whole.whole_tensor = 1;
+  struct Region {
+    int64_t row_begin, row_end, col_begin, col_end;
+  };
+  for (const Region& r : {Region{0, 1, 0, 1}, Region{128, 256, 512, 576}}) {
+    const TileBox box = ProducerTiles(producer, s->tile, whole, r.row_begin, r.row_end, r.col_begin, r.col_end);
+    EXPECT_EQ(box.m_begin, 0);
+    EXPECT_EQ(box.m_end, 3);
+    EXPECT_EQ(box.n_begin, 0);
+    EXPECT_EQ(box.n_end, 3);
+  }
+}
+
 TEST(LowerTest, RefusesMoreNodesThanTheJobCanName) {
   std::vector<NodeProblem> g(65536, Gemm(0, 0, 0));
   ExpectInvalid(Lower(g, Options()), "65536 nodes exceed 65535");
@@ -584,6 +607,35 @@ TEST(LowerTest, AWaitGranuleCoversEveryKBlockItSkips) {
   }
 }
 
+// The granules a run of A's flags may cover, from the one k-block kb falls in
+// to the one holding the job's last k-block: one a job ends inside (a split
+// ending mid-granule) counts, so the kernels' runs reach it rather than stop
+// a granule short.
+TEST(LowerTest, GranulesLeftCountsTheGranuleAJobEndsInside) {
+  EXPECT_EQ(GranulesLeft(0, 16, 4), 4);
+  EXPECT_EQ(GranulesLeft(0, 21, 4), 6);  // k-block 20 is in granule 5
+  EXPECT_EQ(GranulesLeft(6, 21, 4), 5);  // granules 1 to 5
+  EXPECT_EQ(GranulesLeft(20, 21, 4), 1);
+  EXPECT_EQ(GranulesLeft(3, 5, 1), 2);
+}
+
+// A run's granule is at most max_tiles_per_granule producer tiles (the
+// kernel's poll finds a flag's granule with a shift over that many): eight
+// 16-column tiles to a 128-column granule make no run where four is the
+// most, and a run of two granules of eight where eight are allowed.
+TEST(LowerTest, ARunHasNoMoreTilesAGranuleThanTheKernelPolls) {
+  const TileBox box{0, 1, 0, 8};  // one row, eight tile columns: one granule's tiles
+  const AFlagRun none = ARunOfBox(/*flag_base=*/100, /*flag_row_stride=*/16, /*n_blocks=*/16, /*out_tile_n=*/16,
+                                  /*out_cols=*/256, box, /*granule_cols=*/128, /*granules_left=*/2,
+                                  /*max_tiles_per_granule=*/4);
+  EXPECT_EQ(none.granules, 0);
+  const AFlagRun run = ARunOfBox(100, 16, 16, 16, 256, box, 128, 2, /*max_tiles_per_granule=*/8);
+  EXPECT_EQ(run.granules, 2);
+  EXPECT_EQ(run.first_flag, 100);
+  EXPECT_EQ(run.tiles_per_granule, 8);
+  EXPECT_EQ(run.tiles_shift, 3);
+}
+
 // A node whose output a later node reads gets 8-row reduce parts only
 // within half a wave (ChooseReduceParts): in a 64-token chain of 4096 x 4096
 // layers, the first layer is reduced in 4 parts of 16 rows, the last (no
@@ -810,6 +862,37 @@ TEST(ExplainTest, SaysWhereAIsWaitedForOneGranuleAtATime) {
   EXPECT_EQ(s->nodes[2].a_flag_runs, 0);
   const std::string text = ExplainSchedule(*s, {"top", "bottom", "consumer"});
   EXPECT_NE(text.find("waited for one granule at a time"), std::string::npos) << text;
+}
+
+// The numbers Explain states are the ones a time-out's "flag N" and a
+// workspace size are looked up against: each node's output tile flags, its
+// partial flags (one slice a tile fewer than splits where the last split
+// sums), the totals of flags and workspace, and how many queue positions the
+// listing leaves out.
+TEST(ExplainTest, StatesEachNodesFlagRangesAndTheTotals) {
+  SchedulerOptions o = Options();
+  o.split_k = 2;
+  absl::StatusOr<Schedule> s = Lower({Gemm(300, 600, 512), Gemm(0, 64, 64), Gemm(128, 256, 512)}, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const NodeSchedule& a = s->nodes[0];
+  const NodeSchedule& c = s->nodes[2];
+  // As LowerTest.FlagsAreConsecutivePerNodeThenPartials lays them out.
+  ASSERT_EQ(a.reduce_parts, 0);
+  ASSERT_EQ(a.partial_flag_base, 10);
+  ASSERT_GT(c.reduce_parts, 1);
+  ASSERT_GT(s->workspace_elements, 0);
+  ASSERT_GT(s->queue.size(), 16u);
+  const std::string text = ExplainSchedule(*s, {"a", "empty", "c"});
+  const std::string c_partials = std::to_string(c.partial_flag_base);
+  for (const std::string& fragment :
+       {std::to_string(s->num_flags) + " flags, " + std::to_string(s->workspace_elements) + " fp32 workspace elements",
+        // 3 x 3 tiles from flag 0; one partial a tile (split 0's) from flag 10.
+        std::string("  flags [0, 9); partial flags [10, 19);"),
+        // One tile, both splits' partials.
+        "  flags [9, 10); partial flags [" + c_partials + ", " + std::to_string(c.partial_flag_base + 2) + ");",
+        "  ... " + std::to_string(s->queue.size() - 16) + " more\n"}) {
+    EXPECT_NE(text.find(fragment), std::string::npos) << "no \"" << fragment << "\" in\n" << text;
+  }
 }
 
 }  // namespace

@@ -373,6 +373,17 @@ TEST(RasterTest, ChoosesTheLongerDimensionAndAGroupNearSqrtWave) {
   EXPECT_EQ(ChooseGroupSize({.rows = 64, .cols = 64}, RasterOrder::kAlongN, 66, 8 << 20), 2);
 }
 
+// A square grid walks along N (kAlongM needs more rows than columns), and a
+// wave of more than 66 clusters (clusters of one CTA on a 132-SM device) gets
+// a band near its square root, capped at 16.
+TEST(RasterTest, ASquareGridWalksAlongNAndAWideWaveGroupsUpToSixteen) {
+  EXPECT_EQ(ChooseRaster({.rows = 8, .cols = 8}), RasterOrder::kAlongN);
+  EXPECT_EQ(ChooseRaster({.rows = 1, .cols = 1}), RasterOrder::kAlongN);
+  EXPECT_EQ(ChooseGroupSize({.rows = 64, .cols = 64}, RasterOrder::kAlongN, 132, 1 << 20), 11);  // sqrt(132)
+  EXPECT_EQ(ChooseGroupSize({.rows = 64, .cols = 64}, RasterOrder::kAlongN, 400, 1 << 20), 16);  // sqrt 20, capped
+  EXPECT_EQ(ChooseGroupSize({.rows = 64, .cols = 64}, RasterOrder::kAlongM, 1024, 1 << 10), 16);
+}
+
 class RasterBijectionTest
     : public testing::TestWithParam<std::tuple<int, int, RasterOrder, int>> {};
 
