@@ -52,16 +52,20 @@ absl::StatusOr<Plan> CompileOnH200(const GemmGraph& graph, const CompileOptions&
 constexpr uint64_t kBuffer = 0x7f0000000000, kWeights = 0x7f4000000000, kInputs = 0x7f8000000000;
 
 // A's rows stacked from two producers that give the same columns: p writes
-// rows 0-63 of every column, q rows 64-127 of the right half (the rest of A
-// is an input). One row block of the tiled kernel (128 rows) reads both; a
-// run from p's tiles does not wait for q's.
-GemmGraph StackedProducers() {
+// rows 0 to top_rows - 1 of every column, q the next 64 rows of the right
+// half (the rest of A is an input). With top_rows 64, one row block of the
+// tiled kernel (128 rows) reads both, and a run from p's tiles does not wait
+// for q's; with 192, only row block 1 does (the second CTA of a cluster
+// sharing B).
+GemmGraph StackedProducers(int64_t top_rows = 64) {
   GemmGraph graph;
-  const TensorView a = View("a", kBuffer, 128, 1024);
-  graph.AddGemm("p", View("x", kInputs, 64, 64), View("wp", kWeights, 1024, 64), a.Rows(0, 64).Named("a_top"));
+  const int64_t rows = top_rows + 64;
+  const TensorView a = View("a", kBuffer, rows, 1024);
+  graph.AddGemm("p", View("x", kInputs, top_rows, 64), View("wp", kWeights, 1024, 64),
+                a.Rows(0, top_rows).Named("a_top"));
   graph.AddGemm("q", View("x2", kInputs + (1 << 20), 64, 64), View("wq", kWeights + (1 << 20), 512, 64),
-                a.Rows(64, 64).Columns(512, 512).Named("a_bottom_right"));
-  graph.AddGemm("consumer", a, View("wc", kWeights + (2 << 20), 256, 1024), View("y", kInputs + (2 << 20), 128, 256));
+                a.Rows(top_rows, 64).Columns(512, 512).Named("a_bottom_right"));
+  graph.AddGemm("consumer", a, View("wc", kWeights + (2 << 20), 256, 1024), View("y", kInputs + (2 << 20), rows, 256));
   return graph;
 }
 
@@ -93,26 +97,13 @@ TEST(AFlagRunsTest, StackedProducersAreWaitedForEachOne) {
   }
 }
 
-// StackedProducers one row block down: p writes rows 0-191 of A, q rows
-// 192-255 of the right half, so only row block 1 reads both (the second CTA
-// of a cluster sharing B).
-GemmGraph StackedProducersInRowBlockOne() {
-  GemmGraph graph;
-  const TensorView a = View("a", kBuffer, 256, 1024);
-  graph.AddGemm("p", View("x", kInputs, 192, 64), View("wp", kWeights, 1024, 64), a.Rows(0, 192).Named("a_top"));
-  graph.AddGemm("q", View("x2", kInputs + (1 << 20), 64, 64), View("wq", kWeights + (1 << 20), 512, 64),
-                a.Rows(192, 64).Columns(512, 512).Named("a_bottom_right"));
-  graph.AddGemm("consumer", a, View("wc", kWeights + (2 << 20), 256, 1024), View("y", kInputs + (2 << 20), 256, 256));
-  return graph;
-}
-
 // The replay is not blind: the stacked layout with the consumer's runs of A
 // flags turned back on (as before NodeSchedule::a_flag_runs) follows p's tiles
 // past where q's begin, and UnsoundWaits says so for the row block that reads q.
 TEST(AFlagRunsTest, RunsOverStackedProducersAreReportedUnsound) {
   CompileOptions options;
   options.kernel = KernelChoice::kTiled;
-  absl::StatusOr<Plan> plan = CompileOnH200(StackedProducersInRowBlockOne(), options);
+  absl::StatusOr<Plan> plan = CompileOnH200(StackedProducers(/*top_rows=*/192), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->schedule().nodes[2].a_flag_runs, 0);
   EXPECT_TRUE(UnsoundWaits(*plan).empty());

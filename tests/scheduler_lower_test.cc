@@ -221,10 +221,16 @@ TEST(LowerTest, RefusesMoreNodesThanTheJobCanName) {
   EXPECT_TRUE(Lower(g, Options()).ok());
 }
 
-TEST(LowerTest, FlagsAreConsecutivePerNodeThenPartials) {
+// Three nodes split in two: 3 x 3 tiles whose last split sums, a node of no
+// rows, and one tile reduced in parts.
+absl::StatusOr<Schedule> LowerFlagLayoutGraph() {
   SchedulerOptions o = Options();
   o.split_k = 2;
-  absl::StatusOr<Schedule> s = Lower({Gemm(300, 600, 512), Gemm(0, 64, 64), Gemm(128, 256, 512)}, o);
+  return Lower({Gemm(300, 600, 512), Gemm(0, 64, 64), Gemm(128, 256, 512)}, o);
+}
+
+TEST(LowerTest, FlagsAreConsecutivePerNodeThenPartials) {
+  absl::StatusOr<Schedule> s = LowerFlagLayoutGraph();
   ASSERT_TRUE(s.ok()) << s.status();
   const NodeSchedule& a = s->nodes[0];
   const NodeSchedule& c = s->nodes[2];
@@ -251,6 +257,8 @@ TEST(LowerTest, FlagsAreConsecutivePerNodeThenPartials) {
   EXPECT_EQ(c.workspace_offset, int64_t{1} * 3 * 128 * 3 * 256);
   EXPECT_EQ(s->workspace_elements, c.workspace_offset + int64_t{2} * 128 * 256);
   // With reduce jobs instead, every split writes a partial.
+  SchedulerOptions o = Options();
+  o.split_k = 2;
   o.sum_in_last_split = false;
   s = Lower({Gemm(300, 600, 512), Gemm(0, 64, 64), Gemm(128, 256, 512)}, o);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -870,9 +878,7 @@ TEST(ExplainTest, SaysWhereAIsWaitedForOneGranuleAtATime) {
 // sums), the totals of flags and workspace, and how many queue positions the
 // listing leaves out.
 TEST(ExplainTest, StatesEachNodesFlagRangesAndTheTotals) {
-  SchedulerOptions o = Options();
-  o.split_k = 2;
-  absl::StatusOr<Schedule> s = Lower({Gemm(300, 600, 512), Gemm(0, 64, 64), Gemm(128, 256, 512)}, o);
+  absl::StatusOr<Schedule> s = LowerFlagLayoutGraph();
   ASSERT_TRUE(s.ok()) << s.status();
   const NodeSchedule& a = s->nodes[0];
   const NodeSchedule& c = s->nodes[2];
