@@ -196,6 +196,13 @@ TEST(RuntimeTest, LaunchOfHostOnlyPlanIsFailedPrecondition) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(HasStatus(plan->Launch(nullptr), absl::StatusCode::kFailedPrecondition, {"without a GPU"}));
 }
+// Synchronize on a host-only plan is refused by name, as Launch is (with or without a GPU).
+TEST(RuntimeTest, SynchronizeOfHostOnlyPlanIsFailedPrecondition) {
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(HasStatus(plan->Synchronize(nullptr), absl::StatusCode::kFailedPrecondition,
+                        {"Plan::Synchronize", "host-only plan"}));
+}
 
 // The test hook that marks a node's tiles published names what it refuses:
 // a node or a tile out of range, and a plan with no device flags.
@@ -287,6 +294,24 @@ TEST(RuntimeTest, GridLargerThanCoresidentIsRefused) {
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm(), options);
   EXPECT_TRUE(HasStatus(plan.status(), absl::StatusCode::kFailedPrecondition, {"max_clusters 67", "66"}));
 }
+// A grid of exactly the co-resident clusters is accepted, and launches that many.
+TEST(RuntimeTest, GridOfExactlyCoresidentIsAccepted) {
+  CompileOptions options;
+  options.max_clusters = 66;
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(OneGemm(), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->grid_clusters(), 66);
+}
+// Two SMs hold one cluster of two CTAs: the tiled kernel compiles for them.
+TEST(RuntimeTest, TwoSmsHoldOneTiledCluster) {
+  DeviceDescription device = DeviceDescription::H200();
+  device.sm_count = 2;
+  device.max_coresident_clusters = 1;
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(device).Compile(OneGemm());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kernel(), KernelChoice::kTiled);
+  EXPECT_EQ(plan->grid_clusters(), 1);
+}
 
 TEST(RuntimeTest, SharedMemoryOverTheDeviceLimitIsRefused) {
   CompileOptions options;
@@ -303,6 +328,19 @@ GemmGraph DecodePair(int64_t rows) {
   graph.AddGemm("up", Fake("x", 0x100000, rows, 1024), Fake("w", 0x10000000, 768, 1024), h);
   graph.AddGemm("down", h, Fake("v", 0x18000000, 256, 768), Fake("y", 0x20000000, rows, 256));
   return graph;
+}
+// Explain names the narrow kernel's consumer warpgroups in the right number: one, or two.
+TEST(RuntimeTest, ExplainCountsNarrowConsumerWarpgroups) {
+  for (const int consumers : {1, 2}) {
+    CompileOptions options;
+    options.kernel = KernelChoice::kNarrow;
+    options.narrow_consumers = consumers;
+    absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(DecodePair(1), options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::string expected =
+        consumers == 1 ? "CTAs of 1 consumer warpgroup, rings" : "CTAs of 2 consumer warpgroups, rings";
+    EXPECT_NE(plan->Explain().find(expected), std::string::npos) << plan->Explain();
+  }
 }
 
 // A described device no plan can be lowered for is refused by name, before
