@@ -27,6 +27,19 @@
 //              it fits there); the full barriers expect the bytes.
 // --multiply=false leaves the wgmmas out (the slots are still waited for
 // and released): the loads' own rate at level 5.
+// --variants (levels 2 and up) change how the consumers wait for full slots,
+// to place the handshake's cost (bench/NOTES.md v1.86):
+//   kernel        as the kernel: every thread polls k-block i's full
+//                 barriers after releasing k-block i - 1's slots.
+//   no_full_wait  the consumers do not wait for full slots at all (levels
+//                 2-4 only, where the slots carry no bytes): the releases'
+//                 cost alone.
+//   lane_wait     one lane a warp polls, then the warp meets (__syncwarp).
+//   wait_ahead    k-block i + 1's full barriers are polled right after k-block
+//                 i's wgmmas are issued, before wgmma.wait_group<1> and the
+//                 release, so no poll lies between a release and the next
+//                 issue (3 slots or more: with 2 it would wait for its own
+//                 release).
 // The multiply sits under a runtime condition (`compute`, from --multiply),
 // as the kernel's does. ptxas serialised this loop's wgmmas (C7514 or C7515)
 // in several of the probe's first forms, all of which summed every
@@ -44,11 +57,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "cta_context.cuh"
 #include "mma_role.cuh"
 #include "probe_common.h"
@@ -62,6 +78,9 @@ ABSL_FLAG(int, slots, 4, "stages in each ring (2 to 6)");
 ABSL_FLAG(int, k_blocks, 4000, "k-blocks each consumer warpgroup multiplies");
 ABSL_FLAG(bool, multiply, true, "issue the wgmmas (false: the ring's waits and releases only)");
 ABSL_FLAG(int, buffer_mib, 16, "level 5: the global buffer the loads read, MiB (1 to 1024)");
+ABSL_FLAG(std::string, variants, "kernel",
+          "how the consumers wait for full slots at levels 2 and up, a list of kernel, no_full_wait, lane_wait, "
+          "wait_ahead (see the file's comment)");
 
 namespace {
 
@@ -76,6 +95,9 @@ constexpr int kThreads = 384;                  // a producer warpgroup, then two
 constexpr uint32_t kAStageBytes = 128 * 128;   // 128 rows x 64 bf16 (128 B), 128B swizzle
 constexpr uint32_t kAHalfBytes = kAStageBytes / 2;
 constexpr int kMaxSlots = 6;
+
+enum class Variant : int { kKernel, kNoFullWait, kLaneWait, kWaitAhead };
+constexpr const char* kVariantNames[] = {"kernel", "no_full_wait", "lane_wait", "wait_ahead"};
 
 struct Barriers {
   uint64_t a_full[kMaxSlots], a_empty[kMaxSlots], b_full[kMaxSlots], b_empty[kMaxSlots];
@@ -105,8 +127,8 @@ __device__ __forceinline__ void ReleaseEverywhere(uint64_t* barrier, int cluster
 
 template <int kN>
 __global__ void __launch_bounds__(kThreads, 1)
-    RingKernel(int level, int slots, int k_blocks, bool compute, const uint8_t* buffer, uint32_t buffer_stages,
-               long long* cycles, float* sink) {
+    RingKernel(int level, Variant variant, int slots, int k_blocks, bool compute, const uint8_t* buffer,
+               uint32_t buffer_stages, long long* cycles, float* sink) {
   constexpr uint32_t kBStageBytes = kN * 128;
   extern __shared__ uint8_t dynamic_smem[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
@@ -180,20 +202,38 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(a_ring)) + (warpgroup - 1) * kAHalfBytes;
     const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(b_ring));
     const bool rotate = level >= 1, wait = level >= 2;
+    const bool full_waits = wait && variant != Variant::kNoFullWait;
+    const bool wait_ahead = variant == Variant::kWaitAhead;
     const bool release_thread = lane_of_warpgroup == 0;
+    // Waits for the full barriers of the A and B slots the cursors point at.
+    const auto wait_full = [&](const RingCursor& a_slot, const RingCursor& b_slot) {
+      if (variant == Variant::kLaneWait) {
+        if (lane_of_warpgroup % 32 == 0) {
+          WaitPhase(&barriers->a_full[a_slot.stage], a_slot.phase);
+          WaitPhase(&barriers->b_full[b_slot.stage], b_slot.phase);
+        }
+        __syncwarp();
+      } else {
+        WaitPhase(&barriers->a_full[a_slot.stage], a_slot.phase);
+        WaitPhase(&barriers->b_full[b_slot.stage], b_slot.phase);
+      }
+    };
     float acc[kN / 2];
 #pragma unroll
     for (int r = 0; r < kN / 2; ++r) acc[r] = 0.0f;
     RingCursor a, b;
     const long long start = clock64();
     for (int i = 0; i < k_blocks; ++i) {
-      if (wait) {
-        WaitPhase(&barriers->a_full[a.stage], a.phase);
-        WaitPhase(&barriers->b_full[b.stage], b.phase);
-      }
+      if (full_waits && (!wait_ahead || i == 0)) wait_full(a, b);
       const uint64_t desc_a = MakeSwizzle128Descriptor(a_base + (rotate ? a.stage : 0) * kAStageBytes);
       const uint64_t desc_b = MakeSwizzle128Descriptor(b_base + (rotate ? b.stage : 0) * kBStageBytes);
       if (compute) Multiply<kN>(acc, desc_a, desc_b);
+      if (full_waits && wait_ahead && i + 1 < k_blocks) {
+        RingCursor next_a = a, next_b = b;
+        next_a.Advance(slots);
+        next_b.Advance(slots);
+        wait_full(next_a, next_b);
+      }
       if (i > 0) {
         ptx::wgmma_wait_group<1>();
         // Without wgmmas nothing holds the warpgroup's warps together: they
@@ -228,8 +268,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kN>
-void Run(int level, int slots, int k_blocks, bool multiply, const uint8_t* buffer, uint32_t buffer_stages, int sms) {
+void Run(int level, Variant variant, int slots, int k_blocks, bool multiply, const uint8_t* buffer,
+         uint32_t buffer_stages, int sms) {
   const auto kernel = RingKernel<kN>;
+  const char* variant_name = kVariantNames[static_cast<int>(variant)];
+  if (level < 2 && variant != Variant::kKernel) return;  // no waits to vary
+  if ((variant == Variant::kNoFullWait && level >= 5) || (variant == Variant::kWaitAhead && slots < 3)) {
+    std::printf("n%-3d level %d  slots %d  %s: not run (no_full_wait needs levels 2-4, wait_ahead 3 slots or more)\n",
+                kN, level, slots, variant_name);
+    return;
+  }
   const int smem = slots * static_cast<int>(kAStageBytes + kN * 128) + static_cast<int>(sizeof(Barriers)) + 1024;
   if (smem > 227 * 1024) {
     std::printf("n%-3d level %d  slots %d: %d bytes of shared memory, past the 227 KiB an SM has; skipped\n", kN, level,
@@ -251,8 +299,8 @@ void Run(int level, int slots, int k_blocks, bool multiply, const uint8_t* buffe
   config.attrs = &attribute;
   config.numAttrs = 1;
   for (int run = 0; run < 2; ++run) {  // a warm-up, then the run read
-    PROBE_CHECK(cudaLaunchKernelEx(&config, kernel, level, slots, run == 0 ? k_blocks / 10 + 2 : k_blocks, multiply,
-                                   buffer, buffer_stages, cycles, sink));
+    PROBE_CHECK(cudaLaunchKernelEx(&config, kernel, level, variant, slots, run == 0 ? k_blocks / 10 + 2 : k_blocks,
+                                   multiply, buffer, buffer_stages, cycles, sink));
     PROBE_CHECK(cudaDeviceSynchronize());
   }
   std::vector<long long> host(grid * 2);
@@ -261,8 +309,11 @@ void Run(int level, int slots, int k_blocks, bool multiply, const uint8_t* buffe
   const double median = static_cast<double>(host[host.size() / 2]) / k_blocks;
   const double low = static_cast<double>(host.front()) / k_blocks, high = static_cast<double>(host.back()) / k_blocks;
   const double ideal = kN == 128 ? 512.0 : 1024.0;
-  std::printf("n%-3d level %d  slots %d  cluster %d  %-11s %7.1f cycles a k-block (min %.1f, max %.1f)  %5.1f%% of the pipe\n",
-              kN, level, slots, cluster, multiply ? "multiply" : "no multiply", median, low, high, 100.0 * ideal / median);
+  std::printf(
+      "n%-3d level %d  slots %d  cluster %d  %-11s %-12s %7.1f cycles a k-block (min %.1f, max %.1f)  %5.1f%% of the "
+      "pipe\n",
+      kN, level, slots, cluster, multiply ? "multiply" : "no multiply", variant_name, median, low, high,
+      100.0 * ideal / median);
   PROBE_CHECK(cudaFree(cycles));
   PROBE_CHECK(cudaFree(sink));
 }
@@ -278,13 +329,20 @@ int main(int argc, char** argv) {
   bool ok = slots >= 2 && slots <= kMaxSlots && k_blocks >= 10;
   for (int w : widths) ok = ok && (w == 128 || w == 256);
   for (int l : levels) ok = ok && l >= 0 && l <= 5;
+  std::vector<Variant> variants;
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipEmpty())) {
+    const auto* found = std::find(std::begin(kVariantNames), std::end(kVariantNames), name);
+    ok = ok && found != std::end(kVariantNames);
+    if (found != std::end(kVariantNames)) variants.push_back(static_cast<Variant>(found - std::begin(kVariantNames)));
+  }
   const int buffer_mib = absl::GetFlag(FLAGS_buffer_mib);
   ok = ok && buffer_mib >= 1 && buffer_mib <= 1024;
-  if (!ok || (widths.size() * levels.size()) == 0) {
+  if (!ok || (widths.size() * levels.size() * variants.size()) == 0) {
     std::fprintf(stderr,
                  "ring_probe: need --slots in [2, %d] (got %d), --k_blocks of at least 10 (got %d), --buffer_mib in [1, "
-                 "1024] (got %d), --widths of 128 and/or 256, --levels of 0-5\n",
-                 kMaxSlots, slots, k_blocks, buffer_mib);
+                 "1024] (got %d), --widths of 128 and/or 256, --levels of 0-5, --variants of kernel, no_full_wait, "
+                 "lane_wait, wait_ahead (got '%s')\n",
+                 kMaxSlots, slots, k_blocks, buffer_mib, absl::GetFlag(FLAGS_variants).c_str());
     return 2;
   }
   int device = 0, sms = 0;
@@ -299,10 +357,12 @@ int main(int argc, char** argv) {
   PROBE_CHECK(cudaMemset(buffer, 0x3c, static_cast<size_t>(buffer_mib) << 20));
   for (int w : widths) {
     for (int l : levels) {
-      if (w == 128) {
-        Run<128>(l, slots, k_blocks, multiply, buffer, buffer_stages, sms);
-      } else {
-        Run<256>(l, slots, k_blocks, multiply, buffer, buffer_stages, sms);
+      for (Variant v : variants) {
+        if (w == 128) {
+          Run<128>(l, v, slots, k_blocks, multiply, buffer, buffer_stages, sms);
+        } else {
+          Run<256>(l, v, slots, k_blocks, multiply, buffer, buffer_stages, sms);
+        }
       }
     }
   }
