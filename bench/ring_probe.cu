@@ -272,10 +272,12 @@ void Run(int level, Variant variant, int slots, int k_blocks, bool multiply, con
          uint32_t buffer_stages, int sms) {
   const auto kernel = RingKernel<kN>;
   const char* variant_name = kVariantNames[static_cast<int>(variant)];
-  if (level < 2 && variant != Variant::kKernel) return;  // no waits to vary
-  if ((variant == Variant::kNoFullWait && level >= 5) || (variant == Variant::kWaitAhead && slots < 3)) {
-    std::printf("n%-3d level %d  slots %d  %s: not run (no_full_wait needs levels 2-4, wait_ahead 3 slots or more)\n",
-                kN, level, slots, variant_name);
+  if ((variant != Variant::kKernel && level < 2) || (variant == Variant::kNoFullWait && level >= 5) ||
+      (variant == Variant::kWaitAhead && slots < 3)) {
+    std::printf(
+        "n%-3d level %d  slots %d  %s: not run (the variants need levels 2 and up, no_full_wait levels 2-4, "
+        "wait_ahead 3 slots or more)\n",
+        kN, level, slots, variant_name);
     return;
   }
   const int smem = slots * static_cast<int>(kAStageBytes + kN * 128) + static_cast<int>(sizeof(Barriers)) + 1024;
