@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "loom/graph.h"
 #include "loom/tensor.h"
+#include "testbed/fake_views.h"
 
 namespace loom {
 
@@ -39,20 +40,9 @@ constexpr uintptr_t kOut = 0x5000000;
 constexpr uintptr_t kOut2 = 0x6000000;
 constexpr uintptr_t kW3 = 0x7000000;
 
-void* At(uintptr_t address) { return reinterpret_cast<void*>(address); }
-
-// Epilogues, spelled out: GCC 12's -Wextra warns about designated initialisers
-// that leave out Epilogue's optional members.
-Epilogue WithBias(TensorView bias) {
-  Epilogue epilogue;
-  epilogue.bias = std::move(bias);
-  return epilogue;
-}
-Epilogue WithResidual(TensorView residual) {
-  Epilogue epilogue;
-  epilogue.residual = std::move(residual);
-  return epilogue;
-}
+using testbed::At;
+using testbed::WithBias;
+using testbed::WithResidual;
 TensorView Bf16(std::string name, uintptr_t address, int64_t rows, int64_t cols) {
   return TensorView::Dense(std::move(name), At(address), DType::kBF16, rows, cols);
 }

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "loom/graph.h"
 #include "loom/tensor.h"
+#include "testbed/fake_views.h"
 
 namespace loom {
 namespace {
@@ -34,31 +35,11 @@ constexpr uintptr_t kH = 0x6000000;
 constexpr uintptr_t kW2 = 0x7000000;
 constexpr uintptr_t kZ = 0x8000000;
 
-void* At(uintptr_t address) { return reinterpret_cast<void*>(address); }
-
-// Epilogues, spelled out: GCC 12's -Wextra warns about designated initialisers
-// that leave out Epilogue's optional members.
-Epilogue WithActivation(Activation activation) {
-  Epilogue epilogue;
-  epilogue.activation = activation;
-  return epilogue;
-}
-Epilogue WithBias(TensorView bias) {
-  Epilogue epilogue;
-  epilogue.bias = std::move(bias);
-  return epilogue;
-}
-Epilogue WithResidual(TensorView residual) {
-  Epilogue epilogue;
-  epilogue.residual = std::move(residual);
-  return epilogue;
-}
-Epilogue WithBiasAndResidual(TensorView bias, TensorView residual) {
-  Epilogue epilogue;
-  epilogue.bias = std::move(bias);
-  epilogue.residual = std::move(residual);
-  return epilogue;
-}
+using testbed::At;
+using testbed::WithActivation;
+using testbed::WithBias;
+using testbed::WithBiasAndResidual;
+using testbed::WithResidual;
 
 TensorView Typed(std::string name, uintptr_t address, DType dtype, int64_t rows, int64_t cols) {
   return TensorView::Dense(std::move(name), At(address), dtype, rows, cols);

@@ -6,11 +6,12 @@
 #include <cstdint>
 
 #include "gtest/gtest.h"
+#include "testbed/fake_views.h"
 
 namespace loom {
 namespace {
 
-void* At(uintptr_t address) { return reinterpret_cast<void*>(address); }
+using testbed::At;
 uintptr_t AddressOf(const TensorView& view) { return reinterpret_cast<uintptr_t>(view.data); }
 
 TEST(DTypeTest, NamesAndSizes) {
