@@ -13,28 +13,13 @@
 #include "loom/scheduler/queue.h"
 #include "loom/scheduler/schedule.h"
 #include "loom/scheduler/tiling.h"
+#include "testbed/node_problems.h"
 
 namespace loom::sched {
 namespace {
 
-NodeProblem Gemm(int64_t m, int64_t n, int64_t k, std::vector<DependencyEdge> deps = {}, bool swiglu = false) {
-  NodeProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.swiglu = swiglu;
-  p.dependencies = std::move(deps);
-  return p;
-}
-
-DependencyEdge Edge(int producer, DependencyOperand operand, int64_t row_offset = 0, int64_t col_offset = 0) {
-  DependencyEdge e;
-  e.producer = producer;
-  e.operand = static_cast<uint8_t>(operand);
-  e.row_offset = row_offset;
-  e.col_offset = col_offset;
-  return e;
-}
+using testbed::Edge;
+using testbed::Gemm;
 
 SchedulerOptions Options() {
   SchedulerOptions o;

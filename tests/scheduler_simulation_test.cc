@@ -17,6 +17,7 @@
 #include "loom/scheduler/queue.h"
 #include "loom/scheduler/schedule.h"
 #include "loom/scheduler/simulation.h"
+#include "testbed/node_problems.h"
 #include "testbed/testbed.h"
 
 namespace loom::sched {
@@ -24,26 +25,8 @@ namespace {
 
 using Op = DependencyOperand;
 
-NodeProblem Gemm(int64_t m, int64_t n, int64_t k, std::vector<DependencyEdge> deps = {}, bool swiglu = false) {
-  NodeProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.swiglu = swiglu;
-  p.dependencies = std::move(deps);
-  return p;
-}
-
-DependencyEdge Edge(int producer, Op operand, int64_t row_offset = 0, int64_t col_offset = 0,
-                    bool whole_tensor = false) {
-  DependencyEdge e;
-  e.producer = producer;
-  e.operand = static_cast<uint8_t>(operand);
-  e.row_offset = row_offset;
-  e.col_offset = col_offset;
-  e.whole_tensor = whole_tensor ? 1 : 0;
-  return e;
-}
+using testbed::Edge;
+using testbed::Gemm;
 
 SchedulerOptions Options(TileShape tile, int cluster_size, int max_clusters) {
   SchedulerOptions o;
