@@ -43,6 +43,7 @@ constexpr uintptr_t kW3 = 0x7000000;
 using testbed::At;
 using testbed::WithBias;
 using testbed::WithResidual;
+
 TensorView Bf16(std::string name, uintptr_t address, int64_t rows, int64_t cols) {
   return TensorView::Dense(std::move(name), At(address), DType::kBF16, rows, cols);
 }
