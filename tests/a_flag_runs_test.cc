@@ -107,9 +107,9 @@ TEST(AFlagRunsTest, RunsOverStackedProducersAreReportedUnsound) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->schedule().nodes[2].a_flag_runs, 0);
   EXPECT_TRUE(UnsoundWaits(*plan).empty());
-  // The plan's own schedule (not const: Plan hands it out read-only).
-  const_cast<sched::Schedule&>(plan->schedule()).nodes[2].a_flag_runs = 1;
-  const std::vector<std::string> failures = UnsoundWaits(*plan);
+  sched::Schedule runs_on = plan->schedule();
+  runs_on.nodes[2].a_flag_runs = 1;
+  const std::vector<std::string> failures = UnsoundWaits(*plan, runs_on);
   ASSERT_FALSE(failures.empty());
   EXPECT_NE(failures.front().find("node consumer rows from 128"), std::string::npos) << failures.front();
 }
@@ -339,14 +339,14 @@ TEST(QueueOrderTest, AJobQueuedBeforeItsResidualsProducerIsReported) {
   absl::StatusOr<Plan> plan = CompileOnH200(graph, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(WaitsOutOfQueueOrder(*plan).empty());
-  // The plan's own queue (not const: Plan hands it out read-only), the
-  // consumer's first job moved to the front.
-  std::vector<sched::TileJob>& queue = const_cast<sched::Schedule&>(plan->schedule()).queue;
+  // The consumer's first job moved to the front of a copy of the queue.
+  sched::Schedule reordered = plan->schedule();
+  std::vector<sched::TileJob>& queue = reordered.queue;
   const auto consumer =
       std::find_if(queue.begin(), queue.end(), [](const sched::TileJob& job) { return job.node == 1; });
   ASSERT_NE(consumer, queue.end());
   std::rotate(queue.begin(), consumer, consumer + 1);
-  const std::vector<std::string> failures = WaitsOutOfQueueOrder(*plan);
+  const std::vector<std::string> failures = WaitsOutOfQueueOrder(*plan, reordered);
   ASSERT_FALSE(failures.empty());
   EXPECT_NE(failures.front().find("queue #0 (node consumer"), std::string::npos) << failures.front();
   EXPECT_NE(failures.front().find("published at #"), std::string::npos) << failures.front();

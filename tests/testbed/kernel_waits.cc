@@ -98,8 +98,7 @@ std::string ReplayALoader(const sched::Schedule& schedule, const kernel::KernelN
 
 }  // namespace
 
-CtaWaits ReplayCta(const Plan& plan, const sched::TileJob& job, int rank) {
-  const sched::Schedule& schedule = plan.schedule();
+CtaWaits ReplayCta(const Plan& plan, const sched::Schedule& schedule, const sched::TileJob& job, int rank) {
   const bool narrow = plan.kernel() == KernelChoice::kNarrow;
   const sched::NodeSchedule& node = schedule.nodes[job.node];
   const sched::CtaTile tile = sched::CtaTileOf(job, node.share, rank);
@@ -129,13 +128,13 @@ CtaWaits ReplayCta(const Plan& plan, const sched::TileJob& job, int rank) {
   return waits;
 }
 
-std::vector<std::string> UnsoundWaits(const Plan& plan) {
+std::vector<std::string> UnsoundWaits(const Plan& plan, const sched::Schedule& schedule) {
   std::vector<std::string> failures;
-  for (const sched::TileJob& job : plan.schedule().queue) {
+  for (const sched::TileJob& job : schedule.queue) {
     if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
-    if (!sched::HasProducerOperand(plan.schedule().nodes[job.node], sched::DependencyOperand::kA)) continue;
-    for (int rank = 0; rank < plan.schedule().cluster_size; ++rank) {
-      const std::string failure = ReplayCta(plan, job, rank).unsound;
+    if (!sched::HasProducerOperand(schedule.nodes[job.node], sched::DependencyOperand::kA)) continue;
+    for (int rank = 0; rank < schedule.cluster_size; ++rank) {
+      const std::string failure = ReplayCta(plan, schedule, job, rank).unsound;
       if (!failure.empty() && failures.size() < 4) {
         failures.push_back(absl::StrCat("node ", plan.graph().nodes()[job.node].name, " ", failure));
       }
@@ -144,8 +143,7 @@ std::vector<std::string> UnsoundWaits(const Plan& plan) {
   return failures;
 }
 
-std::vector<std::string> WaitsOutOfQueueOrder(const Plan& plan) {
-  const sched::Schedule& schedule = plan.schedule();
+std::vector<std::string> WaitsOutOfQueueOrder(const Plan& plan, const sched::Schedule& schedule) {
   std::map<int32_t, size_t> last_writer;  // flag -> the last queue position that publishes it
   for (size_t position = 0; position < schedule.queue.size(); ++position) {
     std::vector<sched::FlagWrite> writes;
@@ -157,7 +155,7 @@ std::vector<std::string> WaitsOutOfQueueOrder(const Plan& plan) {
     const sched::TileJob& job = schedule.queue[position];
     if (job.kind != static_cast<uint8_t>(sched::JobKind::kGemm)) continue;
     for (int rank = 0; rank < schedule.cluster_size; ++rank) {
-      for (const int32_t flag : ReplayCta(plan, job, rank).flags) {
+      for (const int32_t flag : ReplayCta(plan, schedule, job, rank).flags) {
         const auto writer = last_writer.find(flag);
         if (writer != last_writer.end() && writer->second < position) continue;
         failures.push_back(absl::StrCat(

@@ -29,11 +29,15 @@ struct CtaWaits {
   std::set<int32_t> flags;
   std::string unsound;
 };
-CtaWaits ReplayCta(const Plan& plan, const sched::TileJob& job, int rank);
+// Each function replays `schedule`, which is the plan's own unless a test
+// hands in an edited copy to show a check is not blind; the plan gives the
+// kernel and the node names.
+CtaWaits ReplayCta(const Plan& plan, const sched::Schedule& schedule, const sched::TileJob& job, int rank);
 
 // Every GEMM job of `plan`, each CTA of its cluster, replayed: the failures
 // (at most a few), each naming the node.
-std::vector<std::string> UnsoundWaits(const Plan& plan);
+std::vector<std::string> UnsoundWaits(const Plan& plan, const sched::Schedule& schedule);
+inline std::vector<std::string> UnsoundWaits(const Plan& plan) { return UnsoundWaits(plan, plan.schedule()); }
 
 // The waits of every GEMM job of `plan`, each CTA of its cluster, replayed,
 // against the queue: every flag a job waits for must be published by jobs
@@ -45,7 +49,10 @@ std::vector<std::string> UnsoundWaits(const Plan& plan);
 // against the kernels' own waits, which it once missed: an operand that is
 // a slice of a larger output, clipped in the model and not in the kernels.)
 // The failures, at most a few.
-std::vector<std::string> WaitsOutOfQueueOrder(const Plan& plan);
+std::vector<std::string> WaitsOutOfQueueOrder(const Plan& plan, const sched::Schedule& schedule);
+inline std::vector<std::string> WaitsOutOfQueueOrder(const Plan& plan) {
+  return WaitsOutOfQueueOrder(plan, plan.schedule());
+}
 
 }  // namespace loom::testbed
 
