@@ -125,9 +125,12 @@ __device__ __forceinline__ void ReleaseEverywhere(uint64_t* barrier, int cluster
   }
 }
 
-template <int kN>
+// The variant is a template parameter: as a runtime argument its branches
+// changed the kernel variant's own loop (558 cycles a 128-wide k-block at
+// level 2 became 750 on an H100, bench/NOTES.md v1.87).
+template <int kN, Variant kVariant>
 __global__ void __launch_bounds__(kThreads, 1)
-    RingKernel(int level, Variant variant, int slots, int k_blocks, bool compute, const uint8_t* buffer,
+    RingKernel(int level, int slots, int k_blocks, bool compute, const uint8_t* buffer,
                uint32_t buffer_stages, long long* cycles, float* sink) {
   constexpr uint32_t kBStageBytes = kN * 128;
   extern __shared__ uint8_t dynamic_smem[];
@@ -202,12 +205,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(a_ring)) + (warpgroup - 1) * kAHalfBytes;
     const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(b_ring));
     const bool rotate = level >= 1, wait = level >= 2;
-    const bool full_waits = wait && variant != Variant::kNoFullWait;
-    const bool wait_ahead = variant == Variant::kWaitAhead;
+    const bool full_waits = wait && kVariant != Variant::kNoFullWait;
+    constexpr bool wait_ahead = kVariant == Variant::kWaitAhead;
     const bool release_thread = lane_of_warpgroup == 0;
     // Waits for the full barriers of the A and B slots the cursors point at.
     const auto wait_full = [&](const RingCursor& a_slot, const RingCursor& b_slot) {
-      if (variant == Variant::kLaneWait) {
+      if constexpr (kVariant == Variant::kLaneWait) {
         if (lane_of_warpgroup % 32 == 0) {
           WaitPhase(&barriers->a_full[a_slot.stage], a_slot.phase);
           WaitPhase(&barriers->b_full[b_slot.stage], b_slot.phase);
@@ -270,7 +273,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int kN>
 void Run(int level, Variant variant, int slots, int k_blocks, bool multiply, const uint8_t* buffer,
          uint32_t buffer_stages, int sms) {
-  const auto kernel = RingKernel<kN>;
+  using KernelFunction = void (*)(int, int, int, bool, const uint8_t*, uint32_t, long long*, float*);
+  constexpr KernelFunction kKernels[] = {RingKernel<kN, Variant::kKernel>, RingKernel<kN, Variant::kNoFullWait>,
+                                         RingKernel<kN, Variant::kLaneWait>, RingKernel<kN, Variant::kWaitAhead>};
+  static_assert(std::size(kKernels) == std::size(kVariantNames));
+  const KernelFunction kernel = kKernels[static_cast<int>(variant)];
   const char* variant_name = kVariantNames[static_cast<int>(variant)];
   if ((variant != Variant::kKernel && level < 2) || (variant == Variant::kNoFullWait && level >= 5) ||
       (variant == Variant::kWaitAhead && slots < 3)) {
@@ -301,7 +308,7 @@ void Run(int level, Variant variant, int slots, int k_blocks, bool multiply, con
   config.attrs = &attribute;
   config.numAttrs = 1;
   for (int run = 0; run < 2; ++run) {  // a warm-up, then the run read
-    PROBE_CHECK(cudaLaunchKernelEx(&config, kernel, level, variant, slots, run == 0 ? k_blocks / 10 + 2 : k_blocks,
+    PROBE_CHECK(cudaLaunchKernelEx(&config, kernel, level, slots, run == 0 ? k_blocks / 10 + 2 : k_blocks,
                                    multiply, buffer, buffer_stages, cycles, sink));
     PROBE_CHECK(cudaDeviceSynchronize());
   }
