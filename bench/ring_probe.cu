@@ -40,6 +40,8 @@
 //                 release, so no poll lies between a release and the next
 //                 issue (3 slots or more: with 2 it would wait for its own
 //                 release).
+//   paired_wait   both full barriers' first tries are issued before either
+//                 result is tested, so their latencies overlap.
 // The multiply sits under a runtime condition (`compute`, from --multiply),
 // as the kernel's does. ptxas serialised this loop's wgmmas (C7514 or C7515)
 // in several of the probe's first forms, all of which summed every
@@ -80,7 +82,7 @@ ABSL_FLAG(bool, multiply, true, "issue the wgmmas (false: the ring's waits and r
 ABSL_FLAG(int, buffer_mib, 16, "level 5: the global buffer the loads read, MiB (1 to 1024)");
 ABSL_FLAG(std::string, variants, "kernel",
           "how the consumers wait for full slots at levels 2 and up, a list of kernel, no_full_wait, lane_wait, "
-          "wait_ahead (see the file's comment)");
+          "wait_ahead, paired_wait (see the file's comment)");
 
 namespace {
 
@@ -96,13 +98,25 @@ constexpr uint32_t kAStageBytes = 128 * 128;   // 128 rows x 64 bf16 (128 B), 12
 constexpr uint32_t kAHalfBytes = kAStageBytes / 2;
 constexpr int kMaxSlots = 6;
 
-enum class Variant : int { kKernel, kNoFullWait, kLaneWait, kWaitAhead };
-constexpr const char* kVariantNames[] = {"kernel", "no_full_wait", "lane_wait", "wait_ahead"};
+enum class Variant : int { kKernel, kNoFullWait, kLaneWait, kWaitAhead, kPairedWait };
+constexpr const char* kVariantNames[] = {"kernel", "no_full_wait", "lane_wait", "wait_ahead", "paired_wait"};
 
 struct Barriers {
   uint64_t a_full[kMaxSlots], a_empty[kMaxSlots], b_full[kMaxSlots], b_empty[kMaxSlots];
   uint64_t never;  // what level 4's waiters wait on; completed at the end
 };
+
+// WaitPhase on two barriers, both first tries issued before either result
+// is tested, so that their latencies overlap where both phases are complete
+// already (the paired_wait variant; the kernel's form is on branch
+// experiment/paired-wait, bench/NOTES.md v1.87).
+__device__ __forceinline__ void WaitPhases(uint64_t* first, uint32_t first_parity, uint64_t* second,
+                                           uint32_t second_parity) {
+  const bool first_done = cuda::ptx::mbarrier_try_wait_parity(first, first_parity);
+  const bool second_done = cuda::ptx::mbarrier_try_wait_parity(second, second_parity);
+  if (!first_done) WaitPhase(first, first_parity);
+  if (!second_done) WaitPhase(second, second_parity);
+}
 
 template <int kN>
 __device__ __forceinline__ void Multiply(float (&acc)[kN / 2], uint64_t desc_a, uint64_t desc_b) {
@@ -216,6 +230,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           WaitPhase(&barriers->b_full[b_slot.stage], b_slot.phase);
         }
         __syncwarp();
+      } else if constexpr (kVariant == Variant::kPairedWait) {
+        WaitPhases(&barriers->a_full[a_slot.stage], a_slot.phase, &barriers->b_full[b_slot.stage], b_slot.phase);
       } else {
         WaitPhase(&barriers->a_full[a_slot.stage], a_slot.phase);
         WaitPhase(&barriers->b_full[b_slot.stage], b_slot.phase);
@@ -275,7 +291,8 @@ void Run(int level, Variant variant, int slots, int k_blocks, bool multiply, con
          uint32_t buffer_stages, int sms) {
   using KernelFunction = void (*)(int, int, int, bool, const uint8_t*, uint32_t, long long*, float*);
   constexpr KernelFunction kKernels[] = {RingKernel<kN, Variant::kKernel>, RingKernel<kN, Variant::kNoFullWait>,
-                                         RingKernel<kN, Variant::kLaneWait>, RingKernel<kN, Variant::kWaitAhead>};
+                                         RingKernel<kN, Variant::kLaneWait>, RingKernel<kN, Variant::kWaitAhead>,
+                                         RingKernel<kN, Variant::kPairedWait>};
   static_assert(std::size(kKernels) == std::size(kVariantNames));
   const KernelFunction kernel = kKernels[static_cast<int>(variant)];
   const char* variant_name = kVariantNames[static_cast<int>(variant)];
@@ -350,7 +367,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "ring_probe: need --slots in [2, %d] (got %d), --k_blocks of at least 10 (got %d), --buffer_mib in [1, "
                  "1024] (got %d), --widths of 128 and/or 256, --levels of 0-5, --variants of kernel, no_full_wait, "
-                 "lane_wait, wait_ahead (got '%s')\n",
+                 "lane_wait, wait_ahead, paired_wait (got '%s')\n",
                  kMaxSlots, slots, k_blocks, buffer_mib, absl::GetFlag(FLAGS_variants).c_str());
     return 2;
   }
