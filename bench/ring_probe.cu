@@ -28,7 +28,7 @@
 // --multiply=false leaves the wgmmas out (the slots are still waited for
 // and released): the loads' own rate at level 5.
 // --variants (levels 2 and up) change how the consumers wait for full slots,
-// to place the handshake's cost (bench/NOTES.md v1.86):
+// to place the handshake's cost (bench/NOTES.md v1.86, v1.87):
 //   kernel        as the kernel: every thread polls k-block i's full
 //                 barriers after releasing k-block i - 1's slots.
 //   no_full_wait  the consumers do not wait for full slots at all (levels
@@ -42,6 +42,10 @@
 //                 release).
 //   paired_wait   both full barriers' first tries are issued before either
 //                 result is tested, so their latencies overlap.
+//   delay         no full waits (as no_full_wait; levels 0-4), and each
+//                 k-block spins for each of --delays cycles before its
+//                 wgmmas, where the waits would be: how much latency there
+//                 the wgmmas in flight hide (bench/NOTES.md v1.87).
 // The multiply sits under a runtime condition (`compute`, from --multiply),
 // as the kernel's does. ptxas serialised this loop's wgmmas (C7514 or C7515)
 // in several of the probe's first forms, all of which summed every
@@ -82,7 +86,9 @@ ABSL_FLAG(bool, multiply, true, "issue the wgmmas (false: the ring's waits and r
 ABSL_FLAG(int, buffer_mib, 16, "level 5: the global buffer the loads read, MiB (1 to 1024)");
 ABSL_FLAG(std::string, variants, "kernel",
           "how the consumers wait for full slots at levels 2 and up, a list of kernel, no_full_wait, lane_wait, "
-          "wait_ahead, paired_wait (see the file's comment)");
+          "wait_ahead, paired_wait, delay (see the file's comment)");
+ABSL_FLAG(std::string, delays, "0,32,64,128,256",
+          "the delay variant's spins, cycles a k-block (a list, each 0 to 100000)");
 
 namespace {
 
@@ -98,8 +104,8 @@ constexpr uint32_t kAStageBytes = 128 * 128;   // 128 rows x 64 bf16 (128 B), 12
 constexpr uint32_t kAHalfBytes = kAStageBytes / 2;
 constexpr int kMaxSlots = 6;
 
-enum class Variant : int { kKernel, kNoFullWait, kLaneWait, kWaitAhead, kPairedWait };
-constexpr const char* kVariantNames[] = {"kernel", "no_full_wait", "lane_wait", "wait_ahead", "paired_wait"};
+enum class Variant : int { kKernel, kNoFullWait, kLaneWait, kWaitAhead, kPairedWait, kDelay };
+constexpr const char* kVariantNames[] = {"kernel", "no_full_wait", "lane_wait", "wait_ahead", "paired_wait", "delay"};
 
 struct Barriers {
   uint64_t a_full[kMaxSlots], a_empty[kMaxSlots], b_full[kMaxSlots], b_empty[kMaxSlots];
@@ -144,7 +150,7 @@ __device__ __forceinline__ void ReleaseEverywhere(uint64_t* barrier, int cluster
 // level 2 became 750 on an H100, bench/NOTES.md v1.87).
 template <int kN, Variant kVariant>
 __global__ void __launch_bounds__(kThreads, 1)
-    RingKernel(int level, int slots, int k_blocks, bool compute, const uint8_t* buffer,
+    RingKernel(int level, long long delay, int slots, int k_blocks, bool compute, const uint8_t* buffer,
                uint32_t buffer_stages, long long* cycles, float* sink) {
   constexpr uint32_t kBStageBytes = kN * 128;
   extern __shared__ uint8_t dynamic_smem[];
@@ -219,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(a_ring)) + (warpgroup - 1) * kAHalfBytes;
     const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(b_ring));
     const bool rotate = level >= 1, wait = level >= 2;
-    const bool full_waits = wait && kVariant != Variant::kNoFullWait;
+    const bool full_waits = wait && kVariant != Variant::kNoFullWait && kVariant != Variant::kDelay;
     constexpr bool wait_ahead = kVariant == Variant::kWaitAhead;
     const bool release_thread = lane_of_warpgroup == 0;
     // Waits for the full barriers of the A and B slots the cursors point at.
@@ -244,6 +250,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const long long start = clock64();
     for (int i = 0; i < k_blocks; ++i) {
       if (full_waits && (!wait_ahead || i == 0)) wait_full(a, b);
+      if constexpr (kVariant == Variant::kDelay) {
+        const long long spin_start = clock64();
+        while (clock64() - spin_start < delay) {
+        }
+      }
       const uint64_t desc_a = MakeSwizzle128Descriptor(a_base + (rotate ? a.stage : 0) * kAStageBytes);
       const uint64_t desc_b = MakeSwizzle128Descriptor(b_base + (rotate ? b.stage : 0) * kBStageBytes);
       if (compute) Multiply<kN>(acc, desc_a, desc_b);
@@ -287,21 +298,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kN>
-void Run(int level, Variant variant, int slots, int k_blocks, bool multiply, const uint8_t* buffer,
+void Run(int level, Variant variant, long long delay, int slots, int k_blocks, bool multiply, const uint8_t* buffer,
          uint32_t buffer_stages, int sms) {
-  using KernelFunction = void (*)(int, int, int, bool, const uint8_t*, uint32_t, long long*, float*);
+  using KernelFunction = void (*)(int, long long, int, int, bool, const uint8_t*, uint32_t, long long*, float*);
   constexpr KernelFunction kKernels[] = {RingKernel<kN, Variant::kKernel>, RingKernel<kN, Variant::kNoFullWait>,
                                          RingKernel<kN, Variant::kLaneWait>, RingKernel<kN, Variant::kWaitAhead>,
-                                         RingKernel<kN, Variant::kPairedWait>};
+                                         RingKernel<kN, Variant::kPairedWait>, RingKernel<kN, Variant::kDelay>};
   static_assert(std::size(kKernels) == std::size(kVariantNames));
   const KernelFunction kernel = kKernels[static_cast<int>(variant)];
-  const char* variant_name = kVariantNames[static_cast<int>(variant)];
-  if ((variant != Variant::kKernel && level < 2) || (variant == Variant::kNoFullWait && level >= 5) ||
-      (variant == Variant::kWaitAhead && slots < 3)) {
+  const std::string variant_name = variant == Variant::kDelay
+                                       ? "delay=" + std::to_string(delay)
+                                       : std::string(kVariantNames[static_cast<int>(variant)]);
+  const bool below_level_2 = level < 2 && variant != Variant::kKernel && variant != Variant::kDelay;
+  const bool past_level_4 = level >= 5 && (variant == Variant::kNoFullWait || variant == Variant::kDelay);
+  if (below_level_2 || past_level_4 || (variant == Variant::kWaitAhead && slots < 3)) {
     std::printf(
-        "n%-3d level %d  slots %d  %s: not run (the variants need levels 2 and up, no_full_wait levels 2-4, "
-        "wait_ahead 3 slots or more)\n",
-        kN, level, slots, variant_name);
+        "n%-3d level %d  slots %d  %s: not run (the variants need levels 2 and up, no_full_wait and delay levels "
+        "0-4, wait_ahead 3 slots or more)\n",
+        kN, level, slots, variant_name.c_str());
     return;
   }
   const int smem = slots * static_cast<int>(kAStageBytes + kN * 128) + static_cast<int>(sizeof(Barriers)) + 1024;
@@ -325,7 +339,7 @@ void Run(int level, Variant variant, int slots, int k_blocks, bool multiply, con
   config.attrs = &attribute;
   config.numAttrs = 1;
   for (int run = 0; run < 2; ++run) {  // a warm-up, then the run read
-    PROBE_CHECK(cudaLaunchKernelEx(&config, kernel, level, slots, run == 0 ? k_blocks / 10 + 2 : k_blocks,
+    PROBE_CHECK(cudaLaunchKernelEx(&config, kernel, level, delay, slots, run == 0 ? k_blocks / 10 + 2 : k_blocks,
                                    multiply, buffer, buffer_stages, cycles, sink));
     PROBE_CHECK(cudaDeviceSynchronize());
   }
@@ -338,7 +352,7 @@ void Run(int level, Variant variant, int slots, int k_blocks, bool multiply, con
   std::printf(
       "n%-3d level %d  slots %d  cluster %d  %-11s %-12s %7.1f cycles a k-block (min %.1f, max %.1f)  %5.1f%% of the "
       "pipe\n",
-      kN, level, slots, cluster, multiply ? "multiply" : "no multiply", variant_name, median, low, high,
+      kN, level, slots, cluster, multiply ? "multiply" : "no multiply", variant_name.c_str(), median, low, high,
       100.0 * ideal / median);
   PROBE_CHECK(cudaFree(cycles));
   PROBE_CHECK(cudaFree(sink));
@@ -361,14 +375,19 @@ int main(int argc, char** argv) {
     ok = ok && found != std::end(kVariantNames);
     if (found != std::end(kVariantNames)) variants.push_back(static_cast<Variant>(found - std::begin(kVariantNames)));
   }
+  const std::vector<int> delays = ParseIntList("delays", absl::GetFlag(FLAGS_delays));
+  for (int d : delays) ok = ok && d >= 0 && d <= 100000;
+  const bool delay_variant = std::find(variants.begin(), variants.end(), Variant::kDelay) != variants.end();
+  ok = ok && !(delay_variant && delays.empty());
   const int buffer_mib = absl::GetFlag(FLAGS_buffer_mib);
   ok = ok && buffer_mib >= 1 && buffer_mib <= 1024;
   if (!ok || (widths.size() * levels.size() * variants.size()) == 0) {
     std::fprintf(stderr,
                  "ring_probe: need --slots in [2, %d] (got %d), --k_blocks of at least 10 (got %d), --buffer_mib in [1, "
                  "1024] (got %d), --widths of 128 and/or 256, --levels of 0-5, --variants of kernel, no_full_wait, "
-                 "lane_wait, wait_ahead, paired_wait (got '%s')\n",
-                 kMaxSlots, slots, k_blocks, buffer_mib, absl::GetFlag(FLAGS_variants).c_str());
+                 "lane_wait, wait_ahead, paired_wait, delay (got '%s'), --delays of 0-100000 (got '%s')\n",
+                 kMaxSlots, slots, k_blocks, buffer_mib, absl::GetFlag(FLAGS_variants).c_str(),
+                 absl::GetFlag(FLAGS_delays).c_str());
     return 2;
   }
   int device = 0, sms = 0;
@@ -384,10 +403,12 @@ int main(int argc, char** argv) {
   for (int w : widths) {
     for (int l : levels) {
       for (Variant v : variants) {
-        if (w == 128) {
-          Run<128>(l, v, slots, k_blocks, multiply, buffer, buffer_stages, sms);
-        } else {
-          Run<256>(l, v, slots, k_blocks, multiply, buffer, buffer_stages, sms);
+        for (int d : v == Variant::kDelay ? delays : std::vector<int>{0}) {
+          if (w == 128) {
+            Run<128>(l, v, d, slots, k_blocks, multiply, buffer, buffer_stages, sms);
+          } else {
+            Run<256>(l, v, d, slots, k_blocks, multiply, buffer, buffer_stages, sms);
+          }
         }
       }
     }
