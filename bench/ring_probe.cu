@@ -27,8 +27,8 @@
 //              it fits there); the full barriers expect the bytes.
 // --multiply=false leaves the wgmmas out (the slots are still waited for
 // and released): the loads' own rate at level 5.
-// --variants (levels 2 and up) change how the consumers wait for full slots,
-// to place the handshake's cost (bench/NOTES.md v1.86, v1.87):
+// --variants (levels 2 and up, but delay) change how the consumers wait for
+// full slots, to place the handshake's cost (bench/NOTES.md v1.86, v1.87):
 //   kernel        as the kernel: every thread polls k-block i's full
 //                 barriers after releasing k-block i - 1's slots.
 //   no_full_wait  the consumers do not wait for full slots at all (levels
@@ -145,9 +145,10 @@ __device__ __forceinline__ void ReleaseEverywhere(uint64_t* barrier, int cluster
   }
 }
 
-// The variant is a template parameter: as a runtime argument its branches
-// changed the kernel variant's own loop (558 cycles a 128-wide k-block at
-// level 2 became 750 on an H100, bench/NOTES.md v1.87).
+// The variant is a template parameter: as a runtime argument it changed the
+// kernel variant's own loop (three arguments reread from the constant bank
+// every k-block; on one H200, 557.8 cycles a 128-wide k-block at level 2
+// became 750.4, bench/NOTES.md v1.87).
 template <int kN, Variant kVariant>
 __global__ void __launch_bounds__(kThreads, 1)
     RingKernel(int level, long long delay, int slots, int k_blocks, bool compute, const uint8_t* buffer,
