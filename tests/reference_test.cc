@@ -241,6 +241,76 @@ TEST(NaiveGraphTest, RejectsMissingHostData) {
   EXPECT_NE(status.message().find("\"a\""), std::string::npos) << status;
 }
 
+// The loop RunNaiveGraph ran before it took C in column blocks over the
+// host's cores: row by row, every element one AccumulateTile sum over all of
+// K, B copied whole first.
+void RowMajorNaiveNode(const GemmNode& node) {
+  const int64_t m = node.m(), n = node.n(), k = node.k();
+  const std::vector<double> a = ops::LoadBlock(node.a, 0, m, 0, k);
+  const std::vector<double> b = ops::LoadBlock(node.b, 0, n, 0, k);
+  std::vector<double> acc(static_cast<size_t>(n));
+  for (int64_t row = 0; row < m; ++row) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    ops::AccumulateTile(a.data() + row * k, k, b.data(), k, 1, n, k, acc.data(), n);
+    ops::StoreEpilogueRow(node, row, 0, acc.data(), n);
+  }
+}
+
+// Column blocks of 64 (K 40; N 1000, the last block ragged), of 12 (K 40000,
+// N 130) and a single block (N 2), spread over the host's cores: the bits of
+// the row-major loop, with a bias and a residual, for plain, GELU and SwiGLU
+// epilogues.
+class NaiveBlocksTest : public ::testing::TestWithParam<std::tuple<std::pair<int64_t, int64_t>, Activation>> {};
+TEST_P(NaiveBlocksTest, WriteTheRowMajorLoopsBits) {
+  const auto [n_and_k, activation] = GetParam();
+  const auto [n, k] = n_and_k;
+  const int64_t m = 7, n_out = activation == Activation::kSwiGLU ? n / 2 : n;
+  Rng rng;
+  HostMatrix a(DType::kBF16, m, k), b(DType::kBF16, n, k), bias(DType::kFP32, 1, n);
+  HostMatrix residual(DType::kBF16, m, n_out), c(DType::kBF16, m, n_out), expected(DType::kBF16, m, n_out);
+  testbed::FillRandom(a, rng);
+  testbed::FillRandom(b, rng);
+  testbed::FillRandom(bias, rng);
+  testbed::FillRandom(residual, rng);
+  GemmGraph graph;
+  graph.AddGemm("g", a.view("a"), b.view("b"), c.view("c"),
+                {.activation = activation, .bias = bias.view("bias"), .residual = residual.view("residual")});
+  ASSERT_TRUE(RunNaiveGraph(graph).ok());
+  GemmNode row_major = graph.nodes()[0];
+  row_major.c = expected.view("expected");
+  RowMajorNaiveNode(row_major);
+  EXPECT_TRUE(testbed::CompareExactly(c.view("c"), expected.view("expected")));
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, NaiveBlocksTest,
+                         ::testing::Combine(::testing::Values(std::pair<int64_t, int64_t>{1000, 40},
+                                                              std::pair<int64_t, int64_t>{130, 40000},
+                                                              std::pair<int64_t, int64_t>{2, 40}),
+                                            ::testing::Values(Activation::kNone, Activation::kGELU,
+                                                              Activation::kSwiGLU)));
+
+// A C that lies over part of B (Validate refuses it; RunNaiveGraph checks
+// shapes only): the node runs row by row over a copy of B taken before any
+// element of C is written, as before the blocks. C covers B's rows 100-141,
+// which the blocked loop would load after other blocks had written there.
+TEST(NaiveGraphTest, OutputOverBIsWrittenAfterBIsRead) {
+  const int64_t m = 5, n = 200, k = 24;
+  Rng rng;
+  HostMatrix a(DType::kBF16, m, k), b(DType::kBF16, n, k), b_before(DType::kBF16, n, k);
+  HostMatrix expected(DType::kBF16, m, n);
+  testbed::FillRandom(a, rng);
+  testbed::FillRandom(b, rng);
+  std::memcpy(b_before.data(), b.data(), static_cast<size_t>(b.body_bytes()));
+  const TensorView c = TensorView::Dense("c", b.data() + 100 * b.row_stride() * 2, DType::kBF16, m, n);
+  GemmGraph graph;
+  graph.AddGemm("g", a.view("a"), b.view("b"), c);
+  ASSERT_TRUE(RunNaiveGraph(graph).ok());
+  GemmNode from_copy = graph.nodes()[0];
+  from_copy.b = b_before.view("b_before");
+  from_copy.c = expected.view("expected");
+  RowMajorNaiveNode(from_copy);
+  EXPECT_TRUE(testbed::CompareExactly(c, expected.view("expected")));
+}
+
 // --- Ragged shapes: one GEMM, every (M, N, K) of the ragged set ----------------
 
 class RaggedShapeTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};

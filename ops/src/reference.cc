@@ -1,9 +1,15 @@
 // reference.cc: FP64 GEMM tile math and the epilogue of the CPU reference.
 #include "loom/ops/reference.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <new>
 #include <numbers>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "loom/ops/host_numeric.h"
@@ -99,6 +105,37 @@ void AccumulateTile(const double* a, int64_t a_stride, const double* b, int64_t 
       acc_row[j] = s;
     }
   }
+}
+
+int64_t ProductBlockColumns(int64_t k) {
+  const int64_t fit = (int64_t{4} << 20) / (8 * std::max<int64_t>(k, 1));
+  return std::clamp<int64_t>(fit / 2 * 2, 2, 64);
+}
+
+bool ForEachColumnBlock(int64_t n, int64_t block_cols, const std::function<void(int64_t, int64_t)>& work) {
+  const int64_t blocks = (n + block_cols - 1) / block_cols;
+  std::atomic<int64_t> next_block{0};
+  std::atomic<bool> out_of_memory{false};
+  const auto run_blocks = [&] {
+    try {
+      for (int64_t b = next_block++; b < blocks && !out_of_memory; b = next_block++) {
+        const int64_t col = b * block_cols;
+        work(col, std::min(block_cols, n - col));
+      }
+    } catch (const std::bad_alloc&) {
+      out_of_memory = true;
+    }
+  };
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  try {
+    for (int64_t t = 1; t < std::min(cores, blocks); ++t) threads.emplace_back(run_blocks);
+  } catch (const std::system_error&) {
+    // No more threads to be had: those started and this one share the blocks.
+  }
+  run_blocks();
+  for (std::thread& thread : threads) thread.join();
+  return !out_of_memory;
 }
 
 std::vector<double> LoadBlock(const TensorView& view, int64_t row_begin, int64_t row_count,

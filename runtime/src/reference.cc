@@ -786,6 +786,49 @@ absl::Status NaiveOperandsTooLarge(const GemmGraph& graph, int i) {
       absl::StrFormat("RunNaiveGraph: %s's A [%d, %d] and B [%d, %d] as doubles do not fit in host memory",
                       graph.NodeLabel(i), node.m(), node.k(), node.n(), node.k()));
 }
+
+// The bytes [first, last) a non-empty view spans.
+std::pair<uintptr_t, uintptr_t> ByteSpan(const TensorView& view) {
+  const auto first = reinterpret_cast<uintptr_t>(view.data);
+  const auto element = static_cast<uintptr_t>(DTypeSize(view.dtype));
+  const auto rows = static_cast<uintptr_t>(view.rows), cols = static_cast<uintptr_t>(view.cols);
+  return {first, first + ((rows - 1) * static_cast<uintptr_t>(view.row_stride) + cols) * element};
+}
+
+// Whether any byte that the blocked loop reads while it writes C (B's rows,
+// the bias, the residual) may be one of C's: then the node runs as a single
+// row-major loop over a copy of B, as the kernels' rule 6 (no input overlaps
+// the node's output) would refuse the graph anyway.
+bool ReadsMayOverlapOutput(const GemmNode& node) {
+  const auto [c_first, c_last] = ByteSpan(node.c);
+  const auto overlaps = [&](const TensorView* view) {
+    if (view == nullptr || view->rows == 0 || view->cols == 0) return false;
+    const auto [first, last] = ByteSpan(*view);
+    return first < c_last && c_first < last;
+  };
+  return overlaps(&node.b) || overlaps(node.epilogue.bias ? &*node.epilogue.bias : nullptr) ||
+         overlaps(node.epilogue.residual ? &*node.epilogue.residual : nullptr);
+}
+
+// One node, `a` its A as doubles: C's accumulator columns in blocks
+// (ops::ForEachColumnBlock), each block's B loaded as doubles once and
+// multiplied by every row of A. Every output element is the one
+// AccumulateTile sum over k in order, whatever the blocks and threads: the
+// bits do not depend on them.
+absl::Status RunNaiveNodeInBlocks(const GemmGraph& graph, int i, const std::vector<double>& a) {
+  const GemmNode& node = graph.nodes()[i];
+  const int64_t m = node.m(), k = node.k();
+  const bool fitted = ops::ForEachColumnBlock(node.n(), ops::ProductBlockColumns(k), [&](int64_t col, int64_t cols) {
+    const std::vector<double> b_rows = ops::LoadBlock(node.b, col, cols, 0, k);
+    std::vector<double> acc(static_cast<size_t>(cols));
+    for (int64_t row = 0; row < m; ++row) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      ops::AccumulateTile(a.data() + row * k, k, b_rows.data(), k, 1, cols, k, acc.data(), cols);
+      ops::StoreEpilogueRow(node, row, col, acc.data(), cols);
+    }
+  });
+  return fitted ? absl::OkStatus() : NaiveOperandsTooLarge(graph, i);
+}
 }  // namespace
 
 absl::Status RunNaiveGraph(const GemmGraph& graph) {
@@ -797,15 +840,26 @@ absl::Status RunNaiveGraph(const GemmGraph& graph) {
     const GemmNode& node = graph.nodes()[i];
     const int64_t m = node.m(), n = node.n(), k = node.k();
     if (m == 0 || n == 0) continue;
-    // A and B whole, as doubles: views the kernels take can be far larger
-    // than host memory.
-    std::vector<double> a, b;
+    // A whole, as doubles (before C is written, which it may overlap): views
+    // the kernels take can be far larger than host memory.
+    std::vector<double> a;
     try {
       a = ops::LoadBlock(node.a, 0, m, 0, k);
-      b = ops::LoadBlock(node.b, 0, n, 0, k);
     } catch (const std::bad_alloc&) {
       return NaiveOperandsTooLarge(graph, i);
     } catch (const std::length_error&) {  // past the vector's max_size
+      return NaiveOperandsTooLarge(graph, i);
+    }
+    if (!ReadsMayOverlapOutput(node)) {
+      LOOM_RETURN_IF_ERROR(RunNaiveNodeInBlocks(graph, i, a));
+      continue;
+    }
+    std::vector<double> b;
+    try {
+      b = ops::LoadBlock(node.b, 0, n, 0, k);
+    } catch (const std::bad_alloc&) {
+      return NaiveOperandsTooLarge(graph, i);
+    } catch (const std::length_error&) {
       return NaiveOperandsTooLarge(graph, i);
     }
     std::vector<double> acc(static_cast<size_t>(n));

@@ -19,6 +19,7 @@
 #define LOOM_OPS_REFERENCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "loom/graph.h"
@@ -53,6 +54,20 @@ void StoreEpilogueRow(const GemmNode& node, int64_t row, int64_t acc_col_begin, 
 // One compiled routine for every caller, so equal inputs give equal bits.
 void AccumulateTile(const double* a, int64_t a_stride, const double* b, int64_t b_stride,
                     int64_t rows, int64_t cols, int64_t k, double* acc, int64_t acc_stride);
+
+// Accumulator columns a block of a whole-K host product takes: even (a
+// SwiGLU pair stays in one block) and at most 64, so that the block's rows of
+// B as doubles (at most ~4 MiB) are read from a core's cache for every row of
+// A.
+int64_t ProductBlockColumns(int64_t k);
+
+// Calls work(col_begin, cols) for the column blocks [0, block_cols),
+// [block_cols, 2 block_cols), ... of [0, n), the last one ragged, spread over
+// up to the host's cores (the calling thread one of them), and returns once
+// all have run. Each block runs once, on one thread, in no fixed order: `work`
+// must write only what its own block owns. false if a block threw
+// std::bad_alloc (blocks not yet started are then skipped).
+bool ForEachColumnBlock(int64_t n, int64_t block_cols, const std::function<void(int64_t, int64_t)>& work);
 
 // Rows [row_begin, row_begin + row_count) x columns [col_begin, col_begin +
 // col_count) of a host view, widened to double, packed row-major.
