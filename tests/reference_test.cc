@@ -1411,6 +1411,39 @@ TEST(TestbedTest, CompareNodeToReferenceCarriesErrorThroughSwiGLU) {
   EXPECT_FALSE(testbed::CompareNodeToReference(graph.nodes()[0], out.view("out"), ref.view("ref")).ok());
 }
 
+// Each element's bound uses its own |A||B|, also for an element in the second
+// chunk of rows and the third block of columns that CompareNodeToReference
+// computes them in (4 Mi elements a chunk: 20971 rows of 200; blocks of 64
+// columns). Element (20990, 150) is an exact zero whose |A||B| is 64, where
+// any other row of A with column 150 of B gives less than 16 and any other
+// column with row 20990 less than 8, so only its own products give the bound
+// that 0.9x stays inside and 1.1x falls outside of.
+TEST(TestbedTest, CompareNodeToReferenceBoundsEachElementByItsOwnProducts) {
+  constexpr int64_t m = 21000, n = 200, k = 8, row = 20990, col = 150;
+  Rng rng;
+  HostMatrix a(DType::kBF16, m, k), b(DType::kBF16, n, k), ref(DType::kFP32, m, n), out(DType::kFP32, m, n);
+  testbed::FillRandom(a, rng);
+  testbed::FillRandom(b, rng);
+  for (int64_t kk = 0; kk < k; ++kk) {
+    a.set(row, kk, kk < 2 ? 4.0 : 0.0);
+    b.set(col, kk, kk == 0 ? 8.0 : kk == 1 ? -8.0 : 0.0);
+  }
+  GemmGraph graph;
+  graph.AddGemm("g", a.view("a"), b.view("b"), ref.view("ref"));
+  ASSERT_TRUE(RunNaiveGraph(graph).ok());
+  ASSERT_EQ(ref.at(row, col), 0.0);
+  std::memcpy(out.data(), ref.data(), static_cast<size_t>(ref.body_bytes()));
+  const GemmNode& node = graph.nodes()[0];
+  EXPECT_TRUE(testbed::CompareNodeToReference(node, out.view("out"), ref.view("ref")));
+  const double bound = 4 * std::sqrt(static_cast<double>(k)) * 0x1p-24 * 64.0;
+  out.set(row, col, 0.9 * bound);
+  EXPECT_TRUE(testbed::CompareNodeToReference(node, out.view("out"), ref.view("ref")));
+  out.set(row, col, 1.1 * bound);
+  const testbed::Comparison bad = testbed::CompareNodeToReference(node, out.view("out"), ref.view("ref"));
+  EXPECT_EQ(bad.mismatches, 1);
+  EXPECT_NE(bad.report.find("(20990, 150)"), std::string::npos) << bad.report;
+}
+
 // An infinite reference (fp16 A = B = 256 at K = 1: 65536, past fp16's
 // range) is matched only by the same infinity: its relative bound is
 // infinite, and every finite value, or -Inf, passed it before. Exact

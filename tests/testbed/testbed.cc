@@ -359,11 +359,8 @@ Comparison CompareNodeToReference(const GemmNode& node, const TensorView& out, c
   const Epilogue& epilogue = node.epilogue;
   const int64_t m = node.m(), n = node.n(), k = node.k();
   const std::vector<double> a = ops::LoadBlock(node.a, 0, m, 0, k);
-  const std::vector<double> b = ops::LoadBlock(node.b, 0, n, 0, k);
-  std::vector<double> abs_a(a), abs_b(b);
+  std::vector<double> abs_a(a);
   for (double& v : abs_a) v = std::fabs(v);
-  for (double& v : abs_b) v = std::fabs(v);
-  std::vector<double> acc(static_cast<size_t>(n)), ab(static_cast<size_t>(n));
   const double accumulation =
       tolerance.accumulation * std::sqrt(static_cast<double>(k)) * tolerance.unit_roundoff;
   double slope = 1.0;
@@ -372,34 +369,58 @@ Comparison CompareNodeToReference(const GemmNode& node, const TensorView& out, c
   auto bias = [&](int64_t col) {
     return epilogue.bias ? ops::LoadElement(*epilogue.bias, 0, col) : 0.0;
   };
-  for (int64_t i = 0; i < m; ++i) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    std::fill(ab.begin(), ab.end(), 0.0);
-    // data() + offset, not &v[offset]: with K = 0 the vectors are empty.
-    ops::AccumulateTile(a.data() + i * k, k, b.data(), k, 1, n, k, acc.data(), n);
-    ops::AccumulateTile(abs_a.data() + i * k, k, abs_b.data(), k, 1, n, k, ab.data(), n);
-    for (int64_t j = 0; j < out.cols; ++j) {
-      const double residual = epilogue.residual ? ops::LoadElement(*epilogue.residual, i, j) : 0.0;
-      double carried, terms, ab_shown;
-      if (epilogue.activation == Activation::kSwiGLU) {
-        const double gate = acc[2 * j] + bias(2 * j), up = acc[2 * j + 1] + bias(2 * j + 1);
-        const double e_gate = accumulation * ab[2 * j], e_up = accumulation * ab[2 * j + 1];
-        const double silu_gate = ops::Silu(gate);
-        carried = kSiluSlope * std::fabs(up) * e_gate + (std::fabs(silu_gate) + kSiluSlope * e_gate) * e_up;
-        terms = std::fabs(silu_gate * up) + std::fabs(residual);
-        ab_shown = std::max(ab[2 * j], ab[2 * j + 1]);
-      } else {
-        const double f = ops::ApplyActivation(epilogue.activation, acc[j] + bias(j));
-        carried = slope * accumulation * ab[j];
-        terms = std::fabs(f) + std::fabs(residual);
-        ab_shown = ab[j];
+  // A·Bᵀ and |A|·|B|ᵀ for a chunk of rows at a time (at most 4 Mi elements,
+  // 32 MiB, of each), their columns in blocks over the host's cores; then the
+  // chunk's elements are checked in row-major order.
+  const int64_t chunk_rows =
+      std::clamp<int64_t>((int64_t{4} << 20) / std::max<int64_t>(n, 1), 1, std::max<int64_t>(m, 1));
+  std::vector<double> acc_rows, ab_rows;
+  for (int64_t row0 = 0; row0 < m; row0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, m - row0);
+    acc_rows.assign(static_cast<size_t>(rows * n), 0.0);
+    ab_rows.assign(static_cast<size_t>(rows * n), 0.0);
+    const bool fitted = ops::ForEachColumnBlock(n, ops::ProductBlockColumns(k), [&](int64_t col, int64_t cols) {
+      const std::vector<double> b = ops::LoadBlock(node.b, col, cols, 0, k);
+      std::vector<double> abs_b(b);
+      for (double& v : abs_b) v = std::fabs(v);
+      for (int64_t i = 0; i < rows; ++i) {
+        // data() + offset, not &v[offset]: with K = 0 the vectors are empty.
+        const int64_t a_offset = (row0 + i) * k, acc_offset = i * n + col;
+        ops::AccumulateTile(a.data() + a_offset, k, b.data(), k, 1, cols, k, acc_rows.data() + acc_offset, n);
+        ops::AccumulateTile(abs_a.data() + a_offset, k, abs_b.data(), k, 1, cols, k, ab_rows.data() + acc_offset, n);
       }
-      const double o = ops::LoadElement(out, i, j), r = ops::LoadElement(ref, i, j);
-      const double bound =
-          tolerance.exact ? 0.0
-                          : tolerance.relative * std::fabs(r) + OutputRounding(out.dtype, r) + carried +
-                                kEpilogueArithmetic * terms;
-      builder.Check(i, j, o, r, bound, ab_shown);
+    });
+    if (!fitted) {
+      builder.ShapeMismatch(absl::StrFormat("node \"%s\": B's column blocks as doubles do not fit in host memory",
+                                            node.name));
+      return builder.Finish();
+    }
+    for (int64_t i = row0; i < row0 + rows; ++i) {
+      const double* acc = acc_rows.data() + (i - row0) * n;
+      const double* ab = ab_rows.data() + (i - row0) * n;
+      for (int64_t j = 0; j < out.cols; ++j) {
+        const double residual = epilogue.residual ? ops::LoadElement(*epilogue.residual, i, j) : 0.0;
+        double carried, terms, ab_shown;
+        if (epilogue.activation == Activation::kSwiGLU) {
+          const double gate = acc[2 * j] + bias(2 * j), up = acc[2 * j + 1] + bias(2 * j + 1);
+          const double e_gate = accumulation * ab[2 * j], e_up = accumulation * ab[2 * j + 1];
+          const double silu_gate = ops::Silu(gate);
+          carried = kSiluSlope * std::fabs(up) * e_gate + (std::fabs(silu_gate) + kSiluSlope * e_gate) * e_up;
+          terms = std::fabs(silu_gate * up) + std::fabs(residual);
+          ab_shown = std::max(ab[2 * j], ab[2 * j + 1]);
+        } else {
+          const double f = ops::ApplyActivation(epilogue.activation, acc[j] + bias(j));
+          carried = slope * accumulation * ab[j];
+          terms = std::fabs(f) + std::fabs(residual);
+          ab_shown = ab[j];
+        }
+        const double o = ops::LoadElement(out, i, j), r = ops::LoadElement(ref, i, j);
+        const double bound =
+            tolerance.exact ? 0.0
+                            : tolerance.relative * std::fabs(r) + OutputRounding(out.dtype, r) + carried +
+                                  kEpilogueArithmetic * terms;
+        builder.Check(i, j, o, r, bound, ab_shown);
+      }
     }
   }
   return builder.Finish();
