@@ -1338,6 +1338,24 @@ TEST(TestbedTest, FillsArePoisonFreeAndNeverAllZero) {
   EXPECT_NE(tiny.at(0, 0), 0.0);
 }
 
+// A fill of several chunks (2^20 elements a chunk: 1048 rows of 1000) is the
+// same for the same seed, however the host's cores took the chunks, and its
+// chunks are not copies of each other (each has its own engine). The padding
+// of a strided view stays untouched.
+TEST(TestbedTest, LargeFillsDependOnTheSeedAlone) {
+  constexpr int64_t rows = 3000, cols = 1000;
+  HostMatrix first(DType::kBF16, rows, cols, 1008), second(DType::kBF16, rows, cols, 1008);
+  const uint64_t seed = testbed::TestSeed();
+  Rng rng_first(seed), rng_second(seed);
+  testbed::FillRandom(first, rng_first);
+  testbed::FillRandom(second, rng_second);
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), static_cast<size_t>(first.body_bytes())), 0);
+  EXPECT_TRUE(testbed::CheckGuards(first));
+  int64_t same = 0;
+  for (int64_t c = 0; c < cols; ++c) same += first.at(0, c) == first.at(1048, c) ? 1 : 0;
+  EXPECT_LT(same, cols / 4) << "rows 0 and 1048, the first of chunks 0 and 1, agree in " << same << " of " << cols;
+}
+
 TEST(TestbedTest, CompareToReferenceAppliesTheTolerance) {
   Rng rng;
   constexpr int64_t m = 16, n = 24, k = 256;

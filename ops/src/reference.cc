@@ -112,15 +112,15 @@ int64_t ProductBlockColumns(int64_t k) {
   return std::clamp<int64_t>(fit / 2 * 2, 2, 64);
 }
 
-bool ForEachColumnBlock(int64_t n, int64_t block_cols, const std::function<void(int64_t, int64_t)>& work) {
-  const int64_t blocks = (n + block_cols - 1) / block_cols;
+bool ForEachBlock(int64_t n, int64_t block, const std::function<void(int64_t, int64_t)>& work) {
+  const int64_t blocks = (n + block - 1) / block;
   std::atomic<int64_t> next_block{0};
   std::atomic<bool> out_of_memory{false};
   const auto run_blocks = [&] {
     try {
       for (int64_t b = next_block++; b < blocks && !out_of_memory; b = next_block++) {
-        const int64_t col = b * block_cols;
-        work(col, std::min(block_cols, n - col));
+        const int64_t begin = b * block;
+        work(begin, std::min(block, n - begin));
       }
     } catch (const std::bad_alloc&) {
       out_of_memory = true;

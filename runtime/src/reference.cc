@@ -811,14 +811,14 @@ bool ReadsMayOverlapOutput(const GemmNode& node) {
 }
 
 // One node, `a` its A as doubles: C's accumulator columns in blocks
-// (ops::ForEachColumnBlock), each block's B loaded as doubles once and
+// (ops::ForEachBlock), each block's B loaded as doubles once and
 // multiplied by every row of A. Every output element is the one
 // AccumulateTile sum over k in order, whatever the blocks and threads: the
 // bits do not depend on them.
 absl::Status RunNaiveNodeInBlocks(const GemmGraph& graph, int i, const std::vector<double>& a) {
   const GemmNode& node = graph.nodes()[i];
   const int64_t m = node.m(), k = node.k();
-  const bool fitted = ops::ForEachColumnBlock(node.n(), ops::ProductBlockColumns(k), [&](int64_t col, int64_t cols) {
+  const bool fitted = ops::ForEachBlock(node.n(), ops::ProductBlockColumns(k), [&](int64_t col, int64_t cols) {
     const std::vector<double> b_rows = ops::LoadBlock(node.b, col, cols, 0, k);
     std::vector<double> acc(static_cast<size_t>(cols));
     for (int64_t row = 0; row < m; ++row) {

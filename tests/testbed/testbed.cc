@@ -203,9 +203,19 @@ bool AllZero(const TensorView& view) {
 }  // namespace
 
 void FillRandom(const TensorView& view, Rng& rng, double lo, double hi) {
-  for (int64_t r = 0; r < view.rows; ++r) {
-    for (int64_t c = 0; c < view.cols; ++c) ops::StoreElement(view, r, c, rng.Uniform(lo, hi));
-  }
+  // Rows in chunks of about 2^20 elements, filled over the host's cores, each
+  // chunk from its own engine seeded by one draw of rng's: the values depend
+  // on rng's seed alone, not on how many threads filled them.
+  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(view.cols, 1));
+  std::vector<uint64_t> seeds(static_cast<size_t>((view.rows + chunk_rows - 1) / chunk_rows));
+  for (uint64_t& seed : seeds) seed = rng.engine()();
+  ops::ForEachBlock(view.rows, chunk_rows, [&](int64_t row_begin, int64_t rows) {
+    std::mt19937_64 engine(seeds[static_cast<size_t>(row_begin / chunk_rows)]);
+    std::uniform_real_distribution<double> uniform(lo, hi);
+    for (int64_t r = row_begin; r < row_begin + rows; ++r) {
+      for (int64_t c = 0; c < view.cols; ++c) ops::StoreElement(view, r, c, uniform(engine));
+    }
+  });
   if (!view.empty() && AllZero(view)) {
     // Every value rounded to zero (a range below the dtype's smallest): use
     // the nearest non-zero value on hi's side of zero instead.
@@ -379,7 +389,7 @@ Comparison CompareNodeToReference(const GemmNode& node, const TensorView& out, c
     const int64_t rows = std::min(chunk_rows, m - row0);
     acc_rows.assign(static_cast<size_t>(rows * n), 0.0);
     ab_rows.assign(static_cast<size_t>(rows * n), 0.0);
-    const bool fitted = ops::ForEachColumnBlock(n, ops::ProductBlockColumns(k), [&](int64_t col, int64_t cols) {
+    const bool fitted = ops::ForEachBlock(n, ops::ProductBlockColumns(k), [&](int64_t col, int64_t cols) {
       const std::vector<double> b = ops::LoadBlock(node.b, col, cols, 0, k);
       std::vector<double> abs_b(b);
       for (double& v : abs_b) v = std::fabs(v);

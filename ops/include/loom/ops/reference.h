@@ -61,13 +61,13 @@ void AccumulateTile(const double* a, int64_t a_stride, const double* b, int64_t 
 // A.
 int64_t ProductBlockColumns(int64_t k);
 
-// Calls work(col_begin, cols) for the column blocks [0, block_cols),
-// [block_cols, 2 block_cols), ... of [0, n), the last one ragged, spread over
-// up to the host's cores (the calling thread one of them), and returns once
-// all have run. Each block runs once, on one thread, in no fixed order: `work`
-// must write only what its own block owns. false if a block threw
-// std::bad_alloc (blocks not yet started are then skipped).
-bool ForEachColumnBlock(int64_t n, int64_t block_cols, const std::function<void(int64_t, int64_t)>& work);
+// Calls work(begin, count) for the blocks [0, block), [block, 2 block), ...
+// of [0, n), the last one ragged, spread over up to the host's cores (the
+// calling thread one of them), and returns once all have run: a node's
+// accumulator columns, a matrix's rows. Each block runs once, on one thread,
+// in no fixed order: `work` must write only what its own block owns. false if
+// a block threw std::bad_alloc (blocks not yet started are then skipped).
+bool ForEachBlock(int64_t n, int64_t block, const std::function<void(int64_t, int64_t)>& work);
 
 // Rows [row_begin, row_begin + row_count) x columns [col_begin, col_begin +
 // col_count) of a host view, widened to double, packed row-major.
