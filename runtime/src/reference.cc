@@ -787,6 +787,18 @@ absl::Status NaiveOperandsTooLarge(const GemmGraph& graph, int i) {
                       graph.NodeLabel(i), node.m(), node.k(), node.n(), node.k()));
 }
 
+// Operand `view` of node i whole, as doubles: views the kernels take can be
+// far larger than host memory.
+absl::StatusOr<std::vector<double>> LoadWhole(const GemmGraph& graph, int i, const TensorView& view) {
+  try {
+    return ops::LoadBlock(view, 0, view.rows, 0, view.cols);
+  } catch (const std::bad_alloc&) {
+    return NaiveOperandsTooLarge(graph, i);
+  } catch (const std::length_error&) {  // past the vector's max_size
+    return NaiveOperandsTooLarge(graph, i);
+  }
+}
+
 // The bytes [first, last) a non-empty view spans.
 std::pair<uintptr_t, uintptr_t> ByteSpan(const TensorView& view) {
   const auto first = reinterpret_cast<uintptr_t>(view.data);
@@ -840,32 +852,19 @@ absl::Status RunNaiveGraph(const GemmGraph& graph) {
     const GemmNode& node = graph.nodes()[i];
     const int64_t m = node.m(), n = node.n(), k = node.k();
     if (m == 0 || n == 0) continue;
-    // A whole, as doubles (before C is written, which it may overlap): views
-    // the kernels take can be far larger than host memory.
-    std::vector<double> a;
-    try {
-      a = ops::LoadBlock(node.a, 0, m, 0, k);
-    } catch (const std::bad_alloc&) {
-      return NaiveOperandsTooLarge(graph, i);
-    } catch (const std::length_error&) {  // past the vector's max_size
-      return NaiveOperandsTooLarge(graph, i);
-    }
+    // A whole, as doubles (before C is written, which it may overlap).
+    absl::StatusOr<std::vector<double>> a = LoadWhole(graph, i, node.a);
+    if (!a.ok()) return a.status();
     if (!ReadsMayOverlapOutput(node)) {
-      LOOM_RETURN_IF_ERROR(RunNaiveNodeInBlocks(graph, i, a));
+      LOOM_RETURN_IF_ERROR(RunNaiveNodeInBlocks(graph, i, *a));
       continue;
     }
-    std::vector<double> b;
-    try {
-      b = ops::LoadBlock(node.b, 0, n, 0, k);
-    } catch (const std::bad_alloc&) {
-      return NaiveOperandsTooLarge(graph, i);
-    } catch (const std::length_error&) {
-      return NaiveOperandsTooLarge(graph, i);
-    }
+    absl::StatusOr<std::vector<double>> b = LoadWhole(graph, i, node.b);
+    if (!b.ok()) return b.status();
     std::vector<double> acc(static_cast<size_t>(n));
     for (int64_t row = 0; row < m; ++row) {
       std::fill(acc.begin(), acc.end(), 0.0);
-      ops::AccumulateTile(a.data() + row * k, k, b.data(), k, 1, n, k, acc.data(), n);
+      ops::AccumulateTile(a->data() + row * k, k, b->data(), k, 1, n, k, acc.data(), n);
       ops::StoreEpilogueRow(node, row, 0, acc.data(), n);
     }
   }

@@ -63,8 +63,10 @@ absl::Status RunReference(const GemmGraph& graph, const sched::Schedule& schedul
 // the graph again (Compile did). FailedPrecondition for a moved-from Plan.
 absl::Status RunReference(const Plan& plan, const ReferenceOptions& options = {});
 
-// Computes every node in node order with one FP64 triple loop each; needs no
-// schedule. The same epilogue and output rounding as RunReference.
+// Computes every node in node order with one FP64 triple loop each (its
+// output columns in blocks over the host's cores; each element one sum over
+// K in order, so the bits do not depend on the blocks); needs no schedule.
+// The same epilogue and output rounding as RunReference.
 // InvalidArgument if a node's views, dtypes or shapes are not valid
 // (GemmGraph::ValidateShapes; the kernels' limits do not apply).
 absl::Status RunNaiveGraph(const GemmGraph& graph);

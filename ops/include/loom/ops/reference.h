@@ -56,9 +56,9 @@ void AccumulateTile(const double* a, int64_t a_stride, const double* b, int64_t 
                     int64_t rows, int64_t cols, int64_t k, double* acc, int64_t acc_stride);
 
 // Accumulator columns a block of a whole-K host product takes: even (a
-// SwiGLU pair stays in one block) and at most 64, so that the block's rows of
-// B as doubles (at most ~4 MiB) are read from a core's cache for every row of
-// A.
+// SwiGLU pair stays in one block), at most 64, and as many as keep the
+// block's rows of B as doubles within 4 MiB (2 past K = 262144), so that they
+// are read from a core's cache for every row of A.
 int64_t ProductBlockColumns(int64_t k);
 
 // Calls work(begin, count) for the blocks [0, block), [block, 2 block), ...
