@@ -1433,8 +1433,8 @@ TEST(TestbedTest, CompareNodeToReferenceCarriesErrorThroughSwiGLU) {
 // chunk of rows and the third block of columns that CompareNodeToReference
 // computes them in (4 Mi elements a chunk: 20971 rows of 200; blocks of 64
 // columns). Element (20990, 150) is an exact zero whose |A||B| is 64, where
-// any other row of A with column 150 of B gives less than 16 and any other
-// column with row 20990 less than 8, so only its own products give the bound
+// any other row of A with column 150 of B gives at most 16 and any other
+// column with row 20990 at most 8, so only its own products give the bound
 // that 0.9x stays inside and 1.1x falls outside of.
 TEST(TestbedTest, CompareNodeToReferenceBoundsEachElementByItsOwnProducts) {
   constexpr int64_t m = 21000, n = 200, k = 8, row = 20990, col = 150;
