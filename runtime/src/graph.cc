@@ -62,6 +62,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "internal/view_overlap.h"
 #include "loom/scheduler/schedule.h"
 #include "loom/tensor.h"
 
@@ -505,6 +506,8 @@ std::vector<int> FindCycle(const std::vector<std::vector<int>>& consumers_of,
 }
 
 }  // namespace
+
+bool internal::ViewsOverlap(const TensorView& x, const TensorView& y) { return Overlaps(x, y); }
 
 std::string GemmGraph::NodeLabel(int index) const {
   if (index < 0 || index >= size()) return absl::StrCat("node #", index, " (no such node)");

@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "internal/host_memory.h"
+#include "internal/view_overlap.h"
 #include "loom/graph.h"
 #include "loom/ops/reference.h"
 #include "loom/runtime.h"
@@ -799,27 +800,15 @@ absl::StatusOr<std::vector<double>> LoadWhole(const GemmGraph& graph, int i, con
   }
 }
 
-// The bytes [first, last) a non-empty view spans.
-std::pair<uintptr_t, uintptr_t> ByteSpan(const TensorView& view) {
-  const auto first = reinterpret_cast<uintptr_t>(view.data);
-  const auto element = static_cast<uintptr_t>(DTypeSize(view.dtype));
-  const auto rows = static_cast<uintptr_t>(view.rows), cols = static_cast<uintptr_t>(view.cols);
-  return {first, first + ((rows - 1) * static_cast<uintptr_t>(view.row_stride) + cols) * element};
-}
-
-// Whether any byte that the blocked loop reads while it writes C (B's rows,
-// the bias, the residual) may be one of C's: then the node runs as a single
-// row-major loop over a copy of B, as the kernels' rule 6 (no input overlaps
-// the node's output) would refuse the graph anyway.
-bool ReadsMayOverlapOutput(const GemmNode& node) {
-  const auto [c_first, c_last] = ByteSpan(node.c);
-  const auto overlaps = [&](const TensorView* view) {
-    if (view == nullptr || view->rows == 0 || view->cols == 0) return false;
-    const auto [first, last] = ByteSpan(*view);
-    return first < c_last && c_first < last;
+// Whether a byte that the blocked loop reads while it writes C (B's rows, the
+// bias, the residual) is one of C's (internal::ViewsOverlap, Validate's rule
+// 6): then the node runs as a single row-major loop over a copy of B.
+bool ReadsOverlapOutput(const GemmNode& node) {
+  const auto overlaps_c = [&](const std::optional<TensorView>& view) {
+    return view.has_value() && internal::ViewsOverlap(*view, node.c);
   };
-  return overlaps(&node.b) || overlaps(node.epilogue.bias ? &*node.epilogue.bias : nullptr) ||
-         overlaps(node.epilogue.residual ? &*node.epilogue.residual : nullptr);
+  return internal::ViewsOverlap(node.b, node.c) || overlaps_c(node.epilogue.bias) ||
+         overlaps_c(node.epilogue.residual);
 }
 
 // One node, `a` its A as doubles: C's accumulator columns in blocks
@@ -855,7 +844,7 @@ absl::Status RunNaiveGraph(const GemmGraph& graph) {
     // A whole, as doubles (before C is written, which it may overlap).
     absl::StatusOr<std::vector<double>> a = LoadWhole(graph, i, node.a);
     if (!a.ok()) return a.status();
-    if (!ReadsMayOverlapOutput(node)) {
+    if (!ReadsOverlapOutput(node)) {
       LOOM_RETURN_IF_ERROR(RunNaiveNodeInBlocks(graph, i, *a));
       continue;
     }
