@@ -381,7 +381,9 @@ Comparison CompareNodeToReference(const GemmNode& node, const TensorView& out, c
   };
   // A·Bᵀ and |A|·|B|ᵀ for a chunk of rows at a time (at most 4 Mi elements,
   // 32 MiB, of each), their columns in blocks over the host's cores; then the
-  // chunk's elements are checked in row-major order.
+  // chunk's elements are checked in row-major order. An output past one
+  // chunk converts B's blocks to doubles again for each chunk: the price of
+  // holding only a chunk of both products.
   const int64_t chunk_rows =
       std::clamp<int64_t>((int64_t{4} << 20) / std::max<int64_t>(n, 1), 1, std::max<int64_t>(m, 1));
   std::vector<double> acc_rows, ab_rows;
