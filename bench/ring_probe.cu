@@ -114,8 +114,8 @@ struct Barriers {
 
 // WaitPhase on two barriers, both first tries issued before either result
 // is tested, so that their latencies overlap where both phases are complete
-// already (the paired_wait variant; the kernel's form is on branch
-// experiment/paired-wait, bench/NOTES.md v1.87).
+// already (the paired_wait variant, bench/NOTES.md v1.87; 3 cycles a k-block
+// here, and in the kernel level on single GEMMs and slower at 64 tokens, v1.88).
 __device__ __forceinline__ void WaitPhases(uint64_t* first, uint32_t first_parity, uint64_t* second,
                                            uint32_t second_parity) {
   const bool first_done = cuda::ptx::mbarrier_try_wait_parity(first, first_parity);

@@ -49,6 +49,12 @@ __device__ __forceinline__ void WgmmaTile(float (&d)[64], uint64_t desc_a, uint6
   wgmma_m64n128k16<kHalf>(d, desc_a, desc_b, /*accumulate=*/true);
 }
 
+// NOTE: the path from a k-block's full waits to its first wgmma was tried
+// shorter, all measured against this loop (bench/NOTES.md): polling k-block
+// i + 1's slots before releasing i - 1's, 2-9% slower on 200-1024-row GEMMs
+// (v1.87); both polls' first tries issued together, the kernel arguments the
+// loop reads held in registers instead of reread from the constant bank,
+// and the descriptors made before the waits, each level (v1.88).
 template <class Config>
 __device__ inline void RunMainLoop(const CtaContext<Config>& ctx, const CtaWork& work, int warpgroup, bool compute,
                                    RingCursor& a_ring, RingCursor& b_ring,

@@ -76,7 +76,9 @@ __device__ __forceinline__ void PassTurn(const NarrowContext& ctx, const Consume
 // warp-wide.
 // NOTE: the __syncwarp costs a 64-row job at 33 CTAs 4-10% (nothing on the
 // whole chip); waiting on a warp vote instead (`while (!__all_sync(...,
-// try_wait))`) was slower still (bench/NOTES.md v1.48).
+// try_wait))`) was slower still (bench/NOTES.md v1.48). Issuing the B poll's
+// first try before A's result is tested made the 64-token block ~4 us slower
+// (v1.88).
 template <typename Epilogue>
 __device__ __forceinline__ void WaitForStage(const NarrowContext& ctx, const ConsumerRings& rings, int index,
                                              bool first, bool leader, Epilogue& epilogue) {
