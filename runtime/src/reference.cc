@@ -811,6 +811,20 @@ bool ReadsOverlapOutput(const GemmNode& node) {
          overlaps_c(node.epilogue.residual);
 }
 
+// C's accumulator columns [col, col + cols) of every row, row by row: each
+// row of `a` (A as doubles) times `b_rows` (B's rows col.. as doubles, K
+// each), summed over k in order, then the epilogue.
+void RunNaiveColumns(const GemmNode& node, const std::vector<double>& a, const double* b_rows, int64_t col,
+                     int64_t cols) {
+  const int64_t k = node.k();
+  std::vector<double> acc(static_cast<size_t>(cols));
+  for (int64_t row = 0; row < node.m(); ++row) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    ops::AccumulateTile(a.data() + row * k, k, b_rows, k, 1, cols, k, acc.data(), cols);
+    ops::StoreEpilogueRow(node, row, col, acc.data(), cols);
+  }
+}
+
 // One node, `a` its A as doubles: C's accumulator columns in blocks
 // (ops::ForEachBlock), each block's B loaded as doubles once and
 // multiplied by every row of A. Every output element is the one
@@ -818,15 +832,9 @@ bool ReadsOverlapOutput(const GemmNode& node) {
 // bits do not depend on them.
 absl::Status RunNaiveNodeInBlocks(const GemmGraph& graph, int i, const std::vector<double>& a) {
   const GemmNode& node = graph.nodes()[i];
-  const int64_t m = node.m(), k = node.k();
-  const bool fitted = ops::ForEachBlock(node.n(), ops::ProductBlockColumns(k), [&](int64_t col, int64_t cols) {
-    const std::vector<double> b_rows = ops::LoadBlock(node.b, col, cols, 0, k);
-    std::vector<double> acc(static_cast<size_t>(cols));
-    for (int64_t row = 0; row < m; ++row) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      ops::AccumulateTile(a.data() + row * k, k, b_rows.data(), k, 1, cols, k, acc.data(), cols);
-      ops::StoreEpilogueRow(node, row, col, acc.data(), cols);
-    }
+  const bool fitted = ops::ForEachBlock(node.n(), ops::ProductBlockColumns(node.k()), [&](int64_t col, int64_t cols) {
+    const std::vector<double> b_rows = ops::LoadBlock(node.b, col, cols, 0, node.k());
+    RunNaiveColumns(node, a, b_rows.data(), col, cols);
   });
   return fitted ? absl::OkStatus() : NaiveOperandsTooLarge(graph, i);
 }
@@ -839,8 +847,7 @@ absl::Status RunNaiveGraph(const GemmGraph& graph) {
   LOOM_RETURN_IF_ERROR(graph.ValidateShapes());
   for (int i = 0; i < graph.size(); ++i) {
     const GemmNode& node = graph.nodes()[i];
-    const int64_t m = node.m(), n = node.n(), k = node.k();
-    if (m == 0 || n == 0) continue;
+    if (node.m() == 0 || node.n() == 0) continue;
     // A whole, as doubles (before C is written, which it may overlap).
     absl::StatusOr<std::vector<double>> a = LoadWhole(graph, i, node.a);
     if (!a.ok()) return a.status();
@@ -848,14 +855,11 @@ absl::Status RunNaiveGraph(const GemmGraph& graph) {
       LOOM_RETURN_IF_ERROR(RunNaiveNodeInBlocks(graph, i, *a));
       continue;
     }
+    // B, the bias or the residual shares bytes with C: all of B copied
+    // first, then whole rows in order, as one thread.
     absl::StatusOr<std::vector<double>> b = LoadWhole(graph, i, node.b);
     if (!b.ok()) return b.status();
-    std::vector<double> acc(static_cast<size_t>(n));
-    for (int64_t row = 0; row < m; ++row) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      ops::AccumulateTile(a->data() + row * k, k, b->data(), k, 1, n, k, acc.data(), n);
-      ops::StoreEpilogueRow(node, row, 0, acc.data(), n);
-    }
+    RunNaiveColumns(node, *a, b->data(), 0, node.n());
   }
   return absl::OkStatus();
 }
