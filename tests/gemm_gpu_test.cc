@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <iterator>
 #include <limits>
@@ -461,6 +463,32 @@ TEST(GemmTest, IndependentBatchInOneLaunch) {
   });
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
   h.ExpectMatchesReference();
+}
+
+// A one-row GEMM whose C and residual carry a row stride Validate ignores
+// (a single row's stride is never used; INT64_MAX here), on both kernels:
+// the plan gives the kernels the row's width instead, and the row is right.
+TEST(GemmTest, SingleRowViewsIgnoreTheirStrides) {
+  LOOM_SKIP_WITHOUT_GPU();
+  for (const KernelChoice kernel : {KernelChoice::kTiled, KernelChoice::kNarrow}) {
+    SCOPED_TRACE(kernel == KernelChoice::kTiled ? "tiled" : "narrow");
+    Rng rng;
+    GpuHarness h;
+    h.Input("A", DType::kBF16, 1, 520, rng);
+    h.Input("B", DType::kBF16, 300, 520, rng);
+    h.Input("residual", DType::kBF16, 1, 300, rng);
+    h.Output("C", DType::kBF16, 1, 300);
+    h.Build([](const auto& t, GemmGraph& g) {
+      TensorView c = t("C"), residual = t("residual");
+      c.row_stride = residual.row_stride = std::numeric_limits<int64_t>::max();
+      g.AddGemm("gemm", t("A"), t("B"), c, {.activation = Activation::kReLU, .residual = residual});
+    });
+    CompileOptions options;
+    options.kernel = kernel;
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+    EXPECT_EQ(h.plan().kernel(), kernel);
+    ExpectMatchesReferenceAndReplayIdentical(h);
+  }
 }
 
 TEST(GemmTest, ReplayIsBitIdentical) {
@@ -1479,6 +1507,45 @@ TEST(GemmTest, APackedCopyPastTheDevicesMemoryIsResourceExhausted) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// So is any of the plan's own buffers (node records, queue, flags, launch
+// state, trace) when the device's memory is taken: with the views allocated
+// and all but ~4 MiB of the rest held here, a plan of 131072 tiles with its
+// trace on (~6 MiB of trace) cannot get its buffers, and Compile says which
+// one did not fit, with no error left pending.
+TEST(GemmTest, PlanBuffersPastFreeMemoryAreResourceExhausted) {
+  LOOM_SKIP_WITHOUT_GPU();
+  constexpr int64_t kM = int64_t{1} << 16, kN = int64_t{1} << 16, kK = 64;
+  absl::StatusOr<DeviceBuffer> a = DeviceBuffer::Allocate(kM * kK * 2);
+  absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(kN * kK * 2);
+  absl::StatusOr<DeviceBuffer> c = DeviceBuffer::Allocate(kM * kN * 2);  // 8 GiB
+  LOOM_ASSERT_OK(a.status());
+  LOOM_ASSERT_OK(b.status());
+  LOOM_ASSERT_OK(c.status());
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  constexpr size_t kLeft = size_t{4} << 20, kStep = size_t{2} << 20;
+  ASSERT_GT(free_bytes, 64 * kLeft);
+  absl::StatusOr<DeviceBuffer> hog = absl::UnknownError("not allocated");
+  for (size_t bytes = free_bytes - kLeft; !hog.ok() && bytes > free_bytes - 64 * kLeft; bytes -= kStep) {
+    hog = DeviceBuffer::Allocate(static_cast<int64_t>(bytes));
+    if (!hog.ok()) cudaGetLastError();
+  }
+  LOOM_ASSERT_OK(hog.status());
+  GemmGraph g;
+  g.AddGemm("gemm", TensorView::Dense("A", a->data(), DType::kBF16, kM, kK),
+            TensorView::Dense("B", b->data(), DType::kBF16, kN, kK),
+            TensorView::Dense("C", c->data(), DType::kBF16, kM, kN));
+  CompileOptions options = WideTiledOptions();
+  options.trace = true;
+  const absl::StatusOr<Plan> plan = TestRuntime().Compile(g, options);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted) << plan.status();
+  EXPECT_NE(std::string(plan.status().message()).find(" bytes, does not fit in device 0's free memory"),
+            std::string::npos)
+      << plan.status();
+  std::printf("[ loom     ] %s\n", plan.status().ToString().c_str());  // which buffer it was
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 // One node, proj: y = x · wᵀ + b (64 x 64 by 128 x 64, bf16), each view in
 // a cudaMalloc allocation of its own of 2 MiB (the driver's granularity, so
 // the allocation's range is the size asked for whatever it rounds to), each
@@ -1568,6 +1635,18 @@ TEST_F(ReachableViewsTest, HostMemoryIsRefused) {
                 {"node \"proj\": A \"x\" [0x", "neither allocated nor registered", "pageable"});
   ExpectRefused(CompileWithViewAt(0, reinterpret_cast<void*>(uintptr_t{1} << 45)),
                 {"A \"x\" [0x200000000000, 0x200000002000)", "neither allocated nor registered"});
+  // A view within TMA's limits whose last byte lies past 2^63 (2^23 + 2 rows
+  // 2^40 - 16 bytes apart): its end is worked out in 128 bits (it overflowed
+  // int64 once) and printed whole. B and C lie below it, never touched.
+  constexpr int64_t kRows = (int64_t{1} << 23) + 2;
+  GemmGraph g;
+  g.AddGemm("proj",
+            TensorView{"x", reinterpret_cast<void*>(uintptr_t{1} << 45), DType::kBF16, kRows, kK,
+                       (int64_t{1} << 39) - 8},
+            TensorView::Dense("w", reinterpret_cast<void*>(uintptr_t{0x8000000}), DType::kBF16, kN, kK),
+            TensorView::Dense("y", reinterpret_cast<void*>(uintptr_t{0x10000000}), DType::kBF16, kRows, kN));
+  ExpectRefused(TestRuntime().Compile(g, CompileOptions{}),
+                {"A \"x\" [0x200000000000, 0x800020fff8000070)", "neither allocated nor registered"});
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

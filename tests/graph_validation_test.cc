@@ -184,6 +184,18 @@ std::vector<RefusalCase> RefusalCases() {
                                    WithResidual(Typed("r", kResidual, DType::kBF16, 64, 256)));
                    },
                    {"node \"proj\": residual \"r\": dtype bf16 is not supported beside fp16 inputs"}});
+  // Enum values cast from integers outside DType: the message names them.
+  cases.push_back({"DTypeOutOfRange",
+                   [] {
+                     return Single(Typed("x", kX, static_cast<DType>(7), 64, 128),
+                                   Typed("w", kW, static_cast<DType>(7), 256, 128), Y());
+                   },
+                   {"node \"proj\": dtype tuple (A unknown (7), B unknown (7), C bf16) is not supported"}});
+  cases.push_back({"DTypeOutOfRangeResidual",
+                   [] {
+                     return Single(X(), W(), Y(), WithResidual(Typed("r", kResidual, static_cast<DType>(9), 64, 256)));
+                   },
+                   {"node \"proj\": residual \"r\": dtype unknown (9) is not supported beside bf16 inputs"}});
   cases.push_back({"DTypeResidual",
                    [] {
                      return Single(X(), W(), Y(),
@@ -590,6 +602,13 @@ TEST(ValidateTest, ViewEndingAtTheTopOfTheAddressSpace) {
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "node \"proj\": C \"y\"", std::string(past.message()));
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "(32768 bytes) runs past the end of the address space",
                       std::string(past.message()));
+  // A rule that prints byte ranges (6, in place) gives that view's end as
+  // 2^64, not as the 0 it wraps to in 64 bits.
+  const TensorView y = Bf16("y", top, 64, 256);
+  const absl::Status in_place = Single(X(), W(), y, WithResidual(y)).Validate();
+  EXPECT_EQ(in_place.code(), absl::StatusCode::kInvalidArgument) << in_place;
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "[0xffffffffffff8000, 0x10000000000000000)",
+                      std::string(in_place.message()));
 }
 
 // Byte ranges that touch (one ends where the other begins) share no byte:

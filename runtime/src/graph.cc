@@ -208,9 +208,8 @@ bool Overlaps(const TensorView& x, const TensorView& y) {
 }
 
 std::string ByteRange(const TensorView& view) {
-  const Wide begin = Address(view);
-  return absl::StrFormat("[0x%x, 0x%x)", static_cast<uint64_t>(begin),
-                         static_cast<uint64_t>(begin + ExtentBytes(view)));
+  return absl::StrFormat("[%s, %s)", internal::HexAddress(static_cast<unsigned __int128>(Address(view))),
+                         internal::HexAddress(internal::ViewEnd(view)));
 }
 
 // `A "x"`: how messages refer to a tensor of a node.
@@ -285,6 +284,13 @@ absl::Status CheckWellFormed(const RoleView& rv) {
 // share one type, which the tiled kernel is instantiated for).
 bool IsHalfInput(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kFP16; }
 
+// A dtype as rule 2's messages name it: its name, or for a value cast from
+// an integer outside the enum, that integer.
+std::string DTypeLabel(DType dtype) {
+  const std::string_view name = DTypeName(dtype);
+  return name != "unknown" ? std::string(name) : absl::StrCat("unknown (", static_cast<int>(dtype), ")");
+}
+
 // Rule 2.
 absl::Status CheckDTypesAndActivation(const GemmNode& node) {
   const DType half = node.a.dtype;
@@ -293,13 +299,13 @@ absl::Status CheckDTypesAndActivation(const GemmNode& node) {
     return Violation(
         absl::StrFormat("dtype tuple (A %s, B %s, C %s) is not supported; "
                         "supported: A=B=bf16, C in {bf16, fp32}; A=B=fp16, C in {fp16, fp32}",
-                        DTypeName(node.a.dtype), DTypeName(node.b.dtype), DTypeName(node.c.dtype)));
+                        DTypeLabel(node.a.dtype), DTypeLabel(node.b.dtype), DTypeLabel(node.c.dtype)));
   }
   for (const RoleView& rv : Inputs(node)) {
     if (rv.operand != Operand::kBias && rv.operand != Operand::kResidual) continue;
     if (!same_or_fp32(rv.view->dtype)) {
       return Violation(absl::StrFormat("%s: dtype %s is not supported beside %s inputs; supported: %s, fp32",
-                                       Describe(rv.role, *rv.view), DTypeName(rv.view->dtype), DTypeName(half),
+                                       Describe(rv.role, *rv.view), DTypeLabel(rv.view->dtype), DTypeName(half),
                                        DTypeName(half)));
     }
   }
@@ -508,6 +514,19 @@ std::vector<int> FindCycle(const std::vector<std::vector<int>>& consumers_of,
 }  // namespace
 
 bool internal::ViewsOverlap(const TensorView& x, const TensorView& y) { return Overlaps(x, y); }
+
+unsigned __int128 internal::ViewEnd(const TensorView& view) {
+  const Wide extent = ExtentBytes(view);
+  const Wide address = Address(view);
+  return extent > kSaturatedExtent - address ? static_cast<unsigned __int128>(kSaturatedExtent)
+                                             : static_cast<unsigned __int128>(address + extent);
+}
+
+std::string internal::HexAddress(unsigned __int128 address) {
+  const auto high = static_cast<uint64_t>(address >> 64);
+  const auto low = static_cast<uint64_t>(address);
+  return high == 0 ? absl::StrFormat("0x%x", low) : absl::StrFormat("0x%x%016x", high, low);
+}
 
 std::string GemmGraph::NodeLabel(int index) const {
   if (index < 0 || index >= size()) return absl::StrCat("node #", index, " (no such node)");

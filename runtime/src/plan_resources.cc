@@ -58,6 +58,12 @@ cudaError_t CountedHostAlloc(T** pointer, size_t bytes, unsigned int flags) {
   return error;
 }
 
+// The row stride (elements) the kernels and the pack are given for `view`:
+// its own, or for a single row, whose stride Validate ignores (any value,
+// INT64_MAX too), the row's width, so that no address arithmetic on rows
+// the kernels mask off can overflow.
+int64_t UsedRowStride(const TensorView& view) { return view.rows > 1 ? view.row_stride : view.cols; }
+
 void CountedFree(void* pointer) {
   if (pointer != nullptr && cudaFree(pointer) == cudaSuccess) live_allocations.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -66,15 +72,6 @@ void CountedFreeHost(void* pointer) {
   if (pointer != nullptr && cudaFreeHost(pointer) == cudaSuccess) {
     live_allocations.fetch_sub(1, std::memory_order_relaxed);
   }
-}
-
-template <typename T>
-absl::Status Upload(const std::vector<T>& host, T** device, cudaStream_t stream) {
-  if (host.empty()) return absl::OkStatus();
-  LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(device, host.size() * sizeof(T)));
-  LOOM_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(*device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
-  return absl::OkStatus();
 }
 
 // The tensor maps through which `node`'s jobs load A and B (K > 0). The
@@ -121,7 +118,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     out.activation = ActivationOf(node.epilogue.activation);
     out.out_type = ElementTypeOf(node.c.dtype);
     out.c = node.c.data;
-    out.c_stride = node.c.row_stride;
+    out.c_stride = UsedRowStride(node.c);
     const int64_t per_16_bytes = 16 / static_cast<int64_t>(node.c.element_size());
     out.c_tma_cols = node.c.cols / per_16_bytes * per_16_bytes;
     if (node.epilogue.bias) {
@@ -131,7 +128,7 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
     if (node.epilogue.residual) {
       out.residual = node.epilogue.residual->data;
       out.residual_type = ElementTypeOf(node.epilogue.residual->dtype);
-      out.residual_stride = node.epilogue.residual->row_stride;
+      out.residual_stride = UsedRowStride(*node.epilogue.residual);
     }
     if (!HasJobs(node)) continue;  // no tensor maps
     if (LoadsOperands(node)) LOOM_RETURN_IF_ERROR(EncodeOperandMaps(node, narrow, a_stage_bytes, tile_n, out));
@@ -179,6 +176,18 @@ absl::Status AllocateOrExhausted(void** pointer, size_t bytes, int device, const
         absl::StrFormat("%s, %d bytes, does not fit in device %d's free memory", what, bytes, device));
   }
   return internal::CudaStatus(allocated, absl::StrCat("cudaMalloc of ", what));
+}
+
+// `host` copied into a new device array `*device` (none for an empty one),
+// on `stream`; `what` names it where it does not fit (AllocateOrExhausted).
+template <typename T>
+absl::Status Upload(const std::vector<T>& host, T** device, int ordinal, const std::string& what,
+                    cudaStream_t stream) {
+  if (host.empty()) return absl::OkStatus();
+  LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(device), host.size() * sizeof(T), ordinal, what));
+  LOOM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(*device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -307,7 +316,7 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
     if (!packed.copies) continue;
     const TensorView& b = impl.graph.nodes()[packed.node].b;
     LOOM_RETURN_IF_ERROR(internal::CudaStatus(
-        kernel::PackWeights(b.data, b.rows, b.cols, b.row_stride, PackedLayoutFor(impl.narrow, impl.tile_n),
+        kernel::PackWeights(b.data, b.rows, b.cols, UsedRowStride(b), PackedLayoutFor(impl.narrow, impl.tile_n),
                             impl.packed_weights + packed.offset, stream),
         absl::StrCat("packing the weights ", b.name)));
   }
@@ -362,7 +371,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   if (impl.tagged_words > 0) {
     // Zero tags: no launch's epoch (epochs start at 1).
     const size_t bytes = static_cast<size_t>(impl.tagged_words) * sizeof(uint64_t);
-    LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(&impl.tagged_copies, bytes));
+    LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.tagged_copies), bytes,
+                                             impl.device_ordinal, "the tagged copies of small outputs"));
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.tagged_copies, 0, bytes, setup.get()));
     for (const Plan::Impl::TaggedHandoff& handoff : impl.tagged_handoffs) {
       nodes[handoff.producer].tagged_c = impl.tagged_copies + handoff.offset + handoff.col0 / 2;
@@ -370,14 +380,17 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
       nodes[handoff.consumer].tagged_a = impl.tagged_copies + handoff.offset;
     }
   }
-  LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes, setup.get()));
-  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue, setup.get()));
-  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies, setup.get()));
+  LOOM_RETURN_IF_ERROR(Upload(nodes, &impl.nodes, impl.device_ordinal, "the node records", setup.get()));
+  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.queue, &impl.queue, impl.device_ordinal, "the job queue", setup.get()));
+  LOOM_RETURN_IF_ERROR(Upload(impl.schedule.dependencies, &impl.dependencies, impl.device_ordinal,
+                              "the dependency edges", setup.get()));
   // Rounded up to whole 16-byte words: the A loader polls flags four at a time.
   const size_t flag_count = (std::max<int64_t>(impl.schedule.num_flags, 1) + 3) / 4 * 4;
-  LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(&impl.flags, flag_count * sizeof(uint32_t)));
+  LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.flags), flag_count * sizeof(uint32_t),
+                                           impl.device_ordinal, "the tile flags"));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.flags, 0, flag_count * sizeof(uint32_t), setup.get()));
-  LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(&impl.state, sizeof(kernel::LaunchState)));
+  LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.state), sizeof(kernel::LaunchState),
+                                           impl.device_ordinal, "the launch state"));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.state, 0, sizeof(kernel::LaunchState), setup.get()));
   LOOM_CUDA_RETURN_IF_ERROR(
       CountedHostAlloc(&impl.timeout_host, sizeof(kernel::DeviceTimeoutRecord), cudaHostAllocMapped));
@@ -409,7 +422,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.spin_timeout_ns = static_cast<uint64_t>(impl.options.spin_timeout_ns);
   if (impl.options.trace) {
     const size_t bytes = impl.schedule.queue.size() * impl.schedule.cluster_size * sizeof(kernel::DeviceJobTrace);
-    LOOM_CUDA_RETURN_IF_ERROR(CountedMalloc(&impl.trace, bytes));
+    LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.trace), bytes, impl.device_ordinal,
+                                             "the job trace (CompileOptions.trace)"));
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.trace, 0, bytes, setup.get()));
   }
   params.trace = impl.trace;

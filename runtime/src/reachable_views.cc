@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "internal/cuda_status.h"
 #include "internal/driver_entry.h"
+#include "internal/view_overlap.h"
 #include "loom/status.h"
 
 namespace loom::internal {
@@ -87,8 +88,11 @@ absl::Status CheckAccessGranted(PFN_cuPointerGetAttribute_v4000 get, std::string
 absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view, int device,
                                   bool reads_pageable_memory) {
   const uint64_t begin = reinterpret_cast<uint64_t>(view.data);
-  const uint64_t end = reinterpret_cast<uint64_t>(view.element(view.rows - 1, view.cols));  // past the last byte
-  const std::string who = absl::StrFormat("%s \"%s\" [0x%x, 0x%x)", role, view.name, begin, end);
+  // Past the last byte: 2^64 at most for a view Validate accepted (the
+  // graph's rule 1), so the last byte fits 64 bits.
+  const unsigned __int128 end = ViewEnd(view);
+  const uint64_t last = static_cast<uint64_t>(end - 1);
+  const std::string who = absl::StrFormat("%s \"%s\" [%s, %s)", role, view.name, HexAddress(begin), HexAddress(end));
   const std::optional<cudaPointerAttributes> first = PointerAttributes(begin);
   if (!first) return absl::OkStatus();
   if (first->type == cudaMemoryTypeUnregistered) {
@@ -112,22 +116,23 @@ absl::Status CheckViewIsReachable(std::string_view role, const TensorView& view,
   size_t range_bytes = 0;
   if (plain_allocation != 0 && get(&range_begin, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, begin) == CUDA_SUCCESS &&
       get(&range_bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, begin) == CUDA_SUCCESS && range_bytes > 0) {
-    const uint64_t range_end = static_cast<uint64_t>(range_begin) + range_bytes;
+    const unsigned __int128 range_end = static_cast<unsigned __int128>(range_begin) + range_bytes;
     if (end <= range_end) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s runs %d bytes past the end of the allocation it starts in, [0x%x, 0x%x) (%d bytes)", who,
-        end - range_end, static_cast<uint64_t>(range_begin), range_end, range_bytes));
+        "%s runs %d bytes past the end of the allocation it starts in, [0x%x, %s) (%d bytes)", who,
+        static_cast<uint64_t>(end - range_end), static_cast<uint64_t>(range_begin), HexAddress(range_end),
+        range_bytes));
   }
-  const std::optional<cudaPointerAttributes> last = PointerAttributes(end - 1);
+  const std::optional<cudaPointerAttributes> at_last = PointerAttributes(last);
   int mapped = 1;
-  if ((last && last->type == cudaMemoryTypeUnregistered && !reads_pageable_memory) ||
-      (last && get(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, end - 1) == CUDA_SUCCESS && mapped == 0)) {
+  if ((at_last && at_last->type == cudaMemoryTypeUnregistered && !reads_pageable_memory) ||
+      (at_last && get(&mapped, CU_POINTER_ATTRIBUTE_MAPPED, last) == CUDA_SUCCESS && mapped == 0)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s ends in memory that is not mapped (its last byte, 0x%x, lies past the memory it "
                         "starts in)",
-                        who, end - 1));
+                        who, last));
   }
-  if (last) LOOM_RETURN_IF_ERROR(CheckAccessGranted(get, who, role, end - 1, *last, false, device));
+  if (at_last) LOOM_RETURN_IF_ERROR(CheckAccessGranted(get, who, role, last, *at_last, false, device));
   return absl::OkStatus();
 }
 
