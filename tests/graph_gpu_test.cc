@@ -3,8 +3,8 @@
 // consumer of two producers that write the column halves of one buffer), MLP
 // blocks, a decode-like chain of 8 layers, split-K, two Plans on two streams
 // at once, one tiled Plan launched back to back 200 times, a soak of random
-// graphs with replayed Plans and a device-memory leak check, and plans on a
-// second GPU (skipped, saying so, with one).
+// graphs with replayed Plans and a device-memory leak check. (Plans on a
+// second GPU: multi_gpu_test.cc.)
 //
 // Each node is compared with the FP64 CPU reference recomputed from the inputs
 // the GPU gave it (GpuHarness::ExpectEachNodeMatchesReference, TESTING.md's
@@ -34,6 +34,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gpu_graph_helpers.h"
 #include "gpu_harness.h"
 #include "gtest/gtest.h"
 #include "internal/testing_hooks.h"  // runtime/internal
@@ -348,26 +349,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // ---------------------------------------------------------------------------
-// 4. MLP blocks.
+// 4. MLP blocks (AddMlpBlock: gpu_graph_helpers.h).
 // ---------------------------------------------------------------------------
-
-// One MLP block at `tokens`: hidden 512, intermediate 1024 unless said,
-// every tensor `dtype` (bf16 unless said).
-//   h = swiglu(x W_gate_upᵀ): W_gate_up [2048, 512], rows interleaved (row
-//       2j is gate_j, row 2j + 1 is up_j), h [tokens, 1024];
-//   y = h W_downᵀ + x:        W_down [512, 1024], y [tokens, 512].
-void AddMlpBlock(GpuHarness& h, Rng& rng, int64_t tokens, int64_t intermediate = 1024, DType dtype = kBF16,
-                 int64_t hidden = 512) {
-  h.Input("x", dtype, tokens, hidden, rng);
-  h.Input("W_gate_up", dtype, 2 * intermediate, hidden, rng);
-  h.Input("W_down", dtype, hidden, intermediate, rng);
-  h.Output("h", dtype, tokens, intermediate);
-  h.Output("y", dtype, tokens, hidden);
-  h.Build([](const auto& t, GemmGraph& g) {
-    g.AddGemm("gate_up", t("x"), t("W_gate_up"), t("h"), {.activation = Activation::kSwiGLU});
-    g.AddGemm("down", t("h"), t("W_down"), t("y"), {.residual = t("x")});
-  });
-}
 
 class MlpTest : public ::testing::TestWithParam<int64_t> {};
 
@@ -800,34 +783,7 @@ void BuildRandomGraph(RandomGraph& graph, Rng& rng, bool zero_k = false) {
   graph.Build();
 }
 
-int64_t FreeDeviceBytes() {
-  size_t free_bytes = 0, total_bytes = 0;
-  const cudaError_t error = cudaMemGetInfo(&free_bytes, &total_bytes);
-  EXPECT_EQ(error, cudaSuccess) << "cudaMemGetInfo: " << cudaGetErrorName(error);
-  return static_cast<int64_t>(free_bytes);
-}
-
-// Free device memory before and after `body` runs, each read once the device
-// is idle, and printed to the test log under `what`.
-struct FreeMemory {
-  int64_t before = 0;
-  int64_t after = 0;
-  int64_t lost() const { return before - after; }
-};
-template <typename Body>
-FreeMemory FreeMemoryAround(const std::string& what, Body&& body) {
-  FreeMemory free;
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  free.before = FreeDeviceBytes();
-  body();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  free.after = FreeDeviceBytes();
-  std::printf("[ loom     ] free device memory before %s %lld bytes, after %lld bytes\n", what.c_str(),
-              static_cast<long long>(free.before), static_cast<long long>(free.after));
-  return free;
-}
-
-// Device memory is measured with cudaMemGetInfo, which counts the whole
+// Device memory (FreeMemoryAround: gpu_graph_helpers.h) is measured with cudaMemGetInfo, which counts the whole
 // device: these checks assume no other process allocates on the GPU meanwhile
 // (run the gpu-label tests one at a time, no ctest -j). What a context keeps
 // for good once it is first needed (the kernel's module, loaded lazily at its
@@ -1165,22 +1121,6 @@ INSTANTIATE_TEST_SUITE_P(Kernels, PlanMemoryTest, ::testing::Values("tiled_split
 // ---------------------------------------------------------------------------
 // 7. Two Plans on two streams at once.
 // ---------------------------------------------------------------------------
-
-class Stream {
- public:
-  Stream() { error_ = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); }
-  ~Stream() {
-    if (error_ == cudaSuccess) cudaStreamDestroy(stream_);
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaError_t error() const { return error_; }
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  cudaError_t error_ = cudaSuccess;
-};
 
 // Two independent Plans (different graphs, different buffers, so different
 // flags and launch state) launched back to back on two non-blocking streams,
@@ -2067,227 +2007,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, NarrowOverlapTest,
                                            PingPong{1, true, KernelChoice::kTiled},
                                            PingPong{40, false, KernelChoice::kTiled}),
                          [](const auto& info) { return info.param.name(); });
-
-// ---------------------------------------------------------------------------
-// 11. A second GPU (Runtime::Create(1)): plans there beside plans on device
-// 0, each launched and synchronized with its own device current (Plan::Launch
-// refuses any other). Skipped, saying why, on a machine with one Hopper GPU.
-// ---------------------------------------------------------------------------
-
-#define LOOM_SKIP_WITHOUT_SECOND_GPU()                                              \
-  do {                                                                              \
-    LOOM_SKIP_WITHOUT_GPU();                                                        \
-    if (std::string why; !HasHopperGpu(&why, /*device=*/1)) GTEST_SKIP() << why;   \
-  } while (false)
-
-// Makes `device` current for a scope; device 0 (every other test's) after it.
-class OnDevice {
- public:
-  explicit OnDevice(int device) : error_(cudaSetDevice(device)) {}
-  ~OnDevice() { cudaSetDevice(0); }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-  cudaError_t error() const { return error_; }
-
- private:
-  cudaError_t error_;
-};
-
-// The MLP block on both GPUs from the same data, the two kernels running at
-// once on a stream of each device: each node must match the reference on
-// both, the two must write the same bits where their plans are the same
-// (same GPU model, same schedule), and a replay on device 1 must repeat its
-// first launch. Each plan's Launch is refused while the other device is
-// current, and onto the other device's stream, and compiling for device 1
-// leaves the caller's device current.
-// Param: the block's kernel path ("narrow_packed" 16 tokens; "tiled" 300;
-// "tiled_split4" 128 tokens, every node split in four: workspace, reduce).
-class SecondGpuTest : public ::testing::TestWithParam<std::string> {};
-TEST_P(SecondGpuTest, PlansOnBothGpusAtOnceMatchTheReference) {
-  LOOM_SKIP_WITHOUT_SECOND_GPU();
-  CompileOptions options;
-  int64_t tokens = 300;
-  if (GetParam() == "narrow_packed") {
-    tokens = 16;
-    options.kernel = KernelChoice::kNarrow;
-    options.pack_weights = true;
-  } else if (GetParam() == "tiled_split4") {
-    tokens = 128;
-    options = WideTiledOptions();
-    options.split_k = 4;
-  }
-  Rng rng;
-  Rng same(rng.seed());
-  absl::StatusOr<Runtime> runtime1 = Runtime::Create(1);
-  LOOM_ASSERT_OK(runtime1.status());
-
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  GpuHarness on0;
-  AddMlpBlock(on0, rng, tokens);
-  LOOM_ASSERT_OK(on0.Prepare(TestRuntime(), options));
-  Stream stream0;
-  ASSERT_EQ(stream0.error(), cudaSuccess) << cudaGetErrorName(stream0.error());
-  {
-    const OnDevice device1(1);
-    ASSERT_EQ(device1.error(), cudaSuccess) << cudaGetErrorName(device1.error());
-    GpuHarness on1;  // its buffers on device 1
-    AddMlpBlock(on1, same, tokens);
-    LOOM_ASSERT_OK(on1.Prepare(*runtime1, options));
-    ASSERT_EQ(on1.plan().kernel(), on0.plan().kernel());
-    Stream stream1;
-    ASSERT_EQ(stream1.error(), cudaSuccess) << cudaGetErrorName(stream1.error());
-
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    LOOM_ASSERT_OK(on0.LaunchOn(stream0.get()));
-    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
-    LOOM_ASSERT_OK(on1.LaunchOn(stream1.get()));
-    LOOM_ASSERT_OK(on1.FinishOn(stream1.get()));
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    LOOM_ASSERT_OK(on0.FinishOn(stream0.get()));
-    {
-      SCOPED_TRACE("device 0");
-      on0.ExpectEachNodeMatchesReference();
-    }
-    {
-      SCOPED_TRACE("device 1");
-      on1.ExpectEachNodeMatchesReference();
-    }
-    if (on0.plan().Explain() == on1.plan().Explain()) {
-      EXPECT_TRUE(TakeSnapshot(on0) == TakeSnapshot(on1)) << "the same plan wrote different bits on the two GPUs";
-    } else {
-      std::printf("[ loom     ] the two GPUs' plans differ; their outputs were each checked, not compared\n");
-    }
-
-    // Device 0 is current: device 1's plan is refused, and compiling for
-    // device 1 does not move the caller there.
-    const absl::Status refused = on1.plan().Launch(stream0.get());
-    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-    EXPECT_TRUE(absl::StrContains(refused.message(), "compiled for device 1")) << refused;
-    {
-      const absl::StatusOr<Plan> again = runtime1->Compile(on1.plan().graph(), options);
-      LOOM_ASSERT_OK(again.status());
-      int current = -1;
-      ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
-      EXPECT_EQ(current, 0);
-    }  // destroyed with device 0 current
-    // Device 0's plan onto device 1's stream: CUDA refuses the launch, and
-    // the error says whose stream it was.
-    const absl::Status wrong_stream = on0.plan().Launch(stream1.get());
-    EXPECT_EQ(wrong_stream.code(), absl::StatusCode::kInvalidArgument) << wrong_stream;
-    EXPECT_TRUE(absl::StrContains(wrong_stream.message(), "the stream belongs to device 1")) << wrong_stream;
-    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-
-    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
-    const absl::Status refused0 = on0.plan().Launch(stream1.get());
-    EXPECT_EQ(refused0.code(), absl::StatusCode::kFailedPrecondition) << refused0;
-    EXPECT_TRUE(absl::StrContains(refused0.message(), "compiled for device 0")) << refused0;
-    EXPECT_TRUE(ReplayIsBitIdentical(on1));
-  }
-}
-INSTANTIATE_TEST_SUITE_P(Kernels, SecondGpuTest, ::testing::Values("narrow_packed", "tiled", "tiled_split4"),
-                         [](const auto& info) { return info.param; });
-
-// Plans of device 1 destroyed while device 0 is current (Plan::Impl frees on
-// the plan's device): 500 compiled, launched and destroyed that way must give
-// back every allocation (loom's count: each free succeeded) and leave device
-// 1's free memory exactly where it was, as PlanMemoryTest asks of plans on
-// one device; the last launch's outputs must still be right.
-TEST(SecondGpuMemoryTest, PlansFreedWithTheOtherDeviceCurrent) {
-  LOOM_SKIP_WITHOUT_SECOND_GPU();
-  constexpr int kRounds = 500;
-  absl::StatusOr<Runtime> runtime1 = Runtime::Create(1);
-  LOOM_ASSERT_OK(runtime1.status());
-  const OnDevice device1(1);
-  ASSERT_EQ(device1.error(), cudaSuccess) << cudaGetErrorName(device1.error());
-  Rng rng;
-  GpuHarness h;
-  AddMlpBlock(h, rng, 16);
-  CompileOptions options = WideTiledOptions();
-  options.split_k = 4;  // a workspace to free too
-  LOOM_ASSERT_OK(h.Run(*runtime1, options));
-  auto round = [&]() -> absl::Status {
-    std::optional<Plan> plan;
-    {
-      absl::StatusOr<Plan> compiled = runtime1->Compile(h.plan().graph(), options);
-      if (!compiled.ok()) return compiled.status();
-      plan.emplace(std::move(*compiled));
-    }
-    if (absl::Status s = plan->Launch(nullptr); !s.ok()) return s;
-    if (absl::Status s = plan->Synchronize(nullptr); !s.ok()) return s;
-    if (cudaSetDevice(0) != cudaSuccess) return absl::InternalError("cudaSetDevice(0)");
-    plan.reset();
-    if (cudaSetDevice(1) != cudaSuccess) return absl::InternalError("cudaSetDevice(1)");
-    return absl::OkStatus();
-  };
-  LOOM_ASSERT_OK(round());  // warm-up
-  const int64_t live_before = internal::LiveAllocationsForTesting();
-  const FreeMemory free = FreeMemoryAround(absl::StrCat(kRounds, " plans on device 1"), [&] {
-    for (int i = 0; i < kRounds; ++i) LOOM_ASSERT_OK(round());
-  });
-  if (HasFailure()) return;
-  EXPECT_EQ(internal::LiveAllocationsForTesting(), live_before)
-      << "allocations left behind by " << kRounds << " plans on device 1";
-  EXPECT_EQ(free.lost(), 0) << "device 1 lost " << free.lost() << " bytes over " << kRounds << " plans";
-  // One more plan after them, on re-poisoned outputs, is still right.
-  LOOM_ASSERT_OK(h.PoisonDeviceOutputs());
-  LOOM_ASSERT_OK(round());
-  LOOM_ASSERT_OK(h.CopyOutputsBack());
-  h.ExpectEachNodeMatchesReference();
-}
-
-// A view in device 1's memory, in a plan for device 0: refused by name until
-// device 0 has peer access to device 1 (a launch would fault the context),
-// accepted once it has, where the two GPUs can reach each other, and then
-// run: x and w zero, y poisoned, y must come back zero.
-TEST(SecondGpuMemoryTest, ViewsOnTheOtherDeviceNeedPeerAccess) {
-  LOOM_SKIP_WITHOUT_SECOND_GPU();
-  constexpr int64_t kM = 64, kN = 128, kK = 64;
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  if (cudaDeviceDisablePeerAccess(1) != cudaSuccess) cudaGetLastError();  // not enabled: nothing to undo
-  absl::StatusOr<DeviceBuffer> w = DeviceBuffer::Allocate(kN * kK * 2);
-  LOOM_ASSERT_OK(w.status());
-  absl::StatusOr<DeviceBuffer> y = DeviceBuffer::Allocate(kM * kN * 2);
-  LOOM_ASSERT_OK(y.status());
-  absl::StatusOr<DeviceBuffer> x = absl::UnknownError("not allocated");
-  {
-    const OnDevice device1(1);
-    ASSERT_EQ(device1.error(), cudaSuccess) << cudaGetErrorName(device1.error());
-    x = DeviceBuffer::Allocate(kM * kK * 2);
-    LOOM_ASSERT_OK(x.status());
-    ASSERT_EQ(cudaMemset(x->data(), 0, kM * kK * 2), cudaSuccess);
-  }
-  ASSERT_EQ(cudaMemset(w->data(), 0, kN * kK * 2), cudaSuccess);
-  ASSERT_EQ(cudaMemset(y->data(), 0xFF, kM * kN * 2), cudaSuccess);
-  GemmGraph g;
-  g.AddGemm("proj", TensorView::Dense("x", x->data(), DType::kBF16, kM, kK),
-            TensorView::Dense("w", w->data(), DType::kBF16, kN, kK),
-            TensorView::Dense("y", y->data(), DType::kBF16, kM, kN));
-  const absl::StatusOr<Plan> refused = TestRuntime().Compile(g, CompileOptions{});
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "node \"proj\": A \"x\" [0x")) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "is memory of device 1 that device 0 has no access to"))
-      << refused.status();
-  int can_access = 0;
-  ASSERT_EQ(cudaDeviceCanAccessPeer(&can_access, 0, 1), cudaSuccess);
-  if (can_access != 0) {
-    ASSERT_EQ(cudaDeviceEnablePeerAccess(1, 0), cudaSuccess);
-    {
-      absl::StatusOr<Plan> accepted = TestRuntime().Compile(g, CompileOptions{});
-      LOOM_ASSERT_OK(accepted.status());
-      LOOM_ASSERT_OK(accepted->Launch(nullptr));
-      LOOM_ASSERT_OK(accepted->Synchronize(nullptr));
-      std::vector<uint16_t> out(kM * kN, 0xFFFF);
-      ASSERT_EQ(cudaMemcpy(out.data(), y->data(), kM * kN * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      EXPECT_EQ(std::count(out.begin(), out.end(), uint16_t{0}), kM * kN) << "y = x · wᵀ of zeros is not zero";
-    }
-    EXPECT_EQ(cudaDeviceDisablePeerAccess(1), cudaSuccess);
-  } else {
-    std::printf("[ loom     ] devices 0 and 1 cannot reach each other: only the refusal was checked\n");
-  }
-  const OnDevice device1(1);  // x freed on its own device
-  x = absl::UnknownError("freed");
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-}
 
 }  // namespace
 }  // namespace loom::testbed
