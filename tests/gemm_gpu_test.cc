@@ -216,8 +216,7 @@ TEST_P(Fp16GemmTest, MatchesReference) {
   options.narrow_consumers = c.narrow_consumers;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   EXPECT_EQ(h.plan().kernel(), c.kernel);
-  h.ExpectMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(h));
+  ExpectMatchesReferenceAndReplayIdentical(h);
 }
 constexpr DType kFP16 = DType::kFP16;
 constexpr DType kFP32 = DType::kFP32;
@@ -1030,8 +1029,8 @@ INSTANTIATE_TEST_SUITE_P(Producers, NarrowReadAheadTest,
                          });
 
 // One GEMM with every fused op (the activation, a bias and a residual), its
-// split-K forced (1: unsplit), launched twice and checked against the CPU
-// reference.
+// split-K forced (1: unsplit): the first launch checked against the CPU
+// reference, then a replay against it bit for bit.
 // `narrow`: on the narrow decode kernel (KernelChoice::kNarrow; the
 // shape must have at most 128 rows, and split_k must be 0 or 1).
 void AddFusedGemm(GpuHarness& h, Rng& rng, const Shape& shape, Activation activation, DType out_type,
@@ -1063,10 +1062,10 @@ void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType 
   options.kernel = narrow ? KernelChoice::kNarrow : KernelChoice::kTiled;
   options.tile_n = tile_n;
   options.pack_weights = pack_weights;
-  LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
   EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1) << "split_k " << split_k;
   EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : tile_n) << "narrow " << narrow;
-  h.ExpectMatchesReference();
+  ExpectMatchesReferenceAndReplayIdentical(h);
 }
 
 // Test names of the split-K suites: the shape and the split count.
@@ -1160,9 +1159,9 @@ TEST(GemmTest, DependentGemmsOnTilesOf128Columns) {
     options.kernel = KernelChoice::kTiled;
     options.tile_n = 128;
     options.pack_weights = true;
-    LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
     EXPECT_EQ(h.plan().schedule().tile.n, 128);
-    h.ExpectEachNodeMatchesReference();
+    ExpectNodesRightAndReplayIdentical(h);
   }
 }
 
@@ -1276,10 +1275,15 @@ void CopyInputs(GpuHarness& from, GpuHarness& to) {
                                     int64_t rows) {
   const HostMatrix& ca = a.host("C");
   const HostMatrix& cb = b.host("C");
+  if (ca.dtype() != cb.dtype() || ca.cols() != cb.cols()) {
+    return ::testing::AssertionFailure() << a_name << " and " << b_name << " have outputs of different types or widths";
+  }
+  // The bytes, not the values: +0 and -0 (or two NaNs) compare equal as values.
+  const TensorView va = ca.view(), vb = cb.view();
   int64_t differing = 0, first_row = -1, first_col = -1;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < ca.cols(); ++c) {
-      if (ca.at(r, c) != cb.at(r, c) && differing++ == 0) {
+      if (std::memcmp(va.element(r, c), vb.element(r, c), va.element_size()) != 0 && differing++ == 0) {
         first_row = r;
         first_col = c;
       }
@@ -1379,14 +1383,19 @@ TEST_P(LastSplitSumsTest, MatchesTheReduceJob) {
   CopyInputs(last, reduce);
   CompileOptions options = WideTiledOptions();
   options.split_k = split_k;
-  LOOM_ASSERT_OK(last.Run(TestRuntime(), options, /*launches=*/2));
+  LOOM_ASSERT_OK(last.Run(TestRuntime(), options));
   options.sum_in_last_split = false;
-  LOOM_ASSERT_OK(reduce.Run(TestRuntime(), options, /*launches=*/2));
+  LOOM_ASSERT_OK(reduce.Run(TestRuntime(), options));
   ASSERT_EQ(last.plan().schedule().nodes[0].reduce_parts, 0);
   ASSERT_EQ(reduce.plan().schedule().nodes[0].reduce_parts, 1);
-  last.ExpectMatchesReference();
-  reduce.ExpectMatchesReference();
-  EXPECT_TRUE(ReplayIsBitIdentical(last));
+  {
+    SCOPED_TRACE("summed by the last split");
+    ExpectMatchesReferenceAndReplayIdentical(last);
+  }
+  {
+    SCOPED_TRACE("summed by a reduce job");
+    ExpectMatchesReferenceAndReplayIdentical(reduce);
+  }
   if (split_k == 2) {
     EXPECT_TRUE(SameBits(last, "last split", reduce, "reduce job", shape.m));
   }
@@ -1419,7 +1428,7 @@ TEST(GemmTest, LongerLastSplitMatchesTheReference) {
     CompileOptions options = WideTiledOptions();
     options.split_k = c.split_k;
     options.last_split_extra_k_blocks = c.extra;
-    LOOM_ASSERT_OK(h.Run(TestRuntime(), options, /*launches=*/2));
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
     const sched::NodeSchedule& node = h.plan().schedule().nodes[0];
     ASSERT_EQ(node.reduce_parts, 0);
     ASSERT_EQ(node.last_split_extra_k_blocks, c.extra);
@@ -1429,8 +1438,7 @@ TEST(GemmTest, LongerLastSplitMatchesTheReference) {
         EXPECT_GE(job.k_block_end - job.k_block_begin, even + c.extra);
       }
     }
-    h.ExpectMatchesReference();
-    EXPECT_TRUE(ReplayIsBitIdentical(h));
+    ExpectMatchesReferenceAndReplayIdentical(h);
   }
 }
 

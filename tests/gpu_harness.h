@@ -59,25 +59,31 @@ class GpuHarness {
       FillRandom(view, rng);
     }
   }
+  // An output's guard bands span kOutputGuardRows rows (at least the default
+  // 256 bytes), before and after: a store that misses its row mask writes at
+  // most a tile's rows past the last one (128), and a band of one row's bytes
+  // would see only the first 256 bytes of the row after.
+  static constexpr int64_t kOutputGuardRows = 128;
   void Output(const std::string& name, DType dtype, int64_t rows, int64_t cols) {
-    host_.Add(name, dtype, rows, cols, PaddedStride(dtype, cols));
+    const int64_t stride = PaddedStride(dtype, cols);
+    const int64_t guard = std::max<int64_t>(HostMatrix::kDefaultGuardBytes,
+                                            kOutputGuardRows * stride * static_cast<int64_t>(DTypeSize(dtype)));
+    host_.Add(name, dtype, rows, cols, stride, guard);
     outputs_.push_back(name);
   }
   void Build(GraphBuilder builder) { builder_ = std::move(builder); }
 
   // Copies inputs (and poisoned outputs) to the device, compiles and launches
-  // the graph `launches` times, the outputs re-poisoned before each launch
-  // after the first (so each must write every element), copies every output
-  // back.
-  absl::Status Run(const Runtime& runtime, const CompileOptions& options = {}, int launches = 1) {
+  // the graph once, copies every output back (guard bands included, so
+  // CheckGuards sees stray writes). A test that wants more launches checks
+  // this one, then replays (ReplayIsBitIdentical). Not several launches
+  // here: only the last would be compared, and re-poisoning the outputs
+  // copies the host's allocation, guards included, over the device's, so a
+  // launch not copied back first would have its stray writes erased unseen.
+  absl::Status Run(const Runtime& runtime, const CompileOptions& options = {}) {
     if (absl::Status s = Prepare(runtime, options); !s.ok()) return s;
-    for (int i = 0; i < launches; ++i) {
-      if (i > 0) {
-        if (absl::Status s = PoisonDeviceOutputs(); !s.ok()) return s;
-      }
-      if (absl::Status s = plan_->Launch(nullptr); !s.ok()) return s;
-      if (absl::Status s = plan_->Synchronize(nullptr); !s.ok()) return s;
-    }
+    if (absl::Status s = plan_->Launch(nullptr); !s.ok()) return s;
+    if (absl::Status s = plan_->Synchronize(nullptr); !s.ok()) return s;
     return CopyOutputsBack();
   }
 
@@ -186,29 +192,39 @@ class GpuHarness {
     }
     ExpectGuardsAndInputsIntact();
   }
-  // The outputs' guard bands and padding, and every input on the device, as
-  // they were before the launch.
-  void ExpectGuardsAndInputsIntact() {
-    for (const std::string& name : outputs_) EXPECT_TRUE(CheckGuards(host_[name], name));
-    ExpectInputsUntouched();
+  // The outputs' guard bands and padding (as last copied back), and every
+  // input on the device, as they were before the launch.
+  void ExpectGuardsAndInputsIntact() { EXPECT_TRUE(GuardsAndInputsIntact()); }
+  ::testing::AssertionResult GuardsAndInputsIntact() {
+    for (const std::string& name : outputs_) {
+      if (::testing::AssertionResult intact = CheckGuards(host_[name], name); !intact) return intact;
+    }
+    return InputsUntouched();
   }
 
   // Every buffer that is not an Output (A, B, biases, residuals) is on the
   // device byte for byte as the host copy, guard bands and row padding
   // included: a stray write (a wrong tensor map, an epilogue pointer) shows
-  // here even where it changes no output. Called by both Expect*Reference.
-  void ExpectInputsUntouched() {
+  // here even where it changes no output. Checked by both Expect*Reference.
+  // `except`: inputs another Plan writes (a test's second graph over the
+  // harness's buffers).
+  void ExpectInputsUntouched() { EXPECT_TRUE(InputsUntouched()); }
+  ::testing::AssertionResult InputsUntouched(const std::vector<std::string>& except = {}) {
     for (const auto& [name, matrix] : host_.all()) {
-      if (IsOutput(name)) continue;
+      if (IsOutput(name) || std::find(except.begin(), except.end(), name) != except.end()) continue;
       HostMatrix copy(matrix->dtype(), matrix->rows(), matrix->cols(), matrix->row_stride(), matrix->guard_bytes());
-      const absl::Status status = device_.at(name)->CopyTo(copy);
-      ASSERT_TRUE(status.ok()) << status;
+      if (const absl::Status status = device_.at(name)->CopyTo(copy); !status.ok()) {
+        return ::testing::AssertionFailure() << "input \"" << name << "\" could not be copied back: " << status;
+      }
       const std::byte* end = matrix->allocation() + matrix->allocation_bytes();
       const std::byte* begin = matrix->allocation();
       const std::byte* changed = std::mismatch(begin, end, copy.allocation()).first;
-      EXPECT_EQ(changed, end) << "input \"" << name << "\" changed on the device, first at byte "
-                              << (changed - matrix->data()) << " from its element (0, 0)";
+      if (changed != end) {
+        return ::testing::AssertionFailure() << "input \"" << name << "\" changed on the device, first at byte "
+                                             << (changed - matrix->data()) << " from its element (0, 0)";
+      }
     }
+    return ::testing::AssertionSuccess();
   }
 
   HostMatrix& host(const std::string& name) { return host_[name]; }
@@ -286,29 +302,35 @@ inline ::testing::AssertionResult SameBits(GpuHarness& h, const Snapshot& first)
 }
 
 // Replays the Plan with every output re-poisoned on the device; the result
-// must equal the previous launch's bit for bit.
+// must equal the previous launch's bit for bit, and the replay must leave the
+// outputs' guard bands and padding and every input as they were.
 inline ::testing::AssertionResult ReplayIsBitIdentical(GpuHarness& h) {
   const Snapshot first = TakeSnapshot(h);
   if (const absl::Status status = h.Replay(); !status.ok()) {
     return ::testing::AssertionFailure() << "replay failed: " << status;
   }
-  return SameBits(h, first);
+  if (::testing::AssertionResult same = SameBits(h, first); !same) return same;
+  return h.GuardsAndInputsIntact();
+}
+
+// The end of a one-node test that launches twice: the first launch against
+// the CPU reference (with its guards and inputs), then a replay
+// bit-identical to it (with its own).
+inline void ExpectMatchesReferenceAndReplayIdentical(GpuHarness& h) {
+  h.ExpectMatchesReference();
+  EXPECT_TRUE(ReplayIsBitIdentical(h));
 }
 
 // The end of most graph tests: every node right, a replay bit-identical to
 // the first launch, and the guards and inputs intact after it. A replay that
 // writes the first launch's bits is right wherever that launch was, so its
-// nodes are compared with the reference again only when it differs (to show
+// nodes are compared with the reference again only when it fails (to show
 // where).
 inline void ExpectNodesRightAndReplayIdentical(GpuHarness& h) {
   h.ExpectEachNodeMatchesReference();
   const ::testing::AssertionResult identical = ReplayIsBitIdentical(h);
   EXPECT_TRUE(identical);
-  if (identical) {
-    h.ExpectGuardsAndInputsIntact();
-  } else {
-    h.ExpectEachNodeMatchesReference();
-  }
+  if (!identical) h.ExpectEachNodeMatchesReference();
 }
 
 }  // namespace loom::testbed

@@ -1178,6 +1178,8 @@ TEST(GraphStreamsTest, TwoPlansOnTwoStreamsAtOnce) {
     } else {
       EXPECT_TRUE(SameBits(chain, chain_first));
       EXPECT_TRUE(SameBits(mlp, mlp_first));
+      EXPECT_TRUE(chain.GuardsAndInputsIntact());
+      EXPECT_TRUE(mlp.GuardsAndInputsIntact());
     }
   }
 }
@@ -1254,6 +1256,7 @@ TEST_P(BackToBackTiledChainTest, TwoHundredLaunchesInTurnsEndAsTheLastPlanAlone)
   LOOM_ASSERT_OK(reversed->Synchronize(stream.get()));
   LOOM_ASSERT_OK(h.FinishOn(stream.get()));
   EXPECT_TRUE(SameBits(h, reversed_alone));
+  EXPECT_TRUE(h.GuardsAndInputsIntact());
 }
 INSTANTIATE_TEST_SUITE_P(TileWidths, BackToBackTiledChainTest, ::testing::Values(128, 256),
                          [](const auto& info) { return absl::StrCat("tile_n", info.param); });
@@ -1664,8 +1667,10 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPackedWeightsTest,
 class TiledPackedWeightsTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(TiledPackedWeightsTest, MatchesTheUnpackedPlanBitForBit) {
   LOOM_SKIP_WITHOUT_GPU();
-  // A random graph of up to 400 rows may have no node of at most 256.
-  ExpectPackedMatchesUnpacked(GetParam(), WideTiledOptions(), /*random_graphs=*/8, /*random_graphs_pack=*/false);
+  // A random graph of up to 400 rows may have no node of at most 256; one of
+  // up to 128 packs every node (each reads fresh weights, K > 0).
+  ExpectPackedMatchesUnpacked(GetParam(), WideTiledOptions(), /*random_graphs=*/8,
+                              /*random_graphs_pack=*/GetParam() != "random400");
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, TiledPackedWeightsTest,
                          ::testing::Values("mlp8", "mlp100", "mlp128", "mlp129", "mlp256", "ragged_chain65",
@@ -1942,6 +1947,8 @@ absl::StatusOr<std::pair<std::vector<std::byte>, std::vector<std::byte>>> RunPin
   if (absl::Status s = h.device("x").CopyTo(x); !s.ok()) return s;
   EXPECT_TRUE(CheckGuards(x, "x"));  // back's output
   const HostMatrix& y = h.host("y");
+  EXPECT_TRUE(CheckGuards(y, "y"));                // forth's
+  EXPECT_TRUE(h.InputsUntouched(/*except=*/{"x"}));  // the weights
   return std::make_pair(std::vector<std::byte>(x.data(), x.data() + x.body_bytes()),
                         std::vector<std::byte>(y.data(), y.data() + y.body_bytes()));
 }
@@ -1968,20 +1975,38 @@ TEST_P(NarrowOverlapTest, BackToBackLaunchesMatchSerializedOnes) {
   LOOM_ASSERT_OK(h.Run(TestRuntime(), NarrowOptions()));
   h.ExpectEachNodeMatchesReference();
 
-  const auto serialized = RunPingPong(h, c, Launches::kSerialized, kRounds);
-  LOOM_ASSERT_OK(serialized.status());
-  {
-    // The last back launch against the CPU: x = y W2^T from the final y.
-    SCOPED_TRACE("the serialized run's last back launch");
+  // A ping-pong's last back launch against the CPU: x = y W2^T from the y it
+  // read (the last y copied back).
+  const auto expect_back_right = [&](const std::vector<std::byte>& x_bytes) {
     const HostMatrix& x0 = h.host("x");
     HostMatrix x(kBF16, x0.rows(), x0.cols(), x0.row_stride());
-    ASSERT_EQ(static_cast<size_t>(x.body_bytes()), serialized->first.size());
-    std::memcpy(x.data(), serialized->first.data(), serialized->first.size());
+    ASSERT_EQ(static_cast<size_t>(x.body_bytes()), x_bytes.size());
+    std::memcpy(x.data(), x_bytes.data(), x_bytes.size());
     HostMatrix expected(kBF16, c.rows, kWidth);
     GemmGraph back;
     back.AddGemm("back", h.host("y").view("y"), h.host("W2").view("W2"), expected.view("x"));
     LOOM_ASSERT_OK(RunNaiveGraph(back));
     EXPECT_TRUE(CompareNodeToReference(back.nodes()[0], x.view("x"), expected.view("x")));
+  };
+  {
+    // One round of the ping-pong's own plans (the forth plan packed or not,
+    // as c says), both launches against the CPU: y from the harness's x, x
+    // from that y.
+    SCOPED_TRACE("one round of the ping-pong's plans");
+    const auto one = RunPingPong(h, c, Launches::kSerialized, /*rounds=*/1);
+    LOOM_ASSERT_OK(one.status());
+    HostMatrix expected(kBF16, c.rows, kHidden);
+    GemmGraph forth;
+    forth.AddGemm("forth", h.host("x").view("x"), h.host("W1").view("W1"), expected.view("y"));
+    LOOM_ASSERT_OK(RunNaiveGraph(forth));
+    EXPECT_TRUE(CompareNodeToReference(forth.nodes()[0], h.host("y").view("y"), expected.view("y")));
+    expect_back_right(one->first);
+  }
+  const auto serialized = RunPingPong(h, c, Launches::kSerialized, kRounds);
+  LOOM_ASSERT_OK(serialized.status());
+  {
+    SCOPED_TRACE("the serialized run's last back launch");
+    expect_back_right(serialized->first);
   }
   EXPECT_NE(h.plan().Explain().find("narrow decode kernel"), std::string::npos) << h.plan().Explain();
   for (int attempt = 0; attempt < 4; ++attempt) {

@@ -177,9 +177,9 @@ void HostMatrix::set(int64_t row, int64_t col, double value) {
 }
 
 TensorView HostTensors::Add(const std::string& name, DType dtype, int64_t rows, int64_t cols,
-                            int64_t row_stride) {
+                            int64_t row_stride, int64_t guard_bytes) {
   auto& slot = matrices_[name];
-  slot = std::make_unique<HostMatrix>(dtype, rows, cols, row_stride);
+  slot = std::make_unique<HostMatrix>(dtype, rows, cols, row_stride, guard_bytes);
   return slot->view(name);
 }
 

@@ -124,7 +124,7 @@ class HostTensors {
  public:
   // Adds a matrix (zero-filled) and returns its view, named `name`.
   TensorView Add(const std::string& name, DType dtype, int64_t rows, int64_t cols,
-                 int64_t row_stride = 0);
+                 int64_t row_stride = 0, int64_t guard_bytes = HostMatrix::kDefaultGuardBytes);
   HostMatrix& operator[](const std::string& name);  // must exist
   TensorView view(const std::string& name);
   const std::map<std::string, std::unique_ptr<HostMatrix>>& all() const { return matrices_; }
