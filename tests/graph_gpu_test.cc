@@ -486,15 +486,16 @@ constexpr Activation kLayerActivations[] = {Activation::kReLU, Activation::kNone
 
 // Weights in [-1/16, 1/16] keep the activations near 1 through the layers
 // (a K = 512 dot product of uniform values scales them by about 0.8).
-void AddEightLayerChain(GpuHarness& h, Rng& rng, int64_t tokens) {
+// `dtype`: every matrix's but the fp32 biases.
+void AddEightLayerChain(GpuHarness& h, Rng& rng, int64_t tokens, DType dtype = kBF16) {
   constexpr int kLayers = 8;
   const int64_t width = 512;
-  h.Input("h0", kBF16, tokens, width, rng);
+  h.Input("h0", dtype, tokens, width, rng);
   for (int i = 0; i < kLayers; ++i) {
-    h.Input(absl::StrCat("W", i), kBF16, width, width, rng);
+    h.Input(absl::StrCat("W", i), dtype, width, width, rng);
     FillRandom(h.host(absl::StrCat("W", i)), rng, -1.0 / 16, 1.0 / 16);
     h.Input(absl::StrCat("bias", i), kFP32, 1, width, rng);
-    h.Output(absl::StrCat("h", i + 1), kBF16, tokens, width);
+    h.Output(absl::StrCat("h", i + 1), dtype, tokens, width);
   }
   // Layer i: h{i+1} = act(h{i} W{i}ᵀ [+ bias{i}]) [+ h{i}].
   h.Build([](const auto& t, GemmGraph& g) {
@@ -1579,11 +1580,15 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     return graph.description();
   }
   // The rows are the name's last number: mlpT, ragged_chainT, odd_chainT,
-  // eight_layersT, randomT (random graphs of at most T rows).
+  // eight_layersT, randomT (random graphs of at most T rows); mlpT_fp16 and
+  // eight_layersT_fp16 in fp16.
+  const bool fp16 = absl::EndsWith(which, "_fp16");
+  const std::string name = fp16 ? which.substr(0, which.size() - 5) : which;
   int64_t rows = 0;
-  const size_t digits = which.find_first_of("0123456789");
-  const bool numbered = digits != std::string::npos && absl::SimpleAtoi(which.substr(digits), &rows);
-  const std::string kind = which.substr(0, digits);
+  const size_t digits = name.find_first_of("0123456789");
+  const bool numbered = digits != std::string::npos && absl::SimpleAtoi(name.substr(digits), &rows);
+  const std::string kind = name.substr(0, digits);
+  if (fp16 && kind != "mlp" && kind != "eight_layers") ADD_FAILURE() << "no fp16 case named " << which;
   if (numbered && kind == "random") {
     RandomGraph graph(h, rng, /*max_rows=*/rows);
     BuildRandomGraph(graph, rng);
@@ -1602,12 +1607,13 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     });
     return which;
   }
+  const DType dtype = fp16 ? DType::kFP16 : kBF16;
   if (numbered && kind == "mlp") {
-    AddMlpBlock(h, rng, rows);
+    AddMlpBlock(h, rng, rows, /*intermediate=*/1024, dtype);
   } else if (numbered && kind == "ragged_chain") {
     AddRaggedChain(h, rng, rows, kBF16);
   } else if (numbered && kind == "eight_layers") {
-    AddEightLayerChain(h, rng, rows);
+    AddEightLayerChain(h, rng, rows, dtype);
   } else if (numbered && kind == "two_producers") {
     // One consumer of two producers of h's columns 0-135 and 136-511: one
     // tagged copy of h, the second producer's words from the 68th of a row.
@@ -1728,9 +1734,9 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
 // memory either way (zeros past K too), so every output must equal the
 // flag-waiting plan's bit for bit, packed or not, and match the reference.
 // Cases: a SwiGLU producer (the MLP block, its down projection reading the
-// 16-column tiles' pairs) at 1 and 2 rows, the ragged chain (K of 520 and
+// 16-column tiles' pairs) at 1 and 2 rows (and at 1 in fp16), the ragged chain (K of 520 and
 // 264, a bias and a residual) at 1 and 2, widths of 333 and 77 (K ending in
-// half a pair) at 2, the 8-layer chain at 1 and 2, one consumer of two
+// half a pair) at 2, the 8-layer chain at 1 and 2 (in fp16 too), one consumer of two
 // producers of h's column slices (one copy of h, written by both) at 1 and
 // 2, and random decode graphs of at most 2 rows (batches, chains, two
 // consumers of one copy, consumers of several producers).
@@ -1765,9 +1771,9 @@ TEST_P(NarrowTaggedHandoffTest, MatchesTheFlagWaitingPlanBitForBit) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTaggedHandoffTest,
-                         ::testing::Values("mlp1", "mlp2", "ragged_chain1", "ragged_chain2", "odd_chain2",
-                                           "eight_layers1", "eight_layers2", "two_producers1", "two_producers2",
-                                           "random2"),
+                         ::testing::Values("mlp1", "mlp2", "mlp1_fp16", "ragged_chain1", "ragged_chain2",
+                                           "odd_chain2", "eight_layers1", "eight_layers2", "eight_layers1_fp16",
+                                           "eight_layers2_fp16", "two_producers1", "two_producers2", "random2"),
                          [](const auto& info) { return info.param; });
 
 // A packed plan, on either kernel, reads its copy, not B: new values in B

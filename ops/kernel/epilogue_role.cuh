@@ -315,11 +315,6 @@ __device__ __forceinline__ void SwiGLURange(float (&acc)[kAcc], int begin, int e
   }
 }
 
-// Two floats as a packed bf16 pair (the narrow kernel's tagged words).
-__device__ __forceinline__ uint32_t PackBF16x2(float lo, float hi) {
-  return HalfType<ElementType::kBF16>::Pack(lo, hi);
-}
-
 // Byte offset of (row, byte) in a tile of 128-byte rows with the 128B
 // swizzle (a 64 x 128 B staging panel; the narrow kernel's operand
 // k-blocks): the 16-byte chunk index is XORed with row % 8.

@@ -113,7 +113,8 @@ struct NarrowConfig {
   // another node's C (the same view; that node of one wave of tiles at
   // most) reads A from a tagged copy that the
   // producer's epilogue writes beside C (KernelNode::tagged_c): each 8-byte
-  // word two bf16 of a row and the launch's epoch, one single-copy-atomic
+  // word two 16-bit values (bf16 or fp16, the plan's) of a row and the
+  // launch's epoch, one single-copy-atomic
   // store, so a word showing the epoch holds its data. The A loader polls
   // the data itself: no flag, which the producer may release only once its
   // stores to C have completed (a round trip under a full memory pipe), and
@@ -130,7 +131,7 @@ struct NarrowConfig {
   // spilled 76-148 bytes with 16 words a poll.
   static constexpr int kTaggedMaxRows = 2;
   static constexpr int kTaggedStagesPerPoll = 4;
-  // 64-bit words a row of a tagged copy of `cols` bf16 columns takes
+  // 64-bit words a row of a tagged copy of `cols` 16-bit columns takes
   // (KernelNode::tagged_c: two columns a word, the last one padded).
   LOOM_HOST_DEVICE static constexpr int64_t TaggedWordsPerRow(int64_t cols) { return (cols + 1) / 2; }
   static constexpr int kMaxAStages = 16;

@@ -159,7 +159,6 @@ struct TaggedTarget<true> {
 
 template <bool kTagged, ElementType kHalf>
 class SwappedEpilogue : private TaggedTarget<kTagged> {
-  static_assert(!kTagged || kHalf == ElementType::kBF16, "tagged words hold bf16 pairs");
  public:
   __device__ SwappedEpilogue(const CtaWork& work, int32_t block_m, int weight_block, int token_block, bool active,
                             int lane)
@@ -221,7 +220,8 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
   }
 
  private:
-  // The tagged copy of what Store writes (KernelNode::tagged_c; bf16 C),
+  // The tagged copy of what Store writes (KernelNode::tagged_c; C of the
+  // plan's 16-bit type, bf16 or fp16, rounded as StoreOutput rounds it),
   // the values worked out again in every lane (NOTE: not shared with Store
   // through a helper: that changed the code of the kernels without the
   // tagged copy, which must stay as measured): a word of two adjacent output
@@ -242,7 +242,7 @@ class SwappedEpilogue : private TaggedTarget<kTagged> {
       const int64_t row = row0_ + e, col = col0_ + 8 * h;
       const int64_t out_col = swiglu ? col / 2 : col;
       if (!tag_lane || !active_ || row >= node_.m || out_col >= node_.out_cols) continue;
-      const uint32_t pair = PackBF16x2(out, out_col + 1 < node_.out_cols ? odd : 0.0f);
+      const uint32_t pair = HalfType<kHalf>::Pack(out, out_col + 1 < node_.out_cols ? odd : 0.0f);
       ptx::st_relaxed_gpu_b64(this->tagged_c + row * pitch + out_col / 2, uint64_t{epoch} << 32 | pair);
     }
   }

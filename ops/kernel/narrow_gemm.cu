@@ -34,7 +34,7 @@ namespace {
 // kTaggedHandoff, the tagged handoff (one consumer warpgroup only).
 // kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
 // kHalf: the plan's 16-bit type, bf16 or fp16 (half_types.cuh; the tagged
-// handoff's words hold bf16, so it has no fp16 instantiation).
+// handoff's words hold pairs of it).
 template <bool kPackedB, NarrowConfig::Instantiation kKind, int kConsumers, ElementType kHalf>
 __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
     NarrowGemmKernel(const __grid_constant__ KernelParams params) {
@@ -114,17 +114,17 @@ using NarrowKernel = void (*)(KernelParams);
 
 // A plan's instantiations by kind (NarrowConfig::InstantiationFor) and
 // consumer warpgroups, for packed weights or not and the 16-bit type kHalf.
-// (No tagged handoff with two consumer warpgroups, nor in fp16: those slots
-// are the default kernel's; LaunchNarrowGemm refuses an fp16 one.)
+// (No tagged handoff with two consumer warpgroups: that slot is the default
+// kernel's.)
 template <bool kPackedB, ElementType kHalf>
 constexpr std::array<std::array<NarrowKernel, 2>, 4> KernelsOf() {
   using K = NarrowConfig::Instantiation;
-  constexpr K kTagged = kHalf == ElementType::kBF16 ? K::kTaggedHandoff : K::kDefault;
   return {{{NarrowGemmKernel<kPackedB, K::kDefault, 1, kHalf>, NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>},
            {NarrowGemmKernel<kPackedB, K::kPaired, 1, kHalf>, NarrowGemmKernel<kPackedB, K::kPaired, 2, kHalf>},
            {NarrowGemmKernel<kPackedB, K::kShortRowBlocks, 1, kHalf>,
             NarrowGemmKernel<kPackedB, K::kShortRowBlocks, 2, kHalf>},
-           {NarrowGemmKernel<kPackedB, kTagged, 1, kHalf>, NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>}}};
+           {NarrowGemmKernel<kPackedB, K::kTaggedHandoff, 1, kHalf>,
+            NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>}}};
 }
 
 // The instantiation for packed weights or not, the kind, one or two consumer
@@ -182,7 +182,6 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
                              ElementType half, bool overlap_previous, cudaStream_t stream) {
   if (consumers < 1 || consumers > NarrowConfig::kMaxConsumerWarpgroups) return cudaErrorInvalidValue;
-  if (tagged_handoffs && half != ElementType::kBF16) return cudaErrorInvalidValue;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   config.blockDim = dim3(static_cast<unsigned>(NarrowConfig::Threads(consumers)), 1, 1);

@@ -158,7 +158,7 @@ __device__ void ReportTaggedTimeout(const NarrowContext& ctx, const KernelNode& 
 // tagged_a, NarrowConfig::kTaggedMaxRows) of kRows rows (one row block):
 // TaggedPoll's window of stages a poll, polled until its first stage's
 // words all show this launch's epoch; then each of the window's leading
-// stages found so, in turn, once its slot is free: the lanes' bf16 pairs
+// stages found so, in turn, once its slot is free: the lanes' 16-bit pairs
 // written where a TMA load of A would put them (128B swizzle; zeros past K,
 // as TMA fills them), and the slot's full barrier; the next window starts
 // at the first stage not handed over. Rows past M keep what the slot held:

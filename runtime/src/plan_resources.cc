@@ -257,7 +257,7 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
     const GemmNode& consumer = graph.nodes()[consumer_index];
     const TensorView& a = consumer.a;
     if (a_edges[consumer_index].empty() || consumer.m() > NarrowConfig::kTaggedMaxRows || !HasJobs(consumer) ||
-        a.dtype != DType::kBF16 || NarrowConfig::TaggedWordsPerRow(a.cols) > UINT16_MAX) {
+        (a.dtype != DType::kBF16 && a.dtype != DType::kFP16) || NarrowConfig::TaggedWordsPerRow(a.cols) > UINT16_MAX) {
       continue;  // (the pitch is KernelNode::tagged_c_pitch's 16 bits)
     }
     // The producers' slices (first column of A, producer), in column order.
@@ -269,7 +269,7 @@ std::vector<Plan::Impl::TaggedHandoff> TaggedHandoffsOf(const GemmGraph& graph,
       const TensorView& c = producer.c;
       const int64_t col0 = -dependency->col_offset;
       usable = !dependency->whole_tensor && dependency->row_offset == 0 && col0 >= 0 && col0 % 2 == 0 &&
-               HasJobs(producer) && c.dtype == DType::kBF16 && c.rows == a.rows && c.row_stride == a.row_stride &&
+               HasJobs(producer) && c.dtype == a.dtype && c.rows == a.rows && c.row_stride == a.row_stride &&
                c.data == static_cast<const uint8_t*>(a.data) + col0 * static_cast<int64_t>(a.element_size());
       if (!usable) break;
       tiles += NarrowTiles(producer);
