@@ -232,6 +232,13 @@ INSTANTIATE_TEST_SUITE_P(
         Fp16Case{"fp32_residual", {256, 512, 320}, kFP16, Activation::kNone, {}, kFP32, 128, 1},
         Fp16Case{"swiglu", {200, 520, 320}, kFP16, Activation::kSwiGLU, kFP32, kFP16, 256},
         Fp16Case{"last_split_sums", {300, 1024, 4096}, kFP16, Activation::kNone, kFP16, kFP16, 128, 3},
+        // The 256-wide split-K instantiation: a last split that sums, and
+        // few-row sums in parts.
+        Fp16Case{"last_split_sums_256", {300, 1024, 4096}, kFP16, Activation::kGELU, kFP32, kFP16, 256, 3},
+        Fp16Case{"few_row_parts_256", {16, 1000, 4096}, kFP16, Activation::kSiLU, kFP16, kFP16, 256, 8},
+        // An fp16 residual beside an fp32 output (pair loads, not staged).
+        Fp16Case{"fp32_out_fp16_residual", {256, 512, 320}, kFP32, Activation::kNone, {}, kFP16, 128, 1},
+        Fp16Case{"fp32_out_fp16_residual_256", {256, 512, 320}, kFP32, Activation::kNone, {}, kFP16, 256, 1},
         Fp16Case{"decode_one_token", {1, 4096, 4096}, kFP16, Activation::kNone, {}, {}, 0},
         Fp16Case{"decode_silu_bias_residual", {16, 2048, 8192}, kFP16, Activation::kSiLU, kFP16, kFP16, 0},
         Fp16Case{"decode_swiglu", {64, 1000, 4096}, kFP16, Activation::kSwiGLU, {}, {}, 0},
@@ -1067,6 +1074,45 @@ void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType 
   EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : tile_n) << "narrow " << narrow;
   ExpectMatchesReferenceAndReplayIdentical(h);
 }
+
+// Lockstep rings (one ring, the A loader loading both operands; A's barriers
+// guard both) under fused ops, both tile widths, a cluster sharing B, and
+// split K: a bias and a residual everywhere; GELU at 512 x 1024 on 256-wide
+// tiles (four row blocks: the pair shares B); SiLU at 16 rows in eight
+// splits (one A half: the second consumer warpgroup multiplies nothing,
+// reduced in parts); SwiGLU at 300 rows in two (a last split that sums).
+struct LockstepCase {
+  std::string name;
+  Shape shape;
+  Activation activation;
+  int tile_n;
+  int split_k;
+};
+void PrintTo(const LockstepCase& c, std::ostream* os) { *os << c.name; }
+class LockstepRingTest : public ::testing::TestWithParam<LockstepCase> {};
+TEST_P(LockstepRingTest, FusedOpsMatchTheReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const LockstepCase& c = GetParam();
+  Rng rng;
+  GpuHarness h;
+  AddFusedGemm(h, rng, c.shape, c.activation, DType::kBF16, DType::kBF16, DType::kFP32);
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.ring_mode = RingMode::kLockstep;
+  options.a_stages = options.b_stages = 3;
+  options.tile_n = c.tile_n;
+  options.split_k = c.split_k;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_NE(h.plan().Explain().find("rings: lockstep"), std::string::npos) << h.plan().Explain();
+  EXPECT_EQ(h.plan().schedule().nodes[0].split_k, c.split_k) << h.plan().Explain();
+  ExpectMatchesReferenceAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LockstepRingTest,
+    ::testing::Values(LockstepCase{"gelu_256_wide", {512, 1024, 1000}, Activation::kGELU, 256, 1},
+                      LockstepCase{"silu_16_rows_split8", {16, 1000, 4096}, Activation::kSiLU, 256, 8},
+                      LockstepCase{"swiglu_300_rows_split2", {300, 512, 1024}, Activation::kSwiGLU, 128, 2}),
+    [](const auto& info) { return info.param.name; });
 
 // Test names of the split-K suites: the shape and the split count.
 const auto SplitCaseName = [](const auto& info) {

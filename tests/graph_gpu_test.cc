@@ -484,16 +484,17 @@ INSTANTIATE_TEST_SUITE_P(Tokens, FreshPartialsTest, ::testing::Values(int64_t{16
 constexpr Activation kLayerActivations[] = {Activation::kReLU, Activation::kNone, Activation::kGELU,
                                            Activation::kSiLU};
 
-// Weights in [-1/16, 1/16] keep the activations near 1 through the layers
-// (a K = 512 dot product of uniform values scales them by about 0.8).
+// Weights in [-1/16, 1/16] at the default width of 512 keep the activations
+// near 1 through the layers (a K = 512 dot product of uniform values scales
+// them by about 0.8); the range narrows as 1 / sqrt(width) past it.
 // `dtype`: every matrix's but the fp32 biases.
-void AddEightLayerChain(GpuHarness& h, Rng& rng, int64_t tokens, DType dtype = kBF16) {
+void AddEightLayerChain(GpuHarness& h, Rng& rng, int64_t tokens, DType dtype = kBF16, int64_t width = 512) {
   constexpr int kLayers = 8;
-  const int64_t width = 512;
+  const double range = std::sqrt(512.0 / static_cast<double>(width)) / 16;
   h.Input("h0", dtype, tokens, width, rng);
   for (int i = 0; i < kLayers; ++i) {
     h.Input(absl::StrCat("W", i), dtype, width, width, rng);
-    FillRandom(h.host(absl::StrCat("W", i)), rng, -1.0 / 16, 1.0 / 16);
+    FillRandom(h.host(absl::StrCat("W", i)), rng, -range, range);
     h.Input(absl::StrCat("bias", i), kFP32, 1, width, rng);
     h.Output(absl::StrCat("h", i + 1), dtype, tokens, width);
   }
@@ -1579,11 +1580,20 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     BuildRandomGraph(graph, rng);
     return graph.description();
   }
-  // The rows are the name's last number: mlpT, ragged_chainT, odd_chainT,
-  // eight_layersT, randomT (random graphs of at most T rows); mlpT_fp16 and
-  // eight_layersT_fp16 in fp16.
+  // The rows are the name's number: mlpT, ragged_chainT, odd_chainT,
+  // eight_layersT, randomT (random graphs of at most T rows). Suffixes, in
+  // this order: _iN, the MLP block's intermediate width (1024 unless said);
+  // _wN, the 8-layer chain's width (512 unless said); _fp16, every matrix
+  // fp16 (mlp and eight_layers).
   const bool fp16 = absl::EndsWith(which, "_fp16");
-  const std::string name = fp16 ? which.substr(0, which.size() - 5) : which;
+  std::string name = fp16 ? which.substr(0, which.size() - 5) : which;
+  int64_t intermediate = 1024, width = 512;
+  for (auto [tag, value] : {std::pair<std::string, int64_t*>{"_i", &intermediate}, {"_w", &width}}) {
+    if (const size_t at = name.rfind(tag); at != std::string::npos && at > 0 &&
+                                           absl::SimpleAtoi(name.substr(at + 2), value)) {
+      name = name.substr(0, at);
+    }
+  }
   int64_t rows = 0;
   const size_t digits = name.find_first_of("0123456789");
   const bool numbered = digits != std::string::npos && absl::SimpleAtoi(name.substr(digits), &rows);
@@ -1609,11 +1619,11 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
   }
   const DType dtype = fp16 ? DType::kFP16 : kBF16;
   if (numbered && kind == "mlp") {
-    AddMlpBlock(h, rng, rows, /*intermediate=*/1024, dtype);
+    AddMlpBlock(h, rng, rows, intermediate, dtype);
   } else if (numbered && kind == "ragged_chain") {
     AddRaggedChain(h, rng, rows, kBF16);
   } else if (numbered && kind == "eight_layers") {
-    AddEightLayerChain(h, rng, rows, dtype);
+    AddEightLayerChain(h, rng, rows, dtype, width);
   } else if (numbered && kind == "two_producers") {
     // One consumer of two producers of h's columns 0-135 and 136-511: one
     // tagged copy of h, the second producer's words from the 68th of a row.
@@ -1688,43 +1698,60 @@ INSTANTIATE_TEST_SUITE_P(Graphs, TiledPackedWeightsTest,
 // (CompileOptions::narrow_consumers): each job is the same code, summed in
 // the same order, on whichever warpgroup, so both plans write the same bits,
 // packed or not, and each matches the reference. Cases: every multiply path
-// (mma.sync at 8 rows, paired wgmma at 24, m64n32k16 at 64), the ragged
-// chain and random decode graphs (dependencies between jobs the two
-// warpgroups share).
+// (mma.sync at 8 rows, paired wgmma at 24, m64n32k16 at 64; the first two
+// in fp16 too), the ragged chain and random decode graphs (dependencies
+// between jobs the two warpgroups share). Each on every CTA the GPU holds and
+// on 16 (CompileOptions::max_clusters): a CTA's first job is its first
+// warpgroup's, and these graphs have at most ~160 jobs, so only a grid of 16
+// has every CTA run several, in turns, on both warpgroups (their partials
+// buffers, named barriers and turn barriers).
 class NarrowConsumersTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(NarrowConsumersTest, OneAndTwoWarpgroupsWriteTheSameBits) {
   LOOM_SKIP_WITHOUT_GPU();
-  const int graphs = GetParam() == "random" ? 6 : 1;
+  const bool random = GetParam() == "random";
+  const int graphs = random ? 6 : 1;
+  constexpr int kFewCtas = 16;
   Rng rng;
   for (int i = 0; i < graphs && !HasFailure(); ++i) {
     SCOPED_TRACE(absl::StrCat("graph ", i));
     GpuHarness h;
     SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
     std::optional<Snapshot> first;
-    for (const bool packed : {false, true}) {
-      for (const int consumers : {1, 2}) {
-        SCOPED_TRACE(absl::StrCat(consumers, " consumer warpgroups, ", packed ? "packed" : "unpacked"));
-        CompileOptions options = NarrowOptions();
-        options.pack_weights = packed;
-        options.narrow_consumers = consumers;
-        LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
-        const std::string explain = h.plan().Explain();
-        EXPECT_NE(explain.find(absl::StrCat("CTAs of ", consumers, " consumer warpgroup")), std::string::npos)
-            << explain;
-        ExpectNodesRightAndReplayIdentical(h);
-        if (HasFatalFailure()) return;
-        if (!first.has_value()) {
-          first = TakeSnapshot(h);
-        } else {
-          EXPECT_TRUE(SameBits(h, *first));
+    for (const int ctas : {0, kFewCtas}) {
+      for (const bool packed : {false, true}) {
+        for (const int consumers : {1, 2}) {
+          SCOPED_TRACE(absl::StrCat(consumers, " consumer warpgroups, ", packed ? "packed" : "unpacked", ", ",
+                                    ctas == 0 ? std::string("every CTA") : absl::StrCat(ctas, " CTAs")));
+          CompileOptions options = NarrowOptions();
+          options.pack_weights = packed;
+          options.narrow_consumers = consumers;
+          options.max_clusters = ctas;
+          LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+          const std::string explain = h.plan().Explain();
+          EXPECT_NE(explain.find(absl::StrCat("CTAs of ", consumers, " consumer warpgroup")), std::string::npos)
+              << explain;
+          if (ctas != 0) {
+            ASSERT_EQ(h.plan().grid_clusters(), kFewCtas);
+            // Every CTA runs three jobs or more on average (random graphs may be smaller).
+            if (!random) {
+              EXPECT_GT(h.plan().schedule().queue.size(), size_t{2 * kFewCtas}) << explain;
+            }
+          }
+          ExpectNodesRightAndReplayIdentical(h);
+          if (HasFatalFailure()) return;
+          if (!first.has_value()) {
+            first = TakeSnapshot(h);
+          } else {
+            EXPECT_TRUE(SameBits(h, *first));
+          }
         }
       }
     }
   }
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
-                         ::testing::Values("mlp8", "mlp24", "mlp64", "mlp100", "ragged_chain25", "ragged_chain65",
-                                           "random"),
+                         ::testing::Values("mlp8", "mlp24", "mlp64", "mlp100", "mlp8_fp16", "mlp24_fp16",
+                                           "ragged_chain25", "ragged_chain65", "random"),
                          [](const auto& info) { return info.param; });
 
 // CompileOptions::tagged_handoff: a node of 1 or 2 rows whose A is
@@ -1736,7 +1763,9 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
 // Cases: a SwiGLU producer (the MLP block, its down projection reading the
 // 16-column tiles' pairs) at 1 and 2 rows (and at 1 in fp16), the ragged chain (K of 520 and
 // 264, a bias and a residual) at 1 and 2, widths of 333 and 77 (K ending in
-// half a pair) at 2, the 8-layer chain at 1 and 2 (in fp16 too), one consumer of two
+// half a pair) at 2, the 8-layer chain at 1 and 2 (in fp16 too; and 4096
+// and 4104 wide, a consumer's K over four and five poll windows, the last
+// in part, as the MLP block's down projection of K = 1800 at 1 token), one consumer of two
 // producers of h's column slices (one copy of h, written by both) at 1 and
 // 2, and random decode graphs of at most 2 rows (batches, chains, two
 // consumers of one copy, consumers of several producers).
@@ -1771,9 +1800,10 @@ TEST_P(NarrowTaggedHandoffTest, MatchesTheFlagWaitingPlanBitForBit) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTaggedHandoffTest,
-                         ::testing::Values("mlp1", "mlp2", "mlp1_fp16", "ragged_chain1", "ragged_chain2",
-                                           "odd_chain2", "eight_layers1", "eight_layers2", "eight_layers1_fp16",
-                                           "eight_layers2_fp16", "two_producers1", "two_producers2", "random2"),
+                         ::testing::Values("mlp1", "mlp2", "mlp1_fp16", "mlp1_i1800", "ragged_chain1",
+                                           "ragged_chain2", "odd_chain2", "eight_layers1", "eight_layers2",
+                                           "eight_layers1_fp16", "eight_layers2_fp16", "eight_layers1_w4096",
+                                           "eight_layers2_w4104", "two_producers1", "two_producers2", "random2"),
                          [](const auto& info) { return info.param; });
 
 // A packed plan, on either kernel, reads its copy, not B: new values in B
