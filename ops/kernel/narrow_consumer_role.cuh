@@ -310,7 +310,20 @@ __device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
     }
     // The stage's reads are done (ldmatrix is synchronous): free its slots.
     // With the tagged handoff, whose A loader refills the A slot with
-    // generic stores, each lane releases its own reads of A.
+    // generic stores, each lane releases its own reads of A. B (and A
+    // without it) is released by lane 0 alone, so the warp meets first:
+    // every lane's ldmatrix reads are then ordered before lane 0's arrival
+    // (bar.warp.sync orders memory among the warp's lanes), hence before the
+    // loader's next copy into the slot. NOTE: ptxas compiles this meeting of
+    // a converged warp to no instruction (the warp's ldmatrix is one
+    // instruction, its reads done before the arrival the warp issues after
+    // it), and compute-sanitizer racecheck, which sees each lane's reads
+    // and lane 0's arrival only, still reports the B loader's next bulk
+    // copy into the slot as racing lanes 1-31's reads wherever a slot is
+    // refilled (a job's K past the B ring, or a CTA's later jobs): a tool
+    // limitation, bench/NOTES.md v1.89. (Every lane arriving, as on A above,
+    // would quiet it at 32 arrivals a warp a stage.)
+    __syncwarp();
     ReleaseSlots<kTagged>(ctx, lane == 0, rings.a, rings.b);
   }
   PassTurn<kConsumers>(ctx, rings, lane);
