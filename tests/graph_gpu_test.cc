@@ -220,6 +220,61 @@ INSTANTIATE_TEST_SUITE_P(Splits, TwoProducersTest,
                                   (std::get<1>(info.param) ? "_residual_node" : "");
                          });
 
+// A bias that another node writes: a one-row node b = v Wvᵀ (bf16 or fp32),
+// then y = act(x Wᵀ + b). The consumer's epilogue may read b only once its
+// producer has published it (the A loader acquires the bias's flag before
+// the job's first A stage; a split-K node's reduce or summing last split
+// reads it after its split jobs' waits). On the tiled kernel unsplit, split
+// in three (a summing last split) and at 16 rows in eight (reduced in
+// parts); on the narrow kernel on each multiply path.
+struct ProducedBiasCase {
+  std::string name;
+  int64_t rows;
+  KernelChoice kernel;
+  int split_k;
+  Activation activation;
+  DType bias_type;
+};
+void PrintTo(const ProducedBiasCase& c, std::ostream* os) { *os << c.name; }
+class ProducedBiasTest : public ::testing::TestWithParam<ProducedBiasCase> {};
+TEST_P(ProducedBiasTest, TheConsumerReadsTheProducersBias) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const ProducedBiasCase& c = GetParam();
+  constexpr int64_t kN = 1000, kK = 520, kKBias = 320;
+  const int64_t out_cols = c.activation == Activation::kSwiGLU ? kN / 2 : kN;
+  Rng rng;
+  GpuHarness h;
+  h.Input("v", kBF16, 1, kKBias, rng);
+  h.Input("Wv", kBF16, kN, kKBias, rng);
+  h.Input("x", kBF16, c.rows, kK, rng);
+  h.Input("W", kBF16, kN, kK, rng);
+  h.Output("b", c.bias_type, 1, kN);
+  h.Output("y", kBF16, c.rows, out_cols);
+  h.Build([activation = c.activation](const auto& t, GemmGraph& g) {
+    g.AddGemm("bias", t("v"), t("Wv"), t("b"));
+    g.AddGemm("layer", t("x"), t("W"), t("y"), {.activation = activation, .bias = t("b")});
+  });
+  CompileOptions options;
+  options.kernel = c.kernel;
+  options.split_k = c.split_k;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  EXPECT_EQ(h.plan().kernel(), c.kernel);
+  if (c.split_k > 1) {
+    EXPECT_EQ(h.plan().schedule().nodes[1].split_k, c.split_k) << h.plan().Explain();
+  }
+  ExpectNodesRightAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ProducedBiasTest,
+    ::testing::Values(
+        ProducedBiasCase{"tiled_relu", 300, KernelChoice::kTiled, 1, Activation::kReLU, kFP32},
+        ProducedBiasCase{"tiled_split3_gelu", 300, KernelChoice::kTiled, 3, Activation::kGELU, kBF16},
+        ProducedBiasCase{"tiled_16_rows_split8_swiglu", 16, KernelChoice::kTiled, 8, Activation::kSwiGLU, kFP32},
+        ProducedBiasCase{"narrow_2_rows_silu", 2, KernelChoice::kNarrow, 0, Activation::kSiLU, kBF16},
+        ProducedBiasCase{"narrow_24_rows_swiglu", 24, KernelChoice::kNarrow, 0, Activation::kSwiGLU, kFP32},
+        ProducedBiasCase{"narrow_100_rows_relu", 100, KernelChoice::kNarrow, 0, Activation::kReLU, kBF16}),
+    [](const auto& info) { return info.param.name; });
+
 // The random-options soak's graph 45 (seed 4628001401029613178): 215 rows,
 // a SwiGLU producer of h[:, 0:136] and a SiLU producer of h[:, 136:392], and
 // a SwiGLU consumer of all of h, split in two where the param says.
@@ -379,6 +434,7 @@ INSTANTIATE_TEST_SUITE_P(Tokens, MlpTest, ::testing::Values(int64_t{1}, int64_t{
 // there (14-78 s each), left out for time.
 struct ModelMlp {
   int64_t hidden, intermediate, tokens;
+  KernelChoice kernel = KernelChoice::kAuto;
 };
 class ModelMlpTest : public ::testing::TestWithParam<ModelMlp> {};
 TEST_P(ModelMlpTest, SwiGLUBlockMatchesReference) {
@@ -387,13 +443,21 @@ TEST_P(ModelMlpTest, SwiGLUBlockMatchesReference) {
   Rng rng;
   GpuHarness h;
   AddMlpBlock(h, rng, c.tokens, c.intermediate, kBF16, c.hidden);
-  LOOM_ASSERT_OK(h.Run(TestRuntime()));
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), CompileOptions{.kernel = c.kernel}));
+  if (c.kernel != KernelChoice::kAuto) {
+    EXPECT_EQ(h.plan().kernel(), c.kernel);
+  }
   ExpectNodesRightAndReplayIdentical(h);
 }
+// The tiled case: the 28672-wide SwiGLU gate/up and the long-K down
+// projection on the tiled kernel at the model size (kAuto takes the narrow
+// kernel at 16 tokens).
 INSTANTIATE_TEST_SUITE_P(Sizes, ModelMlpTest,
-                         ::testing::Values(ModelMlp{4096, 14336, 16}, ModelMlp{8192, 28672, 1}),
+                         ::testing::Values(ModelMlp{4096, 14336, 16}, ModelMlp{8192, 28672, 1},
+                                           ModelMlp{4096, 14336, 16, KernelChoice::kTiled}),
                          [](const auto& info) {
-                           return absl::StrCat("hidden", info.param.hidden, "_tokens", info.param.tokens);
+                           return absl::StrCat("hidden", info.param.hidden, "_tokens", info.param.tokens,
+                                               info.param.kernel == KernelChoice::kTiled ? "_tiled" : "");
                          });
 
 // The same block in fp16 (the kernels' fp16 instantiations) on the kernel
