@@ -111,11 +111,10 @@ struct NarrowConfig {
   // The tagged handoff (plan_resources.cc, TaggedHandoffsOf): in a plan on the
   // mma.sync path, a node of at most kTaggedMaxRows rows whose A is exactly
   // another node's C (the same view; that node of one wave of tiles at
-  // most) reads A from a tagged copy that the
-  // producer's epilogue writes beside C (KernelNode::tagged_c): each 8-byte
-  // word two 16-bit values (bf16 or fp16, the plan's) of a row and the
-  // launch's epoch, one single-copy-atomic
-  // store, so a word showing the epoch holds its data. The A loader polls
+  // most) reads A from a tagged copy that the producer's epilogue writes
+  // beside C (KernelNode::tagged_c): each 8-byte word two 16-bit values
+  // (bf16 or fp16, the plan's) of a row and the launch's epoch, one
+  // single-copy-atomic store, so a word showing the epoch holds its data. The A loader polls
   // the data itself: no flag, which the producer may release only once its
   // stores to C have completed (a round trip under a full memory pipe), and
   // no TMA load after the flag. A poll reads a window of
