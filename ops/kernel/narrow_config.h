@@ -114,10 +114,10 @@ struct NarrowConfig {
   // most) reads A from a tagged copy that the producer's epilogue writes
   // beside C (KernelNode::tagged_c): each 8-byte word two 16-bit values
   // (bf16 or fp16, the plan's) of a row and the launch's epoch, one
-  // single-copy-atomic store, so a word showing the epoch holds its data. The A loader polls
-  // the data itself: no flag, which the producer may release only once its
-  // stores to C have completed (a round trip under a full memory pipe), and
-  // no TMA load after the flag. A poll reads a window of
+  // single-copy-atomic store, so a word showing the epoch holds its data.
+  // The A loader polls the data itself: no flag, which the producer may
+  // release only once its stores to C have completed (a round trip under a
+  // full memory pipe), and no TMA load after the flag. A poll reads a window of
   // kTaggedStagesPerPoll stages (every lane a word of each k-block and row),
   // and hands over its leading stages found complete. Measured (bench/
   // NOTES.md v1.34, the one-token 8-layer 4096 chain): 75.5-76.9 us against
