@@ -123,6 +123,40 @@ INSTANTIATE_TEST_SUITE_P(Waves, WavesTest,
                                            WavesCase{{1280, 1024, 512}, 2.5}),
                          [](const auto& info) { return ShapeName(info.param.shape); });
 
+// K at 64 x stages +- 8 for the tiled kernel's default ring depths on each
+// tile width (TESTING.md): 7 A and 5 B stages on 128-wide tiles, 4 and 4 on
+// 256-wide ones, unsplit, so that a job's k-blocks end one short of a ring's
+// depth, exactly at it, or one past it (the ring wrapping inside the job).
+struct RingEdgeCase {
+  int tile_n;
+  int64_t k;
+};
+class RingDepthEdgeTest : public ::testing::TestWithParam<RingEdgeCase> {};
+TEST_P(RingDepthEdgeTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const RingEdgeCase& c = GetParam();
+  Rng rng;
+  GpuHarness h;
+  h.Input("A", DType::kBF16, 300, c.k, rng);
+  h.Input("B", DType::kBF16, 520, c.k, rng);
+  h.Output("C", DType::kBF16, 300, 520);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  CompileOptions options;
+  options.kernel = KernelChoice::kTiled;
+  options.tile_n = c.tile_n;
+  options.split_k = 1;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  const std::string stages = c.tile_n == 128 ? "(A 7 stages" : "(A 4 stages";
+  EXPECT_NE(h.plan().Explain().find(stages), std::string::npos) << h.plan().Explain();
+  ExpectMatchesReferenceAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(Depths, RingDepthEdgeTest,
+                         ::testing::Values(RingEdgeCase{128, 440}, RingEdgeCase{128, 456}, RingEdgeCase{128, 312},
+                                           RingEdgeCase{128, 328}, RingEdgeCase{256, 248}, RingEdgeCase{256, 264}),
+                         [](const auto& info) {
+                           return absl::StrCat("tile_n", info.param.tile_n, "_K", info.param.k);
+                         });
+
 TEST(GemmTest, IntegerDataIsExact) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
