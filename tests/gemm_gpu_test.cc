@@ -41,6 +41,15 @@ std::string ShapeName(const Shape& s) {
   return absl::StrCat("M", s.m, "_N", s.n, "_K", s.k);
 }
 
+// One plain GEMM, C = A · Bᵀ: A [m, k] and B [n, k] bf16 of fresh random
+// values, C [m, n] of `out_type`.
+void AddPlainGemm(GpuHarness& h, Rng& rng, const Shape& shape, DType out_type = DType::kBF16) {
+  h.Input("A", DType::kBF16, shape.m, shape.k, rng);
+  h.Input("B", DType::kBF16, shape.n, shape.k, rng);
+  h.Output("C", out_type, shape.m, shape.n);
+  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+}
+
 // A kernel and, on the tiled kernel, a tile width (0: the plan's choice).
 struct KernelWidth {
   KernelChoice kernel;
@@ -54,10 +63,7 @@ TEST_P(SingleGemmTest, MatchesReference) {
   const auto [shape, out_type, kernel] = GetParam();
   Rng rng;
   GpuHarness h;
-  h.Input("A", DType::kBF16, shape.m, shape.k, rng);
-  h.Input("B", DType::kBF16, shape.n, shape.k, rng);
-  h.Output("C", out_type, shape.m, shape.n);
-  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  AddPlainGemm(h, rng, shape, out_type);
   CompileOptions options;
   options.kernel = kernel.kernel;
   options.tile_n = kernel.tile_n;
@@ -102,10 +108,7 @@ TEST_P(WavesTest, MatchesReference) {
   const Shape shape = GetParam().shape;
   Rng rng;
   GpuHarness h;
-  h.Input("A", DType::kBF16, shape.m, shape.k, rng);
-  h.Input("B", DType::kBF16, shape.n, shape.k, rng);
-  h.Output("C", DType::kBF16, shape.m, shape.n);
-  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  AddPlainGemm(h, rng, shape);
   CompileOptions options = WideTiledOptions();
   options.max_clusters = 8;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
@@ -137,10 +140,7 @@ TEST_P(RingDepthEdgeTest, MatchesReference) {
   const RingEdgeCase& c = GetParam();
   Rng rng;
   GpuHarness h;
-  h.Input("A", DType::kBF16, 300, c.k, rng);
-  h.Input("B", DType::kBF16, 520, c.k, rng);
-  h.Output("C", DType::kBF16, 300, 520);
-  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  AddPlainGemm(h, rng, Shape{300, 520, c.k});
   CompileOptions options;
   options.kernel = KernelChoice::kTiled;
   options.tile_n = c.tile_n;
@@ -473,10 +473,7 @@ TEST(GemmTest, LockstepRingMatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
   GpuHarness h;
-  h.Input("A", DType::kBF16, 513, 1000, rng);
-  h.Input("B", DType::kBF16, 777, 1000, rng);
-  h.Output("C", DType::kBF16, 513, 777);
-  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  AddPlainGemm(h, rng, Shape{513, 777, 1000});
   CompileOptions options;
   options.ring_mode = RingMode::kLockstep;
   options.a_stages = options.b_stages = 3;
@@ -535,10 +532,7 @@ TEST(GemmTest, ReplayIsBitIdentical) {
   LOOM_SKIP_WITHOUT_GPU();
   Rng rng;
   GpuHarness h;
-  h.Input("A", DType::kBF16, 1000, 2000, rng);
-  h.Input("B", DType::kBF16, 1500, 2000, rng);
-  h.Output("C", DType::kFP32, 1000, 1500);
-  h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+  AddPlainGemm(h, rng, Shape{1000, 1500, 2000}, DType::kFP32);
   LOOM_ASSERT_OK(h.Run(TestRuntime()));
   EXPECT_TRUE(ReplayIsBitIdentical(h));
   h.ExpectMatchesReference();
@@ -1532,10 +1526,7 @@ TEST(GemmTest, SplitKReplayIsBitIdentical) {
   for (const KernelChoice kernel : {KernelChoice::kTiled, KernelChoice::kAuto}) {
     SCOPED_TRACE(AbslUnparseFlag(kernel));
     GpuHarness h;
-    h.Input("A", DType::kBF16, 7, 8192, rng);
-    h.Input("B", DType::kBF16, 2048, 8192, rng);
-    h.Output("C", DType::kFP32, 7, 2048);
-    h.Build([](const auto& t, GemmGraph& g) { g.AddGemm("gemm", t("A"), t("B"), t("C")); });
+    AddPlainGemm(h, rng, Shape{7, 2048, 8192}, DType::kFP32);
     CompileOptions options;
     options.kernel = kernel;
     LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
