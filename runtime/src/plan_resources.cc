@@ -61,7 +61,8 @@ cudaError_t CountedHostAlloc(T** pointer, size_t bytes, unsigned int flags) {
 // The row stride (elements) the kernels and the pack are given for `view`:
 // its own, or for a single row, whose stride Validate ignores (any value,
 // INT64_MAX too), the row's width, so that no address arithmetic on rows
-// the kernels mask off can overflow.
+// the kernels mask off can overflow. (The tensor maps take the same rule in
+// bytes, rounded up to TMA's 16: TmaRowStrideBytes, tensor_maps.cc.)
 int64_t UsedRowStride(const TensorView& view) { return view.rows > 1 ? view.row_stride : view.cols; }
 
 void CountedFree(void* pointer) {
