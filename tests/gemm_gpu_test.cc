@@ -1314,6 +1314,47 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{Shape{97, 2000, 4104}, Activation::kSwiGLU}),
     [](const auto& info) { return ShapeName(std::get<0>(info.param)); });
 
+// The narrow kernel at the row counts where its path or its tiles change,
+// each with the count on either side where it has one: the tagged handoff's
+// limit (2 / 3 rows), mma.sync's one or two token blocks (8 / 9), its end
+// (15 / 16 against the paired path's 17), the paired path's A tiles of 24
+// and 32 rows (24, 31, 32), m64n32k16's tiles of 40-64 rows (40 / 41, 48,
+// 56 / 57, 63) and two row blocks of 40 or 48 rows (80 / 81) up to the
+// last row before 128 (127). K = 2056 (33 k-blocks, the last one 8 wide):
+// longer than either ring, so every slot is refilled. Plain bf16 output from
+// unpacked weights, and SwiGLU to fp32 from packed ones (N = 778: a ragged
+// last tile and odd out_cols).
+class NarrowRowEdgeTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
+TEST_P(NarrowRowEdgeTest, MatchesReference) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const auto [m, swiglu_packed] = GetParam();
+  Rng rng;
+  GpuHarness h;
+  if (swiglu_packed) {
+    AddFusedGemm(h, rng, Shape{m, 778, 2056}, Activation::kSwiGLU, DType::kFP32, DType::kBF16, DType::kFP32);
+  } else {
+    AddFusedGemm(h, rng, Shape{m, 778, 2056}, Activation::kNone, DType::kBF16, DType::kFP32, DType::kBF16);
+  }
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.pack_weights = swiglu_packed;
+  LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+  const std::string explain = h.plan().Explain();
+  EXPECT_EQ(h.plan().schedule().tile.n, 32) << explain;
+  EXPECT_EQ(explain.find("weights: packed in stage order") != std::string::npos, swiglu_packed) << explain;
+  ExpectMatchesReferenceAndReplayIdentical(h);
+}
+INSTANTIATE_TEST_SUITE_P(
+    NarrowRowEdges, NarrowRowEdgeTest,
+    ::testing::Combine(::testing::Values(int64_t{2}, int64_t{3}, int64_t{8}, int64_t{9}, int64_t{15}, int64_t{24},
+                                         int64_t{31}, int64_t{32}, int64_t{40}, int64_t{41}, int64_t{48},
+                                         int64_t{56}, int64_t{57}, int64_t{63}, int64_t{80}, int64_t{81},
+                                         int64_t{127}),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return absl::StrCat("M", std::get<0>(info.param), std::get<1>(info.param) ? "_swiglu_packed" : "_plain");
+    });
+
 // The two bit-identity tests below: C = act(A Bᵀ + bias) + residual, fp32 out,
 // K = kBitsK, 8 splits (kBitsN: whole tiles). AddBitsGemm builds one into `h`;
 // CopyInputs gives `to` the first rows of `from`'s inputs; SameBits compares
