@@ -1551,8 +1551,12 @@ INSTANTIATE_TEST_SUITE_P(Rows, NarrowTwoProducersTest,
                          });
 
 // The MLP block: a SwiGLU producer of 16-column output tiles, whose down
-// projection reads four of them per k-block; at 65, 100 and 128 tokens in
-// two row blocks (each down job waits on its own rows' producer tiles).
+// projection reads four of them per k-block; at 65 to 128 tokens in two row
+// blocks (each down job waits on its own rows' producer tiles). The counts
+// include the first past each of the kernel's row limits: 2 (the tagged
+// handoff's last), 9 (two mma.sync token blocks), 17 (the paired wgmma
+// path), 33 (m64n32k16), 41 and 57 (its 48- and 64-row tiles), 81 (two row
+// blocks of 48) and 127.
 class NarrowMlpTest : public ::testing::TestWithParam<int64_t> {};
 TEST_P(NarrowMlpTest, SwiGLUBlockMatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -1562,8 +1566,10 @@ TEST_P(NarrowMlpTest, SwiGLUBlockMatchesReference) {
   RunNarrowAndCheck(h);
 }
 INSTANTIATE_TEST_SUITE_P(Tokens, NarrowMlpTest,
-                         ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}, int64_t{24}, int64_t{32}, int64_t{64},
-                                           int64_t{65}, int64_t{100}, int64_t{128}),
+                         ::testing::Values(int64_t{1}, int64_t{2}, int64_t{5}, int64_t{9}, int64_t{16}, int64_t{17},
+                                           int64_t{24}, int64_t{32}, int64_t{33}, int64_t{41}, int64_t{57},
+                                           int64_t{64}, int64_t{65}, int64_t{81}, int64_t{100}, int64_t{127},
+                                           int64_t{128}),
                          [](const auto& info) { return "tokens" + std::to_string(info.param); });
 
 // The ragged chain of section 1 (K and widths off the 64 / 32 grid, a bias in
