@@ -1315,12 +1315,12 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return ShapeName(std::get<0>(info.param)); });
 
 // The narrow kernel at the row counts where its path or its tiles change,
-// each with the count on either side where it has one: the tagged handoff's
-// limit (2 / 3 rows), mma.sync's one or two token blocks (8 / 9), its end
-// (15 / 16 against the paired path's 17), the paired path's A tiles of 24
-// and 32 rows (24, 31, 32), m64n32k16's tiles of 40-64 rows (40 / 41, 48,
-// 56 / 57, 63) and two row blocks of 40 or 48 rows (80 / 81) up to the
-// last row before 128 (127). K = 2056 (33 k-blocks, the last one 8 wide):
+// beside those NarrowEpilogueTest runs (1, 7, 16, 17, 25, 33, 49, 64, 65,
+// 100, 128): 2 / 3 (in a graph, the tagged handoff's limit; here one
+// mma.sync token block), 8 / 9 (one or two token blocks), 15, the paired
+// path's A tiles of 24 and 32 rows (24, 31, 32), m64n32k16's tiles of 40-64
+// rows (40 / 41, 48, 56 / 57, 63), two row blocks of 40 or 48 rows (80 /
+// 81) and the last row before 128 (127). K = 2056 (33 k-blocks, the last one 8 wide):
 // longer than either ring, so every slot is refilled. Plain bf16 output from
 // unpacked weights, and SwiGLU to fp32 from packed ones (N = 778: a ragged
 // last tile and odd out_cols).

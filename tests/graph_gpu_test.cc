@@ -1553,10 +1553,9 @@ INSTANTIATE_TEST_SUITE_P(Rows, NarrowTwoProducersTest,
 // The MLP block: a SwiGLU producer of 16-column output tiles, whose down
 // projection reads four of them per k-block; at 65 to 128 tokens in two row
 // blocks (each down job waits on its own rows' producer tiles). The counts
-// include the first past each of the kernel's row limits: 2 (the tagged
-// handoff's last), 9 (two mma.sync token blocks), 17 (the paired wgmma
-// path), 33 (m64n32k16), 41 and 57 (its 48- and 64-row tiles), 81 (two row
-// blocks of 48) and 127.
+// sit on the kernel's row limits: 2 (the tagged handoff's last), 9 (two
+// mma.sync token blocks), 17 (the paired wgmma path), 33 (m64n32k16), 41
+// and 57 (its 48- and 64-row tiles), 81 (two row blocks of 48) and 127.
 class NarrowMlpTest : public ::testing::TestWithParam<int64_t> {};
 TEST_P(NarrowMlpTest, SwiGLUBlockMatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
