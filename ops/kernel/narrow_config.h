@@ -189,11 +189,6 @@ struct NarrowConfig {
   // against 100.6-101.3; bench/NOTES.md v1.32).
   static constexpr uint32_t kPartialsBytes = 4 * 4 * 32 * 4 * 4;
   static constexpr bool UsesPartials(uint32_t tile_rows) { return MultiplyFor(tile_rows) != Multiply::kWgmma; }
-  // On the mma.sync path every lane of a consumer warp reads both operands
-  // itself (ldmatrix), so every lane frees the A and B slots with its own
-  // arrival; the wgmma paths read them through the warpgroup's descriptors,
-  // and lane 0 frees them for its warp (InitNarrowBarriers, ReleaseSlots).
-  static constexpr bool EveryLaneFrees(uint32_t tile_rows) { return MultiplyFor(tile_rows) == Multiply::kMmaSync; }
   // The kernel instantiation a plan launches (narrow_gemm.cu): the mma.sync
   // and m64n32k16 paths in row blocks of kBlockM; the paired wgmma path
   // (17-32 rows); the m64n32k16 path in row blocks shorter than kBlockM

@@ -31,13 +31,13 @@ namespace loom::kernel {
 inline constexpr int kChains = NarrowConfig::kBlockK / 16;
 
 // Frees the oldest stage's A and B slots once this warp's reads of them are
-// done (one arrival per consumer warp, or one per lane: kEveryLaneOnA,
-// kEveryLaneOnB, as InitNarrowBarriers counts them) and moves the cursors on.
-template <bool kEveryLaneOnA, bool kEveryLaneOnB = false>
+// done (one arrival per consumer warp, or on A one per lane:
+// kEveryLaneOnA) and moves the cursors on.
+template <bool kEveryLaneOnA>
 __device__ __forceinline__ void ReleaseSlots(const NarrowContext& ctx, bool release_lane, RingCursor& a_release,
                                              RingCursor& b_release) {
   if (kEveryLaneOnA || release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->a_empty[a_release.stage]);
-  if (kEveryLaneOnB || release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->b_empty[b_release.stage]);
+  if (release_lane) cuda::ptx::mbarrier_arrive(&ctx.barriers->b_empty[b_release.stage]);
   a_release.Advance(ctx.params.a_stages);
   b_release.Advance(ctx.params.b_stages);
 }
@@ -308,10 +308,23 @@ __device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
         }
       }
     }
-    // The stage's reads are done (ldmatrix is synchronous): each lane frees
-    // its own reads (NarrowConfig::EveryLaneFrees).
-    static_assert(NarrowConfig::EveryLaneFrees(NarrowConfig::kMmaSyncRows), "the rings' barriers count every lane");
-    ReleaseSlots<true, true>(ctx, lane == 0, rings.a, rings.b);
+    // The stage's reads are done (ldmatrix is synchronous): free its slots.
+    // With the tagged handoff, whose A loader refills the A slot with
+    // generic stores, each lane releases its own reads of A. B (and A
+    // without it) is released by lane 0 alone, so the warp meets first:
+    // every lane's ldmatrix reads are then ordered before lane 0's arrival
+    // (bar.warp.sync orders memory among the warp's lanes), hence before the
+    // loader's next copy into the slot. NOTE: ptxas compiles this meeting of
+    // a converged warp to no instruction (the warp's ldmatrix is one
+    // instruction, its reads done before the arrival the warp issues after
+    // it), and compute-sanitizer racecheck, which sees each lane's reads
+    // and lane 0's arrival only, still reports the B loader's next bulk
+    // copy into the slot as racing lanes 1-31's reads wherever a slot is
+    // refilled (a job's K past the B ring, or a CTA's later jobs): a tool
+    // limitation, bench/NOTES.md v1.89. (Every lane arriving, as on A above,
+    // would quiet it at 32 arrivals a warp a stage.)
+    __syncwarp();
+    ReleaseSlots<kTagged>(ctx, lane == 0, rings.a, rings.b);
   }
   PassTurn<kConsumers>(ctx, rings, lane);
   // The first barrier: the previous job's partials have all been read.
@@ -348,19 +361,17 @@ __device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
 // A job's stages waited for and freed without a multiply, after recording a
 // failure for the launch (WaitKind::kNoKernelPath: no wait timed out): for a
 // job the kernel has no path for (ConsumeJobs). Every lane frees A (the
-// tagged handoff's kEveryLaneOnA), and B where the plan's barriers count
-// every lane (NarrowConfig::EveryLaneFrees).
+// tagged handoff's kEveryLaneOnA).
 template <int kConsumers>
 __device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int index, int lane,
                             ConsumerRings& rings) {
   if (threadIdx.x % 128 == 0) ctx.watchdog.Report(WaitKind::kNoKernelPath, index, -1, 0, 0);
   const int stages = NarrowConfig::StagesOf(work.job->k_block_end - work.job->k_block_begin);
-  const bool every_lane_frees = NarrowConfig::EveryLaneFrees(NarrowConfig::ATileRows(ctx.params.a_stage_bytes));
   for (int s = 0; s < stages; ++s) {
     WaitPhase(&ctx.barriers->a_full[rings.a.stage], rings.a.phase);
     WaitPhase(&ctx.barriers->b_full[rings.b.stage], rings.b.phase);
     __syncwarp();
-    ReleaseSlots<true>(ctx, lane == 0 || every_lane_frees, rings.a, rings.b);
+    ReleaseSlots<true>(ctx, lane == 0, rings.a, rings.b);
   }
   PassTurn<kConsumers>(ctx, rings, lane);
 }

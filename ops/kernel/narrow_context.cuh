@@ -146,23 +146,16 @@ struct NarrowContext {
 // loader's stores into it (with one lane's arrival after a __syncwarp,
 // compute-sanitizer racecheck reported each pair as a hazard: bench/NOTES.md
 // v1.34-v1.35).
-// The consumer warps of a plan on the mma.sync path free both rings' slots
-// lane by lane too (NarrowConfig::EveryLaneFrees): with lane 0's arrival
-// after a __syncwarp, racecheck reported the B loader's next bulk copy into
-// a slot as racing lanes 1-31's ldmatrix reads (bench/NOTES.md v1.89-v1.90).
 template <int kConsumers, bool kEveryLaneOnA>
 __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams& params) {
   constexpr uint32_t kLanes = kEveryLaneOnA ? 32 : 1;
-  const bool every_lane_frees = NarrowConfig::EveryLaneFrees(NarrowConfig::ATileRows(params.a_stage_bytes));
-  const uint32_t a_releasing_lanes = kEveryLaneOnA || every_lane_frees ? 32 : 1;
-  const uint32_t b_releasing_lanes = every_lane_frees ? 32 : 1;
   for (int s = 0; s < params.a_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->a_full[s], kLanes);
-    cuda::ptx::mbarrier_init(&barriers->a_empty[s], NarrowConfig::kReleasingWarpsPerCta * a_releasing_lanes);
+    cuda::ptx::mbarrier_init(&barriers->a_empty[s], NarrowConfig::kReleasingWarpsPerCta * kLanes);
   }
   for (int s = 0; s < params.b_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->b_full[s], 1);
-    cuda::ptx::mbarrier_init(&barriers->b_empty[s], NarrowConfig::kReleasingWarpsPerCta * b_releasing_lanes);
+    cuda::ptx::mbarrier_init(&barriers->b_empty[s], NarrowConfig::kReleasingWarpsPerCta);
   }
   for (int s = 0; s < NarrowConfig::kJobSlots; ++s) {
     cuda::ptx::mbarrier_init(&barriers->job_full[s], 1);
