@@ -321,8 +321,10 @@ __device__ void RunMmaSyncJob(const NarrowContext& ctx, const CtaWork& work, int
     // and lane 0's arrival only, still reports the B loader's next bulk
     // copy into the slot as racing lanes 1-31's reads wherever a slot is
     // refilled (a job's K past the B ring, or a CTA's later jobs): a tool
-    // limitation, bench/NOTES.md v1.89. (Every lane arriving, as on A above,
-    // would quiet it at 32 arrivals a warp a stage.)
+    // limitation, bench/NOTES.md v1.89. Every lane arriving (as on A above)
+    // quiets it, but changed ptxas's allocation of the two-consumer default
+    // kernels: a thread-index re-read in each m64n32k16 stage's release,
+    // ~2% slower a SM at 48-64 rows (v1.90; reverted).
     __syncwarp();
     ReleaseSlots<kTagged>(ctx, lane == 0, rings.a, rings.b);
   }
