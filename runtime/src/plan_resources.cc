@@ -169,7 +169,8 @@ kernel::PackedLayout PackedLayoutFor(bool narrow, int tile_n) {
 // cudaMalloc of `bytes` for `what`: ResourceExhausted naming it where the
 // device's free memory is too small (that error is not sticky: cleared, so
 // that the caller's next cudaGetLastError does not report it).
-absl::Status AllocateOrExhausted(void** pointer, size_t bytes, int device, const std::string& what) {
+template <typename T>
+absl::Status AllocateOrExhausted(T** pointer, size_t bytes, int device, const std::string& what) {
   const cudaError_t allocated = CountedMalloc(pointer, bytes);
   if (allocated == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -185,7 +186,7 @@ template <typename T>
 absl::Status Upload(const std::vector<T>& host, T** device, int ordinal, const std::string& what,
                     cudaStream_t stream) {
   if (host.empty()) return absl::OkStatus();
-  LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(device), host.size() * sizeof(T), ordinal, what));
+  LOOM_RETURN_IF_ERROR(AllocateOrExhausted(device, host.size() * sizeof(T), ordinal, what));
   LOOM_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(*device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
   return absl::OkStatus();
@@ -334,7 +335,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   if (impl.schedule.workspace_elements > 0) {
     const size_t workspace_bytes = static_cast<size_t>(impl.schedule.workspace_elements) * sizeof(float);
     LOOM_RETURN_IF_ERROR(AllocateOrExhausted(
-        reinterpret_cast<void**>(&impl.workspace), workspace_bytes, impl.device_ordinal,
+        &impl.workspace, workspace_bytes, impl.device_ordinal,
         absl::StrFormat("the split-K partials' workspace (CompileOptions.split_k = %d; 0: the scheduler's choice)",
                         impl.options.split_k)));
     // NaN everywhere (0xFFFFFFFF): a partial the split jobs' TMA stores failed
@@ -350,8 +351,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
                         KernelNodesOf(impl.graph, impl.schedule, impl.workspace, impl.narrow, impl.a_stage_bytes,
                                       impl.tile_n));
   if (!impl.packed_nodes.empty()) {
-    LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.packed_weights),
-                                             PackedCopyBytes(impl.packed_nodes), impl.device_ordinal,
+    LOOM_RETURN_IF_ERROR(AllocateOrExhausted(&impl.packed_weights, PackedCopyBytes(impl.packed_nodes),
+                                             impl.device_ordinal,
                                              "the packed weights' copy (CompileOptions.pack_weights)"));
   }
   // After the allocations (what does not fit is ResourceExhausted whatever
@@ -372,8 +373,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   if (impl.tagged_words > 0) {
     // Zero tags: no launch's epoch (epochs start at 1).
     const size_t bytes = static_cast<size_t>(impl.tagged_words) * sizeof(uint64_t);
-    LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.tagged_copies), bytes,
-                                             impl.device_ordinal, "the tagged copies of small outputs"));
+    LOOM_RETURN_IF_ERROR(
+        AllocateOrExhausted(&impl.tagged_copies, bytes, impl.device_ordinal, "the tagged copies of small outputs"));
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.tagged_copies, 0, bytes, setup.get()));
     for (const Plan::Impl::TaggedHandoff& handoff : impl.tagged_handoffs) {
       nodes[handoff.producer].tagged_c = impl.tagged_copies + handoff.offset + handoff.col0 / 2;
@@ -387,11 +388,11 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
                               "the dependency edges", setup.get()));
   // Rounded up to whole 16-byte words: the A loader polls flags four at a time.
   const size_t flag_count = (std::max<int64_t>(impl.schedule.num_flags, 1) + 3) / 4 * 4;
-  LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.flags), flag_count * sizeof(uint32_t),
-                                           impl.device_ordinal, "the tile flags"));
+  LOOM_RETURN_IF_ERROR(
+      AllocateOrExhausted(&impl.flags, flag_count * sizeof(uint32_t), impl.device_ordinal, "the tile flags"));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.flags, 0, flag_count * sizeof(uint32_t), setup.get()));
-  LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.state), sizeof(kernel::LaunchState),
-                                           impl.device_ordinal, "the launch state"));
+  LOOM_RETURN_IF_ERROR(
+      AllocateOrExhausted(&impl.state, sizeof(kernel::LaunchState), impl.device_ordinal, "the launch state"));
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.state, 0, sizeof(kernel::LaunchState), setup.get()));
   LOOM_CUDA_RETURN_IF_ERROR(
       CountedHostAlloc(&impl.timeout_host, sizeof(kernel::DeviceTimeoutRecord), cudaHostAllocMapped));
@@ -423,8 +424,8 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.spin_timeout_ns = static_cast<uint64_t>(impl.options.spin_timeout_ns);
   if (impl.options.trace) {
     const size_t bytes = impl.schedule.queue.size() * impl.schedule.cluster_size * sizeof(kernel::DeviceJobTrace);
-    LOOM_RETURN_IF_ERROR(AllocateOrExhausted(reinterpret_cast<void**>(&impl.trace), bytes, impl.device_ordinal,
-                                             "the job trace (CompileOptions.trace)"));
+    LOOM_RETURN_IF_ERROR(
+        AllocateOrExhausted(&impl.trace, bytes, impl.device_ordinal, "the job trace (CompileOptions.trace)"));
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl.trace, 0, bytes, setup.get()));
   }
   params.trace = impl.trace;
