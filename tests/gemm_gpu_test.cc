@@ -1320,10 +1320,10 @@ INSTANTIATE_TEST_SUITE_P(
 // mma.sync token block), 8 / 9 (one or two token blocks), 15, the paired
 // path's A tiles of 24 and 32 rows (24, 31, 32), m64n32k16's tiles of 40-64
 // rows (40 / 41, 48, 56 / 57, 63), two row blocks of 40 or 48 rows (80 /
-// 81) and the last row before 128 (127). K = 2056 (33 k-blocks, the last one 8 wide):
-// longer than either ring, so every slot is refilled. Plain bf16 output from
-// unpacked weights, and SwiGLU to fp32 from packed ones (N = 778: a ragged
-// last tile and odd out_cols).
+// 81) and the last row before 128 (127). K = 2056 (33 k-blocks, the last
+// one 8 wide): longer than either ring, so every slot is refilled. Plain
+// bf16 output from unpacked weights, and SwiGLU to fp32 from packed ones
+// (N = 778: a ragged last tile and odd out_cols).
 class NarrowRowEdgeTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 TEST_P(NarrowRowEdgeTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();

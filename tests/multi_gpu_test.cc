@@ -53,7 +53,7 @@ class OnDevice {
 // "tiled_split4" 128 tokens, every node split in four: workspace, reduce).
 class SecondGpuTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(SecondGpuTest, PlansOnBothGpusAtOnceMatchTheReference) {
-    CompileOptions options;
+  CompileOptions options;
   int64_t tokens = 300;
   if (GetParam() == "narrow_packed") {
     tokens = 16;
@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SecondGpuTest, ::testing::Values("narrow_packe
 // 1's free memory exactly where it was, as PlanMemoryTest asks of plans on
 // one device; the last launch's outputs must still be right.
 TEST(SecondGpuMemoryTest, PlansFreedWithTheOtherDeviceCurrent) {
-    constexpr int kRounds = 500;
+  constexpr int kRounds = 500;
   absl::StatusOr<Runtime> runtime1 = Runtime::Create(1);
   LOOM_ASSERT_OK(runtime1.status());
   const OnDevice device1(1);
@@ -187,7 +187,7 @@ TEST(SecondGpuMemoryTest, PlansFreedWithTheOtherDeviceCurrent) {
 // accepted once it has, where the two GPUs can reach each other, and then
 // run: x and w zero, y poisoned, y must come back zero.
 TEST(SecondGpuMemoryTest, ViewsOnTheOtherDeviceNeedPeerAccess) {
-    constexpr int64_t kM = 64, kN = 128, kK = 64;
+  constexpr int64_t kM = 64, kN = 128, kK = 64;
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   if (cudaDeviceDisablePeerAccess(1) != cudaSuccess) cudaGetLastError();  // not enabled: nothing to undo
   absl::StatusOr<DeviceBuffer> w = DeviceBuffer::Allocate(kN * kK * 2);

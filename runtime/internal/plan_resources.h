@@ -86,9 +86,10 @@ std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
 // plan then launches NarrowConfig::Instantiation::kTaggedHandoff), each
 // node of at most kTaggedMaxRows rows whose A (bf16 or fp16, as their C) is
 // written whole by its A producers: one whose C is exactly A, or several
-// whose Cs are column slices of it that tile it (each from an even column, each but the last an even
-// number of columns wide, so that no tagged word has two writers), all with
-// jobs and all their 32-column tiles in one wave (at most `grid_ctas`). The
+// whose Cs are column slices of it that tile it (each from an even column,
+// each but the last an even number of columns wide, so that no tagged word
+// has two writers), all with jobs and all their 32-column tiles in one wave
+// (at most `grid_ctas`). The
 // copy is of A (rows of (K + 1) / 2 words), made once for all consumers of
 // the same view; a producer writes one copy only, so a second consumer whose
 // A is another view of the producer's C stays on flags. `words`: the tagged
