@@ -23,6 +23,9 @@ ABSL_FLAG(int, narrow_b_in_flight, 0,
 ABSL_FLAG(int, narrow_consumers, 0,
           "loom: the narrow kernel's consumer warpgroups, 1 or 2 taking the jobs in turn (0: chosen, "
           "CompileOptions::narrow_consumers)");
+ABSL_FLAG(int, narrow_claim_stages, 0,
+          "loom: the narrow kernel's claim pacing: a CTA claims its next job once its B loader has at most this many "
+          "B stages of its last left to issue (0: off; CompileOptions::narrow_claim_stages)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two "
           "row blocks, split rings; CompileOptions::pack_weights)");
@@ -57,6 +60,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.narrow_b_stages = absl::GetFlag(FLAGS_narrow_b_stages);
   options.narrow_b_in_flight = absl::GetFlag(FLAGS_narrow_b_in_flight);
   options.narrow_consumers = absl::GetFlag(FLAGS_narrow_consumers);
+  options.narrow_claim_stages = absl::GetFlag(FLAGS_narrow_claim_stages);
   options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
   options.tagged_handoff = absl::GetFlag(FLAGS_tagged_handoff);
   options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);

@@ -1823,6 +1823,58 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
                                            "ragged_chain25", "ragged_chain65", "random"),
                          [](const auto& info) { return info.param; });
 
+// Claim pacing (CompileOptions::narrow_claim_stages) changes which CTA
+// takes which job and when, never a job's arithmetic: every paced plan
+// writes the unpaced plan's bits, packed or not, and matches the reference,
+// on every CTA and on 16 (where every CTA runs several jobs, so that its
+// scheduler waits for its B loader before most claims). Stages: 1 (a claim
+// at a job's last stage), 4 and 8, and the largest (a claim once a job's
+// first stage is issued). A pacing wait that never ended would time out and
+// fail the run. Cases: each multiply path (mma.sync at 8 rows, paired wgmma
+// at 24, m64n32k16 at 64, two row blocks at 100), the ragged chain and random
+// decode graphs (jobs that wait for producers).
+class NarrowClaimPacingTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowClaimPacingTest, PacedPlansWriteTheUnpacedBits) {
+  LOOM_SKIP_WITHOUT_GPU();
+  const bool random = GetParam() == "random";
+  const int graphs = random ? 6 : 1;
+  constexpr int kFewCtas = 16;
+  Rng rng;
+  for (int i = 0; i < graphs && !HasFailure(); ++i) {
+    SCOPED_TRACE(absl::StrCat("graph ", i));
+    GpuHarness h;
+    SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
+    for (const int ctas : {0, kFewCtas}) {
+      for (const bool packed : {false, true}) {
+        std::optional<Snapshot> unpaced;
+        for (const int stages : {0, 1, 4, 8, kMaxNarrowClaimStages}) {
+          SCOPED_TRACE(absl::StrCat("claims at ", stages, " B stages left, ", packed ? "packed" : "unpacked", ", ",
+                                    ctas == 0 ? std::string("every CTA") : absl::StrCat(ctas, " CTAs")));
+          CompileOptions options = NarrowOptions();
+          options.pack_weights = packed;
+          options.narrow_claim_stages = stages;
+          options.max_clusters = ctas;
+          LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
+          const std::string explain = h.plan().Explain();
+          EXPECT_EQ(explain.find(absl::StrCat("claimed at ", stages, " B stages left")) != std::string::npos,
+                    stages != 0)
+              << explain;
+          ExpectNodesRightAndReplayIdentical(h);
+          if (HasFatalFailure()) return;
+          if (!unpaced.has_value()) {
+            unpaced = TakeSnapshot(h);
+          } else {
+            EXPECT_TRUE(SameBits(h, *unpaced));
+          }
+        }
+      }
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowClaimPacingTest,
+                         ::testing::Values("mlp8", "mlp24", "mlp64", "mlp100", "ragged_chain65", "random"),
+                         [](const auto& info) { return info.param; });
+
 // CompileOptions::tagged_handoff: a node of 1 or 2 rows whose A is
 // another node's output reads it from the producer's tagged copy (polled
 // words of two values and the launch's epoch) instead of through the tile

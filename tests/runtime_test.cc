@@ -1396,6 +1396,32 @@ TEST(RuntimeTest, BadNarrowOptionsAreRefused) {
   EXPECT_NE(plan->Explain().find("B 8 stages of 16384 bytes (7 in flight)"), std::string::npos) << plan->Explain();
 }
 
+// Claim pacing is the narrow kernel's: a narrow plan says it paces, at the
+// value given (the largest too), and neither says so without it; a tiled
+// plan takes the option and ignores it.
+TEST(RuntimeTest, NarrowClaimPacingIsExplained) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  constexpr char kPaced[] = ", next job claimed at";
+  absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(16));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
+  EXPECT_EQ(plan->Explain().find(kPaced), std::string::npos) << plan->Explain();
+  for (const int stages : {1, 8, kMaxNarrowClaimStages}) {
+    CompileOptions options;
+    options.narrow_claim_stages = stages;
+    plan = runtime.Compile(DecodePair(16), options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_NE(plan->Explain().find(absl::StrFormat("%s %d B stages left\n", kPaced, stages)), std::string::npos)
+        << plan->Explain();
+  }
+  CompileOptions options;
+  options.narrow_claim_stages = 8;
+  plan = runtime.Compile(OneGemm(), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->kernel(), KernelChoice::kTiled);
+  EXPECT_EQ(plan->Explain().find(kPaced), std::string::npos) << plan->Explain();
+}
+
 TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions lockstep;
@@ -1452,11 +1478,15 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
       {[](CompileOptions& o) { o.narrow_b_stages = 17; }, {"narrow_b_stages: 17", "[2, 16]"}},
       {[](CompileOptions& o) { o.narrow_consumers = 3; }, {"narrow_consumers: 3", "[0, 2]"}},
       {[](CompileOptions& o) { o.narrow_consumers = -1; }, {"narrow_consumers: -1", "[0, 2]"}},
+      {[](CompileOptions& o) { o.narrow_claim_stages = -8; }, {"narrow_claim_stages: -8", "[0, 4096]"}},
       // Each range's first value outside it (the cases above are far
       // outside).
       {[](CompileOptions& o) { o.spin_timeout_ns = kMaxSpinTimeoutNs + 1; },
        {"spin_timeout_ns: 1152921504606846977", "[1, 1152921504606846976]"}},
       {[](CompileOptions& o) { o.narrow_b_in_flight = 16; }, {"narrow_b_in_flight: 16", "[0, 15]"}},
+      {[](CompileOptions& o) { o.narrow_claim_stages = -1; }, {"narrow_claim_stages: -1", "[0, 4096]"}},
+      {[](CompileOptions& o) { o.narrow_claim_stages = kMaxNarrowClaimStages + 1; },
+       {"narrow_claim_stages: 4097", "[0, 4096]"}},
       {[](CompileOptions& o) { o.split_k = 257; }, {"CompileOptions.split_k must be in [0, 256]", "got 257"}},
       // Checked by the scheduler, whose options carry the same names; the
       // message names CompileOptions.

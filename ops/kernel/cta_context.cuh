@@ -116,6 +116,7 @@ struct CtaContext {
   // RunScheduler): no time limit, as for the rings. At cluster scope where
   // the peer wrote shared memory with generic stores before arriving (the
   // scheduler's wait for the releases of a slot that spans the cluster).
+  static constexpr bool kPacesClaims = false;  // claim pacing is the narrow kernel's (RunScheduler)
   __device__ void WaitJobSlot(uint64_t* barrier, uint32_t parity, bool cluster_scope) const {
     if (cluster_scope) {
       WaitPhaseCluster(barrier, parity);

@@ -263,7 +263,9 @@ struct LaunchState {
 enum class WaitKind : int32_t {
   kNone = 0,
   kDependencyFlag = 1,
-  kHeldJobInputs = 2,  // the scheduler, holding back until its last job's inputs are ready
+  // The scheduler, holding back until its last job's inputs are ready (and,
+  // with claim pacing, its B loader near that job's end).
+  kHeldJobInputs = 2,
   kFirstFetches = 3,   // the scheduler, before its second fetch, for every scheduler's first
   // Not a wait: a consumer was handed a job the launched kernel has no path
   // for (a loom bug; the narrow kernel's PassOverJob), reported the same way.
@@ -327,6 +329,10 @@ struct KernelParams {
   // KernelConfig::kFirstFetchSpreadCycles where sched::IdleClustersAtLaunch
   // is above 0).
   uint32_t first_fetch_spread_cycles;
+  // Narrow kernel (CompileOptions::narrow_claim_stages): 0, or the scheduler
+  // claims its next job only once the B loader has at most this many stages
+  // of the last claimed job left to issue (NarrowContext::LoaderNear).
+  int32_t claim_stages;
 };
 
 }  // namespace loom::kernel

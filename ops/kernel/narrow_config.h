@@ -242,6 +242,10 @@ struct NarrowBarriers {
   // once `epoch` is written.
   uint64_t epoch_ready;
   uint32_t epoch;
+  // Claim pacing (KernelParams::claim_stages): the last job of which the B
+  // loader has at most claim_stages stages left to issue, written by the B
+  // loader, read by the scheduler thread (NarrowContext::LoaderNear).
+  int32_t b_loader_near;
 };
 
 // Byte offsets into the dynamic shared memory of one CTA.

@@ -94,6 +94,34 @@ struct NarrowContext {
   // after a time-out (a role whose bounded wait gives up drains: the top of
   // this file). No clusters here: the scope argument is always false.
   __device__ void WaitJobSlot(uint64_t* barrier, uint32_t parity, bool) const { WaitPhase(barrier, parity); }
+  // Claim pacing (KernelParams::claim_stages; RunScheduler): whether the
+  // scheduler may claim the job after `job`, its last: the B loader has
+  // issued all but at most claim_stages stages of `job`, so that the claim
+  // lands a little before the loader needs it rather than a whole job
+  // ahead. The B loader never passes the last claimed job, so the word
+  // cannot move past `job` before the next claim; it is a hint that orders
+  // nothing (volatile shared words). Every narrow job has at least one
+  // k-block (Compile keeps nodes with K = 0 off this kernel), so the loader
+  // writes it for every job.
+  static constexpr bool kPacesClaims = true;
+  __device__ bool LoaderNear(int job) const {
+    return params.claim_stages == 0 || *reinterpret_cast<const volatile int32_t*>(&barriers->b_loader_near) == job;
+  }
+  // Set by the scheduler thread before it posts its first job (so before
+  // the B loader can write it). NOTE: made in InitNarrowBarriers instead,
+  // the store alone made ptxas spill more in eight of the kernels (8 / 24
+  // bytes instead of 4 / 8 in four, 4 / 8 instead of none in four).
+  __device__ void ResetLoaderNear() const { *reinterpret_cast<volatile int32_t*>(&barriers->b_loader_near) = -1; }
+  // What the B loader tells LoaderNear after each stage it issues for job
+  // `job`, `k_blocks_left` of whose k-blocks are still to come: one
+  // predicated shared store and no state carried through its loop. (A
+  // count of stages left stored on every stage made the two-consumer
+  // kernels spill 8 / 24 bytes instead of 4 / 8: bench/NOTES.md v1.95.)
+  __device__ void LoaderNearing(int job, int k_blocks_left) const {
+    if (k_blocks_left <= params.claim_stages * NarrowConfig::kKBlocksPerStage) {
+      *reinterpret_cast<volatile int32_t*>(&barriers->b_loader_near) = job;
+    }
+  }
 
   // Waits until the launch before this one on the stream has ended and its
   // writes are visible, then reads this launch's epoch. Every role calls it

@@ -408,6 +408,7 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
       }
       ++in_flight;
       ring.Advance(ctx.params.b_stages);
+      ctx.LoaderNearing(index, job.k_block_end - kb_end);
     }
   }
 }

@@ -60,6 +60,7 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch, uint32_t dy
   const uint32_t slots_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.job_slots));
   const uint32_t full_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.barriers->job_full));
   int last = -1;  // the last job fetched
+  if constexpr (Ctx::kPacesClaims) ctx.ResetLoaderNear();
   for (;;) {
     // Cluster scope only where the slots span a cluster (JobStream::Next).
     ctx.WaitJobSlot(&ctx.barriers->job_empty[slot.stage], slot.phase ^ 1, Ctx::Config::kJobSlotsAcrossCluster);
@@ -77,6 +78,21 @@ __device__ inline void RunScheduler(const Ctx& ctx, int first_fetch, uint32_t dy
             return false;
           },
           WaitKind::kHeldJobInputs, last);
+      // Claim pacing (the narrow kernel's, NarrowContext::LoaderNear): and
+      // until this CTA's B loader nears the last job's end. A wait on this
+      // CTA's own loader, which never waits for a claim, so it always ends;
+      // bounded by the watchdog like the wait above all the same. NOTE: a
+      // separate wait, not folded into the one above: that changed the tiled
+      // kernels' register allocation.
+      if constexpr (Ctx::kPacesClaims) {
+        ctx.watchdog.SpinUntil(
+            [&] {
+              if (ctx.LoaderNear(last)) return true;
+              __nanosleep(64);
+              return false;
+            },
+            WaitKind::kHeldJobInputs, last);
+      }
     }
     if (await_first_fetches != 0 && first_fetch < 0) {
       ctx.watchdog.SpinUntil([&] { return ptx::ld_volatile(&ctx.params.state->cursor) >= await_first_fetches; },

@@ -206,6 +206,10 @@ absl::Status CheckOptions(const CompileOptions& options) {
     return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_b_in_flight: %d is outside [0, %d]",
                                                       options.narrow_b_in_flight, NarrowConfig::kMaxBStages - 1));
   }
+  if (options.narrow_claim_stages < 0 || options.narrow_claim_stages > kMaxNarrowClaimStages) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_claim_stages: %d is outside [0, %d]",
+                                                      options.narrow_claim_stages, kMaxNarrowClaimStages));
+  }
   if (options.narrow_consumers < 0 || options.narrow_consumers > NarrowConfig::kMaxConsumerWarpgroups) {
     return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_consumers: %d is outside [0, %d]",
                                                       options.narrow_consumers,

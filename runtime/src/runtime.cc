@@ -493,10 +493,13 @@ std::string Plan::Explain() const {
   if (impl_->narrow) {
     return absl::StrFormat(
                "device: %s, narrow decode kernel (%d x %d tiles over the whole of K), %d CTAs of %d consumer "
-               "warpgroup%s, rings: A %d stages of %d bytes, B %d stages of %d bytes (%d in flight)\n",
+               "warpgroup%s, rings: A %d stages of %d bytes, B %d stages of %d bytes (%d in flight)%s\n",
                impl_->device.name, impl_->schedule.tile.m, NarrowConfig::kBlockN, impl_->grid_clusters,
                impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s", impl_->a_stages,
-               impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes, impl_->b_in_flight) +
+               impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes, impl_->b_in_flight,
+               impl_->options.narrow_claim_stages == 0
+                   ? ""
+                   : absl::StrFormat(", next job claimed at %d B stages left", impl_->options.narrow_claim_stages)) +
            ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes)) + ExplainPackedWeights(*impl_) +
            ExplainTaggedHandoffs(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
   }

@@ -24,6 +24,7 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
     options.narrow_b_stages = Pick(rng, {-1, 0, 1, 2, 5, 16, 17});
     options.narrow_b_in_flight = Pick(rng, {-1, 0, 1, 2, 3, 15, 20});
     options.narrow_consumers = Pick(rng, {-1, 0, 1, 2, 3});
+    options.narrow_claim_stages = Pick(rng, {-1, 0, 1, 8, kMaxNarrowClaimStages, kMaxNarrowClaimStages + 1});
     options.spin_timeout_ns = Pick<int64_t>(rng, {-5, 0, 1, 2'000'000'000, kMaxSpinTimeoutNs, int64_t{1} << 62});
   } else {
     options.a_stages = Pick(rng, {0, 0, 2, 3, 4, 5, 7});
@@ -37,6 +38,7 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
     options.narrow_b_stages = Pick(rng, {0, 0, 4, 8});
     options.narrow_b_in_flight = Pick(rng, {0, 0, 1, 3});
     options.narrow_consumers = Pick(rng, {0, 0, 1, 2});
+    options.narrow_claim_stages = Pick(rng, {0, 0, 1, 4, 8, kMaxNarrowClaimStages});
   }
   options.reduce_in_parts = !OneIn(rng, 3);
   options.sum_in_last_split = !OneIn(rng, 3);
@@ -51,14 +53,14 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
 std::string DescribeOptions(const CompileOptions& options) {
   return absl::StrFormat(
       "kernel %s, ring %s, stages %d/%d, max_clusters %d, split_k %d, tile_n %d, group %d, reduce in parts %d of "
-      "%d rows, last split sums %d (extra %d), narrow stages %d/%d, %d in flight, %d consumers, pack %d, tagged %d, "
+      "%d rows, last split sums %d (extra %d), narrow stages %d/%d, %d in flight, %d consumers, claim at %d, pack %d, tagged %d, "
       "overlap %d, timeout %d ns, trace %d",
       AbslUnparseFlag(options.kernel), options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
       options.a_stages, options.b_stages, options.max_clusters, options.split_k, options.tile_n, options.group_size,
       options.reduce_in_parts, options.reduce_part_rows, options.sum_in_last_split,
       options.last_split_extra_k_blocks, options.narrow_a_stages,
       options.narrow_b_stages,
-      options.narrow_b_in_flight, options.narrow_consumers, options.pack_weights, options.tagged_handoff,
+      options.narrow_b_in_flight, options.narrow_consumers, options.narrow_claim_stages, options.pack_weights, options.tagged_handoff,
       options.overlap_launches, options.spin_timeout_ns, options.trace);
 }
 

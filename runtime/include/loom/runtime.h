@@ -83,6 +83,11 @@ enum class KernelChoice {
 bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* error);
 std::string AbslUnparseFlag(KernelChoice choice);
 
+// The largest CompileOptions::narrow_claim_stages: a whole job's B stages
+// at K = 2^20 (a value past a job's stages paces its claim to the job's
+// first stage).
+inline constexpr int kMaxNarrowClaimStages = 4096;
+
 // The longest CompileOptions::spin_timeout_ns (2^60 ns, ~36 years): the
 // device computes four times it (kernel::WaitLimitNs), and the time waited,
 // in unsigned 64 bits.
@@ -156,6 +161,17 @@ struct CompileOptions {
   // node reads another's output (a chain of decode layers: one job a CTA a
   // layer, nothing to overlap), else 1.
   int narrow_consumers = 0;
+  // Claim pacing on the narrow kernel: 0 (off: each CTA claims its next job
+  // from the queue as soon as one of its two job slots frees, about a whole
+  // job before it can start it), or a CTA claims its next job only once its
+  // B loader has at most this many B stages (four k-blocks each) of its
+  // last claimed job left to issue, so that the queue's last jobs go to the
+  // CTAs that will start them first. Measured on an H100 (bench/NOTES.md
+  // v1.95-v1.96), 8 against 0: the 8-layer 4096 chain at one token ~1.7 us
+  // faster, the MLP block 4096/14336 at 64 tokens ~0.5 us faster, the
+  // chain at 64 tokens ~0.7 us slower; 4 makes that chain ~6 us slower.
+  // 0 to kMaxNarrowClaimStages; does not apply on the tiled kernel.
+  int narrow_claim_stages = 0;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
   // copy a ring stage instead of a tensor load. On the narrow kernel, at 1
