@@ -100,7 +100,7 @@ struct NarrowContext {
   // lands a little before the loader needs it rather than a whole job
   // ahead. The B loader never passes the last claimed job, so the word
   // cannot move past `job` before the next claim; it is a hint that orders
-  // nothing (volatile shared words). Every narrow job has at least one
+  // nothing (a volatile shared word). Every narrow job has at least one
   // k-block (Compile keeps nodes with K = 0 off this kernel), so the loader
   // writes it for every job.
   static constexpr bool kPacesClaims = true;
