@@ -1763,42 +1763,39 @@ INSTANTIATE_TEST_SUITE_P(Graphs, TiledPackedWeightsTest,
                                            "random400"),
                          [](const auto& info) { return info.param; });
 
-// One consumer warpgroup or two taking the jobs in turn
-// (CompileOptions::narrow_consumers): each job is the same code, summed in
-// the same order, on whichever warpgroup, so both plans write the same bits,
-// packed or not, and each matches the reference. Cases: every multiply path
-// (mma.sync at 8 rows, paired wgmma at 24, m64n32k16 at 64; the first two
-// in fp16 too), the ragged chain and random decode graphs (dependencies
-// between jobs the two warpgroups share). Each on every CTA the GPU holds and
-// on 16 (CompileOptions::max_clusters): a CTA's first job is its first
-// warpgroup's, and these graphs have at most ~160 jobs, so only a grid of 16
-// has every CTA run several, in turns, on both warpgroups (their partials
-// buffers, named barriers and turn barriers).
-class NarrowConsumersTest : public ::testing::TestWithParam<std::string> {};
-TEST_P(NarrowConsumersTest, OneAndTwoWarpgroupsWriteTheSameBits) {
-  LOOM_SKIP_WITHOUT_GPU();
-  const bool random = GetParam() == "random";
+// Runs case `which` (BuildPackedCase; six random graphs for "random") on
+// the narrow kernel once for each of `variants` (NarrowOptions() changed by
+// each), packed and unpacked, on every CTA the GPU holds and on 16
+// (CompileOptions::max_clusters: the cases have at most ~160 jobs, so only a
+// grid of 16 has every CTA run several). Each run's nodes must match the
+// reference and its replay write the same bits, every run of a graph must
+// write its first run's bits, and `check_explain(variant, Explain())` must
+// hold. For options that change which warpgroup, CTA or moment runs a job,
+// never the job's arithmetic.
+void ExpectNarrowVariantsWriteTheSameBits(
+    const std::string& which, const std::vector<std::function<void(CompileOptions&)>>& variants,
+    const std::function<void(size_t variant, const std::string& explain)>& check_explain) {
+  const bool random = which == "random";
   const int graphs = random ? 6 : 1;
   constexpr int kFewCtas = 16;
   Rng rng;
-  for (int i = 0; i < graphs && !HasFailure(); ++i) {
+  for (int i = 0; i < graphs && !::testing::Test::HasFailure(); ++i) {
     SCOPED_TRACE(absl::StrCat("graph ", i));
     GpuHarness h;
-    SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
+    SCOPED_TRACE(BuildPackedCase(which, h, rng));
     std::optional<Snapshot> first;
     for (const int ctas : {0, kFewCtas}) {
       for (const bool packed : {false, true}) {
-        for (const int consumers : {1, 2}) {
-          SCOPED_TRACE(absl::StrCat(consumers, " consumer warpgroups, ", packed ? "packed" : "unpacked", ", ",
+        for (size_t v = 0; v < variants.size(); ++v) {
+          SCOPED_TRACE(absl::StrCat("variant ", v, ", ", packed ? "packed" : "unpacked", ", ",
                                     ctas == 0 ? std::string("every CTA") : absl::StrCat(ctas, " CTAs")));
           CompileOptions options = NarrowOptions();
           options.pack_weights = packed;
-          options.narrow_consumers = consumers;
           options.max_clusters = ctas;
+          variants[v](options);
           LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
           const std::string explain = h.plan().Explain();
-          EXPECT_NE(explain.find(absl::StrCat("CTAs of ", consumers, " consumer warpgroup")), std::string::npos)
-              << explain;
+          check_explain(v, explain);
           if (ctas != 0) {
             ASSERT_EQ(h.plan().grid_clusters(), kFewCtas);
             // Every CTA runs three jobs or more on average (random graphs may be smaller).
@@ -1807,7 +1804,7 @@ TEST_P(NarrowConsumersTest, OneAndTwoWarpgroupsWriteTheSameBits) {
             }
           }
           ExpectNodesRightAndReplayIdentical(h);
-          if (HasFatalFailure()) return;
+          if (::testing::Test::HasFatalFailure()) return;
           if (!first.has_value()) {
             first = TakeSnapshot(h);
           } else {
@@ -1818,6 +1815,29 @@ TEST_P(NarrowConsumersTest, OneAndTwoWarpgroupsWriteTheSameBits) {
     }
   }
 }
+
+// One consumer warpgroup or two taking the jobs in turn
+// (CompileOptions::narrow_consumers): each job is the same code, summed in
+// the same order, on whichever warpgroup, so both plans write the same bits,
+// packed or not, and each matches the reference. Cases: every multiply path
+// (mma.sync at 8 rows, paired wgmma at 24, m64n32k16 at 64; the first two
+// in fp16 too), the ragged chain and random decode graphs (dependencies
+// between jobs the two warpgroups share). A CTA's first job is its first
+// warpgroup's, so only the grid of 16 has every CTA run jobs in turns on
+// both warpgroups (their partials buffers, named barriers and turn
+// barriers).
+class NarrowConsumersTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowConsumersTest, OneAndTwoWarpgroupsWriteTheSameBits) {
+  LOOM_SKIP_WITHOUT_GPU();
+  static constexpr int kConsumers[] = {1, 2};
+  ExpectNarrowVariantsWriteTheSameBits(
+      GetParam(), {[](CompileOptions& o) { o.narrow_consumers = kConsumers[0]; },
+                   [](CompileOptions& o) { o.narrow_consumers = kConsumers[1]; }},
+      [&](size_t v, const std::string& explain) {
+        EXPECT_NE(explain.find(absl::StrCat("CTAs of ", kConsumers[v], " consumer warpgroup")), std::string::npos)
+            << explain;
+      });
+}
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
                          ::testing::Values("mlp8", "mlp24", "mlp64", "mlp100", "mlp8_fp16", "mlp24_fp16",
                                            "ragged_chain25", "ragged_chain65", "random"),
@@ -1825,51 +1845,25 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowConsumersTest,
 
 // Claim pacing (CompileOptions::narrow_claim_stages) changes which CTA
 // takes which job and when, never a job's arithmetic: every paced plan
-// writes the unpaced plan's bits, packed or not, and matches the reference,
-// on every CTA and on 16 (where every CTA runs several jobs, so that its
-// scheduler waits for its B loader before most claims). Stages: 1 (a claim
-// at a job's last stage), 4 and 8, and the largest (a claim once a job's
-// first stage is issued). A pacing wait that never ended would time out and
-// fail the run. Cases: each multiply path (mma.sync at 8 rows, paired wgmma
-// at 24, m64n32k16 at 64, two row blocks at 100), the ragged chain and random
-// decode graphs (jobs that wait for producers).
+// writes the unpaced plan's bits, packed or not, and matches the reference;
+// on the grid of 16 every CTA's scheduler waits for its B loader before
+// most claims. Stages: 1 (a claim at a job's last stage), 4 and 8, and the
+// largest (a claim once a job's first stage is issued). A pacing wait that
+// never ended would time out and fail the run. Cases: each multiply path
+// (mma.sync at 8 rows, paired wgmma at 24, m64n32k16 at 64, two row blocks
+// at 100), the ragged chain and random decode graphs (jobs that wait for
+// producers).
 class NarrowClaimPacingTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(NarrowClaimPacingTest, PacedPlansWriteTheUnpacedBits) {
   LOOM_SKIP_WITHOUT_GPU();
-  const bool random = GetParam() == "random";
-  const int graphs = random ? 6 : 1;
-  constexpr int kFewCtas = 16;
-  Rng rng;
-  for (int i = 0; i < graphs && !HasFailure(); ++i) {
-    SCOPED_TRACE(absl::StrCat("graph ", i));
-    GpuHarness h;
-    SCOPED_TRACE(BuildPackedCase(GetParam(), h, rng));
-    for (const int ctas : {0, kFewCtas}) {
-      for (const bool packed : {false, true}) {
-        std::optional<Snapshot> unpaced;
-        for (const int stages : {0, 1, 4, 8, kMaxNarrowClaimStages}) {
-          SCOPED_TRACE(absl::StrCat("claims at ", stages, " B stages left, ", packed ? "packed" : "unpacked", ", ",
-                                    ctas == 0 ? std::string("every CTA") : absl::StrCat(ctas, " CTAs")));
-          CompileOptions options = NarrowOptions();
-          options.pack_weights = packed;
-          options.narrow_claim_stages = stages;
-          options.max_clusters = ctas;
-          LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
-          const std::string explain = h.plan().Explain();
-          EXPECT_EQ(explain.find(absl::StrCat("claimed at ", stages, " B stages left")) != std::string::npos,
-                    stages != 0)
-              << explain;
-          ExpectNodesRightAndReplayIdentical(h);
-          if (HasFatalFailure()) return;
-          if (!unpaced.has_value()) {
-            unpaced = TakeSnapshot(h);
-          } else {
-            EXPECT_TRUE(SameBits(h, *unpaced));
-          }
-        }
-      }
-    }
-  }
+  static constexpr int kStages[] = {0, 1, 4, 8, kMaxNarrowClaimStages};
+  std::vector<std::function<void(CompileOptions&)>> variants;
+  for (const int stages : kStages) variants.push_back([stages](CompileOptions& o) { o.narrow_claim_stages = stages; });
+  ExpectNarrowVariantsWriteTheSameBits(GetParam(), variants, [&](size_t v, const std::string& explain) {
+    EXPECT_EQ(explain.find(absl::StrCat("claimed at ", kStages[v], " B stages left")) != std::string::npos,
+              kStages[v] != 0)
+        << explain;
+  });
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowClaimPacingTest,
                          ::testing::Values("mlp8", "mlp24", "mlp64", "mlp100", "ragged_chain65", "random"),
