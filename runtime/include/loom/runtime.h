@@ -167,9 +167,10 @@ struct CompileOptions {
   // B loader has at most this many B stages (four k-blocks each) of its
   // last claimed job left to issue, so that the queue's last jobs go to the
   // CTAs that will start them first. Measured on an H100 (bench/NOTES.md
-  // v1.95-v1.96), 8 against 0: the 8-layer 4096 chain at one token ~1.7 us
-  // faster, the MLP block 4096/14336 at 64 tokens ~0.5 us faster, the
-  // chain at 64 tokens ~0.7 us slower; 4 makes that chain ~6 us slower.
+  // v1.95-v1.96), 8 against 0 in one binary: the 8-layer 4096 chain at one
+  // token ~1.7 us faster, the MLP block 4096/14336 at 1-64 tokens ~0.4 us
+  // faster, the chain at 64 tokens ~0.5 us slower; 4 makes that chain ~6 us
+  // slower. Not yet measured on an H200.
   // 0 to kMaxNarrowClaimStages; does not apply on the tiled kernel.
   int narrow_claim_stages = 0;
   // The kernel reads each node's B (the weights) from a copy the plan makes
