@@ -885,9 +885,9 @@ TEST(GraphSoakTest, RandomGraphsReplayedWithoutLeaks) {
   };
   // Warm-up (see kLeakSlackBytes): the same graphs once before, so that
   // every kernel they launch is loaded then. (With an MLP block as the only
-  // warm-up, the soak lost 4 MiB on an H100 in session 87 with two seeds,
-  // and nothing with CUDA_MODULE_LOADING=EAGER or on its second
-  // repetition: a kernel loaded lazily during the soak.)
+  // warm-up, the soak lost 4 MiB on an H100 with two seeds, and nothing
+  // with CUDA_MODULE_LOADING=EAGER or on its second repetition: a kernel
+  // loaded lazily during the soak; bench/NOTES.md v1.96.)
   soak();
   if (HasFailure()) return;
   const FreeMemory free = FreeMemoryAround("the soak", soak);
