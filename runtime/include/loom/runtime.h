@@ -167,8 +167,8 @@ struct CompileOptions {
   // B loader has at most this many B stages (four k-blocks each) of its
   // last claimed job left to issue, so that the queue's last jobs go to the
   // CTAs that will start them first. Measured on H100s (bench/NOTES.md
-  // v1.95-v1.98), 8 against 0 in one binary: the 8-layer 4096 chain at one
-  // token ~1.5-1.7 us faster, the MLP block 4096/14336 at 1-64 tokens 0-1.5
+  // v1.95-v1.99), 8 against 0 in one binary: the 8-layer 4096 chain at one
+  // token ~1.5-1.7 us faster, the MLP block 4096/14336 at 1-64 tokens 0-1.8
   // us faster, the chain at 64 tokens level to ~0.5 us slower, by card; 4
   // makes that chain ~6 us slower. Not yet measured on an H200. 0 to
   // kMaxNarrowClaimStages; does not apply on the tiled kernel.
