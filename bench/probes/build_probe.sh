@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds a timing build of loom_graph_bench: main's HEAD with one probe diff
+# of this folder applied, in a git worktree of its own, so the probe never
+# touches main's kernels. Timing builds give wrong results on purpose (their
+# checks fail); they exist to time one change (bench/NOTES.md names each).
+#   usage: bench/probes/build_probe.sh NAME [DEST]
+#   NAME: a diff here, without .diff:
+#     half_a  every narrow A stage loads half its rows (the "XAR" builds of
+#             bench/NOTES.md v1.92-v1.99: do A's bytes bound the 64-token block?)
+#   DEST:   where the binary goes, as DEST/lgb-NAME (default: build)
+# Takes ~6 minutes on this repository's two-core machines.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+name=${1:?usage: build_probe.sh NAME [DEST]}
+dest=${2:-build}
+diff=$PWD/bench/probes/$name.diff
+[ -f "$diff" ] || { echo "no probe diff $diff" >&2; exit 2; }
+tree=/tmp/loom-probe-$name
+export PATH=/usr/local/cuda/bin:$PATH
+if [ ! -d "$tree" ]; then
+  git worktree add -q --detach "$tree" HEAD
+  git -C "$tree" apply "$diff"
+fi
+cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_DEMOS=OFF >/dev/null
+ninja -C "$tree/build" bench/loom_graph_bench
+mkdir -p "$dest"
+cp "$tree/build/bench/loom_graph_bench" "$dest/lgb-$name"
+echo "built $dest/lgb-$name (main $(git rev-parse --short HEAD) + $name.diff)"
