@@ -8,7 +8,8 @@
 #     half_a  every narrow A stage loads half its rows (the "XAR" builds of
 #             bench/NOTES.md v1.92-v1.99: do A's bytes bound the 64-token block?)
 #   DEST:   where the binary goes, as DEST/lgb-NAME (default: build)
-# Takes ~6 minutes on this repository's two-core machines.
+# Takes ~6 minutes on this repository's two-core machines; time_in_turns.sh
+# here times the builds against main on the device.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=${1:?usage: build_probe.sh NAME [DEST]}
