@@ -6,7 +6,8 @@
 #   usage: bench/probes/build_probe.sh NAME [DEST]
 #   NAME: a diff here, without .diff:
 #     half_a  every narrow A stage loads half its rows (the "XAR" builds of
-#             bench/NOTES.md v1.92-v1.99: do A's bytes bound the 64-token block?)
+#             bench/NOTES.md v1.92-v1.99: do A's bytes bound the 64-token block?
+#             meant for 33-64 rows; smaller row tiles were never timed with it)
 #   DEST:   where the binary goes, as DEST/lgb-NAME (default: build)
 # Takes ~6 minutes on this repository's two-core machines; time_in_turns.sh
 # here times the builds against main on the device.
@@ -18,6 +19,9 @@ diff=$PWD/bench/probes/$name.diff
 [ -f "$diff" ] || { echo "no probe diff $diff" >&2; exit 2; }
 tree=/tmp/loom-probe-$name
 export PATH=/usr/local/cuda/bin:$PATH
+if [ -d "$tree" ] && [ "$(git -C "$tree" rev-parse HEAD)" != "$(git rev-parse HEAD)" ]; then
+  git worktree remove --force "$tree"  # an older HEAD's: rebuilt from this one
+fi
 if [ ! -d "$tree" ]; then
   git worktree add -q --detach "$tree" HEAD
   git -C "$tree" apply "$diff"
@@ -27,4 +31,4 @@ cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CU
 ninja -C "$tree/build" bench/loom_graph_bench
 mkdir -p "$dest"
 cp "$tree/build/bench/loom_graph_bench" "$dest/lgb-$name"
-echo "built $dest/lgb-$name (main $(git rev-parse --short HEAD) + $name.diff)"
+echo "built $dest/lgb-$name (main $(git -C "$tree" rev-parse --short HEAD) + $name.diff)"
