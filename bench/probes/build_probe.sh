@@ -8,13 +8,15 @@
 #     half_a  every narrow A stage loads half its rows (the "XAR" builds of
 #             bench/NOTES.md v1.92-v1.99: do A's bytes bound the 64-token block?
 #             meant for 33-64 rows; smaller row tiles were never timed with it)
-#   DEST:   where the binary goes, as DEST/lgb-NAME (default: build)
+#   DEST:   where the binary goes, as DEST/loom_graph_bench-NAME (default:
+#           .device-carry, after bench/pack_for_h200.sh has filled it: the
+#           probe links the libraries that script bundles for main's bench)
 # Takes ~6 minutes on this repository's two-core machines; time_in_turns.sh
 # here times the builds against main on the device.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=${1:?usage: build_probe.sh NAME [DEST]}
-dest=${2:-build}
+dest=${2:-.device-carry}
 diff=$PWD/bench/probes/$name.diff
 [ -f "$diff" ] || { echo "no probe diff $diff" >&2; exit 2; }
 tree=/tmp/loom-probe-$name
@@ -30,5 +32,5 @@ cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CU
   -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_DEMOS=OFF >/dev/null
 ninja -C "$tree/build" bench/loom_graph_bench
 mkdir -p "$dest"
-cp "$tree/build/bench/loom_graph_bench" "$dest/lgb-$name"
-echo "built $dest/lgb-$name (main $(git -C "$tree" rev-parse --short HEAD) + $name.diff)"
+cp "$tree/build/bench/loom_graph_bench" "$dest/loom_graph_bench-$name"
+echo "built $dest/loom_graph_bench-$name (main $(git -C "$tree" rev-parse --short HEAD) + $name.diff)"
