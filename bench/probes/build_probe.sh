@@ -8,6 +8,9 @@
 #     half_a  every narrow A stage loads half its rows (the "XAR" builds of
 #             bench/NOTES.md v1.92-v1.99: do A's bytes bound the 64-token block?
 #             meant for 33-64 rows; smaller row tiles were never timed with it)
+#     half_a_down, half_a_gateup
+#             the same for one node of the MLP block only: the down
+#             projection (K past 8192: XARD) or gate/up (XARG)
 #   DEST:   where the binary goes, as DEST/loom_graph_bench-NAME (default:
 #           .device-carry, after bench/pack_for_h200.sh has filled it: the
 #           probe links the libraries that script bundles for main's bench)
