@@ -26,6 +26,9 @@ ABSL_FLAG(int, narrow_consumers, 0,
 ABSL_FLAG(int, narrow_claim_stages, 0,
           "loom: the narrow kernel's claim pacing: a CTA claims its next job once its B loader has at most this many "
           "B stages of its last left to issue (0: off; CompileOptions::narrow_claim_stages)");
+ABSL_FLAG(bool, narrow_pair_split, false,
+          "loom: the narrow kernel at 33-64 rows runs 64-column tiles over each half of K, the second half "
+          "summing (CompileOptions::narrow_pair_split)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two "
           "row blocks, split rings; CompileOptions::pack_weights)");
@@ -61,6 +64,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.narrow_b_in_flight = absl::GetFlag(FLAGS_narrow_b_in_flight);
   options.narrow_consumers = absl::GetFlag(FLAGS_narrow_consumers);
   options.narrow_claim_stages = absl::GetFlag(FLAGS_narrow_claim_stages);
+  options.narrow_pair_split = absl::GetFlag(FLAGS_narrow_pair_split);
   options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
   options.tagged_handoff = absl::GetFlag(FLAGS_tagged_handoff);
   options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);

@@ -1675,6 +1675,24 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     BuildRandomGraph(graph, rng);
     return graph.description();
   }
+  if (numbered && kind == "pair_chain") {
+    // For the pair split: K of 1480 (24 k-blocks, halves of 12; the last
+    // k-block past K, no k-block maps), a bias and GELU; then N of 200
+    // (three 64-column tiles and one of 8), a bias, a residual, fp32 out.
+    h.Input("x", kBF16, rows, 1480, rng);
+    h.Input("W1", kBF16, 1024, 1480, rng);
+    h.Input("bias1", kBF16, 1, 1024, rng);
+    h.Input("W2", kBF16, 200, 1024, rng);
+    h.Input("bias2", kFP32, 1, 200, rng);
+    h.Input("residual", kBF16, rows, 200, rng);
+    h.Output("h1", kBF16, rows, 1024);
+    h.Output("y", kFP32, rows, 200);
+    h.Build([](const auto& t, GemmGraph& g) {
+      g.AddGemm("layer1", t("x"), t("W1"), t("h1"), {.activation = Activation::kGELU, .bias = t("bias1")});
+      g.AddGemm("layer2", t("h1"), t("W2"), t("y"), {.bias = t("bias2"), .residual = t("residual")});
+    });
+    return which;
+  }
   if (numbered && kind == "odd_chain") {
     // Odd widths: the second layer's K (333) ends in half a column pair.
     h.Input("x", kBF16, rows, 200, rng);
@@ -1869,6 +1887,46 @@ TEST_P(NarrowClaimPacingTest, PacedPlansWriteTheUnpacedBits) {
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowClaimPacingTest,
                          ::testing::Values("mlp8", "mlp24", "mlp64", "mlp100", "ragged_chain65", "random"),
+                         [](const auto& info) { return info.param; });
+
+// The pair split (CompileOptions::narrow_pair_split): 64-column tiles over
+// each half of K, the second half adding the first's partial sums (through
+// the workspace) before the epilogue. It sums in another order than the
+// 32-column tiles over the whole of K, so each plan is checked against the
+// reference node by node; and with one consumer warpgroup or two, packed
+// or not, on every CTA or on 16, every plan must write the same bits (a
+// job is the same arithmetic wherever it runs, the halves added in a fixed
+// order) and replay them. Cases: the MLP block at 33, 48 and 64 tokens
+// (the SwiGLU node's 64-column tiles are 32 output columns, whose flags the
+// down projection's A loader waits for), at 64 in fp16; the pair chain
+// (K = 1480, no k-block maps, the last k-block in part; a bias, GELU; then
+// a ragged 64-column tile, a bias, a residual, fp32 out); the 8-layer
+// chain at 64 tokens.
+class NarrowPairSplitTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
+  LOOM_SKIP_WITHOUT_GPU();
+  static constexpr int kConsumers[] = {1, 2};
+  ExpectNarrowVariantsWriteTheSameBits(
+      GetParam(),
+      {[](CompileOptions& o) {
+         o.narrow_pair_split = true;
+         o.narrow_consumers = kConsumers[0];
+       },
+       [](CompileOptions& o) {
+         o.narrow_pair_split = true;
+         o.narrow_consumers = kConsumers[1];
+       }},
+      [&](size_t v, const std::string& explain) {
+        EXPECT_NE(explain.find("x 64 tiles over each half of K, the second half summing (pair split)"),
+                  std::string::npos)
+            << explain;
+        EXPECT_NE(explain.find(absl::StrCat("CTAs of ", kConsumers[v], " consumer warpgroup")), std::string::npos)
+            << explain;
+      });
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPairSplitTest,
+                         ::testing::Values("mlp33", "mlp48", "mlp64", "mlp64_fp16", "pair_chain40", "pair_chain64",
+                                           "eight_layers64"),
                          [](const auto& info) { return info.param; });
 
 // CompileOptions::tagged_handoff: a node of 1 or 2 rows whose A is

@@ -25,6 +25,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -637,6 +638,57 @@ TEST(GraphTest, MlpBlockLoweredForTheNarrowKernel) {
   g.ExpectExecutorMatches(plan->schedule(), {}, expected);
   for (int sms : {1, 7, 132}) {
     g.ExpectExecutorMatches(plan->schedule(), {.simulated_sms = sms, .seed = rng.seed() + sms}, expected);
+  }
+  g.ExpectGuardsIntact();
+}
+
+// The pair split's lowering (CompileOptions::narrow_pair_split) of an MLP
+// block at 48 tokens, hidden 512, intermediate 1024: 64 x 64 tiles (the
+// SwiGLU node's 32 output columns), each tile's K in two halves on a stage
+// boundary, the first half's job before the second's in the queue, the
+// second summing (no reduce jobs). In queue order and on virtual SMs it
+// must equal the naive loop.
+TEST(GraphTest, MlpBlockLoweredForThePairSplit) {
+  Rng rng;
+  HostGraph g(rng);
+  constexpr int64_t tokens = 48, hidden = 512, intermediate = 1024;
+  const TensorView x = g.Input("x", DType::kBF16, tokens, hidden);
+  const TensorView h = g.Output("h", DType::kBF16, tokens, intermediate);
+  g.graph().AddGemm("gate_up", x, g.Input("w_gate_up", DType::kBF16, 2 * intermediate, hidden), h,
+                    {.activation = Activation::kSwiGLU});
+  g.graph().AddGemm("down", h, g.Input("w_down", DType::kBF16, hidden, intermediate),
+                    g.Output("y", DType::kBF16, tokens, hidden), {.residual = x});
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.narrow_pair_split = true;
+  absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(g.graph(), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const sched::Schedule& schedule = plan->schedule();
+  ASSERT_EQ(schedule.tile.n, 64);
+  EXPECT_EQ(schedule.nodes[0].out_tile_n, 32);
+  std::set<std::tuple<int, uint32_t, uint32_t>> first_halves;  // (node, m-block, n-block) seen
+  for (const sched::TileJob& job : schedule.queue) {
+    const sched::NodeSchedule& node = schedule.nodes[job.node];
+    ASSERT_EQ(node.split_k, 2);
+    ASSERT_EQ(node.reduce_parts, 0);
+    ASSERT_EQ(job.kind, static_cast<uint8_t>(sched::JobKind::kGemm));
+    const int half = node.k_blocks / 2;
+    EXPECT_EQ(half % 4, 0) << "a half starts on a stage";
+    const auto tile = std::make_tuple(int{job.node}, job.m_block, job.n_block);
+    if (job.split == 0) {
+      EXPECT_EQ(job.k_block_begin, 0);
+      EXPECT_EQ(job.k_block_end, half);
+      first_halves.insert(tile);
+    } else {
+      EXPECT_EQ(job.k_block_begin, half);
+      EXPECT_EQ(job.k_block_end, node.k_blocks);
+      EXPECT_TRUE(first_halves.count(tile)) << "the second half before the first: node " << job.node;
+    }
+  }
+  const std::vector<HostMatrix> expected = g.NaiveOutputs();
+  g.ExpectExecutorMatches(schedule, {}, expected);
+  for (int sms : {1, 7, 132}) {
+    g.ExpectExecutorMatches(schedule, {.simulated_sms = sms, .seed = rng.seed() + sms}, expected);
   }
   g.ExpectGuardsIntact();
 }

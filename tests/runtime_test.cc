@@ -1422,6 +1422,59 @@ TEST(RuntimeTest, NarrowClaimPacingIsExplained) {
   EXPECT_EQ(plan->Explain().find(kPaced), std::string::npos) << plan->Explain();
 }
 
+// The pair split (CompileOptions::narrow_pair_split) is taken where it
+// applies: 33-64 rows on the narrow kernel, every node's K split in two on
+// a stage boundary. There the plan's tiles are 64 wide, every node splits K
+// in two with the second half summing, the B stages are 32 KiB, and Explain
+// says so; elsewhere the plan is the one without the option, and Explain
+// says the split was not taken and why. Off, Explain says nothing of it.
+TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  constexpr char kTaken[] = "x 64 tiles over each half of K, the second half summing (pair split)";
+  constexpr char kNotTaken[] = "pair split: not taken (it needs 33-64 rows, and every node's K split in two at a "
+                               "multiple of 256";
+  CompileOptions options;
+  options.narrow_pair_split = true;
+  for (const int64_t rows : {33, 48, 64}) {
+    SCOPED_TRACE(absl::StrCat(rows, " rows"));
+    absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(rows, /*dependent=*/true), options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
+    EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kPairSplitBlockN);
+    for (const sched::NodeSchedule& node : plan->schedule().nodes) {
+      EXPECT_EQ(node.split_k, 2);
+      EXPECT_EQ(node.reduce_parts, 0);
+      EXPECT_EQ(node.last_split_extra_k_blocks, 0);
+    }
+    EXPECT_NE(plan->Explain().find(kTaken), std::string::npos) << plan->Explain();
+    EXPECT_NE(plan->Explain().find("B 4 stages of 32768 bytes (2 in flight)"), std::string::npos)
+        << plan->Explain();
+    EXPECT_EQ(plan->Explain().find("not taken"), std::string::npos) << plan->Explain();
+  }
+  // Not taken: 32 rows (the paired wgmma path) and 65 (two row blocks); K of
+  // 768 (12 k-blocks: halves of 6, not on a stage) and of 4160 (65: 33 and 32).
+  struct Case {
+    std::string what;
+    GemmGraph graph;
+  };
+  const std::vector<Case> cases = {{"32 rows", UpDownGraph(32, true)},
+                                   {"65 rows", UpDownGraph(65, true)},
+                                   {"K of 768", DecodePair(64)},
+                                   {"K of 4160", Layers(2, 64, 4160, /*chained=*/true, /*k=*/4160)}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    options.kernel = KernelChoice::kNarrow;
+    absl::StatusOr<Plan> plan = runtime.Compile(c.graph, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kBlockN);
+    for (const sched::NodeSchedule& node : plan->schedule().nodes) EXPECT_EQ(node.split_k, 1);
+    EXPECT_NE(plan->Explain().find(kNotTaken), std::string::npos) << plan->Explain();
+  }
+  absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(64, true));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Explain().find("pair split"), std::string::npos) << plan->Explain();
+}
+
 TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions lockstep;

@@ -85,11 +85,11 @@ template <typename Ctx>
 __device__ inline bool WaitForEpilogueInputs(const Ctx& ctx, const KernelNode& node, int job_index, int64_t row0,
                                              int32_t n_block, DependencyMemo& memo) {
   const int64_t out_col0 = int64_t{n_block} * node.schedule.out_tile_n;
-  const int64_t acc_col0 = int64_t{n_block} * Ctx::Config::kBlockN;
+  const int64_t acc_col0 = int64_t{n_block} * ctx.tile().n;
   return WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kResidual, row0,
                           row0 + ctx.tile().m, out_col0, out_col0 + node.schedule.out_tile_n, memo) &&
          WaitForProducers(ctx, node, job_index, sched::DependencyOperand::kBias, 0, 1, acc_col0,
-                          acc_col0 + Ctx::Config::kBlockN, memo);
+                          acc_col0 + ctx.tile().n, memo);
 }
 
 // The end of the granule of A's k-blocks that k-block kb belongs to: the

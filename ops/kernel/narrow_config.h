@@ -43,6 +43,14 @@ struct NarrowConfig {
   static constexpr int64_t TileRows(int64_t rows) { return rows <= kBlockM ? rows : BlockRows(rows); }
   static constexpr int kBlockN = 32;
   static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig
+  // The pair split (CompileOptions::narrow_pair_split; 33-64 rows): each
+  // job a 64 x 64 tile (wgmma m64n64k16, Instantiation::kPairSplit) over
+  // half of K, its two halves two jobs next to each other in the queue, the
+  // second adding the first's partial sums (RunPairSplitJob). Per weight
+  // byte a CTA takes in one byte of A instead of two, as a 32-column tile
+  // over the whole of K does, and a node keeps as many jobs.
+  static constexpr int kPairSplitBlockN = 64;
+  static constexpr int kPairSplits = 2;
   // One consumer warpgroup, or two taking the CTA's jobs in turn
   // (narrow_consumer_role.cuh, ConsumeJobs): one runs a job's epilogue while
   // the other multiplies the next job's stages. Two pay where a CTA runs many jobs of
@@ -148,6 +156,10 @@ struct NarrowConfig {
   static constexpr int kPackedBStagesInFlight = 3;
   static constexpr uint32_t kBTileBytes = kBlockN * kBlockK * 2;                // one k-block: 4 KiB
   static constexpr uint32_t kBStageBytes = kKBlocksPerStage * kBTileBytes;    // 16 KiB
+  // A B stage of tiles `tile_n` wide (kBlockN, or kPairSplitBlockN: 32 KiB).
+  LOOM_HOST_DEVICE static constexpr uint32_t BStageBytes(int tile_n) {
+    return static_cast<uint32_t>(tile_n) * kBlockK * 2 * kKBlocksPerStage;
+  }
   // A k-block of A holds only the plan's rows, rounded up to the 8-row group
   // of the 128B swizzle (TMA zero-fills the rows past M): 1 KiB for up to 8
   // tokens. The wgmma paths (17 to 64 rows) read 64 rows from a tile's
@@ -201,19 +213,39 @@ struct NarrowConfig {
   // the default kernel, that path made the 64-token 8-layer chain (one
   // consumer, the m64n32k16 path) 109.1-109.9 us against 105.7-105.8
   // (bench/NOTES.md v1.34).
-  enum class Instantiation : uint8_t { kDefault, kPaired, kShortRowBlocks, kTaggedHandoff };
-  static constexpr Instantiation InstantiationFor(uint32_t tile_rows, int32_t block_m, bool tagged_handoffs) {
+  // kPairSplit: the pair split's 64-column tiles (kPairSplitBlockN), only
+  // for plans of 33-64 rows (the runtime's NarrowPairSplitApplies).
+  enum class Instantiation : uint8_t { kDefault, kPaired, kShortRowBlocks, kTaggedHandoff, kPairSplit };
+  static constexpr Instantiation InstantiationFor(uint32_t tile_rows, int32_t block_m, bool tagged_handoffs,
+                                                  bool pair_split = false) {
+    if (pair_split) return Instantiation::kPairSplit;
     if (block_m != kBlockM) return Instantiation::kShortRowBlocks;
     if (MultiplyFor(tile_rows) == Multiply::kPairedWgmma) return Instantiation::kPaired;
     return tagged_handoffs ? Instantiation::kTaggedHandoff : Instantiation::kDefault;
   }
 
   // Packed weights (CompileOptions::pack_weights; the layout: packed_layout.h):
-  // a stage of four k-blocks of a 32-row tile is one 16 KiB block.
-  LOOM_HOST_DEVICE static constexpr PackedLayout Packed() { return {kBlockN, kKBlocksPerStage}; }
+  // a stage of four k-blocks of a 32-row tile is one 16 KiB block (of a
+  // 64-row tile of the pair split, 32 KiB).
+  LOOM_HOST_DEVICE static constexpr PackedLayout Packed(int tile_n = kBlockN) { return {tile_n, kKBlocksPerStage}; }
 
-  // The scheduler's tile for a plan of at most `rows` rows.
-  static constexpr sched::TileShape tile(int64_t rows) { return {BlockRows(rows), kBlockN, kBlockK}; }
+  // The scheduler's tile for a plan of at most `rows` rows, `tile_n`
+  // (kBlockN, or kPairSplitBlockN) columns wide.
+  static constexpr sched::TileShape tile(int64_t rows, int tile_n = kBlockN) {
+    return {BlockRows(rows), tile_n, kBlockK};
+  }
+  // Whether a plan of `rows` rows may take the pair split: 33-64 rows (the
+  // m64n32k16 path's A tiles, one row block), and every node's K split in
+  // two at a stage boundary (the second half's first k-block starts a
+  // stage; the packed weights are laid out by stages), at least a stage each.
+  // `k_blocks`: each node's (of those with jobs).
+  static constexpr bool PairSplitRows(int64_t rows) {
+    return rows > kPairedRows && rows <= kBlockM;
+  }
+  static constexpr bool PairSplitKBlocks(int64_t k_blocks) {
+    const int64_t first = (k_blocks + 1) / 2;  // sched::SplitKRange's first of two, without extra
+    return k_blocks >= 2 * kKBlocksPerStage && first % kKBlocksPerStage == 0;
+  }
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
 };
@@ -258,14 +290,17 @@ struct NarrowSmemLayout {
   uint32_t total = 0;      // bytes to request, including 1 KiB of alignment slack
 };
 
+// `tile_n`: the plan's tile width (NarrowConfig::kBlockN, or
+// kPairSplitBlockN), which sets a B stage's bytes.
 LOOM_HOST_DEVICE constexpr NarrowSmemLayout ComputeNarrowSmemLayout(int a_stages, uint32_t a_stage_bytes,
-                                                                    int b_stages, int consumers) {
+                                                                    int b_stages, int consumers,
+                                                                    int tile_n = NarrowConfig::kBlockN) {
   NarrowSmemLayout layout;
   uint32_t offset = 0;
   layout.a_ring = offset;
   offset += static_cast<uint32_t>(a_stages) * a_stage_bytes;
   layout.b_ring = offset;
-  offset += static_cast<uint32_t>(b_stages) * NarrowConfig::kBStageBytes;
+  offset += static_cast<uint32_t>(b_stages) * NarrowConfig::BStageBytes(tile_n);
   layout.partials = offset;
   if (NarrowConfig::UsesPartials(NarrowConfig::ATileRows(a_stage_bytes))) {
     offset += static_cast<uint32_t>(consumers) * NarrowConfig::kPartialsBytes;

@@ -257,6 +257,125 @@ __device__ void RunPairedWgmmaJob(const NarrowContext& ctx, const CtaWork& work,
   epilogue.Store(acc);
 }
 
+// A pair split's two 32-column epilogues (NarrowEpilogue), of the 64-column
+// tile's left and right halves: WaitForStage's prefetch, only in the
+// second half of K, the job that stores the tile.
+template <ElementType kHalf>
+struct PairEpilogue {
+  NarrowEpilogue<kHalf> left, right;
+  bool stores;
+  __device__ void Prefetch() {
+    if (!stores) return;
+    left.Prefetch();
+    right.Prefetch();
+  }
+};
+
+// The fp32 partial sums of the first half of a pair split's tile
+// (RunPairSplitJob) in the plan's workspace, 16 KiB a tile in the
+// accumulator layout: float4 q of thread t at [q][t] (each store and load
+// of the warpgroup's 128 threads one contiguous 2 KiB run). The node's
+// workspace holds one such block per tile (sched::PartialSlices is 1).
+inline constexpr int kPairPartialFloat4s = 8;  // 32 accumulators a thread
+__device__ __forceinline__ float4* PairPartialOf(const NarrowContext& ctx, const CtaWork& work) {
+  const sched::NodeSchedule& schedule = work.node->schedule;
+  const int64_t tile = int64_t{work.m_block} * schedule.n_blocks + work.n_block;
+  return reinterpret_cast<float4*>(ctx.params.workspace + schedule.workspace_offset) +
+         tile * kPairPartialFloat4s * 128;
+}
+
+// A pair split's job (NarrowConfig::kPairSplitBlockN; 33-64 rows): a 64 x
+// 64 tile over its half of K (job.split 0 the first, 1 the second), wgmma
+// m64n64k16 with both operands from shared memory, A as in RunWgmmaJob,
+// B's 64 rows of a k-block one 8 KiB tile. A stage is 16 wgmmas into two
+// accumulator sets (as RunPairedWgmmaJob's: with four, 128 accumulator
+// registers), one group, its slots freed as in RunWgmmaJob. Then:
+//   first half: its sums to the workspace (PairPartialOf), plain stores,
+//     handed to the publisher as a tile is, which releases the partial flag
+//     (sched::PartialFlagIndex);
+//   second half: its leader waits for that flag (acquire; bounded by the
+//     watchdog, after which the launch's outputs are unspecified), the
+//     warpgroup meets, each thread adds the first half's sums to its own
+//     (first + second, a fixed order: the same bits every run), drops the
+//     lines it read from L2 unwritten (DiscardWarpPartials' reason: dirty
+//     scratch written back while the next launch streams), and stores both
+//     32-column halves through the fused epilogue.
+// Deadlock-free: the first half is the job before the second in the queue,
+// and waits for nothing after its main loop.
+template <int kConsumers, ElementType kHalf>
+__device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
+                                int lane, ConsumerRings& rings) {
+  constexpr int kTileN = NarrowConfig::kPairSplitBlockN;
+  constexpr uint32_t kBKBlockBytes = kTileN * NarrowConfig::kBlockK * 2;
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
+  const bool second = work.job->split == NarrowConfig::kPairSplits - 1;
+  PairEpilogue<kHalf> epilogue{NarrowEpilogue<kHalf>(work, ctx.tile().m, warp, lane, kTileN, 0),
+                               NarrowEpilogue<kHalf>(work, ctx.tile().m, warp, lane, kTileN, 1), second};
+  float chains[2][32] = {};
+  RingCursor a_release = rings.a, b_release = rings.b;
+  bool pending = false;
+  const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
+  for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
+    WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
+    const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
+    const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::BStageBytes(kTileN);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < NarrowConfig::kKBlocksPerStage; ++kb) {
+      const uint32_t desc_a = Swizzle128DescriptorLow(a_stage + kb * a_tile_bytes);
+      const uint32_t desc_b = Swizzle128DescriptorLow(b_stage + kb * kBKBlockBytes);
+#pragma unroll
+      for (int k16 = 0; k16 < NarrowConfig::kBlockK / 16; ++k16) {
+        wgmma_m64n64k16_ss<kHalf>(chains[k16 % 2], AdvanceDescriptorLowK16(desc_a, k16),
+                                AdvanceDescriptorLowK16(desc_b, k16));
+      }
+    }
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<1>();
+    if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
+    pending = true;
+    rings.a.Advance(ctx.params.a_stages);
+    rings.b.Advance(ctx.params.b_stages);
+  }
+  PassTurn<kConsumers>(ctx, rings, lane);
+  ptx::wgmma_wait_group<0>();
+  if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
+  float acc[32];
+#pragma unroll
+  for (int r = 0; r < 32; ++r) acc[r] = chains[0][r] + chains[1][r];
+  float4* partial = PairPartialOf(ctx, work) + threadIdx.x % 128;
+  if (!second) {
+#pragma unroll
+    for (int q = 0; q < kPairPartialFloat4s; ++q) {
+      partial[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+    }
+    RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
+    return;
+  }
+  if (leader) {
+    WaitForFlag(ctx, sched::PartialFlagIndex(work.node->schedule, work.m_block, work.n_block, 0), index);
+  }
+  ptx::barrier_at<128>(rings.barrier());  // the leader's acquire, for every thread's loads below
+#pragma unroll
+  for (int q = 0; q < kPairPartialFloat4s; ++q) {
+    const uint4 bits = ptx::ld_relaxed_gpu_v4(reinterpret_cast<const uint32_t*>(partial + q * 128));
+    acc[4 * q] = __uint_as_float(bits.x) + acc[4 * q];
+    acc[4 * q + 1] = __uint_as_float(bits.y) + acc[4 * q + 1];
+    acc[4 * q + 2] = __uint_as_float(bits.z) + acc[4 * q + 2];
+    acc[4 * q + 3] = __uint_as_float(bits.w) + acc[4 * q + 3];
+  }
+  // The warp's lanes read float4s [q][32 warp, + 32) for every q: 32 lines
+  // of 128 bytes, lane l's line l % 4 of q = l / 4. Every load is consumed
+  // above, so done, before the warp meets.
+  __syncwarp();
+  ptx::discard_global_l2(partial - lane + (lane / 4) * 128 + (lane % 4) * 8);
+  RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
+  epilogue.left.Store(*reinterpret_cast<const float(*)[16]>(&acc[0]));
+  epilogue.right.Store(*reinterpret_cast<const float(*)[16]>(&acc[16]));
+}
+
 // The same for a job of at most 16 rows, on mma.sync m16n8k16 with the
 // operands swapped: the weights (the job's 32 columns of B, two 16-row
 // blocks) are the 16-row operand, the tokens (one or two blocks of 8 rows of
@@ -387,12 +506,14 @@ __device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int i
 // the other multiplies the next job's stages as they land.
 // After a time-out it goes on as usual (its rings drain: the top of the
 // file) until the job stream ends.
-// kPath: 24 or 32, RunPairedWgmmaJob for A tiles of that many rows; 0, the
-// others by the plan's rows (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
+// kPath: 24 or 32, RunPairedWgmmaJob for A tiles of that many rows;
+// kPairSplitPath, RunPairSplitJob; 0, the others by the plan's rows
+// (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
 // NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
 // spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
 // 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
 // loop of their own (bench/NOTES.md v1.24).
+inline constexpr int kPairSplitPath = NarrowConfig::kPairSplitBlockN;
 template <int kPath, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
   static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
@@ -421,7 +542,9 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     }
     StartTrace(ctx, index, leader);
     const CtaWork work = ResolveJob(ctx, index);
-    if constexpr (kPath == 0) {
+    if constexpr (kPath == kPairSplitPath) {
+      RunPairSplitJob<kConsumers, kHalf>(ctx, work, index, leader, warp, lane, rings);
+    } else if constexpr (kPath == 0) {
       if (tile_rows <= 8) {
         RunMmaSyncJob<1, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
       } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
@@ -448,13 +571,15 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
   }
 }
 
-template <bool kPaired, int kConsumers, bool kTagged, ElementType kHalf>
+template <bool kPaired, bool kPairSplit, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int warpgroup = threadIdx.x / 128 - 1;
   const bool leader = threadIdx.x % 128 == 0;  // writes its jobs' traces (the publisher releases the flag)
-  if constexpr (kPaired) {
+  if constexpr (kPairSplit) {
+    ConsumeJobs<kPairSplitPath, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+  } else if constexpr (kPaired) {
     if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {
       ConsumeJobs<24, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
     } else {

@@ -15,7 +15,10 @@
 //                at most 16 rows on mma.sync with the operands swapped,
 //                RunMmaSyncJob; else on wgmma with both operands from shared
 //                memory: 17-32 rows m64n64k16 over two k-blocks at once,
-//                RunPairedWgmmaJob, 33-64 rows m64n32k16, RunWgmmaJob), then
+//                RunPairedWgmmaJob, 33-64 rows m64n32k16, RunWgmmaJob; or,
+//                with the pair split, a 64-column tile over half of K,
+//                m64n64k16, RunPairSplitJob, whose first half hands the
+//                publisher its partial sums, not a tile), then
 //                the fused epilogue straight from registers into C (no
 //                staging, no TMA store), then the tile to the publisher.
 // Rings: A and B each a ring of stages of kKBlocksPerStage k-blocks with full
@@ -88,6 +91,7 @@ struct NarrowContext {
   uint32_t epoch;  // this launch's epoch, once AwaitPreviousLaunch has read it
   Watchdog watchdog;
   int32_t rows_per_block;  // the scheduler's tile.m: a constant but in the kShortRowBlocks kernels
+  int32_t tile_n;          // the scheduler's tile.n: a constant, kBlockN but in the kPairSplit kernels
   // The job slots' waits in the shared protocol code (JobStream, RunScheduler;
   // this kernel's own ring waits call WaitPhase): no time limit, since every
   // role keeps reading and releasing slots until the job stream ends, even
@@ -158,9 +162,10 @@ struct NarrowContext {
   }
 
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
-  __device__ uint8_t* b_stage(int s) const { return b_ring + s * NarrowConfig::kBStageBytes; }
-  // The scheduler's tile: m, the rows of the plan's row blocks (NarrowConfig::BlockRows).
-  __device__ sched::TileShape tile() const { return {rows_per_block, NarrowConfig::kBlockN, NarrowConfig::kBlockK}; }
+  __device__ uint8_t* b_stage(int s) const { return b_ring + s * NarrowConfig::BStageBytes(tile_n); }
+  // The scheduler's tile: m, the rows of the plan's row blocks (NarrowConfig::BlockRows);
+  // n, kBlockN (kPairSplitBlockN for the pair split).
+  __device__ sched::TileShape tile() const { return {rows_per_block, tile_n, NarrowConfig::kBlockK}; }
   __device__ DeviceJobTrace* trace_of(int job, bool recorder) const {
     if (params.trace == nullptr || !recorder) return nullptr;
     return params.trace + job;

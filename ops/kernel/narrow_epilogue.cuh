@@ -15,7 +15,10 @@ namespace loom::kernel {
 
 // The publisher: per job, the consumer warps' handoff of the finished tile,
 // then the release of its flag (protocol: narrow_context.cuh).
-__device__ inline void RunNarrowPublisher(const NarrowContext& ctx) {
+// kPairSplit: a pair split's first half hands over its partial sums
+// instead (RunPairSplitJob), whose flag it releases.
+template <bool kPairSplit>
+__device__ void RunNarrowPublisher(const NarrowContext& ctx) {
   JobStream jobs;
   RingCursor handoff;
   for (;;) {
@@ -23,7 +26,12 @@ __device__ inline void RunNarrowPublisher(const NarrowContext& ctx) {
     if (index < 0) return;
     const CtaWork work = ResolveJob(ctx, index);
     WaitPhase(&ctx.barriers->publish_full[handoff.stage], handoff.phase);
-    if (work.node->has_dependents) {
+    if (kPairSplit && !sched::JobRunsEpilogue(work.node->schedule, *work.job)) {
+      const sched::NodeSchedule& schedule = work.node->schedule;
+      ptx::st_release_gpu(
+          &ctx.params.flags[sched::PartialFlagIndex(schedule, work.m_block, work.n_block, work.job->split)],
+          ctx.epoch);
+    } else if (work.node->has_dependents) {
       const sched::NodeSchedule& schedule = work.node->schedule;
       ptx::st_release_gpu(&ctx.params.flags[sched::OutputFlagIndex(schedule, work.m_block, work.n_block)],
                           ctx.epoch);
@@ -64,11 +72,14 @@ template <ElementType kHalf>
 class NarrowEpilogue {
  public:
   // block_m: the rows of the plan's row blocks (NarrowContext::tile).
-  __device__ NarrowEpilogue(const CtaWork& work, int32_t block_m, int warp, int lane)
+  // tile_n, part: a pair split's 64-column tile (NarrowConfig::
+  // kPairSplitBlockN) is two epilogues, its columns 32 * part onwards.
+  __device__ NarrowEpilogue(const CtaWork& work, int32_t block_m, int warp, int lane,
+                            int32_t tile_n = NarrowConfig::kBlockN, int part = 0)
       : node_(*work.node),
         out_type_(work.node->out_type),
         row0_(int64_t{work.m_block} * block_m + warp * 16 + lane / 4),
-        col0_(int64_t{work.n_block} * NarrowConfig::kBlockN + 2 * (lane % 4)) {
+        col0_(int64_t{work.n_block} * tile_n + NarrowConfig::kBlockN * part + 2 * (lane % 4)) {
     // A row block shorter than the wgmma's 64 rows stores only its own: the
     // rows past it are the next tile's rows of A, not the next block's
     // (node_.m clamped, rather than a register of its own across the main

@@ -31,7 +31,9 @@ namespace {
 // took 96.6-97.0 us against 95.2-95.4 and the 64-token one 116.3-117.6
 // against 114.3-114.8, with their own paths unchanged (bench/NOTES.md
 // v1.24); kShortRowBlocks, row blocks of KernelParams::block_m rows;
-// kTaggedHandoff, the tagged handoff (one consumer warpgroup only).
+// kTaggedHandoff, the tagged handoff (one consumer warpgroup only);
+// kPairSplit, the pair split's 64-column tiles over half of K
+// (RunPairSplitJob), its own instantiation so that the others keep their code.
 // kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
 // kHalf: the plan's 16-bit type, bf16 or fp16 (half_types.cuh; the tagged
 // handoff's words hold pairs of it).
@@ -45,8 +47,10 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   // bytes of spill stores.)
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
+  constexpr bool kPairSplit = kKind == NarrowConfig::Instantiation::kPairSplit;
+  constexpr int kTileN = kPairSplit ? NarrowConfig::kPairSplitBlockN : NarrowConfig::kBlockN;
   const NarrowSmemLayout layout =
-      ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages, kConsumers);
+      ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages, kConsumers, kTileN);
   auto* barriers = reinterpret_cast<NarrowBarriers*>(smem + layout.barriers);
   // Set-up that reads nothing a launch writes, so that it overlaps the end
   // of the previous launch (NarrowContext::AwaitPreviousLaunch): the
@@ -69,7 +73,8 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
                     0,
                     0,
                     Watchdog(params),
-                    kKind == NarrowConfig::Instantiation::kShortRowBlocks ? params.block_m : NarrowConfig::kBlockM};
+                    kKind == NarrowConfig::Instantiation::kShortRowBlocks ? params.block_m : NarrowConfig::kBlockM,
+                    kTileN};
   if (threadIdx.x < 128) {
     if constexpr (kConsumers > 1) ptx::setmaxnreg_dec<NarrowConfig::kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -79,7 +84,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
     } else if (lane == 0) {
       switch (warp) {
         case 1:
-          RunNarrowBLoader<kPackedB>(ctx);  // waits when it must (packed weights stream in first)
+          RunNarrowBLoader<kPackedB, kTileN>(ctx);  // waits when it must (packed weights stream in first)
           break;
         case 2:
           // The first wave is static, CTA i taking queue index i, so the
@@ -90,7 +95,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
           break;
         default:
           ctx.AwaitPreviousLaunch();
-          RunNarrowPublisher(ctx);
+          RunNarrowPublisher<kPairSplit>(ctx);
           break;
       }
     }
@@ -98,7 +103,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   } else {
     if constexpr (kConsumers > 1) ptx::setmaxnreg_inc<NarrowConfig::kConsumerRegisters>();
     ctx.AwaitPreviousLaunch();
-    RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kConsumers,
+    RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kPairSplit, kConsumers,
                       kKind == NarrowConfig::Instantiation::kTaggedHandoff, kHalf>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
@@ -116,21 +121,24 @@ using NarrowKernel = void (*)(KernelParams);
 // consumer warpgroups, for packed weights or not and the 16-bit type kHalf.
 // (No tagged handoff with two consumer warpgroups: that slot is the default
 // kernel's.)
+inline constexpr int kInstantiations = 5;
 template <bool kPackedB, ElementType kHalf>
-constexpr std::array<std::array<NarrowKernel, 2>, 4> KernelsOf() {
+constexpr std::array<std::array<NarrowKernel, 2>, kInstantiations> KernelsOf() {
   using K = NarrowConfig::Instantiation;
   return {{{NarrowGemmKernel<kPackedB, K::kDefault, 1, kHalf>, NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>},
            {NarrowGemmKernel<kPackedB, K::kPaired, 1, kHalf>, NarrowGemmKernel<kPackedB, K::kPaired, 2, kHalf>},
            {NarrowGemmKernel<kPackedB, K::kShortRowBlocks, 1, kHalf>,
             NarrowGemmKernel<kPackedB, K::kShortRowBlocks, 2, kHalf>},
            {NarrowGemmKernel<kPackedB, K::kTaggedHandoff, 1, kHalf>,
-            NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>}}};
+            NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>},
+           {NarrowGemmKernel<kPackedB, K::kPairSplit, 1, kHalf>,
+            NarrowGemmKernel<kPackedB, K::kPairSplit, 2, kHalf>}}};
 }
 
 // The instantiation for packed weights or not, the kind, one or two consumer
 // warpgroups and the plan's 16-bit type.
 NarrowKernel NarrowKernelFor(bool packed_b, NarrowConfig::Instantiation kind, int consumers, ElementType half) {
-  constexpr std::array<std::array<std::array<std::array<NarrowKernel, 2>, 4>, 2>, 2> kKernels = {
+  constexpr std::array<std::array<std::array<std::array<NarrowKernel, 2>, kInstantiations>, 2>, 2> kKernels = {
       {{KernelsOf<false, ElementType::kBF16>(), KernelsOf<true, ElementType::kBF16>()},
        {KernelsOf<false, ElementType::kFP16>(), KernelsOf<true, ElementType::kFP16>()}}};
   return kKernels[half == ElementType::kFP16][packed_b][static_cast<int>(kind)][consumers - 1];
@@ -157,7 +165,8 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
     for (bool packed_b : {false, true}) {
       for (NarrowConfig::Instantiation kind :
            {NarrowConfig::Instantiation::kDefault, NarrowConfig::Instantiation::kPaired,
-            NarrowConfig::Instantiation::kShortRowBlocks, NarrowConfig::Instantiation::kTaggedHandoff}) {
+            NarrowConfig::Instantiation::kShortRowBlocks, NarrowConfig::Instantiation::kTaggedHandoff,
+            NarrowConfig::Instantiation::kPairSplit}) {
         if (cudaError_t error = cudaFuncSetAttribute(NarrowKernelFor(packed_b, kind, consumers, half),
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
             error != cudaSuccess) {
@@ -180,12 +189,14 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 }
 
 cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
-                             ElementType half, bool overlap_previous, cudaStream_t stream) {
+                             bool pair_split, ElementType half, bool overlap_previous, cudaStream_t stream) {
   if (consumers < 1 || consumers > NarrowConfig::kMaxConsumerWarpgroups) return cudaErrorInvalidValue;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   config.blockDim = dim3(static_cast<unsigned>(NarrowConfig::Threads(consumers)), 1, 1);
-  config.dynamicSmemBytes = NarrowSharedMemoryBytes(params.a_stages, params.a_stage_bytes, params.b_stages, consumers);
+  config.dynamicSmemBytes = NarrowSharedMemoryBytes(
+      params.a_stages, params.a_stage_bytes, params.b_stages, consumers,
+      pair_split ? NarrowConfig::kPairSplitBlockN : NarrowConfig::kBlockN);
   config.stream = stream;
   cudaLaunchAttribute overlap;
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -195,7 +206,8 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
     config.numAttrs = 1;
   }
   const NarrowConfig::Instantiation kind =
-      NarrowConfig::InstantiationFor(NarrowConfig::ATileRows(params.a_stage_bytes), params.block_m, tagged_handoffs);
+      NarrowConfig::InstantiationFor(NarrowConfig::ATileRows(params.a_stage_bytes), params.block_m, tagged_handoffs,
+                                     pair_split);
   return cudaLaunchKernelEx(&config, NarrowKernelFor(packed_b, kind, consumers, half), params);
 }
 

@@ -12,9 +12,11 @@
 namespace loom::kernel {
 
 // Dynamic shared memory one CTA of the narrow kernel needs, with
-// `consumers` consumer warpgroups (1 or NarrowConfig::kMaxConsumerWarpgroups).
-inline uint32_t NarrowSharedMemoryBytes(int a_stages, uint32_t a_stage_bytes, int b_stages, int consumers) {
-  return ComputeNarrowSmemLayout(a_stages, a_stage_bytes, b_stages, consumers).total;
+// `consumers` consumer warpgroups (1 or NarrowConfig::kMaxConsumerWarpgroups),
+// for tiles `tile_n` wide (NarrowConfig::kBlockN, or kPairSplitBlockN).
+inline uint32_t NarrowSharedMemoryBytes(int a_stages, uint32_t a_stage_bytes, int b_stages, int consumers,
+                                        int tile_n = NarrowConfig::kBlockN) {
+  return ComputeNarrowSmemLayout(a_stages, a_stage_bytes, b_stages, consumers, tile_n).total;
 }
 
 // CTAs of the narrow kernel with `consumers` consumer warpgroups that can be
@@ -31,7 +33,9 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // warpgroups, 1 or 2 (NarrowConfig::kMaxConsumerWarpgroups; else
 // cudaErrorInvalidValue). tagged_handoffs: some node reads a tagged copy
 // (KernelNode::tagged_a; one consumer warpgroup): launches the
-// instantiation that has them (bf16 only: else cudaErrorInvalidValue). half:
+// instantiation that has them (bf16 only: else cudaErrorInvalidValue).
+// pair_split: the plan is lowered for the pair split (64-column tiles, K in
+// two halves: NarrowConfig::kPairSplitBlockN). half:
 // the plan's 16-bit type (ElementType::kBF16 or kFP16). overlap_previous:
 // launched
 // with programmatic stream serialization, so that its CTAs start on the SMs
@@ -42,7 +46,7 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // before (Plan::RepackWeights' kernel: the runtime's next launch does not
 // overlap it).
 cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
-                             ElementType half, bool overlap_previous, cudaStream_t stream);
+                             bool pair_split, ElementType half, bool overlap_previous, cudaStream_t stream);
 
 }  // namespace loom::kernel
 

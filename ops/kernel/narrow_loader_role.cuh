@@ -50,16 +50,18 @@ __device__ __forceinline__ void LoadStage(const CUtensorMap* map, bool kblock_ma
   }
 }
 
-// Loads the B stage that starts at k-block kb0 of tile n_block from packed
-// weights (packed_layout.h): one bulk copy of a block already
+// Loads the B stage that starts at k-block kb0 of tile n_block (kTileN rows)
+// from packed weights (packed_layout.h): one bulk copy of a block already
 // laid out as LoadStage's tensor load would write it, zeros included; with
 // the weights' `policy`, as LoadStage<true>.
+template <int kTileN>
 __device__ __forceinline__ void LoadPackedStage(const uint8_t* packed_b, int64_t stages_per_tile, uint8_t* stage,
                                                 uint64_t* full, int64_t n_block, int kb0, uint64_t policy) {
+  constexpr uint32_t kBytes = NarrowConfig::BStageBytes(kTileN);
   cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
-                                       full, uint32_t{NarrowConfig::kBStageBytes});
-  ptx::cp_async_bulk_l2_hint(stage, packed_b + NarrowConfig::Packed().StageOffset(n_block, kb0, stages_per_tile),
-                             NarrowConfig::kBStageBytes, full, policy);
+                                       full, kBytes);
+  ptx::cp_async_bulk_l2_hint(stage, packed_b + NarrowConfig::Packed(kTileN).StageOffset(n_block, kb0, stages_per_tile),
+                             kBytes, full, policy);
 }
 
 // Whether the node's operands have k-block maps (KernelNodesOf in plan_resources.cc).
@@ -329,7 +331,8 @@ __device__ void RunNarrowALoader(const NarrowContext& ctx, int lane) {
 // unpacked chain ~1 us, bench/NOTES.md v1.23).
 // Once a wait for B's producers gives up it drains, as the A loader does:
 // each stage it owes is a plain arrival on the full barrier.
-template <bool kPackedB>
+// kTileN: the tile's rows of B (NarrowConfig::kBlockN, or kPairSplitBlockN).
+template <bool kPackedB, int kTileN>
 __device__ void RunNarrowBLoader(NarrowContext& ctx) {
   JobStream jobs;
   bool draining = false;
@@ -364,7 +367,7 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
       kblock_map = HasKBlockMaps(node.schedule);
       if constexpr (kPackedB) {
         packed_b = node.packed_b;
-        packed_stages_per_tile = NarrowConfig::Packed().StagesPerTile(node.schedule.k);
+        packed_stages_per_tile = NarrowConfig::Packed(kTileN).StagesPerTile(node.schedule.k);
       }
     }
     // Packed weights no node writes may stream in before the previous launch
@@ -375,12 +378,12 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
       ctx.AwaitPreviousLaunch();
       waited = true;
     }
-    const int32_t n_row0 = static_cast<int32_t>(job.n_block) * NarrowConfig::kBlockN;
+    const int32_t n_row0 = static_cast<int32_t>(job.n_block) * kTileN;
     memo.Reset();
     for (int kb0 = job.k_block_begin; kb0 < job.k_block_end; kb0 += NarrowConfig::kKBlocksPerStage) {
       const int kb_end = min(kb0 + NarrowConfig::kKBlocksPerStage, int{job.k_block_end});
       if (b_has_producers && !draining &&
-          !WaitForProducers(ctx, node, index, sched::DependencyOperand::kB, n_row0, n_row0 + NarrowConfig::kBlockN,
+          !WaitForProducers(ctx, node, index, sched::DependencyOperand::kB, n_row0, n_row0 + kTileN,
                             int64_t{kb0} * NarrowConfig::kBlockK, int64_t{kb_end} * NarrowConfig::kBlockK, memo)) {
         draining = true;
       }
@@ -400,11 +403,11 @@ __device__ void RunNarrowBLoader(NarrowContext& ctx) {
       if (draining) {
         cuda::ptx::mbarrier_arrive(&ctx.barriers->b_full[ring.stage]);
       } else if (kPackedB && packed_b != nullptr) {
-        LoadPackedStage(packed_b, packed_stages_per_tile, ctx.b_stage(ring.stage), &ctx.barriers->b_full[ring.stage],
-                        job.n_block, kb0, policy);
+        LoadPackedStage<kTileN>(packed_b, packed_stages_per_tile, ctx.b_stage(ring.stage),
+                                &ctx.barriers->b_full[ring.stage], job.n_block, kb0, policy);
       } else {
         LoadStage<true>(&node.b_map, kblock_map, ctx.b_stage(ring.stage), &ctx.barriers->b_full[ring.stage],
-                        NarrowConfig::kBTileBytes, kb0, n_row0, policy);
+                        kTileN * NarrowConfig::kBlockK * 2, kb0, n_row0, policy);
       }
       ++in_flight;
       ring.Advance(ctx.params.b_stages);

@@ -87,10 +87,18 @@ struct NarrowRings {
 // Whether every node is at most one wave of narrow tiles on `sms` SMs and
 // some node reads another's output: a chain of one-wave layers.
 bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDependency>& dependencies, int sms);
+// Whether a narrow plan of a graph of at most `rows` rows takes the pair
+// split (CompileOptions::narrow_pair_split): asked for, 33-64 rows, and
+// every node's K split at a stage boundary (NarrowConfig::PairSplitRows,
+// PairSplitKBlocks).
+bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows);
 // The narrow kernel's rings for a graph of at most `rows` rows and K at most
-// `max_k`; InvalidArgument for options it cannot run.
+// `max_k`; InvalidArgument for options it cannot run. `pair_split`:
+// NarrowPairSplitApplies (B stages of 64-row tiles, A stages of half a job's
+// K at most).
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
-                                              int64_t rows, int64_t max_k, bool one_wave_chain, bool packed);
+                                              int64_t rows, int64_t max_k, bool one_wave_chain, bool packed,
+                                              bool pair_split = false);
 
 }  // namespace loom::internal
 

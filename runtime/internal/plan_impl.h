@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "kernel_params.h"
 #include "loom/runtime.h"
+#include "narrow_config.h"
 
 namespace loom {
 
@@ -31,6 +32,13 @@ struct Plan::Impl {
   int b_in_flight = 0;  // the narrow kernel's B loads in flight at most
   int narrow_consumers = 0;  // the narrow kernel's consumer warpgroups (CompileOptions::narrow_consumers)
   int tile_n = 0;  // the tiled kernel's tile width (CompileOptions::tile_n); 0 on the narrow kernel
+  // The narrow kernel runs the pair split (CompileOptions::narrow_pair_split
+  // and NarrowPairSplitApplies): 64-column tiles, K in two halves.
+  bool narrow_pair_split = false;
+  // The narrow kernel's tile width: kPairSplitBlockN with the pair split.
+  int narrow_tile_n() const {
+    return narrow_pair_split ? kernel::NarrowConfig::kPairSplitBlockN : kernel::NarrowConfig::kBlockN;
+  }
   // The graph's 16-bit type (HalfTypeOf, compile_choices.cc): the tiled kernel's
   // instantiation; bf16 on the narrow kernel.
   kernel::ElementType half = kernel::ElementType::kBF16;

@@ -70,7 +70,8 @@ class RestoreCurrentDevice {
 };
 
 // The nodes whose B the plan reads packed (CompileOptions::pack_weights), in
-// the layout of its kernel (the narrow one when `tiled` is null): those with
+// the layout of its kernel (the narrow one, of tiles `narrow_tile_n` wide,
+// when `tiled` is null): those with
 // jobs whose B no node writes; on the tiled kernel (`tiled`: its schedule)
 // only those of at most KernelConfig::kMaxPackedRowBlocks row blocks, whose
 // weights' stream bounds them (with more, the multiply does, and a copy
@@ -78,7 +79,8 @@ class RestoreCurrentDevice {
 // view of the same memory) is not copied again.
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
                                                   const std::vector<DataDependency>& dependencies,
-                                                  const sched::Schedule* tiled);
+                                                  const sched::Schedule* tiled,
+                                                  int narrow_tile_n = kernel::NarrowConfig::kBlockN);
 
 // The narrow kernel's tagged handoffs (CompileOptions::tagged_handoff): in
 // a plan on the mma.sync path (whose A slots are read by generic loads,

@@ -362,6 +362,7 @@ absl::StatusOr<int64_t> TiledSharedMemory(int a_stages, int b_stages, const Devi
 }
 
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
+constexpr int kPairSplitBStagesInFlight = 2;   // ChooseNarrowRings: 32 KiB stages
 constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
 // Whether the jobs of `node` load A and B (so it has their tensor maps, and
@@ -550,8 +551,22 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
 // gate/up is seven waves, lost 0.5-1.8 us with 6 (bench/NOTES.md v1.21;
 // landed in v1.22: chain1 97.6-97.8 against 100.4-100.8).
 // `one_wave_chain`: IsChainOfOneWaveLayers.
+bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
+  if (!options.narrow_pair_split || !NarrowConfig::PairSplitRows(rows)) return false;
+  for (const GemmNode& node : graph.nodes()) {
+    if (!HasJobs(node)) continue;
+    const int64_t k_blocks = (node.k() + NarrowConfig::kBlockK - 1) / NarrowConfig::kBlockK;
+    if (!NarrowConfig::PairSplitKBlocks(k_blocks)) return false;
+  }
+  return true;
+}
+
+// NOTE: the pair split's defaults (3 A stages, 96 KiB; B stages of 32 KiB,
+// what shared memory leaves: 4; 2 in flight, the bytes of 4 of 16 KiB) are
+// a first guess, not yet measured against others (bench/NOTES.md v2.01).
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
-                                              int64_t rows, int64_t max_k, bool one_wave_chain, bool packed) {
+                                              int64_t rows, int64_t max_k, bool one_wave_chain, bool packed,
+                                              bool pair_split) {
   // What only the tiled kernel has (kAuto never picks the narrow one then).
   if (options.split_k > 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -573,9 +588,11 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
   // 96 KiB for the 16-row mma.sync tiles and the paired wgmma's tiles.
   const bool smaller_a = tile_rows > 8 && NarrowConfig::MultiplyFor(tile_rows) != NarrowConfig::Multiply::kWgmma;
-  const int64_t auto_a_bytes = smaller_a ? int64_t{96} * 1024 : int64_t{128} * 1024;
+  const int64_t auto_a_bytes = smaller_a || pair_split ? int64_t{96} * 1024 : int64_t{128} * 1024;
   constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
-  const int64_t job_stages = (max_k + kStageK - 1) / kStageK;
+  const int64_t job_stages = ((pair_split ? (max_k + 1) / 2 : max_k) + kStageK - 1) / kStageK;
+  const int tile_n = pair_split ? NarrowConfig::kPairSplitBlockN : NarrowConfig::kBlockN;
+  const uint32_t b_stage_bytes = NarrowConfig::BStageBytes(tile_n);
   // With packed weights on the mma.sync path (at most 16 rows) at most
   // kPackedMmaSyncAStages: the rest of shared memory goes to B, which each
   // launch fills with packed weights while the launch before it ends
@@ -591,12 +608,12 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
                              std::min<int64_t>(auto_a_bytes / rings.a_stage_bytes, job_stages), 2, max_a_stages));
   const int64_t left =
       device.shared_memory_per_block -
-      int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0, rings.consumers)};
+      int64_t{kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, 0, rings.consumers, tile_n)};
   const int64_t max_b_stages =
       one_wave_chain && rows <= NarrowConfig::kMmaSyncRows ? kOneWaveChainBStages : NarrowConfig::kMaxBStages;
   rings.b_stages = options.narrow_b_stages > 0
                        ? options.narrow_b_stages
-                       : static_cast<int>(std::min<int64_t>(max_b_stages, left / NarrowConfig::kBStageBytes));
+                       : static_cast<int>(std::min<int64_t>(max_b_stages, left / b_stage_bytes));
   // How the messages below name a ring depth: the option where the caller
   // set it, else the depth Compile chose.
   const auto depth = [](const char* option, int set, int stages) {
@@ -608,22 +625,23 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
         "shared memory: the narrow decode kernel's A stages, %s, of %d bytes each, leave %d of the %d bytes per "
         "block %s allows, less than two B stages of %d bytes",
         depth("narrow_a_stages", options.narrow_a_stages, rings.a_stages), rings.a_stage_bytes,
-        std::max<int64_t>(left, 0), device.shared_memory_per_block, device.name, NarrowConfig::kBStageBytes));
+        std::max<int64_t>(left, 0), device.shared_memory_per_block, device.name, b_stage_bytes));
   }
   rings.smem_bytes =
-      kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, rings.b_stages, rings.consumers);
+      kernel::NarrowSharedMemoryBytes(rings.a_stages, rings.a_stage_bytes, rings.b_stages, rings.consumers, tile_n);
   if (rings.smem_bytes > device.shared_memory_per_block) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shared memory: the narrow decode kernel's A stages, %s, of %d bytes each, and B stages, %s, of %d "
         "bytes each, need %d bytes per block, but %s allows %d",
         depth("narrow_a_stages", options.narrow_a_stages, rings.a_stages), rings.a_stage_bytes,
-        depth("narrow_b_stages", options.narrow_b_stages, rings.b_stages), NarrowConfig::kBStageBytes,
+        depth("narrow_b_stages", options.narrow_b_stages, rings.b_stages), b_stage_bytes,
         rings.smem_bytes, device.name, device.shared_memory_per_block));
   }
   // At most b_stages - 1: the oldest stage in flight is then waited for
   // before its slot is loaded again (RunNarrowBLoader).
   const int default_in_flight =
-      packed && !one_wave_chain ? NarrowConfig::kPackedBStagesInFlight : NarrowConfig::kBStagesInFlight;
+      pair_split ? kPairSplitBStagesInFlight
+                 : (packed && !one_wave_chain ? NarrowConfig::kPackedBStagesInFlight : NarrowConfig::kBStagesInFlight);
   rings.b_in_flight = options.narrow_b_in_flight > 0 ? options.narrow_b_in_flight
                                                      : std::min(default_in_flight, rings.b_stages - 1);
   if (rings.b_in_flight > rings.b_stages - 1) {

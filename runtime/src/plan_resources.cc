@@ -77,7 +77,7 @@ void CountedFreeHost(void* pointer) {
 
 // The tensor maps through which `node`'s jobs load A and B (K > 0). The
 // narrow kernel's (`narrow`): A boxes of the rows of its A k-block tiles
-// (a_stage_bytes / 128 / kKBlocksPerStage), B boxes of 32 rows, a stage of
+// (a_stage_bytes / 128 / kKBlocksPerStage), B boxes of its tile's `tile_n` rows, a stage of
 // k-blocks at a time where K is a multiple of 64, else one k-block a load (the
 // kernel tells them apart the same way). The tiled kernel's: half-tile boxes
 // and whole-slot boxes of each.
@@ -87,10 +87,10 @@ absl::Status EncodeOperandMaps(const GemmNode& node, bool narrow, uint32_t a_sta
     const uint32_t a_rows = NarrowConfig::ATileRows(a_stage_bytes);
     if (node.k() % NarrowConfig::kBlockK == 0) {
       LOOM_RETURN_IF_ERROR(internal::EncodeKBlockMap(node.a, a_rows, NarrowConfig::kKBlocksPerStage, &out.a_map));
-      return internal::EncodeKBlockMap(node.b, NarrowConfig::kBlockN, NarrowConfig::kKBlocksPerStage, &out.b_map);
+      return internal::EncodeKBlockMap(node.b, tile_n, NarrowConfig::kKBlocksPerStage, &out.b_map);
     }
     LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, NarrowConfig::kBlockK, a_rows, &out.a_map));
-    return internal::EncodeTensorMap(node.b, NarrowConfig::kBlockK, NarrowConfig::kBlockN, &out.b_map);
+    return internal::EncodeTensorMap(node.b, NarrowConfig::kBlockK, tile_n, &out.b_map);
   }
   LOOM_RETURN_IF_ERROR(internal::EncodeTensorMap(node.a, KernelConfig::kBlockK, KernelConfig::kABoxRows, &out.a_map));
   const int b_box_rows = kernel::WithTiledConfig(tile_n, [](auto config) { return decltype(config)::kBBoxRows; });
@@ -102,7 +102,8 @@ absl::Status EncodeOperandMaps(const GemmNode& node, bool narrow, uint32_t a_sta
 
 // The nodes as the kernel reads them. `narrow`: for the narrow decode kernel
 // (its A and B maps: EncodeOperandMaps), which stores C itself and has no
-// partials; else for the tiled kernel with tiles `tile_n` wide.
+// partials in a tensor map (the pair split's go through plain stores); else
+// for the tiled kernel; either with tiles `tile_n` wide.
 absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& graph,
                                                               const sched::Schedule& schedule, float* workspace,
                                                               bool narrow, uint32_t a_stage_bytes, int tile_n) {
@@ -160,9 +161,9 @@ absl::StatusOr<std::vector<kernel::KernelNode>> KernelNodesOf(const GemmGraph& g
 }
 
 // The stage order a kernel's packed weights take (packed_layout.h): the
-// narrow kernel's, or the tiled kernel's for tiles `tile_n` wide.
+// narrow kernel's or the tiled kernel's, for tiles `tile_n` wide.
 kernel::PackedLayout PackedLayoutFor(bool narrow, int tile_n) {
-  return narrow ? NarrowConfig::Packed()
+  return narrow ? NarrowConfig::Packed(tile_n)
                 : kernel::WithTiledConfig(tile_n, [](auto config) { return decltype(config)::Packed(); });
 }
 
@@ -196,9 +197,9 @@ absl::Status Upload(const std::vector<T>& host, T** device, int ordinal, const s
 
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
                                                   const std::vector<DataDependency>& dependencies,
-                                                  const sched::Schedule* tiled) {
-  const kernel::PackedLayout layout =
-      PackedLayoutFor(/*narrow=*/tiled == nullptr, tiled == nullptr ? 0 : static_cast<int>(tiled->tile.n));
+                                                  const sched::Schedule* tiled, int narrow_tile_n) {
+  const kernel::PackedLayout layout = PackedLayoutFor(/*narrow=*/tiled == nullptr,
+                                                      tiled == nullptr ? narrow_tile_n : static_cast<int>(tiled->tile.n));
   std::vector<bool> b_written(graph.nodes().size(), false);
   for (const DataDependency& dependency : dependencies) {
     if (dependency.operand == Operand::kB) b_written[dependency.consumer] = true;
@@ -318,7 +319,7 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
     if (!packed.copies) continue;
     const TensorView& b = impl.graph.nodes()[packed.node].b;
     LOOM_RETURN_IF_ERROR(internal::CudaStatus(
-        kernel::PackWeights(b.data, b.rows, b.cols, UsedRowStride(b), PackedLayoutFor(impl.narrow, impl.tile_n),
+        kernel::PackWeights(b.data, b.rows, b.cols, UsedRowStride(b), PackedLayoutFor(impl.narrow, impl.narrow ? impl.narrow_tile_n() : impl.tile_n),
                             impl.packed_weights + packed.offset, stream),
         absl::StrCat("packing the weights ", b.name)));
   }
@@ -349,7 +350,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<kernel::KernelNode> nodes,
                         KernelNodesOf(impl.graph, impl.schedule, impl.workspace, impl.narrow, impl.a_stage_bytes,
-                                      impl.tile_n));
+                                      impl.narrow ? impl.narrow_tile_n() : impl.tile_n));
   if (!impl.packed_nodes.empty()) {
     LOOM_RETURN_IF_ERROR(AllocateOrExhausted(&impl.packed_weights, PackedCopyBytes(impl.packed_nodes),
                                              impl.device_ordinal,

@@ -53,6 +53,7 @@ using internal::HalfTypeOf;
 using internal::IsChainOfOneWaveLayers;
 using internal::MaxK;
 using internal::MaxRows;
+using internal::NarrowPairSplitApplies;
 using internal::NarrowRings;
 using internal::ProblemsOf;
 using internal::TiledRingsReadPackedWeights;
@@ -168,13 +169,14 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   }
   if (impl->narrow) {
+    impl->narrow_pair_split = NarrowPairSplitApplies(options, graph, rows);
     if (options.pack_weights) {
-      impl->packed_nodes = PackedNodesOf(graph, dependencies, /*tiled=*/nullptr);
+      impl->packed_nodes = PackedNodesOf(graph, dependencies, /*tiled=*/nullptr, impl->narrow_tile_n());
     }
     LOOM_ASSIGN_OR_RETURN(const NarrowRings rings,
                           ChooseNarrowRings(options, device_, rows, MaxK(graph),
                                             IsChainOfOneWaveLayers(graph, dependencies, device_.sm_count),
-                                            !impl->packed_nodes.empty()));
+                                            !impl->packed_nodes.empty(), impl->narrow_pair_split));
     impl->a_stages = rings.a_stages;
     impl->b_stages = rings.b_stages;
     impl->b_in_flight = rings.b_in_flight;
@@ -244,7 +246,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   }
 
   sched::SchedulerOptions scheduler_options;
-  scheduler_options.tile = impl->narrow ? NarrowConfig::tile(rows) : TiledTile(impl->tile_n);
+  scheduler_options.tile = impl->narrow ? NarrowConfig::tile(rows, impl->narrow_tile_n()) : TiledTile(impl->tile_n);
   scheduler_options.cluster_size = cluster_size;
   scheduler_options.num_sms = device_.sm_count;
   scheduler_options.max_clusters = impl->grid_clusters;
@@ -254,6 +256,14 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
   scheduler_options.sum_in_last_split = options.sum_in_last_split;
   scheduler_options.last_split_extra_k_blocks = options.last_split_extra_k_blocks;
+  if (impl->narrow_pair_split) {
+    // Each tile's two halves of K, the second summing (RunPairSplitJob):
+    // even halves, on the stage boundary NarrowPairSplitApplies checked.
+    scheduler_options.split_k = NarrowConfig::kPairSplits;
+    scheduler_options.reduce_in_parts = false;
+    scheduler_options.sum_in_last_split = true;
+    scheduler_options.last_split_extra_k_blocks = 0;
+  }
   scheduler_options.name = "CompileOptions";  // Lower's option errors name the caller's options
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(problems, scheduler_options));
   if (!impl->narrow && options.pack_weights && TiledRingsReadPackedWeights(options)) {
@@ -360,6 +370,7 @@ absl::Status Plan::Launch(cudaStream_t stream) {
   if (impl_->narrow) {
     return LaunchStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters, impl_->packed_weights != nullptr,
                                                  impl_->narrow_consumers, !impl_->tagged_handoffs.empty(),
+                                                 impl_->narrow_pair_split,
                                                  impl_->half, overlap, stream),
                         "launching the narrow decode kernel", *impl_, stream);
   }
@@ -430,7 +441,10 @@ namespace {
 
 // Explain's line on how the narrow kernel multiplies A tiles of `tile_rows`
 // rows (NarrowConfig::MultiplyFor).
-std::string ExplainNarrowMultiply(uint32_t tile_rows) {
+std::string ExplainNarrowMultiply(uint32_t tile_rows, bool pair_split) {
+  if (pair_split) {
+    return absl::StrFormat("multiply: wgmma m64n64k16, the tokens (A tiles of %d rows) as the 64 rows\n", tile_rows);
+  }
   switch (NarrowConfig::MultiplyFor(tile_rows)) {
     case NarrowConfig::Multiply::kMmaSync:
       return absl::StrFormat(
@@ -447,6 +461,16 @@ std::string ExplainNarrowMultiply(uint32_t tile_rows) {
                              tile_rows);
   }
   return "";
+}
+
+// Explain's account of CompileOptions::narrow_pair_split where it was asked
+// for and does not apply (empty otherwise; the tile line says where it does).
+std::string ExplainPairSplit(const Plan::Impl& impl) {
+  if (!impl.options.narrow_pair_split || impl.narrow_pair_split) return "";
+  return absl::StrFormat(
+      "pair split: not taken (it needs %d-%d rows, and every node's K split in two at a multiple of %d, each half "
+      "at least that)\n",
+      NarrowConfig::kPairedRows + 1, NarrowConfig::kBlockM, NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK);
 }
 
 // Explain's account of CompileOptions::pack_weights (empty when not asked).
@@ -492,15 +516,18 @@ std::string Plan::Explain() const {
   for (const GemmNode& node : impl_->graph.nodes()) names.push_back(node.name);
   if (impl_->narrow) {
     return absl::StrFormat(
-               "device: %s, narrow decode kernel (%d x %d tiles over the whole of K), %d CTAs of %d consumer "
+               "device: %s, narrow decode kernel (%d x %d tiles over %s), %d CTAs of %d consumer "
                "warpgroup%s, rings: A %d stages of %d bytes, B %d stages of %d bytes (%d in flight)%s\n",
-               impl_->device.name, impl_->schedule.tile.m, NarrowConfig::kBlockN, impl_->grid_clusters,
-               impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s", impl_->a_stages,
-               impl_->a_stage_bytes, impl_->b_stages, NarrowConfig::kBStageBytes, impl_->b_in_flight,
+               impl_->device.name, impl_->schedule.tile.m, impl_->narrow_tile_n(),
+               impl_->narrow_pair_split ? "each half of K, the second half summing (pair split)" : "the whole of K",
+               impl_->grid_clusters, impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s",
+               impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages,
+               NarrowConfig::BStageBytes(impl_->narrow_tile_n()), impl_->b_in_flight,
                impl_->options.narrow_claim_stages == 0
                    ? ""
                    : absl::StrFormat(", next job claimed at %d B stages left", impl_->options.narrow_claim_stages)) +
-           ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes)) + ExplainPackedWeights(*impl_) +
+           ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes), impl_->narrow_pair_split) +
+           ExplainPairSplit(*impl_) + ExplainPackedWeights(*impl_) +
            ExplainTaggedHandoffs(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
   }
   const int32_t idle = IdleClustersToSpread(*impl_);

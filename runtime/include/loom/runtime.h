@@ -173,6 +173,16 @@ struct CompileOptions {
   // makes that chain ~6 us slower. Not yet measured on an H200. 0 to
   // kMaxNarrowClaimStages; does not apply on the tiled kernel.
   int narrow_claim_stages = 0;
+  // The pair split on the narrow kernel, for graphs of 33-64 rows: each job
+  // a 64 x 64 tile over half of K, the two halves of a tile two jobs next to
+  // each other in the queue, the second adding the first's fp32 partial
+  // sums (16 KiB a tile, through the plan's workspace) before the fused
+  // epilogue; the same bits every run. A CTA then takes in one byte of A per
+  // weight byte instead of two, and a node keeps its count of jobs. Applies
+  // where every node's K splits in two at a multiple of 256 (each half at
+  // least 256); elsewhere the plan keeps 32-column tiles over the whole of K.
+  // Explain says which. Does not apply on the tiled kernel.
+  bool narrow_pair_split = false;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
   // copy a ring stage instead of a tensor load. On the narrow kernel, at 1
