@@ -600,10 +600,9 @@ TEST(GraphTest, Diamond) {
   ExpectGraphMatchesNaive(g, rng);
 }
 
-// Llama-style MLP block at `tokens`, hidden 128, intermediate 192:
+// Llama-style MLP block at `tokens`, hidden 128, intermediate 192 unless said:
 // h = swiglu(x · W_gate_upᵀ), y = h · W_downᵀ + x.
-void AddMlpBlock(HostGraph& g, int64_t tokens) {
-  constexpr int64_t hidden = 128, intermediate = 192;
+void AddMlpBlock(HostGraph& g, int64_t tokens, int64_t hidden = 128, int64_t intermediate = 192) {
   const TensorView x = g.Input("x", DType::kBF16, tokens, hidden);
   const TensorView h = g.Output("h", DType::kBF16, tokens, intermediate);
   const TensorView y = g.Output("y", DType::kBF16, tokens, hidden);
@@ -651,13 +650,7 @@ TEST(GraphTest, MlpBlockLoweredForTheNarrowKernel) {
 TEST(GraphTest, MlpBlockLoweredForThePairSplit) {
   Rng rng;
   HostGraph g(rng);
-  constexpr int64_t tokens = 48, hidden = 512, intermediate = 1024;
-  const TensorView x = g.Input("x", DType::kBF16, tokens, hidden);
-  const TensorView h = g.Output("h", DType::kBF16, tokens, intermediate);
-  g.graph().AddGemm("gate_up", x, g.Input("w_gate_up", DType::kBF16, 2 * intermediate, hidden), h,
-                    {.activation = Activation::kSwiGLU});
-  g.graph().AddGemm("down", h, g.Input("w_down", DType::kBF16, hidden, intermediate),
-                    g.Output("y", DType::kBF16, tokens, hidden), {.residual = x});
+  AddMlpBlock(g, /*tokens=*/48, /*hidden=*/512, /*intermediate=*/1024);
   CompileOptions options;
   options.kernel = KernelChoice::kNarrow;
   options.narrow_pair_split = true;

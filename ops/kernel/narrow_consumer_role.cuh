@@ -289,7 +289,8 @@ __device__ __forceinline__ float4* PairPartialOf(const NarrowContext& ctx, const
 // m64n64k16 with both operands from shared memory, A as in RunWgmmaJob,
 // B's 64 rows of a k-block one 8 KiB tile. A stage is 16 wgmmas into two
 // accumulator sets (as RunPairedWgmmaJob's: with four, 128 accumulator
-// registers), one group, its slots freed as in RunWgmmaJob. Then:
+// registers), one group, its slots freed as in RunWgmmaJob (the loop written
+// out again, as RunPairedWgmmaJob's is, and for its reason). Then:
 //   first half: its sums to the workspace (PairPartialOf), plain stores,
 //     handed to the publisher as a tile is, which releases the partial flag
 //     (sched::PartialFlagIndex);
