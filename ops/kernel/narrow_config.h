@@ -45,8 +45,10 @@ struct NarrowConfig {
   static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig
   // The pair split (CompileOptions::narrow_pair_split; 33-64 rows): each
   // job a 64 x 64 tile (wgmma m64n64k16, Instantiation::kPairSplit) over
-  // half of K, its two halves two jobs next to each other in the queue, the
-  // second adding the first's partial sums (RunPairSplitJob). Per weight
+  // half of K, its two halves two jobs (the scheduler's split-K with the
+  // last split summing: the queue may put them waves apart, the first
+  // always earlier), the second adding the first's partial sums
+  // (RunPairSplitJob). Per weight
   // byte a CTA takes in one byte of A instead of two, as a 32-column tile
   // over the whole of K does, and a node keeps as many jobs.
   static constexpr int kPairSplitBlockN = 64;

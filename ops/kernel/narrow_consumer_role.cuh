@@ -301,7 +301,7 @@ __device__ __forceinline__ float4* PairPartialOf(const NarrowContext& ctx, const
 //     lines it read from L2 unwritten (DiscardWarpPartials' reason: dirty
 //     scratch written back while the next launch streams), and stores both
 //     32-column halves through the fused epilogue.
-// Deadlock-free: the first half is the job before the second in the queue,
+// Deadlock-free: the first half is earlier in the queue than the second,
 // and waits for nothing after its main loop.
 template <int kConsumers, ElementType kHalf>
 __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
