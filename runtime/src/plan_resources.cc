@@ -198,8 +198,8 @@ absl::Status Upload(const std::vector<T>& host, T** device, int ordinal, const s
 std::vector<Plan::Impl::PackedNode> PackedNodesOf(const GemmGraph& graph,
                                                   const std::vector<DataDependency>& dependencies,
                                                   const sched::Schedule* tiled, int narrow_tile_n) {
-  const kernel::PackedLayout layout = PackedLayoutFor(/*narrow=*/tiled == nullptr,
-                                                      tiled == nullptr ? narrow_tile_n : static_cast<int>(tiled->tile.n));
+  const int tile_n = tiled == nullptr ? narrow_tile_n : static_cast<int>(tiled->tile.n);
+  const kernel::PackedLayout layout = PackedLayoutFor(/*narrow=*/tiled == nullptr, tile_n);
   std::vector<bool> b_written(graph.nodes().size(), false);
   for (const DataDependency& dependency : dependencies) {
     if (dependency.operand == Operand::kB) b_written[dependency.consumer] = true;
@@ -319,7 +319,8 @@ absl::Status PackWeights(const Plan::Impl& impl, cudaStream_t stream) {
     if (!packed.copies) continue;
     const TensorView& b = impl.graph.nodes()[packed.node].b;
     LOOM_RETURN_IF_ERROR(internal::CudaStatus(
-        kernel::PackWeights(b.data, b.rows, b.cols, UsedRowStride(b), PackedLayoutFor(impl.narrow, impl.narrow ? impl.narrow_tile_n() : impl.tile_n),
+        kernel::PackWeights(b.data, b.rows, b.cols, UsedRowStride(b),
+                            PackedLayoutFor(impl.narrow, impl.narrow ? impl.narrow_tile_n() : impl.tile_n),
                             impl.packed_weights + packed.offset, stream),
         absl::StrCat("packing the weights ", b.name)));
   }

@@ -174,8 +174,8 @@ struct CompileOptions {
   // kMaxNarrowClaimStages; does not apply on the tiled kernel.
   int narrow_claim_stages = 0;
   // The pair split on the narrow kernel, for graphs of 33-64 rows: each job
-  // a 64 x 64 tile over half of K, the two halves of a tile two jobs next to
-  // each other in the queue, the second adding the first's fp32 partial
+  // a 64 x 64 tile over half of K, the two halves of a tile two jobs (the
+  // first earlier in the queue), the second adding the first's fp32 partial
   // sums (16 KiB a tile, through the plan's workspace) before the fused
   // epilogue; the same bits every run. A CTA then takes in one byte of A per
   // weight byte instead of two, and a node keeps its count of jobs. Applies
