@@ -1475,6 +1475,20 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
   EXPECT_EQ(plan->Explain().find("pair split"), std::string::npos) << plan->Explain();
 }
 
+// The pair split's B stages are 32 KiB: A stages that leave room for fewer
+// than two of them are refused, naming the option, the bytes left and the
+// pair split's stage size; without the pair split the same A ring fits.
+TEST(RuntimeTest, PairSplitRingsThatDoNotFitSayTheirStageSize) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions options;
+  options.narrow_a_stages = 6;  // 6 x 32 KiB at 64 rows
+  ASSERT_TRUE(runtime.Compile(UpDownGraph(64, true), options).ok());
+  options.narrow_pair_split = true;
+  EXPECT_TRUE(HasStatus(runtime.Compile(UpDownGraph(64, true), options).status(),
+                        absl::StatusCode::kFailedPrecondition,
+                        {"CompileOptions.narrow_a_stages = 6", "less than two B stages of 32768 bytes"}));
+}
+
 TEST(RuntimeTest, BadRingOptionsAreInvalidArgument) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions lockstep;

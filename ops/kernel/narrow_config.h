@@ -53,6 +53,8 @@ struct NarrowConfig {
   // over the whole of K does, and a node keeps as many jobs.
   static constexpr int kPairSplitBlockN = 64;
   static constexpr int kPairSplits = 2;
+  // A plan's tile width: kPairSplitBlockN with the pair split, else kBlockN.
+  LOOM_HOST_DEVICE static constexpr int TileN(bool pair_split) { return pair_split ? kPairSplitBlockN : kBlockN; }
   // One consumer warpgroup, or two taking the CTA's jobs in turn
   // (narrow_consumer_role.cuh, ConsumeJobs): one runs a job's epilogue while
   // the other multiplies the next job's stages. Two pay where a CTA runs many jobs of
@@ -237,17 +239,9 @@ struct NarrowConfig {
     return {BlockRows(rows), tile_n, kBlockK};
   }
   // Whether a plan of `rows` rows may take the pair split: 33-64 rows (the
-  // m64n32k16 path's A tiles, one row block), and every node's K split in
-  // two at a stage boundary (the second half's first k-block starts a
-  // stage; the packed weights are laid out by stages), at least a stage each.
-  // `k_blocks`: each node's (of those with jobs).
-  static constexpr bool PairSplitRows(int64_t rows) {
-    return rows > kPairedRows && rows <= kBlockM;
-  }
-  static constexpr bool PairSplitKBlocks(int64_t k_blocks) {
-    const int64_t first = (k_blocks + 1) / 2;  // sched::SplitKRange's first of two, without extra
-    return k_blocks >= 2 * kKBlocksPerStage && first % kKBlocksPerStage == 0;
-  }
+  // m64n32k16 path's A tiles, one row block). Its nodes' K must also split
+  // in two on a stage boundary (the runtime's NarrowPairSplitApplies).
+  static constexpr bool PairSplitRows(int64_t rows) { return rows > kPairedRows && rows <= kBlockM; }
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
 };

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
   constexpr bool kPairSplit = kKind == NarrowConfig::Instantiation::kPairSplit;
-  constexpr int kTileN = kPairSplit ? NarrowConfig::kPairSplitBlockN : NarrowConfig::kBlockN;
+  constexpr int kTileN = NarrowConfig::TileN(kPairSplit);
   const NarrowSmemLayout layout =
       ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages, kConsumers, kTileN);
   auto* barriers = reinterpret_cast<NarrowBarriers*>(smem + layout.barriers);
@@ -195,8 +195,7 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   config.blockDim = dim3(static_cast<unsigned>(NarrowConfig::Threads(consumers)), 1, 1);
   config.dynamicSmemBytes = NarrowSharedMemoryBytes(
-      params.a_stages, params.a_stage_bytes, params.b_stages, consumers,
-      pair_split ? NarrowConfig::kPairSplitBlockN : NarrowConfig::kBlockN);
+      params.a_stages, params.a_stage_bytes, params.b_stages, consumers, NarrowConfig::TileN(pair_split));
   config.stream = stream;
   cudaLaunchAttribute overlap;
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -89,8 +89,8 @@ struct NarrowRings {
 bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDependency>& dependencies, int sms);
 // Whether a narrow plan of a graph of at most `rows` rows takes the pair
 // split (CompileOptions::narrow_pair_split): asked for, 33-64 rows, and
-// every node's K split at a stage boundary (NarrowConfig::PairSplitRows,
-// PairSplitKBlocks).
+// every node's K split in two (sched::SplitKRange) on a stage boundary, a
+// stage at least each (NarrowConfig::PairSplitRows).
 bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows);
 // The narrow kernel's rings for a graph of at most `rows` rows and K at most
 // `max_k`; InvalidArgument for options it cannot run. `pair_split`:

@@ -36,9 +36,7 @@ struct Plan::Impl {
   // and NarrowPairSplitApplies): 64-column tiles, K in two halves.
   bool narrow_pair_split = false;
   // The narrow kernel's tile width: kPairSplitBlockN with the pair split.
-  int narrow_tile_n() const {
-    return narrow_pair_split ? kernel::NarrowConfig::kPairSplitBlockN : kernel::NarrowConfig::kBlockN;
-  }
+  int narrow_tile_n() const { return kernel::NarrowConfig::TileN(narrow_pair_split); }
   // The graph's 16-bit type (HalfTypeOf, compile_choices.cc): the tiled kernel's
   // instantiation; bf16 on the narrow kernel.
   kernel::ElementType half = kernel::ElementType::kBF16;

@@ -555,8 +555,11 @@ bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& grap
   if (!options.narrow_pair_split || !NarrowConfig::PairSplitRows(rows)) return false;
   for (const GemmNode& node : graph.nodes()) {
     if (!HasJobs(node)) continue;
-    const int64_t k_blocks = (node.k() + NarrowConfig::kBlockK - 1) / NarrowConfig::kBlockK;
-    if (!NarrowConfig::PairSplitKBlocks(k_blocks)) return false;
+    // The halves Lower will make (the second, without extra k-blocks, starts
+    // where the first ends), each at least a stage, the second on a stage.
+    const int32_t k_blocks = static_cast<int32_t>((node.k() + NarrowConfig::kBlockK - 1) / NarrowConfig::kBlockK);
+    const int32_t half = sched::SplitKRange(k_blocks, NarrowConfig::kPairSplits, 0).end;
+    if (k_blocks < 2 * NarrowConfig::kKBlocksPerStage || half % NarrowConfig::kKBlocksPerStage != 0) return false;
   }
   return true;
 }
@@ -591,7 +594,7 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   const int64_t auto_a_bytes = smaller_a || pair_split ? int64_t{96} * 1024 : int64_t{128} * 1024;
   constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
   const int64_t job_stages = ((pair_split ? (max_k + 1) / 2 : max_k) + kStageK - 1) / kStageK;
-  const int tile_n = pair_split ? NarrowConfig::kPairSplitBlockN : NarrowConfig::kBlockN;
+  const int tile_n = NarrowConfig::TileN(pair_split);
   const uint32_t b_stage_bytes = NarrowConfig::BStageBytes(tile_n);
   // With packed weights on the mma.sync path (at most 16 rows) at most
   // kPackedMmaSyncAStages: the rest of shared memory goes to B, which each

@@ -71,25 +71,21 @@ using internal::RestoreCurrentDevice;
 using internal::AllocateDeviceResources;
 
 // What the pair split's kernel (RunPairSplitJob) takes for granted of a
-// schedule: every job a first half (split 0) over [0, h) or a second half
-// (split 1, which sums) over [h, K) of its node's k-blocks, h on a stage
-// boundary (its packed weights are laid out by stages). Lower gives that
-// for the options Compile sets where NarrowPairSplitApplies; anything else
-// is a loom bug, refused here rather than run.
+// schedule, beyond what Lower gives any split-K schedule: every node in two
+// splits, the second summing (no reduce jobs), and every job starting on a
+// stage (its packed weights are laid out by stages). Lower gives that for
+// the options Compile sets where NarrowPairSplitApplies; anything else is a
+// loom bug, refused here rather than run.
 absl::Status CheckPairSplitSchedule(const sched::Schedule& schedule) {
   for (const sched::TileJob& job : schedule.queue) {
     const sched::NodeSchedule& node = schedule.nodes[job.node];
-    const int32_t half = (node.k_blocks + 1) / 2;
-    const bool first = job.split == 0 && job.k_block_begin == 0 && job.k_block_end == half;
-    const bool second = job.split == 1 && job.k_block_begin == half && job.k_block_end == node.k_blocks;
     if (node.split_k != NarrowConfig::kPairSplits || node.reduce_parts != 0 ||
-        job.kind != static_cast<uint8_t>(sched::JobKind::kGemm) || half % NarrowConfig::kKBlocksPerStage != 0 ||
-        !(first || second)) {
+        job.kind != static_cast<uint8_t>(sched::JobKind::kGemm) ||
+        job.k_block_begin % NarrowConfig::kKBlocksPerStage != 0) {
       return absl::InternalError(absl::StrFormat(
-          "scheduler: the pair split's node %d has split_k %d, reduce_parts %d, and a job of kind %d, split %d over "
-          "k-blocks [%d, %d) of %d: not a half of K on a stage boundary (a loom bug)",
-          job.node, node.split_k, node.reduce_parts, job.kind, job.split, job.k_block_begin, job.k_block_end,
-          node.k_blocks));
+          "scheduler: the pair split's node %d has split_k %d, reduce_parts %d, and a job of kind %d, split %d, "
+          "from k-block %d: not two halves of K on a stage boundary, the second summing (a loom bug)",
+          job.node, node.split_k, node.reduce_parts, job.kind, job.split, job.k_block_begin));
     }
   }
   return absl::OkStatus();
