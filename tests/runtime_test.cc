@@ -1446,6 +1446,17 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
       EXPECT_EQ(node.reduce_parts, 0);
       EXPECT_EQ(node.last_split_extra_k_blocks, 0);
     }
+    // up (448 column tiles), which down reads, is queued from its halves of
+    // columns in turn: its first tiles are 0 and 224.
+    EXPECT_TRUE(plan->schedule().interleave_split_producers);
+    std::vector<uint32_t> up_tiles;
+    for (const sched::TileJob& job : plan->schedule().queue) {
+      if (job.node == 0 && up_tiles.size() < 3 &&
+          std::find(up_tiles.begin(), up_tiles.end(), job.n_block) == up_tiles.end()) {
+        up_tiles.push_back(job.n_block);
+      }
+    }
+    EXPECT_EQ(up_tiles, (std::vector<uint32_t>{0, 224, 1}));
     EXPECT_NE(plan->Explain().find(kTaken), std::string::npos) << plan->Explain();
     EXPECT_NE(plan->Explain().find("B 4 stages of 32768 bytes (2 in flight)"), std::string::npos)
         << plan->Explain();

@@ -141,6 +141,44 @@ TEST(LowerTest, TilesOfAnyInt32DepthAreOrdered) {
   EXPECT_TRUE(CheckQueue(*s).ok());
 }
 
+// The order of a node's distinct n-blocks in NodeJobs (each split's job of a
+// tile in turn, so each tile's first job counts).
+std::vector<int32_t> NBlockOrder(const Schedule& s, int node) {
+  std::vector<int32_t> order;
+  for (const TileJob& job : NodeJobs(s, node)) {
+    const int32_t n_block = static_cast<int32_t>(job.n_block);
+    if (std::find(order.begin(), order.end(), n_block) == order.end()) order.push_back(n_block);
+  }
+  return order;
+}
+
+// With interleave_split_producers, a producer whose A consumer splits K in
+// two is queued from its two runs of columns in turn (the first run the
+// longer where the count is odd), so both halves of the consumer's K fill
+// together; the consumer itself, which no node reads, keeps its raster
+// order, and without the option so does the producer.
+TEST(LowerTest, ProducersOfASplitAAreQueuedFromEachRunInTurn) {
+  SchedulerOptions o = Options();
+  o.tile = {64, 64, 64};
+  o.cluster_size = 1;
+  o.split_k = 2;
+  o.reduce_in_parts = false;
+  o.last_split_extra_k_blocks = 0;
+  const std::vector<NodeProblem> graph = {Gemm(64, 7 * 64, 512),
+                                          Gemm(64, 3 * 64, 7 * 64, {Edge(0, DependencyOperand::kA)})};
+  absl::StatusOr<Schedule> s = Lower(graph, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(NBlockOrder(*s, 0), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));
+  o.interleave_split_producers = true;
+  s = Lower(graph, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->interleave_split_producers);
+  EXPECT_EQ(NBlockOrder(*s, 0), (std::vector<int32_t>{0, 4, 1, 5, 2, 6, 3}));
+  EXPECT_EQ(NBlockOrder(*s, 1), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(static_cast<int64_t>(NodeJobs(*s, 0).size()), NodeJobCount(*s, 0));
+  EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
+}
+
 // Each split node's partials start on a 128-byte line, whatever the tile
 // (the kernels' few-row sums drop whole lines; their own tiles keep every
 // offset aligned anyway).

@@ -331,6 +331,7 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
                                                    " has ", largest_jobs));
   }
 
+  schedule.interleave_split_producers = options.interleave_split_producers;
   // Deadlock freedom rests on (a) this queue being topological, (b) all
   // clusters co-resident, (c) no epilogue waiting on a later job. A consumer
   // is placed about one wave (max_clusters jobs) behind what it reads.

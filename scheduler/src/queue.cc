@@ -19,15 +19,56 @@
 
 namespace loom::sched {
 
+namespace {
+
+// The most K splits among the consumers that read node `producer`'s output
+// as their A (1: none splits K, or the schedule does not interleave).
+int32_t ColumnRuns(const Schedule& schedule, int producer) {
+  int32_t runs = 1;
+  if (!schedule.interleave_split_producers) return runs;
+  for (const NodeSchedule& consumer : schedule.nodes) {
+    for (int32_t e = 0; e < consumer.dependency_count; ++e) {
+      const DependencyEdge& edge = schedule.dependencies[consumer.dependency_begin + e];
+      if (edge.producer == producer && edge.operand == static_cast<uint8_t>(DependencyOperand::kA)) {
+        runs = std::max(runs, consumer.split_k);
+      }
+    }
+  }
+  return runs;
+}
+
+// The cluster columns of a grid `cols` wide in the order NodeJobs takes
+// them: `runs` runs of equal length (the first cols % runs one longer), the
+// first column of each run, then the second of each, and so on.
+std::vector<int32_t> InterleavedColumns(int32_t cols, int32_t runs) {
+  runs = std::clamp(runs, 1, std::max(cols, 1));
+  const int32_t base = cols / runs;
+  const int32_t longer = cols % runs;
+  std::vector<int32_t> order;
+  order.reserve(static_cast<size_t>(std::max(cols, 0)));
+  for (int32_t offset = 0; offset < base + (longer > 0 ? 1 : 0); ++offset) {
+    for (int32_t run = 0; run < runs; ++run) {
+      const int32_t length = base + (run < longer ? 1 : 0);
+      if (offset < length) order.push_back(run * base + std::min(run, longer) + offset);
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
 std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
   const NodeSchedule& node = schedule.nodes[node_index];
   const ClusterGrid grid = ClusterGridOf(node, schedule.cluster_size);
   std::vector<TileJob> jobs;
   if (grid.size() <= 0) return jobs;
   const int32_t split_k = std::max(node.split_k, 1);
+  const int32_t runs = ColumnRuns(schedule, node_index);
+  const std::vector<int32_t> columns = runs > 1 ? InterleavedColumns(grid.cols, runs) : std::vector<int32_t>{};
   jobs.reserve(static_cast<size_t>(NodeJobCount(schedule, node_index)));
   for (int64_t i = 0; i < grid.size(); ++i) {
-    const ClusterCoord c = RasterizedClusterTile(i, grid, node.raster, node.group_size);
+    ClusterCoord c = RasterizedClusterTile(i, grid, node.raster, node.group_size);
+    if (runs > 1) c.col = columns[c.col];
     const CtaTile first = FirstTileOfCluster(node.share, schedule.cluster_size, c.row, c.col);
     TileJob job;
     job.node = static_cast<uint16_t>(node_index);

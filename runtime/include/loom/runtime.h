@@ -178,10 +178,12 @@ struct CompileOptions {
   // first earlier in the queue), the second adding the first's fp32 partial
   // sums (16 KiB a tile, through the plan's workspace) before the fused
   // epilogue; the same bits every run. A CTA then takes in one byte of A per
-  // weight byte instead of two, and a node keeps its count of jobs. Applies
-  // where every node's K splits in two at a multiple of 256 (each half at
-  // least 256); elsewhere the plan keeps 32-column tiles over the whole of K.
-  // Explain says which. Does not apply on the tiled kernel.
+  // weight byte instead of two, and a node keeps its count of jobs. A node
+  // whose output another reads as A is queued from its two halves of
+  // columns in turn, so that both halves of its consumer's K fill at one
+  // pace. Applies where every node's K splits in two at a multiple of 256
+  // (each half at least 256); elsewhere the plan keeps 32-column tiles over
+  // the whole of K. Explain says which. Does not apply on the tiled kernel.
   bool narrow_pair_split = false;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk

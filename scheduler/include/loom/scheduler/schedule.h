@@ -183,6 +183,12 @@ struct SchedulerOptions {
   // (ChooseLastSplitExtra, tiling.h); >= 0, that many (at most k_blocks -
   // split_k) wherever the last split sums.
   int32_t last_split_extra_k_blocks = -1;
+  // Where a node's A is read by a consumer that splits K in s > 1 (the
+  // narrow kernel's pair split), the producer's cluster columns are queued
+  // from s equal runs in turn (0, C/s, 2C/s, ..., 1, C/s + 1, ...: NodeJobs)
+  // instead of left to right, so that each split's k-range of A fills at
+  // the same pace rather than the last split's only at the producer's end.
+  bool interleave_split_producers = false;
   // How errors about these options name them: "<name>.<field> must be ...".
   // The runtime passes its own options' name (CompileOptions), whose fields
   // a caller sets carry the same names as these.
@@ -198,6 +204,7 @@ struct Schedule {
   int32_t num_flags = 0;  // output-tile flags + split-K partial flags + reduce part counts
   int64_t workspace_elements = 0;            // fp32 elements of split-K partials
   int32_t queue_clusters = 0;  // the clusters OrderQueue ordered and timed the queue for
+  bool interleave_split_producers = false;  // SchedulerOptions::interleave_split_producers
 };
 
 // InvalidArgument unless `edge`, an edge of node `consumer`, names an earlier
