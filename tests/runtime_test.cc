@@ -1461,6 +1461,13 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     EXPECT_NE(plan->Explain().find("B 4 stages of 32768 bytes (2 in flight)"), std::string::npos)
         << plan->Explain();
     EXPECT_EQ(plan->Explain().find("not taken"), std::string::npos) << plan->Explain();
+    // Claim pacing 8 unless the options set it.
+    EXPECT_NE(plan->Explain().find(", next job claimed at 8 B stages left\n"), std::string::npos) << plan->Explain();
+    CompileOptions paced = options;
+    paced.narrow_claim_stages = 3;
+    plan = runtime.Compile(UpDownGraph(rows, /*dependent=*/true), paced);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_NE(plan->Explain().find(", next job claimed at 3 B stages left\n"), std::string::npos) << plan->Explain();
   }
   // Not taken: 32 rows (the paired wgmma path) and 65 (two row blocks); K of
   // 768 (12 k-blocks: halves of 6, not on a stage) and of 4160 (65: 33 and 32).
@@ -1480,6 +1487,7 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kBlockN);
     for (const sched::NodeSchedule& node : plan->schedule().nodes) EXPECT_EQ(node.split_k, 1);
     EXPECT_NE(plan->Explain().find(kNotTaken), std::string::npos) << plan->Explain();
+    EXPECT_EQ(plan->Explain().find("next job claimed"), std::string::npos) << plan->Explain();
   }
   absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(64, true));
   ASSERT_TRUE(plan.ok()) << plan.status();

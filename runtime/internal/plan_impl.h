@@ -37,6 +37,13 @@ struct Plan::Impl {
   bool narrow_pair_split = false;
   // The narrow kernel's tile width: kPairSplitBlockN with the pair split.
   int narrow_tile_n() const { return kernel::NarrowConfig::TileN(narrow_pair_split); }
+  // The claim pacing the narrow kernel runs with: the options', or
+  // kPairSplitClaimStages for a pair split they leave at 0 (off).
+  int narrow_claim_stages() const {
+    if (!narrow) return 0;
+    if (options.narrow_claim_stages == 0 && narrow_pair_split) return kernel::NarrowConfig::kPairSplitClaimStages;
+    return options.narrow_claim_stages;
+  }
   // The graph's 16-bit type (HalfTypeOf, compile_choices.cc): the tiled kernel's
   // instantiation; bf16 on the narrow kernel.
   kernel::ElementType half = kernel::ElementType::kBF16;

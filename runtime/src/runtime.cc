@@ -546,9 +546,9 @@ std::string Plan::Explain() const {
                impl_->grid_clusters, impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s",
                impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages,
                NarrowConfig::BStageBytes(impl_->narrow_tile_n()), impl_->b_in_flight,
-               impl_->options.narrow_claim_stages == 0
+               impl_->narrow_claim_stages() == 0
                    ? ""
-                   : absl::StrFormat(", next job claimed at %d B stages left", impl_->options.narrow_claim_stages)) +
+                   : absl::StrFormat(", next job claimed at %d B stages left", impl_->narrow_claim_stages())) +
            ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes), impl_->narrow_pair_split) +
            ExplainPairSplit(*impl_) + ExplainPackedWeights(*impl_) +
            ExplainTaggedHandoffs(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
