@@ -3,7 +3,7 @@
 # v2.01-v2.02) in turns, on the H200 only: exits at once on any other card,
 # so a call that lands on an H100 costs only its start. Each run is a
 # separate process; then one traced launch (--timeline_csv) of main and of
-# the pair split with claim pacing 8, kept under $OUT.
+# the pair split (claim pacing 8 by default since df91107), kept under $OUT.
 #   usage (on the device, carry [".device-carry"]):
 #     bash bench/probes/pair_vs_main.sh [ROUNDS=2] [DIR=.device-carry]
 set -u
@@ -19,8 +19,8 @@ flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
 # The pair split changes only 33-64 rows; claim pacing only the narrow kernel.
 variants=("--tokens=1,16,48,64 --chain_tokens=1,64"
           "--tokens=1,16,48,64 --chain_tokens=1,64 --narrow_claim_stages=8"
-          "--tokens=48,64 --chain_tokens=64 --narrow_pair_split --narrow_claim_stages=8"
-          "--tokens=64 --chain_tokens= --narrow_pair_split")
+          "--tokens=48,64 --chain_tokens=64 --narrow_pair_split"
+          "--tokens=64 --chain_tokens= --narrow_pair_split --narrow_claim_stages=4")
 log=$(mktemp)
 for ((r = 1; r <= rounds; ++r)); do
   for variant in "${variants[@]}"; do
@@ -32,8 +32,8 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done | tee "$out/pair_vs_main.txt"
 grep -iE "copy bandwidth" "$log" | head -1
-for variant in "" "--narrow_pair_split --narrow_claim_stages=8"; do
-  name=$([ -z "$variant" ] && echo main || echo pair8)
+for variant in "" "--narrow_pair_split"; do
+  name=$([ -z "$variant" ] && echo main || echo pair)
   # shellcheck disable=SC2086
   timeout 120 "$dir/loom_graph_bench" "${flags[@]}" --tokens=64 --chain_tokens= $variant --timeline \
     --timeline_csv="$out/tl_$name.csv" > "$out/tl_$name.txt" 2>&1
