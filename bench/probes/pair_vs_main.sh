@@ -21,6 +21,8 @@ variants=("--tokens=1,16,48,64 --chain_tokens=1,64"
           "--tokens=1,16,48,64 --chain_tokens=1,64 --narrow_claim_stages=8"
           "--tokens=48,64 --chain_tokens=64 --narrow_pair_split"
           "--tokens=64 --chain_tokens= --narrow_pair_split --narrow_claim_stages=4")
+timeout 120 "$dir/graph_gpu_test" --gtest_filter='*PairSplit*' > "$out/pair_split_tests.log" 2>&1
+echo "pair split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/pair_split_tests.log" | tr '\n' ' ')"
 log=$(mktemp)
 for ((r = 1; r <= rounds; ++r)); do
   for variant in "${variants[@]}"; do
