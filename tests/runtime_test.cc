@@ -1448,7 +1448,9 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     }
     // up (448 column tiles), which down reads, is queued from its halves of
     // columns in turn: its first tiles are 0 and 224.
-    EXPECT_TRUE(plan->schedule().interleave_split_producers);
+    EXPECT_EQ(plan->schedule().column_runs, (std::vector<int32_t>{2, 1}));
+    EXPECT_NE(plan->Explain().find("group 1, cluster columns from 2 runs in turn; split_k 2"), std::string::npos)
+        << plan->Explain();
     std::vector<uint32_t> up_tiles;
     for (const sched::TileJob& job : plan->schedule().queue) {
       if (job.node == 0 && up_tiles.size() < 3 &&

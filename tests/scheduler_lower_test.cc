@@ -172,7 +172,7 @@ TEST(LowerTest, ProducersOfASplitAAreQueuedFromEachRunInTurn) {
   o.interleave_split_producers = true;
   s = Lower(graph, o);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_TRUE(s->interleave_split_producers);
+  EXPECT_EQ(s->column_runs, (std::vector<int32_t>{2, 1}));
   EXPECT_EQ(NBlockOrder(*s, 0), (std::vector<int32_t>{0, 4, 1, 5, 2, 6, 3}));
   EXPECT_EQ(NBlockOrder(*s, 1), (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(static_cast<int64_t>(NodeJobs(*s, 0).size()), NodeJobCount(*s, 0));

@@ -78,8 +78,12 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
           schedule.cluster_size, node.share == ClusterShare::kShareB ? "B (consecutive m-blocks)"
                                                                      : "A (consecutive n-blocks)",
           grid.rows, grid.cols);
-      absl::StrAppendFormat(&out, "  raster along %s, group %d; split_k %d", node.raster == RasterOrder::kAlongM ? "M" : "N",
-                            node.group_size, node.split_k);
+      absl::StrAppendFormat(&out, "  raster along %s, group %d", node.raster == RasterOrder::kAlongM ? "M" : "N",
+                            node.group_size);
+      if (!schedule.column_runs.empty() && schedule.column_runs[i] > 1) {
+        absl::StrAppendFormat(&out, ", cluster columns from %d runs in turn", schedule.column_runs[i]);
+      }
+      absl::StrAppendFormat(&out, "; split_k %d", node.split_k);
       if (node.reduce_parts > 1) {
         absl::StrAppendFormat(&out, ", each tile reduced in %d parts of %d rows", node.reduce_parts,
                               node.reduce_part_rows);

@@ -331,7 +331,17 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
                                                    " has ", largest_jobs));
   }
 
-  schedule.interleave_split_producers = options.interleave_split_producers;
+  if (options.interleave_split_producers) {
+    schedule.column_runs.assign(schedule.nodes.size(), 1);
+    for (const NodeSchedule& consumer : schedule.nodes) {
+      for (int32_t e = 0; e < consumer.dependency_count; ++e) {
+        const DependencyEdge& edge = schedule.dependencies[consumer.dependency_begin + e];
+        if (edge.operand != static_cast<uint8_t>(DependencyOperand::kA)) continue;
+        int32_t& runs = schedule.column_runs[edge.producer];
+        runs = std::max(runs, consumer.split_k);
+      }
+    }
+  }
   // Deadlock freedom rests on (a) this queue being topological, (b) all
   // clusters co-resident, (c) no epilogue waiting on a later job. A consumer
   // is placed about one wave (max_clusters jobs) behind what it reads.

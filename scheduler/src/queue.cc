@@ -21,22 +21,6 @@ namespace loom::sched {
 
 namespace {
 
-// The most K splits among the consumers that read node `producer`'s output
-// as their A (1: none splits K, or the schedule does not interleave).
-int32_t ColumnRuns(const Schedule& schedule, int producer) {
-  int32_t runs = 1;
-  if (!schedule.interleave_split_producers) return runs;
-  for (const NodeSchedule& consumer : schedule.nodes) {
-    for (int32_t e = 0; e < consumer.dependency_count; ++e) {
-      const DependencyEdge& edge = schedule.dependencies[consumer.dependency_begin + e];
-      if (edge.producer == producer && edge.operand == static_cast<uint8_t>(DependencyOperand::kA)) {
-        runs = std::max(runs, consumer.split_k);
-      }
-    }
-  }
-  return runs;
-}
-
 // The cluster columns of a grid `cols` wide in the order NodeJobs takes
 // them: `runs` runs of equal length (the first cols % runs one longer), the
 // first column of each run, then the second of each, and so on.
@@ -63,7 +47,7 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
   std::vector<TileJob> jobs;
   if (grid.size() <= 0) return jobs;
   const int32_t split_k = std::max(node.split_k, 1);
-  const int32_t runs = ColumnRuns(schedule, node_index);
+  const int32_t runs = schedule.column_runs.empty() ? 1 : schedule.column_runs[node_index];
   const std::vector<int32_t> columns = runs > 1 ? InterleavedColumns(grid.cols, runs) : std::vector<int32_t>{};
   jobs.reserve(static_cast<size_t>(NodeJobCount(schedule, node_index)));
   for (int64_t i = 0; i < grid.size(); ++i) {

@@ -49,9 +49,8 @@
 
 namespace loom::sched {
 
-// The jobs of node `node_index` in raster order of its cluster tiles (with
-// Schedule::interleave_split_producers, the cluster columns of a node whose
-// A consumer splits K in s taken from s runs in turn). Per
+// The jobs of node `node_index` in raster order of its cluster tiles (its
+// cluster columns taken from Schedule::column_runs runs in turn). Per
 // cluster tile: one kGemm job over all k-blocks when split_k == 1; else the
 // split_k kGemm jobs (split 0, 1, ...) followed by that tile's reduce_parts
 // kReduce jobs (part 0, 1, ...; none where the last split sums).

@@ -185,9 +185,10 @@ struct SchedulerOptions {
   int32_t last_split_extra_k_blocks = -1;
   // Where a node's A is read by a consumer that splits K in s > 1 (the
   // narrow kernel's pair split), the producer's cluster columns are queued
-  // from s equal runs in turn (0, C/s, 2C/s, ..., 1, C/s + 1, ...: NodeJobs)
-  // instead of left to right, so that each split's k-range of A fills at
-  // the same pace rather than the last split's only at the producer's end.
+  // from s equal runs in turn (0, C/s, 2C/s, ..., 1, C/s + 1, ...:
+  // Schedule::column_runs, NodeJobs) instead of left to right, so that each
+  // split's k-range of A fills at the same pace rather than the last
+  // split's only at the producer's end.
   bool interleave_split_producers = false;
   // How errors about these options name them: "<name>.<field> must be ...".
   // The runtime passes its own options' name (CompileOptions), whose fields
@@ -204,7 +205,11 @@ struct Schedule {
   int32_t num_flags = 0;  // output-tile flags + split-K partial flags + reduce part counts
   int64_t workspace_elements = 0;            // fp32 elements of split-K partials
   int32_t queue_clusters = 0;  // the clusters OrderQueue ordered and timed the queue for
-  bool interleave_split_producers = false;  // SchedulerOptions::interleave_split_producers
+  // Per node, the runs of cluster columns NodeJobs takes in turn: the most
+  // K splits of a consumer that reads its output as A, where
+  // SchedulerOptions::interleave_split_producers; empty: every node's
+  // columns left to right.
+  std::vector<int32_t> column_runs;
 };
 
 // InvalidArgument unless `edge`, an edge of node `consumer`, names an earlier
