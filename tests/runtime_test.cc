@@ -1444,7 +1444,15 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     for (const sched::NodeSchedule& node : plan->schedule().nodes) {
       EXPECT_EQ(node.split_k, 2);
       EXPECT_EQ(node.reduce_parts, 0);
-      EXPECT_EQ(node.last_split_extra_k_blocks, 0);
+      EXPECT_EQ(node.last_split_extra_k_blocks, kernel::NarrowConfig::kPairSplitLastExtraKBlocks);
+    }
+    // up's K (64 k-blocks) as 28 + 36, down's (448) as 220 + 228: the
+    // second half two stages longer, both on a stage.
+    for (const sched::TileJob& job : plan->schedule().queue) {
+      if (job.n_block != 0) continue;
+      const int32_t first = job.node == 0 ? 28 : 220;
+      EXPECT_EQ(job.k_block_begin, job.split == 0 ? 0 : first) << "node " << job.node << " split " << int{job.split};
+      EXPECT_EQ(job.k_block_end, job.split == 0 ? first : (job.node == 0 ? 64 : 448));
     }
     // up (448 column tiles), which down reads, is queued from its halves of
     // columns in turn: its first tiles are 0 and 224.
@@ -1491,6 +1499,23 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     EXPECT_NE(plan->Explain().find(kNotTaken), std::string::npos) << plan->Explain();
     EXPECT_EQ(plan->Explain().find("next job claimed"), std::string::npos) << plan->Explain();
   }
+  // CompileOptions::last_split_extra_k_blocks sets the second half's extra:
+  // 0 gives even halves; 4 would start it off a stage (30 of up's 64
+  // k-blocks), so the split is not taken, and Explain says with what extra.
+  options.kernel = KernelChoice::kAuto;
+  options.last_split_extra_k_blocks = 0;
+  absl::StatusOr<Plan> even = runtime.Compile(UpDownGraph(64, true), options);
+  ASSERT_TRUE(even.ok()) << even.status();
+  EXPECT_EQ(even->schedule().tile.n, kernel::NarrowConfig::kPairSplitBlockN);
+  for (const sched::TileJob& job : even->schedule().queue) {
+    if (job.node == 0 && job.split == 1) EXPECT_EQ(job.k_block_begin, 32);
+  }
+  options.last_split_extra_k_blocks = 4;
+  even = runtime.Compile(UpDownGraph(64, true), options);
+  ASSERT_TRUE(even.ok()) << even.status();
+  EXPECT_EQ(even->schedule().tile.n, kernel::NarrowConfig::kBlockN);
+  EXPECT_NE(even->Explain().find("the second 4 k-blocks of 64 longer)"), std::string::npos) << even->Explain();
+  options.last_split_extra_k_blocks = -1;
   absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(64, true));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->Explain().find("pair split"), std::string::npos) << plan->Explain();

@@ -87,10 +87,17 @@ struct NarrowRings {
 // Whether every node is at most one wave of narrow tiles on `sms` SMs and
 // some node reads another's output: a chain of one-wave layers.
 bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDependency>& dependencies, int sms);
+// The k-blocks a pair split of `graph` gives its second halves beyond the
+// first's share (sched::SplitKRange's last_extra):
+// CompileOptions::last_split_extra_k_blocks where set; else
+// NarrowConfig::kPairSplitLastExtraKBlocks where every node's halves then
+// start on a stage, at least a stage each; else 0.
+int32_t PairSplitLastExtraKBlocks(const CompileOptions& options, const GemmGraph& graph);
 // Whether a narrow plan of a graph of at most `rows` rows takes the pair
 // split (CompileOptions::narrow_pair_split): asked for, 33-64 rows, and
-// every node's K split in two (sched::SplitKRange) on a stage boundary, a
-// stage at least each (NarrowConfig::PairSplitRows).
+// every node's K split in two (sched::SplitKRange, the second half
+// PairSplitLastExtraKBlocks longer) on a stage boundary, a stage at least
+// each (NarrowConfig::PairSplitRows).
 bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows);
 // The narrow kernel's rings for a graph of at most `rows` rows and K at most
 // `max_k`; InvalidArgument for options it cannot run. `pair_split`:

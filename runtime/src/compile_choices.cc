@@ -551,17 +551,35 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
 // gate/up is seven waves, lost 0.5-1.8 us with 6 (bench/NOTES.md v1.21;
 // landed in v1.22: chain1 97.6-97.8 against 100.4-100.8).
 // `one_wave_chain`: IsChainOfOneWaveLayers.
-bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
-  if (!options.narrow_pair_split || !NarrowConfig::PairSplitRows(rows)) return false;
+namespace {
+
+// Whether every node of `graph` splits K in two halves that Lower, given
+// `extra` (sched::SplitKRange's last_extra, clamped as
+// sched::ChooseLastSplitExtra does), starts on a stage, the first at least a
+// stage (so the second too).
+bool PairSplitHalvesOnStages(const GemmGraph& graph, int32_t extra) {
   for (const GemmNode& node : graph.nodes()) {
     if (!HasJobs(node)) continue;
-    // The halves Lower will make (the second, without extra k-blocks, starts
-    // where the first ends), each at least a stage, the second on a stage.
     const int32_t k_blocks = static_cast<int32_t>((node.k() + NarrowConfig::kBlockK - 1) / NarrowConfig::kBlockK);
-    const int32_t half = sched::SplitKRange(k_blocks, NarrowConfig::kPairSplits, 0).end;
-    if (k_blocks < 2 * NarrowConfig::kKBlocksPerStage || half % NarrowConfig::kKBlocksPerStage != 0) return false;
+    const int32_t used = std::min(extra, std::max(k_blocks - NarrowConfig::kPairSplits, 0));
+    const int32_t first = sched::SplitKRange(k_blocks, NarrowConfig::kPairSplits, 0, used).end;
+    if (first < NarrowConfig::kKBlocksPerStage || first % NarrowConfig::kKBlocksPerStage != 0) return false;
   }
   return true;
+}
+
+}  // namespace
+
+int32_t PairSplitLastExtraKBlocks(const CompileOptions& options, const GemmGraph& graph) {
+  if (options.last_split_extra_k_blocks >= 0) return options.last_split_extra_k_blocks;
+  return PairSplitHalvesOnStages(graph, NarrowConfig::kPairSplitLastExtraKBlocks)
+             ? NarrowConfig::kPairSplitLastExtraKBlocks
+             : 0;
+}
+
+bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
+  return options.narrow_pair_split && NarrowConfig::PairSplitRows(rows) &&
+         PairSplitHalvesOnStages(graph, PairSplitLastExtraKBlocks(options, graph));
 }
 
 // NOTE: the pair split's defaults (3 A stages, 96 KiB; B stages of 32 KiB,

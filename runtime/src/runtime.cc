@@ -54,6 +54,7 @@ using internal::IsChainOfOneWaveLayers;
 using internal::MaxK;
 using internal::MaxRows;
 using internal::NarrowPairSplitApplies;
+using internal::PairSplitLastExtraKBlocks;
 using internal::NarrowRings;
 using internal::ProblemsOf;
 using internal::TiledRingsReadPackedWeights;
@@ -278,12 +279,13 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.sum_in_last_split = options.sum_in_last_split;
   scheduler_options.last_split_extra_k_blocks = options.last_split_extra_k_blocks;
   if (impl->narrow_pair_split) {
-    // Each tile's two halves of K, the second summing (RunPairSplitJob):
-    // even halves, on the stage boundary NarrowPairSplitApplies checked.
+    // Each tile's two halves of K, the second summing (RunPairSplitJob) and
+    // longer by PairSplitLastExtraKBlocks, on the stage boundary
+    // NarrowPairSplitApplies checked.
     scheduler_options.split_k = NarrowConfig::kPairSplits;
     scheduler_options.reduce_in_parts = false;
     scheduler_options.sum_in_last_split = true;
-    scheduler_options.last_split_extra_k_blocks = 0;
+    scheduler_options.last_split_extra_k_blocks = PairSplitLastExtraKBlocks(options, graph);
     scheduler_options.interleave_split_producers = true;
   }
   scheduler_options.name = "CompileOptions";  // Lower's option errors name the caller's options
@@ -492,8 +494,9 @@ std::string ExplainPairSplit(const Plan::Impl& impl) {
   if (!impl.options.narrow_pair_split || impl.narrow_pair_split) return "";
   return absl::StrFormat(
       "pair split: not taken (it needs %d-%d rows, and every node's K split in two at a multiple of %d, each half "
-      "at least that)\n",
-      NarrowConfig::kPairedRows + 1, NarrowConfig::kBlockM, NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK);
+      "at least that, the second %d k-blocks of %d longer)\n",
+      NarrowConfig::kPairedRows + 1, NarrowConfig::kBlockM, NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK,
+      PairSplitLastExtraKBlocks(impl.options, impl.graph), NarrowConfig::kBlockK);
 }
 
 // Explain's account of CompileOptions::pack_weights (empty when not asked).
