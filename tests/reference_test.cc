@@ -665,9 +665,7 @@ TEST(GraphTest, MlpBlockLoweredForThePairSplit) {
     ASSERT_EQ(node.split_k, 2);
     ASSERT_EQ(node.reduce_parts, 0);
     ASSERT_EQ(job.kind, static_cast<uint8_t>(sched::JobKind::kGemm));
-    // K of 512 (8 k-blocks) leaves no room for the second half's extra
-    // two stages: even halves.
-    EXPECT_EQ(node.last_split_extra_k_blocks, 0);
+    EXPECT_EQ(node.last_split_extra_k_blocks, 0);  // even halves
     const int half = node.k_blocks / 2;
     EXPECT_EQ(half % 4, 0) << "a half starts on a stage";
     const auto tile = std::make_tuple(int{job.node}, job.m_block, job.n_block);

@@ -1444,15 +1444,7 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     for (const sched::NodeSchedule& node : plan->schedule().nodes) {
       EXPECT_EQ(node.split_k, 2);
       EXPECT_EQ(node.reduce_parts, 0);
-      EXPECT_EQ(node.last_split_extra_k_blocks, kernel::NarrowConfig::kPairSplitLastExtraKBlocks);
-    }
-    // up's K (64 k-blocks) as 28 + 36, down's (448) as 220 + 228: the
-    // second half two stages longer, both on a stage.
-    for (const sched::TileJob& job : plan->schedule().queue) {
-      if (job.n_block != 0) continue;
-      const int32_t first = job.node == 0 ? 28 : 220;
-      EXPECT_EQ(job.k_block_begin, job.split == 0 ? 0 : first) << "node " << job.node << " split " << int{job.split};
-      EXPECT_EQ(job.k_block_end, job.split == 0 ? first : (job.node == 0 ? 64 : 448));
+      EXPECT_EQ(node.last_split_extra_k_blocks, 0);
     }
     // up (448 column tiles), which down reads, is queued from its halves of
     // columns in turn: its first tiles are 0 and 224.
@@ -1499,22 +1491,30 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     EXPECT_NE(plan->Explain().find(kNotTaken), std::string::npos) << plan->Explain();
     EXPECT_EQ(plan->Explain().find("next job claimed"), std::string::npos) << plan->Explain();
   }
-  // CompileOptions::last_split_extra_k_blocks sets the second half's extra:
-  // 0 gives even halves; 4 would start it off a stage (30 of up's 64
-  // k-blocks), so the split is not taken, and Explain says with what extra.
+  // Even halves by default (up's 64 k-blocks as 32 + 32, down's 448 as 224
+  // + 224); CompileOptions::last_split_extra_k_blocks lengthens the second:
+  // 8 gives 28 + 36 and 220 + 228, both on a stage; 4 would start it off a
+  // stage (30), so the split is not taken, and Explain says with what extra.
   options.kernel = KernelChoice::kAuto;
-  options.last_split_extra_k_blocks = 0;
-  absl::StatusOr<Plan> even = runtime.Compile(UpDownGraph(64, true), options);
-  ASSERT_TRUE(even.ok()) << even.status();
-  EXPECT_EQ(even->schedule().tile.n, kernel::NarrowConfig::kPairSplitBlockN);
-  for (const sched::TileJob& job : even->schedule().queue) {
-    if (job.node == 0 && job.split == 1) EXPECT_EQ(job.k_block_begin, 32);
+  for (const int extra : {-1, 8}) {
+    SCOPED_TRACE(absl::StrCat("extra ", extra));
+    options.last_split_extra_k_blocks = extra;
+    absl::StatusOr<Plan> split = runtime.Compile(UpDownGraph(64, true), options);
+    ASSERT_TRUE(split.ok()) << split.status();
+    ASSERT_EQ(split->schedule().tile.n, kernel::NarrowConfig::kPairSplitBlockN);
+    for (const sched::TileJob& job : split->schedule().queue) {
+      if (job.n_block != 0) continue;
+      const int32_t first = (job.node == 0 ? 64 : 448) / 2 - std::max(extra, 0) / 2;
+      EXPECT_EQ(job.k_block_begin, job.split == 0 ? 0 : first) << "node " << job.node << " split " << int{job.split};
+      EXPECT_EQ(job.k_block_end, job.split == 0 ? first : (job.node == 0 ? 64 : 448));
+    }
   }
   options.last_split_extra_k_blocks = 4;
-  even = runtime.Compile(UpDownGraph(64, true), options);
-  ASSERT_TRUE(even.ok()) << even.status();
-  EXPECT_EQ(even->schedule().tile.n, kernel::NarrowConfig::kBlockN);
-  EXPECT_NE(even->Explain().find("the second 4 k-blocks of 64 longer)"), std::string::npos) << even->Explain();
+  absl::StatusOr<Plan> off_stage = runtime.Compile(UpDownGraph(64, true), options);
+  ASSERT_TRUE(off_stage.ok()) << off_stage.status();
+  EXPECT_EQ(off_stage->schedule().tile.n, kernel::NarrowConfig::kBlockN);
+  EXPECT_NE(off_stage->Explain().find("the second 4 k-blocks of 64 longer)"), std::string::npos)
+      << off_stage->Explain();
   options.last_split_extra_k_blocks = -1;
   absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(64, true));
   ASSERT_TRUE(plan.ok()) << plan.status();

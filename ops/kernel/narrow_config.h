@@ -58,13 +58,6 @@ struct NarrowConfig {
   // down's last jobs up to a job late and the 64-token MLP block took 5-7
   // us longer on H100s (bench/NOTES.md v2.02).
   static constexpr int kPairSplitClaimStages = 8;
-  // The k-blocks a pair split's second half takes beyond the first's share
-  // where CompileOptions::last_split_extra_k_blocks is left at -1 and every
-  // node's halves still start on a stage (else 0): 8, the second half two
-  // stages longer, so that the first half's partial sums are published by
-  // the time the second half's main loop ends when both start together
-  // (the down projection's tail, a chain's layers).
-  static constexpr int kPairSplitLastExtraKBlocks = 8;
   // A plan's tile width: kPairSplitBlockN with the pair split, else kBlockN.
   LOOM_HOST_DEVICE static constexpr int TileN(bool pair_split) { return pair_split ? kPairSplitBlockN : kBlockN; }
   // One consumer warpgroup, or two taking the CTA's jobs in turn

@@ -87,12 +87,13 @@ struct NarrowRings {
 // Whether every node is at most one wave of narrow tiles on `sms` SMs and
 // some node reads another's output: a chain of one-wave layers.
 bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDependency>& dependencies, int sms);
-// The k-blocks a pair split of `graph` gives its second halves beyond the
-// first's share (sched::SplitKRange's last_extra):
-// CompileOptions::last_split_extra_k_blocks where set; else
-// NarrowConfig::kPairSplitLastExtraKBlocks where every node's halves then
-// start on a stage, at least a stage each; else 0.
-int32_t PairSplitLastExtraKBlocks(const CompileOptions& options, const GemmGraph& graph);
+// The k-blocks a pair split gives its second halves beyond the first's
+// share (sched::SplitKRange's last_extra): CompileOptions::
+// last_split_extra_k_blocks where set, else 0.
+// NOTE: 8 (two stages) took the 64-token 8-layer chain from ~149 to ~145
+// us on an H100 but cost the 64-token MLP block ~1 us (16: 144 and ~1.7
+// us; bench/NOTES.md v2.02); the block is what the pair split is for.
+int32_t PairSplitLastExtraKBlocks(const CompileOptions& options);
 // Whether a narrow plan of a graph of at most `rows` rows takes the pair
 // split (CompileOptions::narrow_pair_split): asked for, 33-64 rows, and
 // every node's K split in two (sched::SplitKRange, the second half

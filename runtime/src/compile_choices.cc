@@ -570,16 +570,13 @@ bool PairSplitHalvesOnStages(const GemmGraph& graph, int32_t extra) {
 
 }  // namespace
 
-int32_t PairSplitLastExtraKBlocks(const CompileOptions& options, const GemmGraph& graph) {
-  if (options.last_split_extra_k_blocks >= 0) return options.last_split_extra_k_blocks;
-  return PairSplitHalvesOnStages(graph, NarrowConfig::kPairSplitLastExtraKBlocks)
-             ? NarrowConfig::kPairSplitLastExtraKBlocks
-             : 0;
+int32_t PairSplitLastExtraKBlocks(const CompileOptions& options) {
+  return std::max(options.last_split_extra_k_blocks, 0);
 }
 
 bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
   return options.narrow_pair_split && NarrowConfig::PairSplitRows(rows) &&
-         PairSplitHalvesOnStages(graph, PairSplitLastExtraKBlocks(options, graph));
+         PairSplitHalvesOnStages(graph, PairSplitLastExtraKBlocks(options));
 }
 
 // NOTE: the pair split's defaults (3 A stages, 96 KiB; B stages of 32 KiB,

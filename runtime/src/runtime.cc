@@ -285,7 +285,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     scheduler_options.split_k = NarrowConfig::kPairSplits;
     scheduler_options.reduce_in_parts = false;
     scheduler_options.sum_in_last_split = true;
-    scheduler_options.last_split_extra_k_blocks = PairSplitLastExtraKBlocks(options, graph);
+    scheduler_options.last_split_extra_k_blocks = PairSplitLastExtraKBlocks(options);
     scheduler_options.interleave_split_producers = true;
   }
   scheduler_options.name = "CompileOptions";  // Lower's option errors name the caller's options
@@ -492,11 +492,12 @@ std::string ExplainNarrowMultiply(uint32_t tile_rows, bool pair_split) {
 // for and does not apply (empty otherwise; the tile line says where it does).
 std::string ExplainPairSplit(const Plan::Impl& impl) {
   if (!impl.options.narrow_pair_split || impl.narrow_pair_split) return "";
+  const int32_t extra = PairSplitLastExtraKBlocks(impl.options);
   return absl::StrFormat(
       "pair split: not taken (it needs %d-%d rows, and every node's K split in two at a multiple of %d, each half "
-      "at least that, the second %d k-blocks of %d longer)\n",
+      "at least that%s)\n",
       NarrowConfig::kPairedRows + 1, NarrowConfig::kBlockM, NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK,
-      PairSplitLastExtraKBlocks(impl.options, impl.graph), NarrowConfig::kBlockK);
+      extra > 0 ? absl::StrFormat(", the second %d k-blocks of %d longer", extra, NarrowConfig::kBlockK) : "");
 }
 
 // Explain's account of CompileOptions::pack_weights (empty when not asked).

@@ -122,8 +122,7 @@ struct CompileOptions {
   // share, so that the other splits' partials are ready when its main loop
   // ends. -1: the scheduler decides (8 where a node's splits start together:
   // its jobs and its producers' fit one wave; else 0; with the narrow
-  // kernel's pair split, 8 where every node's halves then start on a stage,
-  // else 0); >= 0: that many wherever the last split sums
+  // kernel's pair split, 0); >= 0: that many wherever the last split sums
   // (at most the node's k-blocks less its splits). Above 65535 is refused.
   int last_split_extra_k_blocks = -1;
   // Which kernel runs the plan (KernelChoice). The narrow decode kernel
