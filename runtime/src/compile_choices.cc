@@ -521,6 +521,34 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
   return !dependencies.empty();
 }
 
+namespace {
+
+// Whether every node of `graph` splits K in two halves that Lower, given
+// `extra` (sched::SplitKRange's last_extra, clamped as
+// sched::ChooseLastSplitExtra does), starts on a stage, the first at least a
+// stage (so the second too).
+bool PairSplitHalvesOnStages(const GemmGraph& graph, int32_t extra) {
+  for (const GemmNode& node : graph.nodes()) {
+    if (!HasJobs(node)) continue;
+    const int32_t k_blocks = static_cast<int32_t>((node.k() + NarrowConfig::kBlockK - 1) / NarrowConfig::kBlockK);
+    const int32_t used = std::min(extra, std::max(k_blocks - NarrowConfig::kPairSplits, 0));
+    const int32_t first = sched::SplitKRange(k_blocks, NarrowConfig::kPairSplits, 0, used).end;
+    if (first < NarrowConfig::kKBlocksPerStage || first % NarrowConfig::kKBlocksPerStage != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int32_t PairSplitLastExtraKBlocks(const CompileOptions& options) {
+  return std::max(options.last_split_extra_k_blocks, 0);
+}
+
+bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
+  return options.narrow_pair_split && NarrowConfig::PairSplitRows(rows) &&
+         PairSplitHalvesOnStages(graph, PairSplitLastExtraKBlocks(options));
+}
+
 // The narrow decode kernel's rings for a graph of at most `rows` rows and K
 // at most `max_k`: A stages of those rows (NarrowConfig::AStageBytes), enough
 // to hold the longest job's A, within 128 KiB (96 KiB for A tiles of 9 to 32
@@ -551,37 +579,10 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
 // gate/up is seven waves, lost 0.5-1.8 us with 6 (bench/NOTES.md v1.21;
 // landed in v1.22: chain1 97.6-97.8 against 100.4-100.8).
 // `one_wave_chain`: IsChainOfOneWaveLayers.
-namespace {
-
-// Whether every node of `graph` splits K in two halves that Lower, given
-// `extra` (sched::SplitKRange's last_extra, clamped as
-// sched::ChooseLastSplitExtra does), starts on a stage, the first at least a
-// stage (so the second too).
-bool PairSplitHalvesOnStages(const GemmGraph& graph, int32_t extra) {
-  for (const GemmNode& node : graph.nodes()) {
-    if (!HasJobs(node)) continue;
-    const int32_t k_blocks = static_cast<int32_t>((node.k() + NarrowConfig::kBlockK - 1) / NarrowConfig::kBlockK);
-    const int32_t used = std::min(extra, std::max(k_blocks - NarrowConfig::kPairSplits, 0));
-    const int32_t first = sched::SplitKRange(k_blocks, NarrowConfig::kPairSplits, 0, used).end;
-    if (first < NarrowConfig::kKBlocksPerStage || first % NarrowConfig::kKBlocksPerStage != 0) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-int32_t PairSplitLastExtraKBlocks(const CompileOptions& options) {
-  return std::max(options.last_split_extra_k_blocks, 0);
-}
-
-bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
-  return options.narrow_pair_split && NarrowConfig::PairSplitRows(rows) &&
-         PairSplitHalvesOnStages(graph, PairSplitLastExtraKBlocks(options));
-}
-
 // NOTE: the pair split's defaults (3 A stages, 96 KiB; B stages of 32 KiB,
-// what shared memory leaves: 4; 2 in flight, the bytes of 4 of 16 KiB) are
-// a first guess, not yet measured against others (bench/NOTES.md v2.01).
+// what shared memory leaves: 4; 2 in flight, the bytes of 4 of 16 KiB) were
+// a first guess; on H100s none of 3 or 1 in flight, A 4 / B 3 stages or A 2
+// / B 5 stages did better (bench/NOTES.md v2.02). Not yet tried on an H200.
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
                                               int64_t rows, int64_t max_k, bool one_wave_chain, bool packed,
                                               bool pair_split) {
