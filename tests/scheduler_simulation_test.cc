@@ -411,6 +411,7 @@ TEST(RandomGraphTest, LowerCheckAndSimulate) {
     }
     SchedulerOptions o = Options({128, 128, 64}, 1 + static_cast<int>(rng() % 2), 1 + static_cast<int>(rng() % 10));
     o.split_k = static_cast<int>(rng() % 3) == 0 ? 2 : 0;
+    o.interleave_split_producers = rng() % 2 == 0;  // the pair split's queue order
     absl::StatusOr<Schedule> s = Lower(nodes, o);
     ASSERT_TRUE(s.ok()) << "graph " << graph << ": " << s.status();
     ASSERT_TRUE(CheckQueue(*s).ok()) << "graph " << graph << ": " << CheckQueue(*s);
