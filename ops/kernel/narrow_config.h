@@ -53,11 +53,6 @@ struct NarrowConfig {
   // over the whole of K does, and a node keeps as many jobs.
   static constexpr int kPairSplitBlockN = 64;
   static constexpr int kPairSplits = 2;
-  // The claim pacing (CompileOptions::narrow_claim_stages) the pair split
-  // runs with where the options leave it 0: without pacing, CTAs claimed
-  // down's last jobs up to a job late and the 64-token MLP block took 5-7
-  // us longer on H100s (bench/NOTES.md v2.02).
-  static constexpr int kPairSplitClaimStages = 8;
   // A plan's tile width: kPairSplitBlockN with the pair split, else kBlockN.
   LOOM_HOST_DEVICE static constexpr int TileN(bool pair_split) { return pair_split ? kPairSplitBlockN : kBlockN; }
   // One consumer warpgroup, or two taking the CTA's jobs in turn

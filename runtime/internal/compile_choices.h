@@ -74,12 +74,13 @@ absl::StatusOr<int64_t> TiledSharedMemory(int a_stages, int b_stages, const Devi
                                           uint32_t a_stage_bytes, int tile_n);
 bool TiledRingsReadPackedWeights(const CompileOptions& options);
 
-// The narrow decode kernel's rings (ChooseNarrowRings).
+// The narrow decode kernel's rings and claim pacing (ChooseNarrowRings).
 struct NarrowRings {
   int a_stages = 0;
   int b_stages = 0;
   int b_in_flight = 0;
   int consumers = 0;  // consumer warpgroups (CompileOptions::narrow_consumers)
+  int claim_stages = 0;  // CompileOptions::narrow_claim_stages, or the pair split's where that leaves it 0
   uint32_t a_stage_bytes = 0;
   uint32_t smem_bytes = 0;
 };

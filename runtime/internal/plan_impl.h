@@ -31,19 +31,13 @@ struct Plan::Impl {
   int b_stages = 0;
   int b_in_flight = 0;  // the narrow kernel's B loads in flight at most
   int narrow_consumers = 0;  // the narrow kernel's consumer warpgroups (CompileOptions::narrow_consumers)
+  int narrow_claim_stages = 0;  // the narrow kernel's claim pacing (NarrowRings::claim_stages); 0: off
   int tile_n = 0;  // the tiled kernel's tile width (CompileOptions::tile_n); 0 on the narrow kernel
   // The narrow kernel runs the pair split (CompileOptions::narrow_pair_split
   // and NarrowPairSplitApplies): 64-column tiles, K in two halves.
   bool narrow_pair_split = false;
   // The narrow kernel's tile width: kPairSplitBlockN with the pair split.
   int narrow_tile_n() const { return kernel::NarrowConfig::TileN(narrow_pair_split); }
-  // The claim pacing the narrow kernel runs with: the options', or
-  // kPairSplitClaimStages for a pair split they leave at 0 (off).
-  int narrow_claim_stages() const {
-    if (!narrow) return 0;
-    if (options.narrow_claim_stages == 0 && narrow_pair_split) return kernel::NarrowConfig::kPairSplitClaimStages;
-    return options.narrow_claim_stages;
-  }
   // The graph's 16-bit type (HalfTypeOf, compile_choices.cc): the tiled kernel's
   // instantiation; bf16 on the narrow kernel.
   kernel::ElementType half = kernel::ElementType::kBF16;

@@ -363,6 +363,11 @@ absl::StatusOr<int64_t> TiledSharedMemory(int a_stages, int b_stages, const Devi
 
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
 constexpr int kPairSplitBStagesInFlight = 2;   // ChooseNarrowRings: 32 KiB stages
+// ChooseNarrowRings: the pair split's claim pacing where
+// CompileOptions::narrow_claim_stages leaves it 0. Unpaced, CTAs claimed
+// down's last jobs up to a job late and the 64-token MLP block took 5-7 us
+// longer on H100s (bench/NOTES.md v2.02).
+constexpr int kPairSplitClaimStages = 8;
 constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
 // Whether the jobs of `node` load A and B (so it has their tensor maps, and
@@ -663,6 +668,8 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
                  : (packed && !one_wave_chain ? NarrowConfig::kPackedBStagesInFlight : NarrowConfig::kBStagesInFlight);
   rings.b_in_flight = options.narrow_b_in_flight > 0 ? options.narrow_b_in_flight
                                                      : std::min(default_in_flight, rings.b_stages - 1);
+  rings.claim_stages =
+      options.narrow_claim_stages == 0 && pair_split ? kPairSplitClaimStages : options.narrow_claim_stages;
   if (rings.b_in_flight > rings.b_stages - 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.narrow_b_in_flight: %d, but at most the B ring's %d stages - 1 can be in flight",

@@ -415,7 +415,7 @@ absl::Status AllocateDeviceResources(Plan::Impl& impl) {
   params.a_stage_bytes = impl.a_stage_bytes;
   params.block_m = impl.schedule.tile.m;
   params.lockstep = impl.options.ring_mode == RingMode::kLockstep ? 1 : 0;
-  params.claim_stages = impl.narrow_claim_stages();
+  params.claim_stages = impl.narrow_claim_stages;
   params.first_fetch_spread_cycles =
       IdleClustersToSpread(impl) > 0 ? kernel::KernelConfig::kFirstFetchSpreadCycles : 0;
   impl.has_split_k = false;

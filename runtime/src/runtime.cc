@@ -203,6 +203,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     impl->b_stages = rings.b_stages;
     impl->b_in_flight = rings.b_in_flight;
     impl->narrow_consumers = rings.consumers;
+    impl->narrow_claim_stages = rings.claim_stages;
     impl->a_stage_bytes = rings.a_stage_bytes;
     cluster_size = 1;
     smem_bytes = rings.smem_bytes;
@@ -550,9 +551,9 @@ std::string Plan::Explain() const {
                impl_->grid_clusters, impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s",
                impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages,
                NarrowConfig::BStageBytes(impl_->narrow_tile_n()), impl_->b_in_flight,
-               impl_->narrow_claim_stages() == 0
+               impl_->narrow_claim_stages == 0
                    ? ""
-                   : absl::StrFormat(", next job claimed at %d B stages left", impl_->narrow_claim_stages())) +
+                   : absl::StrFormat(", next job claimed at %d B stages left", impl_->narrow_claim_stages)) +
            ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes), impl_->narrow_pair_split) +
            ExplainPairSplit(*impl_) + ExplainPackedWeights(*impl_) +
            ExplainTaggedHandoffs(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
