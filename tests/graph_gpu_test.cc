@@ -1929,6 +1929,49 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPairSplitTest,
                                            "eight_layers64"),
                          [](const auto& info) { return info.param; });
 
+// The tall pair split (65-128 rows): one row block of up to 128 rows, each
+// job's 128 x 64 tile multiplied by both consumer warpgroups, 64 rows each,
+// from the same B stages, the first half's partial sums those of all 256
+// threads. Each plan is checked against the reference node by node, and
+// with claim pacing 8 (the default) and 2, packed or not, on every CTA and
+// on 16, every plan must write the same bits and replay them. Cases: the
+// MLP block at 65 tokens (the second warpgroup's one row; the rest of its
+// 64 read the next k-block's A rows), 100 and 128 (128 in fp16 too), the
+// pair chain at 100 (a ragged last tile, a residual, fp32 out) and the
+// 8-layer chain at 128. The plans' Explain must name the tall tile and two
+// consumer warpgroups.
+class NarrowTallPairSplitTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowTallPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
+  LOOM_SKIP_WITHOUT_GPU();
+  static constexpr int kClaimStages[] = {0, 2};
+  ExpectNarrowVariantsWriteTheSameBits(
+      GetParam(),
+      {[](CompileOptions& o) {
+         o.narrow_pair_split = true;
+         o.narrow_claim_stages = kClaimStages[0];
+       },
+       [](CompileOptions& o) {
+         o.narrow_pair_split = true;
+         o.narrow_claim_stages = kClaimStages[1];
+       }},
+      [&](size_t v, const std::string& explain) {
+        EXPECT_NE(explain.find("narrow decode kernel (128 x 64 tiles over each half of K, the second half summing "
+                               "(pair split)), "),
+                  std::string::npos)
+            << explain;
+        EXPECT_NE(explain.find("CTAs of 2 consumer warpgroups"), std::string::npos) << explain;
+        EXPECT_NE(explain.find("wgmma m64n64k16 in both consumer warpgroups"), std::string::npos) << explain;
+        EXPECT_NE(explain.find(absl::StrCat("claimed at ", kClaimStages[v] == 0 ? 8 : kClaimStages[v],
+                                            " B stages left")),
+                  std::string::npos)
+            << explain;
+      });
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTallPairSplitTest,
+                         ::testing::Values("mlp65", "mlp100", "mlp128", "mlp128_fp16", "pair_chain100",
+                                           "eight_layers128"),
+                         [](const auto& info) { return info.param; });
+
 // CompileOptions::tagged_handoff: a node of 1 or 2 rows whose A is
 // another node's output reads it from the producer's tagged copy (polled
 // words of two values and the launch's epoch) instead of through the tile

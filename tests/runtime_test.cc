@@ -1431,8 +1431,8 @@ TEST(RuntimeTest, NarrowClaimPacingIsExplained) {
 TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   constexpr char kTaken[] = "x 64 tiles over each half of K, the second half summing (pair split)";
-  constexpr char kNotTaken[] = "pair split: not taken (it needs 33-64 rows, and every node's K split in two at a "
-                               "multiple of 256";
+  constexpr char kNotTaken[] = "pair split: not taken (it needs 33-128 rows, two consumer warpgroups past 64, and "
+                               "every node's K split in two at a multiple of 256";
   CompileOptions options;
   options.narrow_pair_split = true;
   for (const int64_t rows : {33, 48, 64}) {
@@ -1471,19 +1471,22 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_NE(plan->Explain().find(", next job claimed at 3 B stages left\n"), std::string::npos) << plan->Explain();
   }
-  // Not taken: 32 rows (the paired wgmma path) and 65 (two row blocks); K of
-  // 768 (12 k-blocks: halves of 6, not on a stage) and of 4160 (65: 33 and 32).
+  // Not taken: 32 rows (the paired wgmma path), 65 on one consumer
+  // warpgroup (the tall pair split needs two); K of 768 (12 k-blocks: halves
+  // of 6, not on a stage) and of 4160 (65: 33 and 32).
   struct Case {
     std::string what;
     GemmGraph graph;
+    int consumers = 0;
   };
   const std::vector<Case> cases = {{"32 rows", UpDownGraph(32, true)},
-                                   {"65 rows", UpDownGraph(65, true)},
+                                   {"65 rows, one consumer", UpDownGraph(65, true), 1},
                                    {"K of 768", DecodePair(64)},
                                    {"K of 4160", Layers(2, 64, 4160, /*chained=*/true, /*k=*/4160)}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     options.kernel = KernelChoice::kNarrow;
+    options.narrow_consumers = c.consumers;
     absl::StatusOr<Plan> plan = runtime.Compile(c.graph, options);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kBlockN);
@@ -1491,6 +1494,7 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     EXPECT_NE(plan->Explain().find(kNotTaken), std::string::npos) << plan->Explain();
     EXPECT_EQ(plan->Explain().find("next job claimed"), std::string::npos) << plan->Explain();
   }
+  options.narrow_consumers = 0;
   // Even halves by default (up's 64 k-blocks as 32 + 32, down's 448 as 224
   // + 224); CompileOptions::last_split_extra_k_blocks lengthens the second:
   // 8 gives 28 + 36 and 220 + 228, both on a stage; 4 would start it off a
@@ -1519,6 +1523,55 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
   absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(64, true));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->Explain().find("pair split"), std::string::npos) << plan->Explain();
+}
+
+// Past 64 rows the pair split is one row block of up to 128 rows (the
+// scheduler's tile 128 x 64, so one m block), both consumer warpgroups on
+// every job (two by default even for a chain of one-wave layers, which
+// otherwise gets one), 2 A stages of all the rows (rounded up to 8: 36 KiB
+// at 65 rows, 64 KiB at 128) and B stages of 32 KiB in what is left (4 at
+// 65 rows, 3 at 100 and 128); the kernel's tall instantiation. Not taken
+// where the options ask for one consumer warpgroup (the 65-row case above).
+TEST(RuntimeTest, TallPairSplitIsOneRowBlockOnBothWarpgroups) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.narrow_pair_split = true;
+  for (const auto [rows, b_stages] : {std::pair<int64_t, int>{65, 4}, {100, 3}, {128, 3}}) {
+    SCOPED_TRACE(absl::StrCat(rows, " rows"));
+    for (const bool chain : {false, true}) {
+      SCOPED_TRACE(chain ? "8-layer chain" : "MLP");
+      const GemmGraph graph = chain ? Layers(8, rows, 4096, /*chained=*/true) : UpDownGraph(rows, true);
+      absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
+      EXPECT_EQ(plan->schedule().tile.m, kernel::NarrowConfig::kMaxRows);
+      EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kPairSplitBlockN);
+      for (const sched::NodeSchedule& node : plan->schedule().nodes) {
+        EXPECT_EQ(node.m_blocks, 1);
+        EXPECT_EQ(node.split_k, 2);
+      }
+      const int64_t tile_rows = (rows + 7) / 8 * 8;
+      const std::string explain = plan->Explain();
+      EXPECT_NE(explain.find(absl::StrCat("narrow decode kernel (128 x 64 tiles over each half of K, the second half "
+                                          "summing (pair split)), 132 CTAs of 2 consumer warpgroups, rings: A 2 "
+                                          "stages of ",
+                                          4 * tile_rows * 128, " bytes, B ", b_stages,
+                                          " stages of 32768 bytes (2 in flight)")),
+                std::string::npos)
+          << explain;
+      EXPECT_NE(explain.find(absl::StrCat("multiply: wgmma m64n64k16 in both consumer warpgroups, each 64 of the "
+                                          "tokens (A tiles of ",
+                                          tile_rows, " rows)")),
+                std::string::npos)
+          << explain;
+      EXPECT_EQ(kernel::NarrowConfig::InstantiationFor(static_cast<uint32_t>(tile_rows), plan->schedule().tile.m,
+                                                       /*tagged_handoffs=*/false, /*pair_split=*/true),
+                kernel::NarrowConfig::Instantiation::kTallPairSplit);
+    }
+  }
+  EXPECT_EQ(kernel::NarrowConfig::InstantiationFor(64, kernel::NarrowConfig::kBlockM, false, true),
+            kernel::NarrowConfig::Instantiation::kPairSplit);
 }
 
 // The pair split's B stages are 32 KiB: A stages that leave room for fewer

@@ -40,7 +40,10 @@ struct NarrowConfig {
   }
   // The rows of a plan's A tiles (before ATileBytes rounds them to 8): its
   // rows up to 64, one row block's past that.
-  static constexpr int64_t TileRows(int64_t rows) { return rows <= kBlockM ? rows : BlockRows(rows); }
+  // With the pair split past 64 rows (TallPairSplit), one row block of all of them.
+  static constexpr int64_t TileRows(int64_t rows, bool pair_split = false) {
+    return rows <= kBlockM || pair_split ? rows : BlockRows(rows);
+  }
   static constexpr int kBlockN = 32;
   static constexpr int kBlockK = 64;  // one 128-byte swizzle row, as in KernelConfig
   // The pair split (CompileOptions::narrow_pair_split; 33-64 rows): each
@@ -51,8 +54,16 @@ struct NarrowConfig {
   // (RunPairSplitJob). Per weight
   // byte a CTA takes in one byte of A instead of two, as a 32-column tile
   // over the whole of K does, and a node keeps as many jobs.
+  // Past 64 rows (65-128, TallPairSplit; Instantiation::kTallPairSplit)
+  // the plan is one row block and a job's tile 128 x 64, multiplied by both
+  // consumer warpgroups at once, warpgroup w rows 64 w onwards, from the
+  // same B stages (RunPairSplitJob's kTall): per weight byte the CTA still
+  // takes in two bytes of A, where the default past 64 rows (two row
+  // blocks, each job a 32-column tile over the whole of K) reads each weight
+  // tile twice and four bytes of A a weight byte (bench/NOTES.md v1.33).
   static constexpr int kPairSplitBlockN = 64;
   static constexpr int kPairSplits = 2;
+  static constexpr bool TallPairSplit(int64_t rows) { return rows > kBlockM; }
   // A plan's tile width: kPairSplitBlockN with the pair split, else kBlockN.
   LOOM_HOST_DEVICE static constexpr int TileN(bool pair_split) { return pair_split ? kPairSplitBlockN : kBlockN; }
   // One consumer warpgroup, or two taking the CTA's jobs in turn
@@ -88,8 +99,11 @@ struct NarrowConfig {
   // themselves: no store warp).
   static constexpr int JobReleasesPerCta(int consumers) { return 3 + 4 * consumers; }
   // Consumer warps that free a ring slot (and hand a tile over): the four of
-  // the warpgroup whose job it is.
+  // the warpgroup whose job it is; with the tall pair split, of both.
   static constexpr int kReleasingWarpsPerCta = 4;
+  static constexpr int ReleasingWarpsPerCta(bool tall_pair_split) {
+    return tall_pair_split ? 2 * kReleasingWarpsPerCta : kReleasingWarpsPerCta;
+  }
   // No clusters: a job slot is freed and waited for in this CTA (at CTA
   // scope, as in the tiled kernel: JobStream::Next). NOTE: with a
   // cluster-scope release, a consumer warp's release of its next job's slot
@@ -217,12 +231,14 @@ struct NarrowConfig {
   // the default kernel, that path made the 64-token 8-layer chain (one
   // consumer, the m64n32k16 path) 109.1-109.9 us against 105.7-105.8
   // (bench/NOTES.md v1.34).
-  // kPairSplit: the pair split's 64-column tiles (kPairSplitBlockN), only
-  // for plans of 33-64 rows (the runtime's NarrowPairSplitApplies).
-  enum class Instantiation : uint8_t { kDefault, kPaired, kShortRowBlocks, kTaggedHandoff, kPairSplit };
+  // kPairSplit: the pair split's 64-column tiles (kPairSplitBlockN), for
+  // plans of 33-64 rows (the runtime's NarrowPairSplitApplies);
+  // kTallPairSplit, the same for 65-128 rows in one row block, both consumer
+  // warpgroups on every job (TallPairSplit; two consumers only).
+  enum class Instantiation : uint8_t { kDefault, kPaired, kShortRowBlocks, kTaggedHandoff, kPairSplit, kTallPairSplit };
   static constexpr Instantiation InstantiationFor(uint32_t tile_rows, int32_t block_m, bool tagged_handoffs,
                                                   bool pair_split = false) {
-    if (pair_split) return Instantiation::kPairSplit;
+    if (pair_split) return TallPairSplit(tile_rows) ? Instantiation::kTallPairSplit : Instantiation::kPairSplit;
     if (block_m != kBlockM) return Instantiation::kShortRowBlocks;
     if (MultiplyFor(tile_rows) == Multiply::kPairedWgmma) return Instantiation::kPaired;
     return tagged_handoffs ? Instantiation::kTaggedHandoff : Instantiation::kDefault;
@@ -234,14 +250,16 @@ struct NarrowConfig {
   LOOM_HOST_DEVICE static constexpr PackedLayout Packed(int tile_n = kBlockN) { return {tile_n, kKBlocksPerStage}; }
 
   // The scheduler's tile for a plan of at most `rows` rows, `tile_n`
-  // (kBlockN, or kPairSplitBlockN) columns wide.
+  // (kBlockN, or kPairSplitBlockN) columns wide: with the pair split past
+  // 64 rows one row block of kMaxRows (TallPairSplit).
   static constexpr sched::TileShape tile(int64_t rows, int tile_n = kBlockN) {
-    return {BlockRows(rows), tile_n, kBlockK};
+    return {tile_n == kPairSplitBlockN && TallPairSplit(rows) ? kMaxRows : BlockRows(rows), tile_n, kBlockK};
   }
   // Whether a plan of `rows` rows may take the pair split: 33-64 rows (the
-  // m64n32k16 path's A tiles, one row block). Its nodes' K must also split
-  // in two on a stage boundary (the runtime's NarrowPairSplitApplies).
-  static constexpr bool PairSplitRows(int64_t rows) { return rows > kPairedRows && rows <= kBlockM; }
+  // m64n32k16 path's A tiles, one row block), or 65-128 (TallPairSplit, with
+  // two consumer warpgroups). Its nodes' K must also split in two on a stage
+  // boundary (the runtime's NarrowPairSplitApplies).
+  static constexpr bool PairSplitRows(int64_t rows) { return rows > kPairedRows && rows <= kMaxRows; }
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
 };

@@ -272,16 +272,19 @@ struct PairEpilogue {
 };
 
 // The fp32 partial sums of the first half of a pair split's tile
-// (RunPairSplitJob) in the plan's workspace, 16 KiB a tile in the
-// accumulator layout: float4 q of thread t at [q][t] (each store and load
-// of the warpgroup's 128 threads one contiguous 2 KiB run). The node's
-// workspace holds one such block per tile (sched::PartialSlices is 1).
+// (RunPairSplitJob) in the plan's workspace, in the accumulator layout,
+// kThreads (128, or 256 with the tall pair split) accumulator threads a
+// tile, 16 KiB (32 KiB): float4 q of thread t at [q][t] (each store and load
+// of a warp's 32 threads one contiguous 512-byte run). The node's workspace
+// holds one such block per tile (sched::PartialSlices is 1; the tile's
+// tile.m x tile.n floats).
 inline constexpr int kPairPartialFloat4s = 8;  // 32 accumulators a thread
+template <int kThreads>
 __device__ __forceinline__ float4* PairPartialOf(const NarrowContext& ctx, const CtaWork& work) {
   const sched::NodeSchedule& schedule = work.node->schedule;
   const int64_t tile = int64_t{work.m_block} * schedule.n_blocks + work.n_block;
   return reinterpret_cast<float4*>(ctx.params.workspace + schedule.workspace_offset) +
-         tile * kPairPartialFloat4s * 128;
+         tile * kPairPartialFloat4s * kThreads;
 }
 
 // A pair split's job (NarrowConfig::kPairSplitBlockN; 33-64 rows): a 64 x
@@ -303,17 +306,32 @@ __device__ __forceinline__ float4* PairPartialOf(const NarrowContext& ctx, const
 //     32-column halves through the fused epilogue.
 // Deadlock-free: the first half is earlier in the queue than the second,
 // and waits for nothing after its main loop.
-template <int kConsumers, ElementType kHalf>
+// kTall (NarrowConfig::TallPairSplit, 65-128 rows): the tile is 128 x 64 and
+// both warpgroups run every job, this one (rings.warpgroup) on rows 64 w
+// onwards: its A descriptors start that many rows into each k-block's tile
+// (the rows past the plan's read what follows, as in RunWgmmaJob), its
+// epilogue's rows too, and its partial sums are threads 128 w onwards of
+// the tile's 256. Each warpgroup's first thread waits for the flag itself
+// (the acquire its own threads' loads need); `leader` (warpgroup 0's) alone
+// records the trace.
+template <int kConsumers, ElementType kHalf, bool kTall>
 __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                 int lane, ConsumerRings& rings) {
   constexpr int kTileN = NarrowConfig::kPairSplitBlockN;
   constexpr uint32_t kBKBlockBytes = kTileN * NarrowConfig::kBlockK * 2;
-  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring));
+  constexpr int kTileThreads = kTall ? 256 : 128;
+  static_assert(!kTall || kConsumers == 2, "the tall pair split's 128 rows are two warpgroups' 64");
+  // This warpgroup's first row of the tile, and its first A row's bytes into a k-block's tile.
+  const int row_offset = kTall ? NarrowConfig::kBlockM * rings.warpgroup : 0;
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring)) +
+                          static_cast<uint32_t>(row_offset) * NarrowConfig::kBlockK * 2;
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
   const bool second = work.job->split == NarrowConfig::kPairSplits - 1;
-  PairEpilogue<kHalf> epilogue{NarrowEpilogue<kHalf>(work, ctx.tile().m, warp, lane, kTileN, 0),
-                               NarrowEpilogue<kHalf>(work, ctx.tile().m, warp, lane, kTileN, 1), second};
+  // The epilogue's rows are 16 * warp onwards: warps 4-7 are warpgroup 1's.
+  const int row_warp = warp + row_offset / 16;
+  PairEpilogue<kHalf> epilogue{NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, 0),
+                               NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, 1), second};
   float chains[2][32] = {};
   RingCursor a_release = rings.a, b_release = rings.b;
   bool pending = false;
@@ -340,28 +358,28 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
-  PassTurn<kConsumers>(ctx, rings, lane);
+  if constexpr (!kTall) PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
   if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
   float acc[32];
 #pragma unroll
   for (int r = 0; r < 32; ++r) acc[r] = chains[0][r] + chains[1][r];
-  float4* partial = PairPartialOf(ctx, work) + threadIdx.x % 128;
+  float4* partial = PairPartialOf<kTileThreads>(ctx, work) + (threadIdx.x - 128) % kTileThreads;
   if (!second) {
 #pragma unroll
     for (int q = 0; q < kPairPartialFloat4s; ++q) {
-      partial[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+      partial[q * kTileThreads] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
     }
     RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
     return;
   }
-  if (leader) {
+  if (threadIdx.x % 128 == 0) {
     WaitForFlag(ctx, sched::PartialFlagIndex(work.node->schedule, work.m_block, work.n_block, 0), index);
   }
-  ptx::barrier_at<128>(rings.barrier());  // the leader's acquire, for every thread's loads below
+  ptx::barrier_at<128>(rings.barrier());  // the first thread's acquire, for every thread's loads below
 #pragma unroll
   for (int q = 0; q < kPairPartialFloat4s; ++q) {
-    const uint4 bits = ptx::ld_relaxed_gpu_v4(reinterpret_cast<const uint32_t*>(partial + q * 128));
+    const uint4 bits = ptx::ld_relaxed_gpu_v4(reinterpret_cast<const uint32_t*>(partial + q * kTileThreads));
     acc[4 * q] = __uint_as_float(bits.x) + acc[4 * q];
     acc[4 * q + 1] = __uint_as_float(bits.y) + acc[4 * q + 1];
     acc[4 * q + 2] = __uint_as_float(bits.z) + acc[4 * q + 2];
@@ -371,7 +389,7 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
   // of 128 bytes, lane l's line l % 4 of q = l / 4. Every load is consumed
   // above, so done, before the warp meets.
   __syncwarp();
-  ptx::discard_global_l2(partial - lane + (lane / 4) * 128 + (lane % 4) * 8);
+  ptx::discard_global_l2(partial - lane + (lane / 4) * kTileThreads + (lane % 4) * 8);
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
   epilogue.left.Store(*reinterpret_cast<const float(*)[16]>(&acc[0]));
   epilogue.right.Store(*reinterpret_cast<const float(*)[16]>(&acc[16]));
@@ -508,16 +526,19 @@ __device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int i
 // After a time-out it goes on as usual (its rings drain: the top of the
 // file) until the job stream ends.
 // kPath: 24 or 32, RunPairedWgmmaJob for A tiles of that many rows;
-// kPairSplitPath, RunPairSplitJob; 0, the others by the plan's rows
-// (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
+// kPairSplitPath, RunPairSplitJob; kTallPairSplitPath, RunPairSplitJob's
+// tall form, whose every job both warpgroups run (no turns); 0, the others
+// by the plan's rows (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
 // NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
 // spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
 // 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
 // loop of their own (bench/NOTES.md v1.24).
 inline constexpr int kPairSplitPath = NarrowConfig::kPairSplitBlockN;
+inline constexpr int kTallPairSplitPath = NarrowConfig::kMaxRows;
 template <int kPath, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
   static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
+  constexpr bool kTurns = kConsumers > 1 && kPath != kTallPairSplitPath;
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
   JobStream jobs;
   ConsumerRings rings{warpgroup};
@@ -525,7 +546,7 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
   for (int ordinal = 0;; ++ordinal) {
     const int index = jobs.Next(ctx);
     if (index < 0) return;
-    if (kConsumers > 1 && ordinal % kConsumers != warpgroup) {
+    if (kTurns && ordinal % kConsumers != warpgroup) {
       const sched::TileJob& job = ctx.params.queue[index];
       const int stages = NarrowConfig::StagesOf(job.k_block_end - job.k_block_begin);
       rings.a.Skip(stages, ctx.params.a_stages);
@@ -537,14 +558,14 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     // one before: so the stages of this job are waited for only once the
     // other warpgroup has waited for its last job's (every job before this
     // one was its, or this warpgroup's own).
-    if (kConsumers > 1 && ordinal > 0) {
+    if (kTurns && ordinal > 0) {
       WaitPhase(rings.turn(ctx), rings.turn_phase);
       rings.turn_phase ^= 1;
     }
     StartTrace(ctx, index, leader);
     const CtaWork work = ResolveJob(ctx, index);
-    if constexpr (kPath == kPairSplitPath) {
-      RunPairSplitJob<kConsumers, kHalf>(ctx, work, index, leader, warp, lane, rings);
+    if constexpr (kPath == kPairSplitPath || kPath == kTallPairSplitPath) {
+      RunPairSplitJob<kConsumers, kHalf, kPath == kTallPairSplitPath>(ctx, work, index, leader, warp, lane, rings);
     } else if constexpr (kPath == 0) {
       if (tile_rows <= 8) {
         RunMmaSyncJob<1, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
@@ -572,13 +593,18 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
   }
 }
 
-template <bool kPaired, bool kPairSplit, int kConsumers, bool kTagged, ElementType kHalf>
+// kTallPairSplit: both warpgroups run every job (NarrowConfig::TallPairSplit);
+// the first's first thread records its trace.
+template <bool kPaired, bool kPairSplit, bool kTallPairSplit, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int warpgroup = threadIdx.x / 128 - 1;
-  const bool leader = threadIdx.x % 128 == 0;  // writes its jobs' traces (the publisher releases the flag)
-  if constexpr (kPairSplit) {
+  // Writes its jobs' traces (the publisher releases the flag).
+  const bool leader = kTallPairSplit ? threadIdx.x == 128 : threadIdx.x % 128 == 0;
+  if constexpr (kTallPairSplit) {
+    ConsumeJobs<kTallPairSplitPath, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+  } else if constexpr (kPairSplit) {
     ConsumeJobs<kPairSplitPath, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
   } else if constexpr (kPaired) {
     if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {

@@ -10,7 +10,9 @@
 //                scheduler, warp 3 lane 0 the publisher;
 //   warpgroup 1 (and 2): the consumer(s); two take the CTA's jobs in turn
 //                (the first, third, ... job the first; ConsumeJobs), so that
-//                one warpgroup's epilogue runs beside the other's main loop.
+//                one warpgroup's epilogue runs beside the other's main loop
+//                (but with the tall pair split, 65-128 rows: both multiply
+//                every job, 64 rows each);
 //                Each job: a 32-column tile over the job's whole K (for
 //                at most 16 rows on mma.sync with the operands swapped,
 //                RunMmaSyncJob; else on wgmma with both operands from shared
@@ -29,7 +31,8 @@
 //   consumer warp: its generic stores to C; __syncwarp (orders the lanes'
 //     stores before lane 0's later operations); lane 0 waits publish_empty,
 //     arrives on publish_full (release, CTA scope); on to the next job.
-//   publisher: waits publish_full (4 arrivals; acquire, CTA scope), then
+//   publisher: waits publish_full (4 arrivals, 8 with the tall pair split;
+//     acquire, CTA scope), then
 //     st.release.gpu of the flag (cumulative: it releases the stores it
 //     acquired), then arrives on publish_empty.
 // A consumer node's A loader acquires the flag and fences the async proxy
@@ -178,22 +181,24 @@ struct NarrowContext {
 // lane's reads of a slot are released by its own arrival before the
 // loader's stores into it (with one lane's arrival after a __syncwarp,
 // compute-sanitizer racecheck reported each pair as a hazard: bench/NOTES.md
-// v1.34-v1.35).
-template <int kConsumers, bool kEveryLaneOnA>
+// v1.34-v1.35). kTall: the tall pair split's (NarrowConfig::TallPairSplit),
+// whose every job both consumer warpgroups read, release and hand over.
+template <int kConsumers, bool kEveryLaneOnA, bool kTall = false>
 __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams& params) {
   constexpr uint32_t kLanes = kEveryLaneOnA ? 32 : 1;
+  constexpr uint32_t kReleasingWarps = NarrowConfig::ReleasingWarpsPerCta(kTall);
   for (int s = 0; s < params.a_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->a_full[s], kLanes);
-    cuda::ptx::mbarrier_init(&barriers->a_empty[s], NarrowConfig::kReleasingWarpsPerCta * kLanes);
+    cuda::ptx::mbarrier_init(&barriers->a_empty[s], kReleasingWarps * kLanes);
   }
   for (int s = 0; s < params.b_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->b_full[s], 1);
-    cuda::ptx::mbarrier_init(&barriers->b_empty[s], NarrowConfig::kReleasingWarpsPerCta);
+    cuda::ptx::mbarrier_init(&barriers->b_empty[s], kReleasingWarps);
   }
   for (int s = 0; s < NarrowConfig::kJobSlots; ++s) {
     cuda::ptx::mbarrier_init(&barriers->job_full[s], 1);
     cuda::ptx::mbarrier_init(&barriers->job_empty[s], NarrowConfig::JobReleasesPerCta(kConsumers));
-    cuda::ptx::mbarrier_init(&barriers->publish_full[s], NarrowConfig::kReleasingWarpsPerCta);
+    cuda::ptx::mbarrier_init(&barriers->publish_full[s], kReleasingWarps);
     cuda::ptx::mbarrier_init(&barriers->publish_empty[s], 1);
   }
   for (uint64_t& turn : barriers->consumer_turn) cuda::ptx::mbarrier_init(&turn, NarrowConfig::kReleasingWarpsPerCta);

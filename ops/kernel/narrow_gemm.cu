@@ -33,7 +33,9 @@ namespace {
 // v1.24); kShortRowBlocks, row blocks of KernelParams::block_m rows;
 // kTaggedHandoff, the tagged handoff (one consumer warpgroup only);
 // kPairSplit, the pair split's 64-column tiles over half of K
-// (RunPairSplitJob), its own instantiation so that the others keep their code.
+// (RunPairSplitJob), its own instantiation so that the others keep their code;
+// kTallPairSplit, the same at 65-128 rows, both consumer warpgroups on every job
+// (two consumers only).
 // kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
 // kHalf: the plan's 16-bit type, bf16 or fp16 (half_types.cuh; the tagged
 // handoff's words hold pairs of it).
@@ -47,7 +49,9 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   // bytes of spill stores.)
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
-  constexpr bool kPairSplit = kKind == NarrowConfig::Instantiation::kPairSplit;
+  constexpr bool kTall = kKind == NarrowConfig::Instantiation::kTallPairSplit;
+  constexpr bool kPairSplit = kKind == NarrowConfig::Instantiation::kPairSplit || kTall;
+  static_assert(!kTall || kConsumers == 2, "the tall pair split's 128 rows are two warpgroups' 64");
   constexpr int kTileN = NarrowConfig::TileN(kPairSplit);
   const NarrowSmemLayout layout =
       ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages, kConsumers, kTileN);
@@ -57,7 +61,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   // barriers, and the prefetches of what every job's first steps read
   // (PrefetchPlanRecords).
   if (threadIdx.x == 0) {
-    InitNarrowBarriers<kConsumers, kKind == NarrowConfig::Instantiation::kTaggedHandoff>(barriers, params);
+    InitNarrowBarriers<kConsumers, kKind == NarrowConfig::Instantiation::kTaggedHandoff, kTall>(barriers, params);
   } else if (threadIdx.x / 32 == 3) {
     constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::b_map};
     PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
@@ -73,7 +77,9 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
                     0,
                     0,
                     Watchdog(params),
-                    kKind == NarrowConfig::Instantiation::kShortRowBlocks ? params.block_m : NarrowConfig::kBlockM,
+                    kKind == NarrowConfig::Instantiation::kShortRowBlocks
+                        ? params.block_m
+                        : (kTall ? NarrowConfig::kMaxRows : NarrowConfig::kBlockM),
                     kTileN};
   if (threadIdx.x < 128) {
     if constexpr (kConsumers > 1) ptx::setmaxnreg_dec<NarrowConfig::kProducerRegisters>();
@@ -103,7 +109,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   } else {
     if constexpr (kConsumers > 1) ptx::setmaxnreg_inc<NarrowConfig::kConsumerRegisters>();
     ctx.AwaitPreviousLaunch();
-    RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kPairSplit, kConsumers,
+    RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kPairSplit, kTall, kConsumers,
                       kKind == NarrowConfig::Instantiation::kTaggedHandoff, kHalf>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
@@ -120,8 +126,8 @@ using NarrowKernel = void (*)(KernelParams);
 // A plan's instantiations by kind (NarrowConfig::InstantiationFor) and
 // consumer warpgroups, for packed weights or not and the 16-bit type kHalf.
 // (No tagged handoff with two consumer warpgroups: that slot is the default
-// kernel's.)
-inline constexpr int kInstantiations = 5;
+// kernel's; no tall pair split with one: none, LaunchNarrowGemm refuses it.)
+inline constexpr int kInstantiations = 6;
 template <bool kPackedB, ElementType kHalf>
 constexpr std::array<std::array<NarrowKernel, 2>, kInstantiations> KernelsOf() {
   using K = NarrowConfig::Instantiation;
@@ -132,7 +138,8 @@ constexpr std::array<std::array<NarrowKernel, 2>, kInstantiations> KernelsOf() {
            {NarrowGemmKernel<kPackedB, K::kTaggedHandoff, 1, kHalf>,
             NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>},
            {NarrowGemmKernel<kPackedB, K::kPairSplit, 1, kHalf>,
-            NarrowGemmKernel<kPackedB, K::kPairSplit, 2, kHalf>}}};
+            NarrowGemmKernel<kPackedB, K::kPairSplit, 2, kHalf>},
+           {nullptr, NarrowGemmKernel<kPackedB, K::kTallPairSplit, 2, kHalf>}}};
 }
 
 // The instantiation for packed weights or not, the kind, one or two consumer
@@ -166,9 +173,11 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
       for (NarrowConfig::Instantiation kind :
            {NarrowConfig::Instantiation::kDefault, NarrowConfig::Instantiation::kPaired,
             NarrowConfig::Instantiation::kShortRowBlocks, NarrowConfig::Instantiation::kTaggedHandoff,
-            NarrowConfig::Instantiation::kPairSplit}) {
-        if (cudaError_t error = cudaFuncSetAttribute(NarrowKernelFor(packed_b, kind, consumers, half),
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
+            NarrowConfig::Instantiation::kPairSplit, NarrowConfig::Instantiation::kTallPairSplit}) {
+        const NarrowKernel kernel = NarrowKernelFor(packed_b, kind, consumers, half);
+        if (kernel == nullptr) continue;  // no such instantiation (the tall pair split with one consumer)
+        if (cudaError_t error =
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
             error != cudaSuccess) {
           return error;
         }
@@ -207,7 +216,9 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
   const NarrowConfig::Instantiation kind =
       NarrowConfig::InstantiationFor(NarrowConfig::ATileRows(params.a_stage_bytes), params.block_m, tagged_handoffs,
                                      pair_split);
-  return cudaLaunchKernelEx(&config, NarrowKernelFor(packed_b, kind, consumers, half), params);
+  const NarrowKernel kernel = NarrowKernelFor(packed_b, kind, consumers, half);
+  if (kernel == nullptr) return cudaErrorInvalidValue;
+  return cudaLaunchKernelEx(&config, kernel, params);
 }
 
 }  // namespace loom::kernel

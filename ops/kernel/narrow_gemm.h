@@ -35,7 +35,8 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // (KernelNode::tagged_a; one consumer warpgroup): launches the
 // instantiation that has them (bf16 only: else cudaErrorInvalidValue).
 // pair_split: the plan is lowered for the pair split (64-column tiles, K in
-// two halves: NarrowConfig::kPairSplitBlockN). half:
+// two halves: NarrowConfig::kPairSplitBlockN; past 64 rows, A tiles of all
+// of them, two consumers only, else cudaErrorInvalidValue). half:
 // the plan's 16-bit type (ElementType::kBF16 or kFP16). overlap_previous:
 // launched
 // with programmatic stream serialization, so that its CTAs start on the SMs

@@ -96,10 +96,11 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
 // us; bench/NOTES.md v2.02); the block is what the pair split is for.
 int32_t PairSplitLastExtraKBlocks(const CompileOptions& options);
 // Whether a narrow plan of a graph of at most `rows` rows takes the pair
-// split (CompileOptions::narrow_pair_split): asked for, 33-64 rows, and
-// every node's K split in two (sched::SplitKRange, the second half
-// PairSplitLastExtraKBlocks longer) on a stage boundary, a stage at least
-// each (NarrowConfig::PairSplitRows).
+// split (CompileOptions::narrow_pair_split): asked for, 33-128 rows
+// (NarrowConfig::PairSplitRows; past 64 not with one consumer warpgroup
+// asked for: NarrowConfig::TallPairSplit), and every node's K split in two
+// (sched::SplitKRange, the second half PairSplitLastExtraKBlocks longer) on
+// a stage boundary, a stage at least each.
 bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows);
 // The narrow kernel's rings for a graph of at most `rows` rows and K at most
 // `max_k`; InvalidArgument for options it cannot run. `pair_split`:

@@ -551,6 +551,7 @@ int32_t PairSplitLastExtraKBlocks(const CompileOptions& options) {
 
 bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
   return options.narrow_pair_split && NarrowConfig::PairSplitRows(rows) &&
+         (!NarrowConfig::TallPairSplit(rows) || options.narrow_consumers != 1) &&
          PairSplitHalvesOnStages(graph, PairSplitLastExtraKBlocks(options));
 }
 
@@ -588,6 +589,8 @@ bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& grap
 // what shared memory leaves: 4; 2 in flight, the bytes of 4 of 16 KiB) were
 // a first guess; on H100s none of 3 or 1 in flight, A 4 / B 3 stages or A 2
 // / B 5 stages did better (bench/NOTES.md v2.02). Not yet tried on an H200.
+// Past 64 rows (the tall pair split) an A stage of 128 rows is 64 KiB: 2
+// stages, and 3 B stages in what is left.
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
                                               int64_t rows, int64_t max_k, bool one_wave_chain, bool packed,
                                               bool pair_split) {
@@ -605,10 +608,13 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
         NarrowConfig::kMaxRows));
   }
   NarrowRings rings;
+  // The tall pair split's jobs are both consumer warpgroups' (two only:
+  // NarrowPairSplitApplies).
+  const bool tall = pair_split && NarrowConfig::TallPairSplit(rows);
   rings.consumers = options.narrow_consumers > 0
                         ? options.narrow_consumers
-                        : (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain ? 2 : 1);
-  rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(NarrowConfig::TileRows(rows), 1));
+                        : (tall || (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain) ? 2 : 1);
+  rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(NarrowConfig::TileRows(rows, pair_split), 1));
   const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
   // 96 KiB for the 16-row mma.sync tiles and the paired wgmma's tiles.
   const bool smaller_a = tile_rows > 8 && NarrowConfig::MultiplyFor(tile_rows) != NarrowConfig::Multiply::kWgmma;

@@ -468,6 +468,12 @@ namespace {
 // Explain's line on how the narrow kernel multiplies A tiles of `tile_rows`
 // rows (NarrowConfig::MultiplyFor).
 std::string ExplainNarrowMultiply(uint32_t tile_rows, bool pair_split) {
+  if (pair_split && NarrowConfig::TallPairSplit(tile_rows)) {
+    return absl::StrFormat(
+        "multiply: wgmma m64n64k16 in both consumer warpgroups, each 64 of the tokens (A tiles of %d rows) as its "
+        "64 rows, from the same B stages\n",
+        tile_rows);
+  }
   if (pair_split) {
     return absl::StrFormat("multiply: wgmma m64n64k16, the tokens (A tiles of %d rows) as the 64 rows\n", tile_rows);
   }
@@ -495,9 +501,10 @@ std::string ExplainPairSplit(const Plan::Impl& impl) {
   if (!impl.options.narrow_pair_split || impl.narrow_pair_split) return "";
   const int32_t extra = PairSplitLastExtraKBlocks(impl.options);
   return absl::StrFormat(
-      "pair split: not taken (it needs %d-%d rows, and every node's K split in two at a multiple of %d, each half "
-      "at least that%s)\n",
-      NarrowConfig::kPairedRows + 1, NarrowConfig::kBlockM, NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK,
+      "pair split: not taken (it needs %d-%d rows, two consumer warpgroups past %d, and every node's K split in "
+      "two at a multiple of %d, each half at least that%s)\n",
+      NarrowConfig::kPairedRows + 1, NarrowConfig::kMaxRows, NarrowConfig::kBlockM,
+      NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK,
       extra > 0 ? absl::StrFormat(", the second %d k-blocks of %d longer", extra, NarrowConfig::kBlockK) : "");
 }
 

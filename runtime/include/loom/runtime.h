@@ -174,17 +174,22 @@ struct CompileOptions {
   // kMaxNarrowClaimStages; does not apply on the tiled kernel. With the
   // pair split (below), 0 means 8: unpaced, it was 5-7 us slower on H100s.
   int narrow_claim_stages = 0;
-  // The pair split on the narrow kernel, for graphs of 33-64 rows: each job
-  // a 64 x 64 tile over half of K, the two halves of a tile two jobs (the
-  // first earlier in the queue), the second adding the first's fp32 partial
-  // sums (16 KiB a tile, through the plan's workspace) before the fused
-  // epilogue; the same bits every run. A CTA then takes in one byte of A per
-  // weight byte instead of two, and a node keeps its count of jobs. A node
-  // whose output another reads as A is queued from its two halves of
-  // columns in turn, so that both halves of its consumer's K fill at one
-  // pace. Applies where every node's K splits in two at a multiple of 256
-  // (each half at least 256); elsewhere the plan keeps 32-column tiles over
-  // the whole of K. Explain says which. Does not apply on the tiled kernel.
+  // The pair split on the narrow kernel, for graphs of 33-128 rows: each
+  // job a 64 x 64 tile over half of K, the two halves of a tile two jobs
+  // (the first earlier in the queue), the second adding the first's fp32
+  // partial sums (16 KiB a tile, through the plan's workspace) before the
+  // fused epilogue; the same bits every run. A CTA then takes in one byte
+  // of A per weight byte instead of two, and a node keeps its count of
+  // jobs. Past 64 rows the plan is one row block and each job's tile 128 x
+  // 64, both consumer warpgroups multiplying it, 64 rows each, from the same
+  // weights (32 KiB of partial sums; two bytes of A per weight byte, where
+  // two row blocks read each weight tile twice and four); not with
+  // narrow_consumers = 1. A node whose output another reads as A is queued
+  // from its two halves of columns in turn, so that both halves of its
+  // consumer's K fill at one pace. Applies where every node's K splits in
+  // two at a multiple of 256 (each half at least 256); elsewhere the plan
+  // keeps 32-column tiles over the whole of K. Explain says which. Does not
+  // apply on the tiled kernel.
   bool narrow_pair_split = false;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The tall pair split (65-128 rows; bench/NOTES.md v2.03) on whatever card
+# comes: its GPU tests and the pair split's, then the MLP block at 65, 100
+# and 128 tokens and the 8-layer chain at 128, main (the tiled kernel)
+# against the narrow kernel's tall pair split (claim pacing 8, then 4), in
+# turns, each run a separate process beside cuBLAS. With VARIANTS=rows, the
+# narrow kernel's default past 64 rows (two row blocks) against the tall
+# pair split instead, chains at 65, 100 and 128 tokens too.
+#   usage (on the device, carry [".device-carry"]):
+#     bash bench/probes/tall_pair_split.sh [ROUNDS=2] [DIR=.device-carry]
+set -u
+rounds=${1:-2}
+dir=${2:-.device-carry}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+export LD_LIBRARY_PATH=$PWD/$dir/lib:${LD_LIBRARY_PATH:-}
+flags=(--pack_weights --run_length=10 --iters=40 --rounds=1 --tokens=65,100,128 --chain_tokens=128)
+variants=("" "--kernel=narrow --narrow_pair_split" "--kernel=narrow --narrow_pair_split --narrow_claim_stages=4")
+if [ "${VARIANTS:-}" = rows ]; then
+  flags=(--pack_weights --run_length=10 --iters=40 --rounds=1 --tokens=100,128 --chain_tokens=65,100,128)
+  variants=("" "--kernel=narrow" "--kernel=narrow --narrow_pair_split")
+  skip_tests=1
+fi
+if [ -z "${skip_tests:-}" ]; then
+  timeout 240 "$dir/graph_gpu_test" --gtest_filter='*PairSplit*' > "$out/tall_tests.log" 2>&1
+  echo "pair split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/tall_tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED' "$out/tall_tests.log" | head -5
+fi
+log=$(mktemp)
+for ((r = 1; r <= rounds; ++r)); do
+  for variant in "${variants[@]}"; do
+    # shellcheck disable=SC2086  # the variant is several flags
+    timeout 120 "$dir/loom_graph_bench" "${flags[@]}" $variant > "$log" 2>&1
+    rc=$?
+    grep -E "^(mlp|chain) +[0-9]+ " "$log" | sed "s|^|round $r [${variant:-main}] rc=$rc: |"
+  done
+done | tee "$out/tall_vs_main.txt"
+grep -iE "copy bandwidth" "$log" | head -1
+rm -f "$log"
