@@ -5,7 +5,9 @@
 # against the narrow kernel's tall pair split (claim pacing 8, then 4), in
 # turns, each run a separate process beside cuBLAS. With VARIANTS=rows, the
 # narrow kernel's default past 64 rows (two row blocks) against the tall
-# pair split instead, chains at 65, 100 and 128 tokens too.
+# pair split instead, chains at 65, 100 and 128 tokens too, and the tall
+# pair split with 3 A stages (no tests); with VARIANTS=tall, main against
+# the tall pair split alone at those sizes.
 #   usage (on the device, carry [".device-carry"]):
 #     bash bench/probes/tall_pair_split.sh [ROUNDS=2] [DIR=.device-carry]
 set -u
@@ -15,12 +17,23 @@ out=${OUT:-/tmp/out}
 mkdir -p "$out"
 echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 export LD_LIBRARY_PATH=$PWD/$dir/lib:${LD_LIBRARY_PATH:-}
-flags=(--pack_weights --run_length=10 --iters=40 --rounds=1 --tokens=65,100,128 --chain_tokens=128)
-variants=("" "--kernel=narrow --narrow_pair_split" "--kernel=narrow --narrow_pair_split --narrow_claim_stages=4")
+flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
+variants=("--tokens=65,100,128 --chain_tokens=128"
+          "--tokens=65,100,128 --chain_tokens=128 --kernel=narrow --narrow_pair_split"
+          "--tokens=65,100,128 --chain_tokens=128 --kernel=narrow --narrow_pair_split --narrow_claim_stages=4")
 if [ "${VARIANTS:-}" = rows ]; then
-  flags=(--pack_weights --run_length=10 --iters=40 --rounds=1 --tokens=100,128 --chain_tokens=65,100,128)
-  variants=("" "--kernel=narrow" "--kernel=narrow --narrow_pair_split")
+  # Two row blocks against the tall pair split, and the tall pair split
+  # with a third A stage where it fits (at most 104 rows).
+  variants=("--tokens=65,100,128 --chain_tokens=65,100,128"
+            "--tokens=65,100,128 --chain_tokens=65,100,128 --kernel=narrow"
+            "--tokens=65,100,128 --chain_tokens=65,100,128 --kernel=narrow --narrow_pair_split"
+            "--tokens=65,100 --chain_tokens=65,100 --kernel=narrow --narrow_pair_split --narrow_a_stages=3")
   skip_tests=1
+fi
+if [ "${VARIANTS:-}" = tall ]; then
+  # Main against the tall pair split as the plan chooses its rings.
+  variants=("--tokens=65,100,128 --chain_tokens=65,100,128"
+            "--tokens=65,100,128 --chain_tokens=65,100,128 --kernel=narrow --narrow_pair_split")
 fi
 if [ -z "${skip_tests:-}" ]; then
   timeout 240 "$dir/graph_gpu_test" --gtest_filter='*PairSplit*' > "$out/tall_tests.log" 2>&1
@@ -33,7 +46,8 @@ for ((r = 1; r <= rounds; ++r)); do
     # shellcheck disable=SC2086  # the variant is several flags
     timeout 120 "$dir/loom_graph_bench" "${flags[@]}" $variant > "$log" 2>&1
     rc=$?
-    grep -E "^(mlp|chain) +[0-9]+ " "$log" | sed "s|^|round $r [${variant:-main}] rc=$rc: |"
+    label=$(sed -E 's/--(chain_)?tokens=[^ ]* ?//g' <<< "$variant")
+    grep -E "^(mlp|chain) +[0-9]+ " "$log" | sed "s|^|round $r [${label:-main}] rc=$rc: |"
   done
 done | tee "$out/tall_vs_main.txt"
 grep -iE "copy bandwidth" "$log" | head -1

@@ -337,6 +337,21 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
   bool pending = false;
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
+    if constexpr (kTall) {
+      // Two A stages (64 KiB each at 128 rows): freed only once the next
+      // stage's wgmmas were issued, a slot would wait for that stage to
+      // land, and the loader would have one stage in flight. So where the
+      // next stage has not landed (lane 0 tests, for the whole warp), this
+      // warp waits for its last group and frees that stage's slots first.
+      if (pending && !__shfl_sync(0xffffffffu,
+                                  lane == 0 && cuda::ptx::mbarrier_test_wait_parity(
+                                                   &ctx.barriers->a_full[rings.a.stage], rings.a.phase),
+                                  0)) {
+        ptx::wgmma_wait_group<0>();
+        ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
+        pending = false;
+      }
+    }
     WaitForStage(ctx, rings, index, kb0 == 0, leader, epilogue);
     const uint32_t a_stage = a_base + rings.a.stage * ctx.params.a_stage_bytes;
     const uint32_t b_stage = b_base + rings.b.stage * NarrowConfig::BStageBytes(kTileN);

@@ -368,6 +368,12 @@ constexpr int kPairSplitBStagesInFlight = 2;   // ChooseNarrowRings: 32 KiB stag
 // down's last jobs up to a job late and the 64-token MLP block took 5-7 us
 // longer on H100s (bench/NOTES.md v2.02).
 constexpr int kPairSplitClaimStages = 8;
+// ChooseNarrowRings: the B stages the tall pair split's A ring leaves room
+// for (more A stages where they fit: at 65 tokens on an H100, 3 A stages and 3 B
+// stages against 2 and 4, the MLP block 136.2-136.3 us against 144.6-144.9,
+// the 8-layer chain 159.2-159.4 against 164.7-165.0; at 100 tokens 3 A
+// stages left 2 B stages, and 182 us against 151; bench/NOTES.md v2.03).
+constexpr int kTallPairSplitBStages = 3;
 constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
 // Whether the jobs of `node` load A and B (so it has their tensor maps, and
@@ -589,8 +595,9 @@ bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& grap
 // what shared memory leaves: 4; 2 in flight, the bytes of 4 of 16 KiB) were
 // a first guess; on H100s none of 3 or 1 in flight, A 4 / B 3 stages or A 2
 // / B 5 stages did better (bench/NOTES.md v2.02). Not yet tried on an H200.
-// Past 64 rows (the tall pair split) an A stage of 128 rows is 64 KiB: 2
-// stages, and 3 B stages in what is left.
+// Past 64 rows (the tall pair split) an A stage of 128 rows is 64 KiB: as
+// many A stages as leave 3 B stages (kTallPairSplitBStages), at least 2: 3
+// at 65-80 rows, 2 past that.
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
                                               int64_t rows, int64_t max_k, bool one_wave_chain, bool packed,
                                               bool pair_split) {
@@ -618,11 +625,16 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
   // 96 KiB for the 16-row mma.sync tiles and the paired wgmma's tiles.
   const bool smaller_a = tile_rows > 8 && NarrowConfig::MultiplyFor(tile_rows) != NarrowConfig::Multiply::kWgmma;
-  const int64_t auto_a_bytes = smaller_a || pair_split ? int64_t{96} * 1024 : int64_t{128} * 1024;
-  constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
-  const int64_t job_stages = ((pair_split ? (max_k + 1) / 2 : max_k) + kStageK - 1) / kStageK;
   const int tile_n = NarrowConfig::TileN(pair_split);
   const uint32_t b_stage_bytes = NarrowConfig::BStageBytes(tile_n);
+  // The tall pair split: as many A stages as leave kTallPairSplitBStages.
+  const int64_t auto_a_bytes =
+      tall ? device.shared_memory_per_block -
+                 int64_t{kernel::NarrowSharedMemoryBytes(0, rings.a_stage_bytes, kTallPairSplitBStages,
+                                                         rings.consumers, tile_n)}
+           : (smaller_a || pair_split ? int64_t{96} * 1024 : int64_t{128} * 1024);
+  constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
+  const int64_t job_stages = ((pair_split ? (max_k + 1) / 2 : max_k) + kStageK - 1) / kStageK;
   // With packed weights on the mma.sync path (at most 16 rows) at most
   // kPackedMmaSyncAStages: the rest of shared memory goes to B, which each
   // launch fills with packed weights while the launch before it ends
