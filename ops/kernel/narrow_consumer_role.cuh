@@ -339,14 +339,15 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
     if constexpr (kTall) {
       // Two A stages (64 KiB each at 128 rows): freed only once the next
-      // stage's wgmmas were issued, a slot would wait for that stage to
-      // land, and the loader would have one stage in flight. So where the
-      // next stage has not landed (lane 0 tests, for the whole warp), this
-      // warp waits for its last group and frees that stage's slots first.
-      if (pending && !__shfl_sync(0xffffffffu,
-                                  lane == 0 && cuda::ptx::mbarrier_test_wait_parity(
-                                                   &ctx.barriers->a_full[rings.a.stage], rings.a.phase),
-                                  0)) {
+      // stage's wgmmas were issued, as below, a slot would wait for that
+      // stage to land, and the loader would have one A stage in flight (at
+      // 128 tokens on an H100 the MLP block took 157 us against 150 freed
+      // here, bench/NOTES.md v2.03). So the warpgroup waits for its last
+      // group and frees that stage's slots before it waits for the next:
+      // the other warpgroup's wgmmas fill the tensor pipes meanwhile. The
+      // same at every stage, so that the warpgroup's wgmma.wait_group is
+      // uniform (a wait chosen by a poll's outcome would not be).
+      if (pending) {
         ptx::wgmma_wait_group<0>();
         ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
         pending = false;
@@ -367,8 +368,10 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
       }
     }
     ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<1>();
-    if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
+    if constexpr (!kTall) {
+      ptx::wgmma_wait_group<1>();
+      if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
+    }
     pending = true;
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
