@@ -341,8 +341,8 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
       // Two A stages (64 KiB each at 128 rows): freed only once the next
       // stage's wgmmas were issued, as below, a slot would wait for that
       // stage to land, and the loader would have one A stage in flight (at
-      // 128 tokens on an H100 the MLP block took 157 us against 150 freed
-      // here, bench/NOTES.md v2.03). So the warpgroup waits for its last
+      // 128 tokens on H100s the MLP block took 157 us so, 145 freed here, by
+      // main's 140-143; bench/NOTES.md v2.03). So the warpgroup waits for its last
       // group and frees that stage's slots before it waits for the next:
       // the other warpgroup's wgmmas fill the tensor pipes meanwhile. The
       // same at every stage, so that the warpgroup's wgmma.wait_group is

@@ -369,10 +369,11 @@ constexpr int kPairSplitBStagesInFlight = 2;   // ChooseNarrowRings: 32 KiB stag
 // longer on H100s (bench/NOTES.md v2.02).
 constexpr int kPairSplitClaimStages = 8;
 // ChooseNarrowRings: the B stages the tall pair split's A ring leaves room
-// for (more A stages where they fit: at 65 tokens on an H100, 3 A stages and 3 B
-// stages against 2 and 4, the MLP block 136.2-136.3 us against 144.6-144.9,
-// the 8-layer chain 159.2-159.4 against 164.7-165.0; at 100 tokens 3 A
-// stages left 2 B stages, and 182 us against 151; bench/NOTES.md v2.03).
+// for (more A stages where they fit: at 65 tokens on an H100, before its
+// consumers freed each stage early, 3 A stages and 3 B stages against 2
+// and 4 took the MLP block from 144.6-144.9 us to 136.2-136.3, the 8-layer
+// chain from 164.7-165.0 to 159.2-159.4; at 100 tokens 3 A stages left 2
+// B stages, and 182 us against 151; bench/NOTES.md v2.03).
 constexpr int kTallPairSplitBStages = 3;
 constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
