@@ -313,7 +313,8 @@ __device__ __forceinline__ float4* PairPartialOf(const NarrowContext& ctx, const
 // epilogue's rows too, and its partial sums are threads 128 w onwards of
 // the tile's 256. Each warpgroup's first thread waits for the flag itself
 // (the acquire its own threads' loads need); `leader` (warpgroup 0's) alone
-// records the trace.
+// records the trace. And a stage's slots are freed before the next stage is
+// waited for, not once its wgmmas are issued (the loop's first lines).
 template <int kConsumers, ElementType kHalf, bool kTall>
 __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                 int lane, ConsumerRings& rings) {
@@ -341,8 +342,8 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
       // Two A stages (64 KiB each at 128 rows): freed only once the next
       // stage's wgmmas were issued, as below, a slot would wait for that
       // stage to land, and the loader would have one A stage in flight (at
-      // 128 tokens on H100s the MLP block took 157 us so, 145 freed here, by
-      // main's 140-143; bench/NOTES.md v2.03). So the warpgroup waits for its last
+      // 128 tokens on H100s the MLP block took ~17 us longer than main so,
+      // ~2 us freed here; bench/NOTES.md v2.03). So the warpgroup waits for its last
       // group and frees that stage's slots before it waits for the next:
       // the other warpgroup's wgmmas fill the tensor pipes meanwhile. The
       // same at every stage, so that the warpgroup's wgmma.wait_group is
