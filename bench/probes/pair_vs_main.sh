@@ -7,6 +7,8 @@
 #   usage (on the device, carry [".device-carry"]):
 #     bash bench/probes/pair_vs_main.sh [ROUNDS=2] [DIR=.device-carry]
 set -u
+# shellcheck source=bench/probes/turns.sh
+source "$(dirname "$0")/turns.sh"
 rounds=${1:-2}
 dir=${2:-.device-carry}
 out=${OUT:-/tmp/out}
@@ -24,15 +26,7 @@ variants=("--tokens=1,16,48,64 --chain_tokens=1,64"
 timeout 120 "$dir/graph_gpu_test" --gtest_filter='*PairSplit*' > "$out/pair_split_tests.log" 2>&1
 echo "pair split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/pair_split_tests.log" | tr '\n' ' ')"
 log=$(mktemp)
-for ((r = 1; r <= rounds; ++r)); do
-  for variant in "${variants[@]}"; do
-    # shellcheck disable=SC2086  # the variant is several flags
-    timeout 120 "$dir/loom_graph_bench" "${flags[@]}" $variant > "$log" 2>&1
-    rc=$?
-    label=$(sed -E 's/--(chain_)?tokens=[^ ]* ?//g' <<< "$variant")
-    grep -E "^(mlp|chain) +[0-9]+ " "$log" | sed "s|^|round $r [${label:-main}] rc=$rc: |"
-  done
-done | tee "$out/pair_vs_main.txt"
+bench_in_turns "$rounds" "$dir" "$log" | tee "$out/pair_vs_main.txt"
 grep -iE "copy bandwidth" "$log" | head -1
 for variant in "" "--narrow_pair_split"; do
   name=$([ -z "$variant" ] && echo main || echo pair)

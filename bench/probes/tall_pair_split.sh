@@ -11,6 +11,8 @@
 #   usage (on the device, carry [".device-carry"]):
 #     bash bench/probes/tall_pair_split.sh [ROUNDS=2] [DIR=.device-carry]
 set -u
+# shellcheck source=bench/probes/turns.sh
+source "$(dirname "$0")/turns.sh"
 rounds=${1:-2}
 dir=${2:-.device-carry}
 out=${OUT:-/tmp/out}
@@ -41,14 +43,6 @@ if [ -z "${skip_tests:-}" ]; then
   grep -E '^\[  FAILED' "$out/tall_tests.log" | head -5
 fi
 log=$(mktemp)
-for ((r = 1; r <= rounds; ++r)); do
-  for variant in "${variants[@]}"; do
-    # shellcheck disable=SC2086  # the variant is several flags
-    timeout 120 "$dir/loom_graph_bench" "${flags[@]}" $variant > "$log" 2>&1
-    rc=$?
-    label=$(sed -E 's/--(chain_)?tokens=[^ ]* ?//g' <<< "$variant")
-    grep -E "^(mlp|chain) +[0-9]+ " "$log" | sed "s|^|round $r [${label:-main}] rc=$rc: |"
-  done
-done | tee "$out/tall_vs_main.txt"
+bench_in_turns "$rounds" "$dir" "$log" | tee "$out/tall_vs_main.txt"
 grep -iE "copy bandwidth" "$log" | head -1
 rm -f "$log"

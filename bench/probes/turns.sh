@@ -1,0 +1,18 @@
+# Sourced by the probe scripts: bench_in_turns ROUNDS DIR LOG runs
+# DIR/loom_graph_bench once for each of the caller's `variants` (the
+# caller's `flags`, then the variant's own), ROUNDS times over, in turns,
+# each a separate process; prints every run's MLP and chain result lines,
+# labelled with the round, the variant's flags past its token lists and the
+# exit status. LOG keeps the last run's output (its copy bandwidth line).
+bench_in_turns() {
+  local rounds=$1 dir=$2 log=$3 r variant rc label
+  for ((r = 1; r <= rounds; ++r)); do
+    for variant in "${variants[@]}"; do
+      # shellcheck disable=SC2086  # the variant is several flags
+      timeout 120 "$dir/loom_graph_bench" "${flags[@]}" $variant > "$log" 2>&1
+      rc=$?
+      label=$(sed -E 's/--(chain_)?tokens=[^ ]* ?//g' <<< "$variant")
+      grep -E "^(mlp|chain) +[0-9]+ " "$log" | sed "s|^|round $r [${label:-main}] rc=$rc: |"
+    done
+  done
+}
