@@ -1944,16 +1944,15 @@ class NarrowTallPairSplitTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(NarrowTallPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
   LOOM_SKIP_WITHOUT_GPU();
   static constexpr int kClaimStages[] = {0, 2};
+  std::vector<std::function<void(CompileOptions&)>> variants;
+  for (const int stages : kClaimStages) {
+    variants.push_back([stages](CompileOptions& o) {
+      o.narrow_pair_split = true;
+      o.narrow_claim_stages = stages;
+    });
+  }
   ExpectNarrowVariantsWriteTheSameBits(
-      GetParam(),
-      {[](CompileOptions& o) {
-         o.narrow_pair_split = true;
-         o.narrow_claim_stages = kClaimStages[0];
-       },
-       [](CompileOptions& o) {
-         o.narrow_pair_split = true;
-         o.narrow_claim_stages = kClaimStages[1];
-       }},
+      GetParam(), variants,
       [&](size_t v, const std::string& explain) {
         EXPECT_NE(explain.find("narrow decode kernel (128 x 64 tiles over each half of K, the second half summing "
                                "(pair split)), "),
