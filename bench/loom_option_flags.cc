@@ -26,9 +26,10 @@ ABSL_FLAG(int, narrow_consumers, 0,
 ABSL_FLAG(int, narrow_claim_stages, 0,
           "loom: the narrow kernel's claim pacing: a CTA claims its next job once its B loader has at most this many "
           "B stages of its last left to issue (0: off; CompileOptions::narrow_claim_stages)");
-ABSL_FLAG(bool, narrow_pair_split, false,
-          "loom: the narrow kernel at 33-128 rows runs 64-column tiles over each half of K, the second half "
-          "summing (past 64 rows one row block on both consumer warpgroups; CompileOptions::narrow_pair_split)");
+ABSL_FLAG(loom::PairSplitChoice, narrow_pair_split, loom::PairSplitChoice::kAuto,
+          "loom: auto, on or off: the narrow kernel at 33-128 rows runs 64-column tiles over each half of K, the "
+          "second half summing (past 64 rows one row block on both consumer warpgroups; auto: only there, on "
+          "nodes of three quarters of a wave of jobs or more; CompileOptions::narrow_pair_split)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two "
           "row blocks, split rings; CompileOptions::pack_weights)");

@@ -19,7 +19,7 @@ ABSL_DECLARE_FLAG(int, narrow_b_stages);
 ABSL_DECLARE_FLAG(int, narrow_b_in_flight);
 ABSL_DECLARE_FLAG(int, narrow_consumers);
 ABSL_DECLARE_FLAG(int, narrow_claim_stages);
-ABSL_DECLARE_FLAG(bool, narrow_pair_split);
+ABSL_DECLARE_FLAG(loom::PairSplitChoice, narrow_pair_split);
 ABSL_DECLARE_FLAG(bool, pack_weights);
 ABSL_DECLARE_FLAG(bool, tagged_handoff);
 ABSL_DECLARE_FLAG(bool, overlap_launches);
@@ -73,7 +73,7 @@ TEST(LoomOptionFlagsTest, EachFlagSetsItsOwnField) {
   absl::SetFlag(&FLAGS_narrow_b_in_flight, 2);
   absl::SetFlag(&FLAGS_narrow_consumers, 1);
   absl::SetFlag(&FLAGS_narrow_claim_stages, 12);
-  absl::SetFlag(&FLAGS_narrow_pair_split, true);
+  absl::SetFlag(&FLAGS_narrow_pair_split, loom::PairSplitChoice::kOn);
   absl::SetFlag(&FLAGS_pack_weights, true);
   absl::SetFlag(&FLAGS_tagged_handoff, false);
   absl::SetFlag(&FLAGS_overlap_launches, false);
@@ -94,7 +94,7 @@ TEST(LoomOptionFlagsTest, EachFlagSetsItsOwnField) {
   EXPECT_EQ(options.narrow_b_in_flight, 2);
   EXPECT_EQ(options.narrow_consumers, 1);
   EXPECT_EQ(options.narrow_claim_stages, 12);
-  EXPECT_TRUE(options.narrow_pair_split);
+  EXPECT_EQ(options.narrow_pair_split, PairSplitChoice::kOn);
   EXPECT_TRUE(options.pack_weights);
   EXPECT_FALSE(options.tagged_handoff);
   EXPECT_FALSE(options.overlap_launches);

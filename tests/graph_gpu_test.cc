@@ -1612,6 +1612,26 @@ TEST(NarrowGraphTest, RandomDecodeGraphs) {
   }
 }
 
+// With the default options the 8-layer chain of 4096 x 4096 layers at 65
+// and 128 tokens runs on the narrow kernel's tall pair split
+// (PairSplitChoice::kAuto: 128 jobs a layer, three quarters of a wave or
+// more on an H100 or H200), and is right node by node and on replay.
+TEST(NarrowGraphTest, DefaultPlanOfTheWideChainTakesTheTallPairSplit) {
+  LOOM_SKIP_WITHOUT_GPU();
+  for (const int64_t tokens : {65, 128}) {
+    SCOPED_TRACE(absl::StrCat(tokens, " tokens"));
+    Rng rng;
+    GpuHarness h;
+    AddEightLayerChain(h, rng, tokens, kBF16, /*width=*/4096);
+    LOOM_ASSERT_OK(h.Run(TestRuntime(), CompileOptions{}));
+    const std::string explain = h.plan().Explain();
+    ASSERT_EQ(h.plan().kernel(), KernelChoice::kNarrow) << explain;
+    EXPECT_NE(explain.find("pair split: chosen by the plan"), std::string::npos) << explain;
+    EXPECT_NE(explain.find("128 x 64 tiles over each half of K"), std::string::npos) << explain;
+    ExpectNodesRightAndReplayIdentical(h);
+  }
+}
+
 // A graph with a node of more than 128 rows stays on the tiled kernel.
 TEST(NarrowGraphTest, TallGraphsStayTiled) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -1909,11 +1929,11 @@ TEST_P(NarrowPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
   ExpectNarrowVariantsWriteTheSameBits(
       GetParam(),
       {[](CompileOptions& o) {
-         o.narrow_pair_split = true;
+         o.narrow_pair_split = PairSplitChoice::kOn;
          o.narrow_consumers = kConsumers[0];
        },
        [](CompileOptions& o) {
-         o.narrow_pair_split = true;
+         o.narrow_pair_split = PairSplitChoice::kOn;
          o.narrow_consumers = kConsumers[1];
        }},
       [&](size_t v, const std::string& explain) {
@@ -1947,7 +1967,7 @@ TEST_P(NarrowTallPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywher
   std::vector<std::function<void(CompileOptions&)>> variants;
   for (const int stages : kClaimStages) {
     variants.push_back([stages](CompileOptions& o) {
-      o.narrow_pair_split = true;
+      o.narrow_pair_split = PairSplitChoice::kOn;
       o.narrow_claim_stages = stages;
     });
   }

@@ -653,7 +653,7 @@ TEST(GraphTest, MlpBlockLoweredForThePairSplit) {
   AddMlpBlock(g, /*tokens=*/48, /*hidden=*/512, /*intermediate=*/1024);
   CompileOptions options;
   options.kernel = KernelChoice::kNarrow;
-  options.narrow_pair_split = true;
+  options.narrow_pair_split = PairSplitChoice::kOn;
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(g.graph(), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const sched::Schedule& schedule = plan->schedule();

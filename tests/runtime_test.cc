@@ -580,6 +580,15 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   EXPECT_EQ(parsed, KernelChoice::kTiled);
   EXPECT_FALSE(AbslParseFlag("fast", &parsed, &error));
   EXPECT_EQ(error, "the kernel must be auto, tiled or narrow, got 'fast'");
+  PairSplitChoice pair_split = PairSplitChoice::kAuto;
+  EXPECT_TRUE(AbslParseFlag("on", &pair_split, &error));
+  EXPECT_EQ(pair_split, PairSplitChoice::kOn);
+  EXPECT_TRUE(AbslParseFlag("off", &pair_split, &error));
+  EXPECT_EQ(pair_split, PairSplitChoice::kOff);
+  EXPECT_TRUE(AbslParseFlag("auto", &pair_split, &error));
+  EXPECT_EQ(pair_split, PairSplitChoice::kAuto);
+  EXPECT_FALSE(AbslParseFlag("true", &pair_split, &error));
+  EXPECT_EQ(error, "the pair split must be auto, on or off, got 'true'");
 }
 
 // An MLP-shaped decode graph: "up" (4096 -> 28672), then "down" (28672 ->
@@ -1434,7 +1443,7 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
   constexpr char kNotTaken[] = "pair split: not taken (it needs 33-128 rows, two consumer warpgroups past 64, and "
                                "every node's K split in two at a multiple of 256";
   CompileOptions options;
-  options.narrow_pair_split = true;
+  options.narrow_pair_split = PairSplitChoice::kOn;
   for (const int64_t rows : {33, 48, 64}) {
     SCOPED_TRACE(absl::StrCat(rows, " rows"));
     absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(rows, /*dependent=*/true), options);
@@ -1537,8 +1546,8 @@ TEST(RuntimeTest, TallPairSplitIsOneRowBlockOnBothWarpgroups) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;
   options.kernel = KernelChoice::kNarrow;
-  options.narrow_pair_split = true;
-  for (const auto [rows, a_stages] : {std::pair<int64_t, int>{65, 3}, {100, 2}, {128, 2}}) {
+  options.narrow_pair_split = PairSplitChoice::kOn;
+  for (const auto& [rows, a_stages] : {std::pair<int64_t, int>{65, 3}, {100, 2}, {128, 2}}) {
     SCOPED_TRACE(absl::StrCat(rows, " rows"));
     for (const bool chain : {false, true}) {
       SCOPED_TRACE(chain ? "8-layer chain" : "MLP");
@@ -1574,6 +1583,67 @@ TEST(RuntimeTest, TallPairSplitIsOneRowBlockOnBothWarpgroups) {
             kernel::NarrowConfig::Instantiation::kPairSplit);
 }
 
+// PairSplitChoice::kAuto (the default) takes the pair split only past 64
+// rows, and only where every node has at least three quarters of a wave of
+// its jobs (99 on the H200's 132 SMs; a node's jobs are two a 64-column
+// tile): the 8-layer 4096 chain (128 jobs a layer) at 65-128 rows, as
+// KernelChoice::kAuto picks the narrow kernel for it, and the MLP block on
+// the narrow kernel; not the chain at 64 rows, nor nodes of 3136 columns (98
+// jobs; 3200 have 100) or 2048, nor with one consumer warpgroup asked for,
+// nor under kOff. Explain says where the plan chose it and with how many
+// jobs at fewest; where kAuto leaves it off, Explain says nothing of it.
+TEST(RuntimeTest, PairSplitChoiceAutoTakesTheTallSplitWhereEveryNodeFillsTheChip) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  const auto pair_split = [](const Plan& plan) {
+    return plan.schedule().tile.n == kernel::NarrowConfig::kPairSplitBlockN;
+  };
+  for (const int64_t rows : {65, 100, 128}) {
+    SCOPED_TRACE(absl::StrCat(rows, " rows"));
+    absl::StatusOr<Plan> plan = runtime.Compile(Layers(8, rows, 4096, /*chained=*/true));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
+    EXPECT_TRUE(pair_split(*plan));
+    EXPECT_EQ(plan->schedule().tile.m, kernel::NarrowConfig::kMaxRows);
+    EXPECT_NE(plan->Explain().find("pair split: chosen by the plan (65-128 rows, and every node has at least three "
+                                   "quarters of a wave of its jobs: 128 at fewest on 132 SMs)\n"),
+              std::string::npos)
+        << plan->Explain();
+    absl::StatusOr<Plan> mlp = runtime.Compile(UpDownGraph(rows, true), {.kernel = KernelChoice::kNarrow});
+    ASSERT_TRUE(mlp.ok()) << mlp.status();
+    EXPECT_TRUE(pair_split(*mlp));
+    EXPECT_NE(mlp->Explain().find("128 at fewest on 132 SMs"), std::string::npos) << mlp->Explain();
+    // 3200 columns: 50 tiles, 100 jobs; 3136: 49 tiles, 98 jobs.
+    absl::StatusOr<Plan> wide = runtime.Compile(Layers(2, rows, 3200, /*chained=*/false));
+    ASSERT_TRUE(wide.ok()) << wide.status();
+    EXPECT_TRUE(pair_split(*wide));
+    EXPECT_NE(wide->Explain().find("100 at fewest on 132 SMs"), std::string::npos) << wide->Explain();
+    struct Case {
+      std::string what;
+      GemmGraph graph;
+      CompileOptions options;
+    };
+    const std::vector<Case> off = {
+        {"3136 columns", Layers(2, rows, 3136, /*chained=*/false), {}},
+        {"2048 columns", Layers(8, rows, 2048, /*chained=*/true, /*k=*/2048), {}},
+        {"one consumer", Layers(8, rows, 4096, /*chained=*/true), {.narrow_consumers = 1}},
+        {"kOff", Layers(8, rows, 4096, /*chained=*/true), {.narrow_pair_split = PairSplitChoice::kOff}}};
+    for (const Case& c : off) {
+      SCOPED_TRACE(c.what);
+      absl::StatusOr<Plan> not_split = runtime.Compile(c.graph, c.options);
+      ASSERT_TRUE(not_split.ok()) << not_split.status();
+      ASSERT_EQ(not_split->kernel(), KernelChoice::kNarrow);
+      EXPECT_FALSE(pair_split(*not_split));
+      EXPECT_EQ(not_split->schedule().tile.m, ((rows + 1) / 2 + 7) / 8 * 8);
+      EXPECT_EQ(not_split->Explain().find("pair split"), std::string::npos) << not_split->Explain();
+    }
+  }
+  // 33-64 rows: off under kAuto, even for the chain.
+  absl::StatusOr<Plan> plan = runtime.Compile(Layers(8, 64, 4096, /*chained=*/true));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(pair_split(*plan));
+  EXPECT_EQ(plan->Explain().find("pair split"), std::string::npos) << plan->Explain();
+}
+
 // The pair split's B stages are 32 KiB: A stages that leave room for fewer
 // than two of them are refused, naming the option, the bytes left and the
 // pair split's stage size; without the pair split the same A ring fits.
@@ -1582,7 +1652,7 @@ TEST(RuntimeTest, PairSplitRingsThatDoNotFitSayTheirStageSize) {
   CompileOptions options;
   options.narrow_a_stages = 6;  // 6 x 32 KiB at 64 rows
   ASSERT_TRUE(runtime.Compile(UpDownGraph(64, true), options).ok());
-  options.narrow_pair_split = true;
+  options.narrow_pair_split = PairSplitChoice::kOn;
   EXPECT_TRUE(HasStatus(runtime.Compile(UpDownGraph(64, true), options).status(),
                         absl::StatusCode::kFailedPrecondition,
                         {"CompileOptions.narrow_a_stages = 6", "less than two B stages of 32768 bytes"}));
@@ -1635,6 +1705,8 @@ TEST(RuntimeTest, BadOptionsAreRefusedOnEitherKernel) {
        {"ring_mode: 7", "not one of kSplit (0), kLockstep (1)"}},
       {[](CompileOptions& o) { o.kernel = static_cast<KernelChoice>(5); },
        {"kernel: 5", "not one of kAuto, kTiled, kNarrow"}},
+      {[](CompileOptions& o) { o.narrow_pair_split = static_cast<PairSplitChoice>(3); },
+       {"narrow_pair_split: 3", "not one of kAuto, kOn, kOff"}},
       {[](CompileOptions& o) { o.tile_n = 64; }, {"tile_n: 64", "not 0, 128 or 256"}},
       {[](CompileOptions& o) { o.tile_n = -256; }, {"tile_n: -256", "not 0, 128 or 256"}},
       {[](CompileOptions& o) { o.narrow_a_stages = -1; }, {"narrow_a_stages: -1", "{0} and [2, 16]"}},

@@ -17,8 +17,8 @@ timeout 120 "$dir/graph_gpu_test" --gtest_filter='*PairSplit*:*ClaimPacing*' > "
 echo "tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests.log" | tr '\n' ' ')"
 log=$(mktemp)
 for ((r = 1; r <= rounds; ++r)); do
-  for variant in "" "--narrow_pair_split" "--narrow_pair_split --last_split_extra=8" \
-                 "--narrow_pair_split --last_split_extra=16"; do
+  for variant in "" "--narrow_pair_split=on" "--narrow_pair_split=on --last_split_extra=8" \
+                 "--narrow_pair_split=on --last_split_extra=16"; do
     # shellcheck disable=SC2086  # the variant is several flags
     timeout 120 "$dir/loom_graph_bench" --pack_weights --run_length=10 --iters=40 --rounds=1 --tokens=48,64 \
       --chain_tokens=64 $variant > "$log" 2>&1

@@ -36,15 +36,15 @@ echo "pair split tests rc=$? $((SECONDS - s))s: $(grep -E '^\[  (PASSED|FAILED)'
 cases=(--tokens=48,64 --chain_tokens=64)
 for ((r = 1; r <= rounds; ++r)); do
   run "round $r main" "$dir/loom_graph_bench" "${cases[@]}"
-  run "round $r pair8" "$dir/loom_graph_bench" "${cases[@]}" --narrow_pair_split --narrow_claim_stages=8
-  run "round $r pair" "$dir/loom_graph_bench" "${cases[@]}" --narrow_pair_split
+  run "round $r pair8" "$dir/loom_graph_bench" "${cases[@]}" --narrow_pair_split=on --narrow_claim_stages=8
+  run "round $r pair" "$dir/loom_graph_bench" "${cases[@]}" --narrow_pair_split=on
   if [ -x "$dir/loom_graph_bench-contig" ]; then
-    run "round $r contig pair8" "$dir/loom_graph_bench-contig" "${cases[@]}" --narrow_pair_split --narrow_claim_stages=8
+    run "round $r contig pair8" "$dir/loom_graph_bench-contig" "${cases[@]}" --narrow_pair_split=on --narrow_claim_stages=8
   fi
 done > "$out/timing.txt"
 grep -iE "copy bandwidth" "$log" | head -1 >> "$out/timing.txt"
 timeout 120 "$dir/loom_graph_bench" --pack_weights --run_length=10 --iters=40 --rounds=1 --tokens=64 --chain_tokens= \
-  --narrow_pair_split --narrow_claim_stages=8 --timeline --timeline_csv="$out/tl_pair8.csv" > "$out/tl_pair8.txt" 2>&1
+  --narrow_pair_split=on --narrow_claim_stages=8 --timeline --timeline_csv="$out/tl_pair8.csv" > "$out/tl_pair8.txt" 2>&1
 echo "timeline pair8 rc=$?"
 case $card in
   *H200*)

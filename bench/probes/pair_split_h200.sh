@@ -35,14 +35,14 @@ echo "pair split tests rc=$? $((SECONDS - s))s"
 grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is" "$out/pair_split_tests.log" | head -24
 for ((r = 1; r <= rounds; ++r)); do
   bench "round $r main" --tokens=48,64 --chain_tokens=64
-  bench "round $r pair" --tokens=48,64 --chain_tokens=64 --narrow_pair_split
+  bench "round $r pair" --tokens=48,64 --chain_tokens=64 --narrow_pair_split=on
 done > "$out/pair_split_timing.txt"
 grep -iE "copy bandwidth" "$log" | head -1 >> "$out/pair_split_timing.txt"
 for variant in "--narrow_b_in_flight=3" "--narrow_b_in_flight=1" "--narrow_a_stages=4 --narrow_b_stages=3" \
                "--narrow_a_stages=2 --narrow_b_stages=5 --narrow_b_in_flight=3" "--narrow_claim_stages=8"; do
   (( SECONDS + 30 < budget )) || break
   # shellcheck disable=SC2086  # the variant is several flags
-  bench "pair $variant" --tokens=64 --chain_tokens= --narrow_pair_split $variant
+  bench "pair $variant" --tokens=64 --chain_tokens= --narrow_pair_split=on $variant
 done | tee "$out/pair_split_variants.txt"
 if compgen -G "$dir/loom_graph_bench-*" > /dev/null && (( SECONDS + 60 < budget )); then
   bash bench/probes/time_in_turns.sh "$dir" 1 '^mlp +64 ' --pack_weights --run_length=10 --iters=40 --rounds=1 \

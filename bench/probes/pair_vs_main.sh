@@ -21,14 +21,14 @@ flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
 # The pair split changes only 33-64 rows; claim pacing only the narrow kernel.
 variants=("--tokens=1,16,48,64 --chain_tokens=1,64"
           "--tokens=1,16,48,64 --chain_tokens=1,64 --narrow_claim_stages=8"
-          "--tokens=48,64 --chain_tokens=64 --narrow_pair_split"
-          "--tokens=64 --chain_tokens= --narrow_pair_split --narrow_claim_stages=4")
+          "--tokens=48,64 --chain_tokens=64 --narrow_pair_split=on"
+          "--tokens=64 --chain_tokens= --narrow_pair_split=on --narrow_claim_stages=4")
 timeout 120 "$dir/graph_gpu_test" --gtest_filter='*PairSplit*' > "$out/pair_split_tests.log" 2>&1
 echo "pair split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/pair_split_tests.log" | tr '\n' ' ')"
 log=$(mktemp)
 bench_in_turns "$rounds" "$dir" "$log" | tee "$out/pair_vs_main.txt"
 grep -iE "copy bandwidth" "$log" | head -1
-for variant in "" "--narrow_pair_split"; do
+for variant in "" "--narrow_pair_split=on"; do
   name=$([ -z "$variant" ] && echo main || echo pair)
   # shellcheck disable=SC2086
   timeout 120 "$dir/loom_graph_bench" "${flags[@]}" --tokens=64 --chain_tokens= $variant --timeline \

@@ -95,13 +95,21 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
 // us on an H100 but cost the 64-token MLP block ~1 us (16: 144 and ~1.7
 // us; bench/NOTES.md v2.02); the block is what the pair split is for.
 int32_t PairSplitLastExtraKBlocks(const CompileOptions& options);
-// Whether a narrow plan of a graph of at most `rows` rows takes the pair
-// split (CompileOptions::narrow_pair_split): asked for, 33-128 rows
+// The pair split's jobs of `node`: two halves of K for each 64-column tile
+// (none for a node without jobs).
+int64_t PairSplitJobs(const GemmNode& node);
+// Whether PairSplitChoice::kAuto asks for the pair split: past 64 rows (the
+// tall pair split), every node with jobs at least three quarters of a wave
+// of PairSplitJobs on `sms` SMs.
+bool PairSplitPaysByDefault(const GemmGraph& graph, int64_t rows, int sms);
+// Whether a narrow plan of a graph of at most `rows` rows on `sms` SMs takes
+// the pair split (CompileOptions::narrow_pair_split): asked for (kOn, or
+// kAuto where PairSplitPaysByDefault), 33-128 rows
 // (NarrowConfig::PairSplitRows; past 64 not with one consumer warpgroup
 // asked for: NarrowConfig::TallPairSplit), and every node's K split in two
 // (sched::SplitKRange, the second half PairSplitLastExtraKBlocks longer) on
 // a stage boundary, a stage at least each.
-bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows);
+bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms);
 // The narrow kernel's rings for a graph of at most `rows` rows and K at most
 // `max_k`; InvalidArgument for options it cannot run. `pair_split`:
 // NarrowPairSplitApplies (B stages of 64-row tiles, A stages of half a job's

@@ -183,6 +183,12 @@ absl::Status CheckOptions(const CompileOptions& options) {
     return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.kernel: %d is not one of kAuto, kTiled, kNarrow",
                                                       static_cast<int>(options.kernel)));
   }
+  if (options.narrow_pair_split != PairSplitChoice::kAuto && options.narrow_pair_split != PairSplitChoice::kOn &&
+      options.narrow_pair_split != PairSplitChoice::kOff) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CompileOptions.narrow_pair_split: %d is not one of kAuto, kOn, kOff",
+                        static_cast<int>(options.narrow_pair_split)));
+  }
   if (options.spin_timeout_ns <= 0 || options.spin_timeout_ns > kMaxSpinTimeoutNs) {
     return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.spin_timeout_ns: %d is outside [1, %d]",
                                                       options.spin_timeout_ns, kMaxSpinTimeoutNs));
@@ -375,6 +381,12 @@ constexpr int kPairSplitClaimStages = 8;
 // chain from 164.7-165.0 to 159.2-159.4; at 100 tokens 3 A stages left 2
 // B stages, and 182 us against 151; bench/NOTES.md v2.03).
 constexpr int kTallPairSplitBStages = 3;
+// PairSplitPaysByDefault: the tall pair split under PairSplitChoice::kAuto
+// needs every node with jobs to have at least this many quarters of a wave
+// of them. On H100s (bench/NOTES.md v2.03) the nodes of 4096 columns (128
+// jobs on 132 SMs) gained on two row blocks, those of 1024-2048 (32-64
+// jobs) lost by a third; nothing between was measured.
+constexpr int64_t kAutoPairSplitWaveQuarters = 3;
 constexpr int64_t kPackedMmaSyncAStages = 6;  // ChooseNarrowRings
 
 // Whether the jobs of `node` load A and B (so it has their tensor maps, and
@@ -556,8 +568,25 @@ int32_t PairSplitLastExtraKBlocks(const CompileOptions& options) {
   return std::max(options.last_split_extra_k_blocks, 0);
 }
 
-bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
-  return options.narrow_pair_split && NarrowConfig::PairSplitRows(rows) &&
+int64_t PairSplitJobs(const GemmNode& node) {
+  if (!HasJobs(node)) return 0;
+  return NarrowConfig::kPairSplits * ((node.n() + NarrowConfig::kPairSplitBlockN - 1) / NarrowConfig::kPairSplitBlockN);
+}
+
+bool PairSplitPaysByDefault(const GemmGraph& graph, int64_t rows, int sms) {
+  if (!NarrowConfig::TallPairSplit(rows)) return false;
+  const int64_t min_jobs = (int64_t{sms} * kAutoPairSplitWaveQuarters + 3) / 4;
+  for (const GemmNode& node : graph.nodes()) {
+    if (HasJobs(node) && PairSplitJobs(node) < min_jobs) return false;
+  }
+  return true;
+}
+
+bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {
+  const bool wanted =
+      options.narrow_pair_split == PairSplitChoice::kOn ||
+      (options.narrow_pair_split == PairSplitChoice::kAuto && PairSplitPaysByDefault(graph, rows, sms));
+  return wanted && NarrowConfig::PairSplitRows(rows) &&
          (!NarrowConfig::TallPairSplit(rows) || options.narrow_consumers != 1) &&
          PairSplitHalvesOnStages(graph, PairSplitLastExtraKBlocks(options));
 }

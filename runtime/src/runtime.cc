@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -53,8 +54,10 @@ using internal::HalfTypeOf;
 using internal::IsChainOfOneWaveLayers;
 using internal::MaxK;
 using internal::MaxRows;
+using internal::HasJobs;
 using internal::NarrowPairSplitApplies;
 using internal::NarrowRings;
+using internal::PairSplitJobs;
 using internal::PairSplitLastExtraKBlocks;
 using internal::ProblemsOf;
 using internal::TiledRingsReadPackedWeights;
@@ -112,6 +115,29 @@ std::string AbslUnparseFlag(KernelChoice choice) {
     case KernelChoice::kNarrow:
       return "narrow";
     case KernelChoice::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+bool AbslParseFlag(absl::string_view text, PairSplitChoice* choice, std::string* error) {
+  for (PairSplitChoice candidate : {PairSplitChoice::kAuto, PairSplitChoice::kOn, PairSplitChoice::kOff}) {
+    if (text == AbslUnparseFlag(candidate)) {
+      *choice = candidate;
+      return true;
+    }
+  }
+  *error = absl::StrFormat("the pair split must be auto, on or off, got '%s'", text);
+  return false;
+}
+
+std::string AbslUnparseFlag(PairSplitChoice choice) {
+  switch (choice) {
+    case PairSplitChoice::kOn:
+      return "on";
+    case PairSplitChoice::kOff:
+      return "off";
+    case PairSplitChoice::kAuto:
       break;
   }
   return "auto";
@@ -191,7 +217,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   }
   if (impl->narrow) {
-    impl->narrow_pair_split = NarrowPairSplitApplies(options, graph, rows);
+    impl->narrow_pair_split = NarrowPairSplitApplies(options, graph, rows, device_.sm_count);
     if (options.pack_weights) {
       impl->packed_nodes = PackedNodesOf(graph, dependencies, /*tiled=*/nullptr, impl->narrow_tile_n());
     }
@@ -495,10 +521,21 @@ std::string ExplainNarrowMultiply(uint32_t tile_rows, bool pair_split) {
   return "";
 }
 
-// Explain's account of CompileOptions::narrow_pair_split where it was asked
-// for and does not apply (empty otherwise; the tile line says where it does).
+// Explain's account of CompileOptions::narrow_pair_split where kAuto took
+// it, or kOn asked for it and it does not apply (empty otherwise; the tile
+// line says where it runs).
 std::string ExplainPairSplit(const Plan::Impl& impl) {
-  if (!impl.options.narrow_pair_split || impl.narrow_pair_split) return "";
+  if (impl.options.narrow_pair_split == PairSplitChoice::kAuto && impl.narrow_pair_split) {
+    int64_t fewest = std::numeric_limits<int64_t>::max();
+    for (const GemmNode& node : impl.graph.nodes()) {
+      if (HasJobs(node)) fewest = std::min(fewest, PairSplitJobs(node));
+    }
+    return absl::StrFormat(
+        "pair split: chosen by the plan (%d-%d rows, and every node has at least three quarters of a wave of its "
+        "jobs: %d at fewest on %d SMs)\n",
+        NarrowConfig::kBlockM + 1, NarrowConfig::kMaxRows, fewest, impl.device.sm_count);
+  }
+  if (impl.options.narrow_pair_split != PairSplitChoice::kOn || impl.narrow_pair_split) return "";
   const int32_t extra = PairSplitLastExtraKBlocks(impl.options);
   return absl::StrFormat(
       "pair split: not taken (it needs %d-%d rows, two consumer warpgroups past %d, and every node's K split in "

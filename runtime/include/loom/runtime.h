@@ -83,6 +83,28 @@ enum class KernelChoice {
 bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* error);
 std::string AbslUnparseFlag(KernelChoice choice);
 
+// Whether the narrow kernel runs the pair split (CompileOptions::
+// narrow_pair_split).
+enum class PairSplitChoice : uint8_t {
+  // Where it applies and the plan is of 65-128 rows (the tall pair split),
+  // has two consumer warpgroups, and every node with jobs has at least
+  // three quarters of a wave of them (two halves of K a 64-column tile; the
+  // 8-layer 4096 chain's 128 on 132 SMs): on H100s the chain at 65 / 100 /
+  // 128 tokens took 155.7 / 159.0 / 161.5 us against 182 / 185 / 189 in two
+  // row blocks, 128 x 4096 x 4096 0.76 of cuBLAS against 0.73, while nodes
+  // of 1024-2048 columns, half a wave of jobs or less, were far slower
+  // (128 x 2048 x 8192 0.65 against 0.94; bench/NOTES.md v2.03). Off
+  // elsewhere: at 33-64 rows it was 1.7-7 us slower on the MLP block on
+  // H100s (v2.02).
+  kAuto,
+  kOn,   // wherever it applies (CompileOptions::narrow_pair_split)
+  kOff,  // never
+};
+
+// PairSplitChoice on a command line: "auto", "on" or "off".
+bool AbslParseFlag(absl::string_view text, PairSplitChoice* choice, std::string* error);
+std::string AbslUnparseFlag(PairSplitChoice choice);
+
 // The largest CompileOptions::narrow_claim_stages: a whole job's B stages
 // at K = 2^20 (a value past a job's stages paces its claim to the job's
 // first stage).
@@ -189,8 +211,9 @@ struct CompileOptions {
   // consumer's K fill at one pace. Applies where every node's K splits in
   // two at a multiple of 256 (each half at least 256); elsewhere the plan
   // keeps 32-column tiles over the whole of K. Explain says which. Does not
-  // apply on the tiled kernel.
-  bool narrow_pair_split = false;
+  // apply on the tiled kernel. kAuto (PairSplitChoice) takes it only past
+  // 64 rows, on nodes of three quarters of a wave of jobs or more.
+  PairSplitChoice narrow_pair_split = PairSplitChoice::kAuto;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
   // copy a ring stage instead of a tensor load. On the narrow kernel, at 1
