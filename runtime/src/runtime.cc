@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -97,51 +98,54 @@ absl::Status CheckPairSplitSchedule(const sched::Schedule& schedule) {
 
 }  // namespace
 
-bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* error) {
-  for (KernelChoice candidate : {KernelChoice::kAuto, KernelChoice::kTiled, KernelChoice::kNarrow}) {
-    if (text == AbslUnparseFlag(candidate)) {
+namespace {
+
+// How the choices are spelled on a command line; the first is the default,
+// which an out-of-range value is also spelled as.
+template <typename Choice>
+using Spellings = std::initializer_list<std::pair<Choice, absl::string_view>>;
+const Spellings<KernelChoice> kKernelSpellings = {
+    {KernelChoice::kAuto, "auto"}, {KernelChoice::kTiled, "tiled"}, {KernelChoice::kNarrow, "narrow"}};
+const Spellings<PairSplitChoice> kPairSplitSpellings = {
+    {PairSplitChoice::kAuto, "auto"}, {PairSplitChoice::kOn, "on"}, {PairSplitChoice::kOff, "off"}};
+
+template <typename Choice>
+bool ParseChoice(Spellings<Choice> spellings, absl::string_view what, absl::string_view text, Choice* choice,
+                 std::string* error) {
+  std::vector<absl::string_view> names;
+  for (const auto& [candidate, name] : spellings) {
+    if (text == name) {
       *choice = candidate;
       return true;
     }
+    names.push_back(name);
   }
-  *error = absl::StrFormat("the kernel must be auto, tiled or narrow, got '%s'", text);
+  *error = absl::StrFormat("%s must be %s or %s, got '%s'", what,
+                           absl::StrJoin(names.begin(), names.end() - 1, ", "), names.back(), text);
   return false;
 }
 
-std::string AbslUnparseFlag(KernelChoice choice) {
-  switch (choice) {
-    case KernelChoice::kTiled:
-      return "tiled";
-    case KernelChoice::kNarrow:
-      return "narrow";
-    case KernelChoice::kAuto:
-      break;
+template <typename Choice>
+std::string Spell(Spellings<Choice> spellings, Choice choice) {
+  for (const auto& [candidate, name] : spellings) {
+    if (candidate == choice) return std::string(name);
   }
-  return "auto";
+  return std::string(spellings.begin()->second);
 }
+
+}  // namespace
+
+bool AbslParseFlag(absl::string_view text, KernelChoice* choice, std::string* error) {
+  return ParseChoice(kKernelSpellings, "the kernel", text, choice, error);
+}
+
+std::string AbslUnparseFlag(KernelChoice choice) { return Spell(kKernelSpellings, choice); }
 
 bool AbslParseFlag(absl::string_view text, PairSplitChoice* choice, std::string* error) {
-  for (PairSplitChoice candidate : {PairSplitChoice::kAuto, PairSplitChoice::kOn, PairSplitChoice::kOff}) {
-    if (text == AbslUnparseFlag(candidate)) {
-      *choice = candidate;
-      return true;
-    }
-  }
-  *error = absl::StrFormat("the pair split must be auto, on or off, got '%s'", text);
-  return false;
+  return ParseChoice(kPairSplitSpellings, "the pair split", text, choice, error);
 }
 
-std::string AbslUnparseFlag(PairSplitChoice choice) {
-  switch (choice) {
-    case PairSplitChoice::kOn:
-      return "on";
-    case PairSplitChoice::kOff:
-      return "off";
-    case PairSplitChoice::kAuto:
-      break;
-  }
-  return "auto";
-}
+std::string AbslUnparseFlag(PairSplitChoice choice) { return Spell(kPairSplitSpellings, choice); }
 
 DeviceDescription DeviceDescription::H200() {
   DeviceDescription device;
