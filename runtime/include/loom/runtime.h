@@ -69,8 +69,9 @@ enum class KernelChoice {
   // 64 tokens the chain 118-119 against 184-210 and the MLP block 117-124
   // against 121-125; single nodes wider than three waves (28672 x 4096 at
   // 64 rows: 0.78 of cuBLAS against 0.94) stay tiled. From 65 to 128 rows
-  // (two row blocks) where every node is at most one wave of 32-column tiles
-  // and 32 MiB of weights: the 8-layer 4096 chain at 65-128 rows 170-178 us
+  // (two row blocks, or the tall pair split where PairSplitChoice::kAuto
+  // takes it) where every node is at most one wave of 32-column tiles and
+  // 32 MiB of weights: the 8-layer 4096 chain at 65-128 rows 170-178 us
   // against 215-246 tiled (bench/NOTES.md v1.33); the MLP block at 128
   // tokens stays tiled.
   kAuto,
@@ -91,11 +92,11 @@ enum class PairSplitChoice : uint8_t {
   // three quarters of a wave of them (two halves of K a 64-column tile; the
   // 8-layer 4096 chain's 128 on 132 SMs): on H100s the chain at 65 / 100 /
   // 128 tokens took 155.7 / 159.0 / 161.5 us against 182 / 185 / 189 in two
-  // row blocks, 128 x 4096 x 4096 0.76 of cuBLAS against 0.73, while nodes
-  // of 1024-2048 columns, half a wave of jobs or less, were far slower
-  // (128 x 2048 x 8192 0.65 against 0.94; bench/NOTES.md v2.03). Off
-  // elsewhere: at 33-64 rows it was 1.7-7 us slower on the MLP block on
-  // H100s (v2.02).
+  // row blocks; in an earlier form of the kernel 128 x 4096 x 4096 ran at
+  // 0.76 of cuBLAS against 0.73, while nodes of 1024-2048 columns, half a
+  // wave of jobs or less, were far slower (128 x 2048 x 8192 0.65 against
+  // 0.94; bench/NOTES.md v2.03). Off elsewhere: at 33-64 rows it was ~1-1.7
+  // us slower on the MLP block at 64 tokens on H100s (v2.02).
   kAuto,
   kOn,   // wherever it applies (CompileOptions::narrow_pair_split)
   kOff,  // never
