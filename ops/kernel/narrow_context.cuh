@@ -107,9 +107,11 @@ struct NarrowContext {
   // lands a little before the loader needs it rather than a whole job
   // ahead. The B loader never passes the last claimed job, so the word
   // cannot move past `job` before the next claim; it is a hint that orders
-  // nothing (a volatile shared word). Every narrow job has at least one
-  // k-block (Compile keeps nodes with K = 0 off this kernel), so the loader
-  // writes it for every job.
+  // nothing (a volatile shared word), so compute-sanitizer's racecheck
+  // reports its store and this load as hazards: on the tall pair split at
+  // 65 rows, the only ones it reported (bench/NOTES.md v2.04). Every narrow
+  // job has at least one k-block (Compile keeps nodes with K = 0 off this
+  // kernel), so the loader writes it for every job.
   static constexpr bool kPacesClaims = true;
   __device__ bool LoaderNear(int job) const {
     return params.claim_stages == 0 || *reinterpret_cast<const volatile int32_t*>(&barriers->b_loader_near) == job;
