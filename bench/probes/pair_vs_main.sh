@@ -9,14 +9,9 @@
 set -u
 # shellcheck source=bench/probes/turns.sh
 source "$(dirname "$0")/turns.sh"
-rounds=${1:-2}
-dir=${2:-.device-carry}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+probe_setup "$@"
 echo "card: $card"
 case $card in *H200*) ;; *) echo "not an H200: nothing timed"; exit 3 ;; esac
-export LD_LIBRARY_PATH=$PWD/$dir/lib:${LD_LIBRARY_PATH:-}
 flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
 # The pair split changes only 33-64 rows; claim pacing only the narrow kernel.
 variants=("--tokens=1,16,48,64 --chain_tokens=1,64"

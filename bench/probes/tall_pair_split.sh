@@ -15,12 +15,8 @@
 set -u
 # shellcheck source=bench/probes/turns.sh
 source "$(dirname "$0")/turns.sh"
-rounds=${1:-2}
-dir=${2:-.device-carry}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-export LD_LIBRARY_PATH=$PWD/$dir/lib:${LD_LIBRARY_PATH:-}
+probe_setup "$@"
+echo "card: $card"
 flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
 variants=("--tokens=65,100,128 --chain_tokens=128"
           "--tokens=65,100,128 --chain_tokens=128 --kernel=narrow --narrow_pair_split=on"

@@ -1,4 +1,21 @@
-# Sourced by the probe scripts: bench_in_turns ROUNDS DIR LOG runs
+# shellcheck shell=bash
+# The caller's `variants` and `flags`, and the globals probe_setup sets for
+# it, cross the file boundary:
+# shellcheck disable=SC2034,SC2154
+# Sourced by the probe scripts.
+# probe_setup [ROUNDS=2] [DIR=.device-carry] (the script's own arguments):
+# sets rounds, dir, out ($OUT, or /tmp/out; made) and card (the GPU's
+# name), and puts DIR/lib on LD_LIBRARY_PATH.
+probe_setup() {
+  rounds=${1:-2}
+  dir=${2:-.device-carry}
+  out=${OUT:-/tmp/out}
+  mkdir -p "$out"
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  export LD_LIBRARY_PATH=$PWD/$dir/lib:${LD_LIBRARY_PATH:-}
+}
+
+# bench_in_turns ROUNDS DIR LOG runs
 # DIR/loom_graph_bench once for each of the caller's `variants` (the
 # caller's `flags`, then the variant's own), ROUNDS times over, in turns,
 # each a separate process; prints every run's MLP and chain result lines,
