@@ -95,12 +95,12 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
 // us on an H100 but cost the 64-token MLP block ~1 us (16: 144 and ~1.7
 // us; bench/NOTES.md v2.02); the block is what the pair split is for.
 int32_t PairSplitLastExtraKBlocks(const CompileOptions& options);
-// The pair split's jobs of `node`: two halves of K for each 64-column tile
-// (none for a node without jobs).
-int64_t PairSplitJobs(const GemmNode& node);
+// The fewest pair-split jobs (two halves of K for each 64-column tile) of
+// any node of `graph` with jobs (the int64 maximum if none has any).
+int64_t FewestPairSplitJobs(const GemmGraph& graph);
 // Whether PairSplitChoice::kAuto asks for the pair split: past 64 rows (the
 // tall pair split), every node with jobs at least three quarters of a wave
-// of PairSplitJobs on `sms` SMs.
+// of them on `sms` SMs (FewestPairSplitJobs).
 bool PairSplitPaysByDefault(const GemmGraph& graph, int64_t rows, int sms);
 // Whether a narrow plan of a graph of at most `rows` rows on `sms` SMs takes
 // the pair split (CompileOptions::narrow_pair_split): asked for (kOn, or

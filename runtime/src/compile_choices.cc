@@ -4,6 +4,7 @@
 #include "internal/compile_choices.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -568,18 +569,19 @@ int32_t PairSplitLastExtraKBlocks(const CompileOptions& options) {
   return std::max(options.last_split_extra_k_blocks, 0);
 }
 
-int64_t PairSplitJobs(const GemmNode& node) {
-  if (!HasJobs(node)) return 0;
-  return NarrowConfig::kPairSplits * ((node.n() + NarrowConfig::kPairSplitBlockN - 1) / NarrowConfig::kPairSplitBlockN);
+int64_t FewestPairSplitJobs(const GemmGraph& graph) {
+  int64_t fewest = std::numeric_limits<int64_t>::max();
+  for (const GemmNode& node : graph.nodes()) {
+    if (!HasJobs(node)) continue;
+    const int64_t tiles = (node.n() + NarrowConfig::kPairSplitBlockN - 1) / NarrowConfig::kPairSplitBlockN;
+    fewest = std::min(fewest, NarrowConfig::kPairSplits * tiles);
+  }
+  return fewest;
 }
 
 bool PairSplitPaysByDefault(const GemmGraph& graph, int64_t rows, int sms) {
-  if (!NarrowConfig::TallPairSplit(rows)) return false;
-  const int64_t min_jobs = (int64_t{sms} * kAutoPairSplitWaveQuarters + 3) / 4;
-  for (const GemmNode& node : graph.nodes()) {
-    if (HasJobs(node) && PairSplitJobs(node) < min_jobs) return false;
-  }
-  return true;
+  return NarrowConfig::TallPairSplit(rows) &&
+         FewestPairSplitJobs(graph) >= (int64_t{sms} * kAutoPairSplitWaveQuarters + 3) / 4;
 }
 
 bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms) {

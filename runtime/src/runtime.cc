@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
-#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -50,15 +49,14 @@ using internal::ChooseNarrowRings;
 using internal::ChooseTileWidth;
 using internal::ChooseTiledRings;
 using internal::ElementTypeOf;
+using internal::FewestPairSplitJobs;
 using internal::FirstZeroKNode;
 using internal::HalfTypeOf;
-using internal::HasJobs;
 using internal::IsChainOfOneWaveLayers;
 using internal::MaxK;
 using internal::MaxRows;
 using internal::NarrowPairSplitApplies;
 using internal::NarrowRings;
-using internal::PairSplitJobs;
 using internal::PairSplitLastExtraKBlocks;
 using internal::ProblemsOf;
 using internal::TiledRingsReadPackedWeights;
@@ -530,14 +528,10 @@ std::string ExplainNarrowMultiply(uint32_t tile_rows, bool pair_split) {
 // line says where it runs).
 std::string ExplainPairSplit(const Plan::Impl& impl) {
   if (impl.options.narrow_pair_split == PairSplitChoice::kAuto && impl.narrow_pair_split) {
-    int64_t fewest = std::numeric_limits<int64_t>::max();
-    for (const GemmNode& node : impl.graph.nodes()) {
-      if (HasJobs(node)) fewest = std::min(fewest, PairSplitJobs(node));
-    }
     return absl::StrFormat(
         "pair split: chosen by the plan (%d-%d rows, and every node has at least three quarters of a wave of its "
         "jobs: %d at fewest on %d SMs)\n",
-        NarrowConfig::kBlockM + 1, NarrowConfig::kMaxRows, fewest, impl.device.sm_count);
+        NarrowConfig::kBlockM + 1, NarrowConfig::kMaxRows, FewestPairSplitJobs(impl.graph), impl.device.sm_count);
   }
   if (impl.options.narrow_pair_split != PairSplitChoice::kOn || impl.narrow_pair_split) return "";
   const int32_t extra = PairSplitLastExtraKBlocks(impl.options);
