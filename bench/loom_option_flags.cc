@@ -30,6 +30,9 @@ ABSL_FLAG(loom::PairSplitChoice, narrow_pair_split, loom::PairSplitChoice::kAuto
           "loom: auto, on or off: the narrow kernel at 33-128 rows runs 64-column tiles over each half of K, the "
           "second half summing (past 64 rows one row block on both consumer warpgroups; auto: only there, on "
           "nodes of three quarters of a wave of jobs or more; CompileOptions::narrow_pair_split)");
+ABSL_FLAG(bool, narrow_wide_split, false,
+          "loom: the narrow kernel at 33-64 rows runs 128-column tiles over each quarter of K on both consumer "
+          "warpgroups, the last quarter summing (CompileOptions::narrow_wide_split)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two "
           "row blocks, split rings; CompileOptions::pack_weights)");
@@ -66,6 +69,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.narrow_consumers = absl::GetFlag(FLAGS_narrow_consumers);
   options.narrow_claim_stages = absl::GetFlag(FLAGS_narrow_claim_stages);
   options.narrow_pair_split = absl::GetFlag(FLAGS_narrow_pair_split);
+  options.narrow_wide_split = absl::GetFlag(FLAGS_narrow_wide_split);
   options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
   options.tagged_handoff = absl::GetFlag(FLAGS_tagged_handoff);
   options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);

@@ -20,6 +20,7 @@ ABSL_DECLARE_FLAG(int, narrow_b_in_flight);
 ABSL_DECLARE_FLAG(int, narrow_consumers);
 ABSL_DECLARE_FLAG(int, narrow_claim_stages);
 ABSL_DECLARE_FLAG(loom::PairSplitChoice, narrow_pair_split);
+ABSL_DECLARE_FLAG(bool, narrow_wide_split);
 ABSL_DECLARE_FLAG(bool, pack_weights);
 ABSL_DECLARE_FLAG(bool, tagged_handoff);
 ABSL_DECLARE_FLAG(bool, overlap_launches);
@@ -49,6 +50,7 @@ TEST(LoomOptionFlagsTest, DefaultsAreCompileOptionsDefaults) {
   EXPECT_EQ(options.narrow_consumers, defaults.narrow_consumers);
   EXPECT_EQ(options.narrow_claim_stages, defaults.narrow_claim_stages);
   EXPECT_EQ(options.narrow_pair_split, defaults.narrow_pair_split);
+  EXPECT_EQ(options.narrow_wide_split, defaults.narrow_wide_split);
   EXPECT_EQ(options.pack_weights, defaults.pack_weights);
   EXPECT_EQ(options.tagged_handoff, defaults.tagged_handoff);
   EXPECT_EQ(options.overlap_launches, defaults.overlap_launches);
@@ -74,6 +76,7 @@ TEST(LoomOptionFlagsTest, EachFlagSetsItsOwnField) {
   absl::SetFlag(&FLAGS_narrow_consumers, 1);
   absl::SetFlag(&FLAGS_narrow_claim_stages, 12);
   absl::SetFlag(&FLAGS_narrow_pair_split, loom::PairSplitChoice::kOn);
+  absl::SetFlag(&FLAGS_narrow_wide_split, true);
   absl::SetFlag(&FLAGS_pack_weights, true);
   absl::SetFlag(&FLAGS_tagged_handoff, false);
   absl::SetFlag(&FLAGS_overlap_launches, false);
@@ -95,6 +98,7 @@ TEST(LoomOptionFlagsTest, EachFlagSetsItsOwnField) {
   EXPECT_EQ(options.narrow_consumers, 1);
   EXPECT_EQ(options.narrow_claim_stages, 12);
   EXPECT_EQ(options.narrow_pair_split, PairSplitChoice::kOn);
+  EXPECT_TRUE(options.narrow_wide_split);
   EXPECT_TRUE(options.pack_weights);
   EXPECT_FALSE(options.tagged_handoff);
   EXPECT_FALSE(options.overlap_launches);

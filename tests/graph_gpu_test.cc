@@ -1673,13 +1673,15 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
   }
   // The rows are the name's number: mlpT, ragged_chainT, odd_chainT,
   // eight_layersT, randomT (random graphs of at most T rows). Suffixes, in
-  // this order: _iN, the MLP block's intermediate width (1024 unless said);
-  // _wN, the 8-layer chain's width (512 unless said); _fp16, every matrix
-  // fp16 (mlp and eight_layers).
+  // this order: _hN, the MLP block's hidden width (512 unless said); _iN,
+  // its intermediate width (1024 unless said); _wN, the 8-layer chain's
+  // width (512 unless said); _fp16, every matrix fp16 (mlp and
+  // eight_layers).
   const bool fp16 = absl::EndsWith(which, "_fp16");
   std::string name = fp16 ? which.substr(0, which.size() - 5) : which;
-  int64_t intermediate = 1024, width = 512;
-  for (auto [tag, value] : {std::pair<std::string, int64_t*>{"_i", &intermediate}, {"_w", &width}}) {
+  int64_t hidden = 512, intermediate = 1024, width = 512;
+  for (auto [tag, value] :
+       {std::pair<std::string, int64_t*>{"_w", &width}, {"_i", &intermediate}, {"_h", &hidden}}) {
     if (const size_t at = name.rfind(tag); at != std::string::npos && at > 0 &&
                                            absl::SimpleAtoi(name.substr(at + 2), value)) {
       name = name.substr(0, at);
@@ -1713,6 +1715,24 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     });
     return which;
   }
+  if (numbered && kind == "wide_chain") {
+    // For the wide split: K of 2048 and 1024 (quarters of 8 and 4
+    // k-blocks), a bias and GELU; then N of 200 (one 128-column tile and
+    // one of 72), a bias, a residual, fp32 out.
+    h.Input("x", kBF16, rows, 2048, rng);
+    h.Input("W1", kBF16, 1024, 2048, rng);
+    h.Input("bias1", kBF16, 1, 1024, rng);
+    h.Input("W2", kBF16, 200, 1024, rng);
+    h.Input("bias2", kFP32, 1, 200, rng);
+    h.Input("residual", kBF16, rows, 200, rng);
+    h.Output("h1", kBF16, rows, 1024);
+    h.Output("y", kFP32, rows, 200);
+    h.Build([](const auto& t, GemmGraph& g) {
+      g.AddGemm("layer1", t("x"), t("W1"), t("h1"), {.activation = Activation::kGELU, .bias = t("bias1")});
+      g.AddGemm("layer2", t("h1"), t("W2"), t("y"), {.bias = t("bias2"), .residual = t("residual")});
+    });
+    return which;
+  }
   if (numbered && kind == "odd_chain") {
     // Odd widths: the second layer's K (333) ends in half a column pair.
     h.Input("x", kBF16, rows, 200, rng);
@@ -1728,7 +1748,7 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
   }
   const DType dtype = fp16 ? DType::kFP16 : kBF16;
   if (numbered && kind == "mlp") {
-    AddMlpBlock(h, rng, rows, intermediate, dtype);
+    AddMlpBlock(h, rng, rows, intermediate, dtype, hidden);
   } else if (numbered && kind == "ragged_chain") {
     AddRaggedChain(h, rng, rows, kBF16);
   } else if (numbered && kind == "eight_layers") {
@@ -1989,6 +2009,49 @@ TEST_P(NarrowTallPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywher
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTallPairSplitTest,
                          ::testing::Values("mlp65", "mlp100", "mlp128", "mlp128_fp16", "pair_chain100",
                                            "eight_layers128"),
+                         [](const auto& info) { return info.param; });
+
+// The wide split (CompileOptions::narrow_wide_split; 33-64 rows): each
+// job's 64 x 128 tile multiplied by both consumer warpgroups, 64 columns
+// each, from the same A stages, over a quarter of K, the last quarter
+// adding the other three's partial sums (those of all 256 threads) before
+// the epilogue. Each plan is checked against the reference node by node,
+// and with claim pacing 8 (the default) and 2, packed or not, on every CTA
+// and on 16, every plan must write the same bits and replay them. Cases:
+// the MLP block of hidden 1024 at 33, 48 and 64 tokens (64 in fp16 too;
+// the SwiGLU node's 128-column tiles are 64 output columns, whose flags
+// the down projection's A loader waits for), the wide chain at 40 and 64
+// (a ragged last tile, a bias, a residual, fp32 out), and the 8-layer
+// chain 1024 wide at 64. The plans' Explain must name the wide tile and
+// two consumer warpgroups.
+class NarrowWideSplitTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowWideSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
+  LOOM_SKIP_WITHOUT_GPU();
+  static constexpr int kClaimStages[] = {0, 2};
+  std::vector<std::function<void(CompileOptions&)>> variants;
+  for (const int stages : kClaimStages) {
+    variants.push_back([stages](CompileOptions& o) {
+      o.narrow_wide_split = true;
+      o.narrow_claim_stages = stages;
+    });
+  }
+  ExpectNarrowVariantsWriteTheSameBits(
+      GetParam(), variants,
+      [&](size_t v, const std::string& explain) {
+        EXPECT_NE(explain.find("narrow decode kernel (64 x 128 tiles over each quarter of K, the last quarter "
+                               "summing (wide split)), "),
+                  std::string::npos)
+            << explain;
+        EXPECT_NE(explain.find("CTAs of 2 consumer warpgroups"), std::string::npos) << explain;
+        EXPECT_NE(explain.find(absl::StrCat("claimed at ", kClaimStages[v] == 0 ? 8 : kClaimStages[v],
+                                            " B stages left")),
+                  std::string::npos)
+            << explain;
+      });
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowWideSplitTest,
+                         ::testing::Values("mlp33_h1024", "mlp48_h1024", "mlp64_h1024", "mlp64_h1024_fp16",
+                                           "wide_chain40", "wide_chain64", "eight_layers64_w1024"),
                          [](const auto& info) { return info.param; });
 
 // CompileOptions::tagged_handoff: a node of 1 or 2 rows whose A is

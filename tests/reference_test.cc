@@ -23,9 +23,9 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -641,42 +641,38 @@ TEST(GraphTest, MlpBlockLoweredForTheNarrowKernel) {
   g.ExpectGuardsIntact();
 }
 
-// The pair split's lowering (CompileOptions::narrow_pair_split) of an MLP
-// block at 48 tokens, hidden 512, intermediate 1024: 64 x 64 tiles (the
-// SwiGLU node's 32 output columns), each tile's K in two halves on a stage
-// boundary, the first half's job before the second's in the queue, the
-// second summing (no reduce jobs). In queue order and on virtual SMs it
-// must equal the naive loop.
-TEST(GraphTest, MlpBlockLoweredForThePairSplit) {
+// A split's lowering of an MLP block at 48 tokens on the narrow kernel
+// under `options`: `tile_n`-column tiles (the SwiGLU node's tile_n / 2
+// output columns), each tile's K in `splits` even parts on stage
+// boundaries, the earlier parts' jobs before the last's in the queue, the
+// last summing (no reduce jobs). In queue order and on virtual SMs it must
+// equal the naive loop.
+void ExpectSplitLoweredMlpBlockMatchesNaive(const CompileOptions& options, int tile_n, int splits, int64_t hidden,
+                                            int64_t intermediate) {
   Rng rng;
   HostGraph g(rng);
-  AddMlpBlock(g, /*tokens=*/48, /*hidden=*/512, /*intermediate=*/1024);
-  CompileOptions options;
-  options.kernel = KernelChoice::kNarrow;
-  options.narrow_pair_split = PairSplitChoice::kOn;
+  AddMlpBlock(g, /*tokens=*/48, hidden, intermediate);
   absl::StatusOr<Plan> plan = Runtime::ForDescription(DeviceDescription::H200()).Compile(g.graph(), options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const sched::Schedule& schedule = plan->schedule();
-  ASSERT_EQ(schedule.tile.n, 64);
-  EXPECT_EQ(schedule.nodes[0].out_tile_n, 32);
-  std::set<std::tuple<int, uint32_t, uint32_t>> first_halves;  // (node, m-block, n-block) seen
+  ASSERT_EQ(schedule.tile.n, tile_n);
+  EXPECT_EQ(schedule.nodes[0].out_tile_n, tile_n / 2);
+  std::map<std::tuple<int, uint32_t, uint32_t>, int> parts_seen;  // (node, m-block, n-block): earlier parts
   for (const sched::TileJob& job : schedule.queue) {
     const sched::NodeSchedule& node = schedule.nodes[job.node];
-    ASSERT_EQ(node.split_k, 2);
+    ASSERT_EQ(node.split_k, splits);
     ASSERT_EQ(node.reduce_parts, 0);
     ASSERT_EQ(job.kind, static_cast<uint8_t>(sched::JobKind::kGemm));
-    EXPECT_EQ(node.last_split_extra_k_blocks, 0);  // even halves
-    const int half = node.k_blocks / 2;
-    EXPECT_EQ(half % 4, 0) << "a half starts on a stage";
-    const auto tile = std::make_tuple(int{job.node}, job.m_block, job.n_block);
-    if (job.split == 0) {
-      EXPECT_EQ(job.k_block_begin, 0);
-      EXPECT_EQ(job.k_block_end, half);
-      first_halves.insert(tile);
+    EXPECT_EQ(node.last_split_extra_k_blocks, 0);  // even parts
+    const int part = node.k_blocks / splits;
+    EXPECT_EQ(part % 4, 0) << "a part starts on a stage";
+    EXPECT_EQ(job.k_block_begin, job.split * part);
+    EXPECT_EQ(job.k_block_end, job.split == splits - 1 ? node.k_blocks : (job.split + 1) * part);
+    int& seen = parts_seen[std::make_tuple(int{job.node}, job.m_block, job.n_block)];
+    if (job.split == splits - 1) {
+      EXPECT_EQ(seen, splits - 1) << "the last part before an earlier one: node " << job.node;
     } else {
-      EXPECT_EQ(job.k_block_begin, half);
-      EXPECT_EQ(job.k_block_end, node.k_blocks);
-      EXPECT_TRUE(first_halves.count(tile)) << "the second half before the first: node " << job.node;
+      ++seen;
     }
   }
   const std::vector<HostMatrix> expected = g.NaiveOutputs();
@@ -685,6 +681,27 @@ TEST(GraphTest, MlpBlockLoweredForThePairSplit) {
     g.ExpectExecutorMatches(schedule, {.simulated_sms = sms, .seed = rng.seed() + sms}, expected);
   }
   g.ExpectGuardsIntact();
+}
+
+// The pair split (CompileOptions::narrow_pair_split): 64 x 64 tiles, K in
+// halves; hidden 512, intermediate 1024.
+TEST(GraphTest, MlpBlockLoweredForThePairSplit) {
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.narrow_pair_split = PairSplitChoice::kOn;
+  ExpectSplitLoweredMlpBlockMatchesNaive(options, /*tile_n=*/64, /*splits=*/2, /*hidden=*/512,
+                                         /*intermediate=*/1024);
+}
+
+// The wide split (CompileOptions::narrow_wide_split): 64 x 128 tiles, K in
+// quarters; hidden 1024 and intermediate 2048, the smallest K that splits in
+// four on stages and twice that.
+TEST(GraphTest, MlpBlockLoweredForTheWideSplit) {
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.narrow_wide_split = true;
+  ExpectSplitLoweredMlpBlockMatchesNaive(options, /*tile_n=*/128, /*splits=*/4, /*hidden=*/1024,
+                                         /*intermediate=*/2048);
 }
 
 TEST(GraphTest, EveryOperandProducedInGraph) {

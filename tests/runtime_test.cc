@@ -1534,6 +1534,99 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
   EXPECT_EQ(plan->Explain().find("pair split"), std::string::npos) << plan->Explain();
 }
 
+// The wide split (CompileOptions::narrow_wide_split) is taken where it
+// applies: 33-64 rows on the narrow kernel with two consumer warpgroups,
+// every node's K split in four on stage boundaries (K a multiple of 1024).
+// There the plan's tiles are 64 x 128, every node splits K in four with the
+// last quarter summing, the B stages are 64 KiB, two of them, and Explain
+// says so; the kernel's wide instantiation. Elsewhere the plan keeps its
+// other tiles and Explain says the split was not taken and why. Asked for
+// beside the pair split (kOn), Compile refuses the pair of options.
+TEST(RuntimeTest, NarrowWideSplitIsTakenWhereItApplies) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  constexpr char kTaken[] = "x 128 tiles over each quarter of K, the last quarter summing (wide split)), 132 CTAs "
+                            "of 2 consumer warpgroups";
+  constexpr char kNotTaken[] = "wide split: not taken (it needs the narrow kernel, 33-64 rows, two consumer "
+                               "warpgroups, and every node's K split in four at multiples of 256";
+  CompileOptions options;
+  options.narrow_wide_split = true;
+  struct Taken {
+    std::string what;
+    GemmGraph graph;
+    int k_blocks;  // the first node's
+  };
+  const std::vector<Taken> taken = {{"33 rows", UpDownGraph(33, true), 64},
+                                    {"48 rows", UpDownGraph(48, true), 64},
+                                    {"64 rows", UpDownGraph(64, true), 64},
+                                    {"K of 3072", Layers(2, 64, 3072, /*chained=*/true, /*k=*/3072), 48}};
+  for (const Taken& c : taken) {
+    SCOPED_TRACE(c.what);
+    absl::StatusOr<Plan> plan = runtime.Compile(c.graph, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
+    EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kWideSplitBlockN);
+    EXPECT_EQ(plan->schedule().tile.m, kernel::NarrowConfig::kBlockM);
+    for (const sched::NodeSchedule& node : plan->schedule().nodes) {
+      EXPECT_EQ(node.split_k, 4);
+      EXPECT_EQ(node.reduce_parts, 0);
+      EXPECT_EQ(node.last_split_extra_k_blocks, 0);
+    }
+    for (const sched::TileJob& job : plan->schedule().queue) {
+      if (job.node != 0 || job.n_block != 0) continue;
+      EXPECT_EQ(job.k_block_begin, job.split * c.k_blocks / 4);
+      EXPECT_EQ(job.k_block_end, (job.split + 1) * c.k_blocks / 4);
+    }
+    const std::string explain = plan->Explain();
+    EXPECT_NE(explain.find(kTaken), std::string::npos) << explain;
+    EXPECT_NE(explain.find("B 2 stages of 65536 bytes (1 in flight), next job claimed at 8 B stages left"),
+              std::string::npos)
+        << explain;
+    EXPECT_NE(explain.find("multiply: wgmma m64n64k16 in both consumer warpgroups, each 64 of the tile's 128 "
+                           "columns"),
+              std::string::npos)
+        << explain;
+    EXPECT_EQ(explain.find("not taken"), std::string::npos) << explain;
+    const uint32_t tile_rows = kernel::NarrowConfig::ATileRows(
+        static_cast<uint32_t>(kernel::NarrowConfig::AStageBytes(plan->schedule().nodes[0].m)));
+    EXPECT_EQ(kernel::NarrowConfig::InstantiationFor(tile_rows, plan->schedule().tile.m, /*tagged_handoffs=*/false,
+                                                     kernel::NarrowConfig::Split::kWide),
+              kernel::NarrowConfig::Instantiation::kWideSplit);
+  }
+  // Not taken: 32 rows (the paired wgmma path), 65 rows (two row blocks or
+  // the tall pair split), one consumer warpgroup; K of 1536 (24 k-blocks:
+  // quarters of 6, off a stage) and of 768 (quarters of 3, under a stage).
+  struct NotTaken {
+    std::string what;
+    GemmGraph graph;
+    int consumers = 0;
+  };
+  const std::vector<NotTaken> cases = {{"32 rows", UpDownGraph(32, true)},
+                                       {"65 rows", UpDownGraph(65, true)},
+                                       {"64 rows, one consumer", UpDownGraph(64, true), 1},
+                                       {"K of 1536", Layers(2, 64, 1536, /*chained=*/true, /*k=*/1536)},
+                                       {"K of 768", DecodePair(64)}};
+  options.kernel = KernelChoice::kNarrow;
+  options.narrow_pair_split = PairSplitChoice::kOff;
+  for (const NotTaken& c : cases) {
+    SCOPED_TRACE(c.what);
+    options.narrow_consumers = c.consumers;
+    absl::StatusOr<Plan> plan = runtime.Compile(c.graph, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kBlockN);
+    for (const sched::NodeSchedule& node : plan->schedule().nodes) EXPECT_EQ(node.split_k, 1);
+    EXPECT_NE(plan->Explain().find(kNotTaken), std::string::npos) << plan->Explain();
+  }
+  options.narrow_consumers = 0;
+  options.narrow_pair_split = PairSplitChoice::kOn;
+  const absl::StatusOr<Plan> both = runtime.Compile(UpDownGraph(64, true), options);
+  EXPECT_EQ(both.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(both.status().message().find("narrow_wide_split and narrow_pair_split = kOn"), absl::string_view::npos)
+      << both.status();
+  absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(64, true));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Explain().find("wide split"), std::string::npos) << plan->Explain();
+}
+
 // Past 64 rows the pair split is one row block of up to 128 rows (the
 // scheduler's tile 128 x 64, so one m block), both consumer warpgroups on
 // every job (two by default even for a chain of one-wave layers, which
@@ -1575,11 +1668,12 @@ TEST(RuntimeTest, TallPairSplitIsOneRowBlockOnBothWarpgroups) {
                 std::string::npos)
           << explain;
       EXPECT_EQ(kernel::NarrowConfig::InstantiationFor(static_cast<uint32_t>(tile_rows), plan->schedule().tile.m,
-                                                       /*tagged_handoffs=*/false, /*pair_split=*/true),
+                                                       /*tagged_handoffs=*/false, kernel::NarrowConfig::Split::kPair),
                 kernel::NarrowConfig::Instantiation::kTallPairSplit);
     }
   }
-  EXPECT_EQ(kernel::NarrowConfig::InstantiationFor(64, kernel::NarrowConfig::kBlockM, false, true),
+  EXPECT_EQ(kernel::NarrowConfig::InstantiationFor(64, kernel::NarrowConfig::kBlockM, false,
+                                                   kernel::NarrowConfig::Split::kPair),
             kernel::NarrowConfig::Instantiation::kPairSplit);
 }
 

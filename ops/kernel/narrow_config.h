@@ -64,8 +64,27 @@ struct NarrowConfig {
   static constexpr int kPairSplitBlockN = 64;
   static constexpr int kPairSplits = 2;
   static constexpr bool TallPairSplit(int64_t rows) { return rows > kBlockM; }
-  // A plan's tile width: kPairSplitBlockN with the pair split, else kBlockN.
-  LOOM_HOST_DEVICE static constexpr int TileN(bool pair_split) { return pair_split ? kPairSplitBlockN : kBlockN; }
+  // The wide split (CompileOptions::narrow_wide_split; 33-64 rows, two
+  // consumer warpgroups): each job a 64 x 128 tile over a quarter of K,
+  // multiplied by both consumer warpgroups at once, warpgroup w columns
+  // 64 w onwards (wgmma m64n64k16 each, B's rows 64 w onwards of the same
+  // stages; RunPairSplitJob's kWide), the last quarter adding the other
+  // three's partial sums. Per weight byte a CTA takes in half a byte of A
+  // (the pair split one, the whole-K 32-column tile two), and a node keeps
+  // as many jobs as with 32-column tiles over the whole of K.
+  static constexpr int kWideSplitBlockN = 128;
+  static constexpr int kWideSplits = 4;
+  // How a plan's jobs divide K: not at all (kBlockN-column tiles over the
+  // whole of K), the pair split (its halves) or the wide split (its
+  // quarters).
+  enum class Split : uint8_t { kNone, kPair, kWide };
+  // A plan's tile width, and the jobs each tile's K is divided among.
+  LOOM_HOST_DEVICE static constexpr int TileN(Split split) {
+    return split == Split::kWide ? kWideSplitBlockN : (split == Split::kPair ? kPairSplitBlockN : kBlockN);
+  }
+  LOOM_HOST_DEVICE static constexpr int Splits(Split split) {
+    return split == Split::kWide ? kWideSplits : (split == Split::kPair ? kPairSplits : 1);
+  }
   // One consumer warpgroup, or two taking the CTA's jobs in turn
   // (narrow_consumer_role.cuh, ConsumeJobs): one runs a job's epilogue while
   // the other multiplies the next job's stages. Two pay where a CTA runs many jobs of
@@ -99,10 +118,11 @@ struct NarrowConfig {
   // themselves: no store warp).
   static constexpr int JobReleasesPerCta(int consumers) { return 3 + 4 * consumers; }
   // Consumer warps that free a ring slot (and hand a tile over): the four of
-  // the warpgroup whose job it is; with the tall pair split, of both.
+  // the warpgroup whose job it is; with the tall pair split or the wide
+  // split (both warpgroups on every job), of both.
   static constexpr int kReleasingWarpsPerCta = 4;
-  static constexpr int ReleasingWarpsPerCta(bool tall_pair_split) {
-    return tall_pair_split ? 2 * kReleasingWarpsPerCta : kReleasingWarpsPerCta;
+  static constexpr int ReleasingWarpsPerCta(bool both_warpgroups) {
+    return both_warpgroups ? 2 * kReleasingWarpsPerCta : kReleasingWarpsPerCta;
   }
   // No clusters: a job slot is freed and waited for in this CTA (at CTA
   // scope, as in the tiled kernel: JobStream::Next). NOTE: with a
@@ -174,7 +194,8 @@ struct NarrowConfig {
   static constexpr int kPackedBStagesInFlight = 3;
   static constexpr uint32_t kBTileBytes = kBlockN * kBlockK * 2;                // one k-block: 4 KiB
   static constexpr uint32_t kBStageBytes = kKBlocksPerStage * kBTileBytes;    // 16 KiB
-  // A B stage of tiles `tile_n` wide (kBlockN, or kPairSplitBlockN: 32 KiB).
+  // A B stage of tiles `tile_n` wide (kBlockN; kPairSplitBlockN: 32 KiB;
+  // kWideSplitBlockN: 64 KiB).
   LOOM_HOST_DEVICE static constexpr uint32_t BStageBytes(int tile_n) {
     return static_cast<uint32_t>(tile_n) * kBlockK * 2 * kKBlocksPerStage;
   }
@@ -234,11 +255,17 @@ struct NarrowConfig {
   // kPairSplit: the pair split's 64-column tiles (kPairSplitBlockN), for
   // plans of 33-64 rows (the runtime's NarrowPairSplitApplies);
   // kTallPairSplit, the same for 65-128 rows in one row block, both consumer
-  // warpgroups on every job (TallPairSplit; two consumers only).
-  enum class Instantiation : uint8_t { kDefault, kPaired, kShortRowBlocks, kTaggedHandoff, kPairSplit, kTallPairSplit };
+  // warpgroups on every job (TallPairSplit; two consumers only); kWideSplit,
+  // the wide split's 128-column tiles (Split::kWide; two consumers only).
+  enum class Instantiation : uint8_t {
+    kDefault, kPaired, kShortRowBlocks, kTaggedHandoff, kPairSplit, kTallPairSplit, kWideSplit
+  };
   static constexpr Instantiation InstantiationFor(uint32_t tile_rows, int32_t block_m, bool tagged_handoffs,
-                                                  bool pair_split = false) {
-    if (pair_split) return TallPairSplit(tile_rows) ? Instantiation::kTallPairSplit : Instantiation::kPairSplit;
+                                                  Split split = Split::kNone) {
+    if (split == Split::kWide) return Instantiation::kWideSplit;
+    if (split == Split::kPair) {
+      return TallPairSplit(tile_rows) ? Instantiation::kTallPairSplit : Instantiation::kPairSplit;
+    }
     if (block_m != kBlockM) return Instantiation::kShortRowBlocks;
     if (MultiplyFor(tile_rows) == Multiply::kPairedWgmma) return Instantiation::kPaired;
     return tagged_handoffs ? Instantiation::kTaggedHandoff : Instantiation::kDefault;
@@ -246,12 +273,13 @@ struct NarrowConfig {
 
   // Packed weights (CompileOptions::pack_weights; the layout: packed_layout.h):
   // a stage of four k-blocks of a 32-row tile is one 16 KiB block (of a
-  // 64-row tile of the pair split, 32 KiB).
+  // 64-row tile of the pair split, 32 KiB; of the wide split's 128 rows,
+  // 64 KiB).
   LOOM_HOST_DEVICE static constexpr PackedLayout Packed(int tile_n = kBlockN) { return {tile_n, kKBlocksPerStage}; }
 
   // The scheduler's tile for a plan of at most `rows` rows, `tile_n`
-  // (kBlockN, or kPairSplitBlockN) columns wide: with the pair split past
-  // 64 rows one row block of kMaxRows (TallPairSplit).
+  // (TileN) columns wide: with the pair split past 64 rows one row block of
+  // kMaxRows (TallPairSplit).
   static constexpr sched::TileShape tile(int64_t rows, int tile_n = kBlockN) {
     return {tile_n == kPairSplitBlockN && TallPairSplit(rows) ? kMaxRows : BlockRows(rows), tile_n, kBlockK};
   }
@@ -260,6 +288,10 @@ struct NarrowConfig {
   // two consumer warpgroups). Its nodes' K must also split in two on a stage
   // boundary (the runtime's NarrowPairSplitApplies).
   static constexpr bool PairSplitRows(int64_t rows) { return rows > kPairedRows && rows <= kMaxRows; }
+  // Whether a plan of `rows` rows may take the wide split: 33-64 rows (with
+  // two consumer warpgroups, and every node's K in quarters on stage
+  // boundaries: the runtime's NarrowWideSplitApplies).
+  static constexpr bool WideSplitRows(int64_t rows) { return rows > kPairedRows && rows <= kBlockM; }
 
   static_assert(kBlockK * 2 == 128, "a k-block row must be exactly one 128-byte swizzle span");
 };
@@ -304,8 +336,8 @@ struct NarrowSmemLayout {
   uint32_t total = 0;      // bytes to request, including 1 KiB of alignment slack
 };
 
-// `tile_n`: the plan's tile width (NarrowConfig::kBlockN, or
-// kPairSplitBlockN), which sets a B stage's bytes.
+// `tile_n`: the plan's tile width (NarrowConfig::TileN), which sets a B
+// stage's bytes.
 LOOM_HOST_DEVICE constexpr NarrowSmemLayout ComputeNarrowSmemLayout(int a_stages, uint32_t a_stage_bytes,
                                                                     int b_stages, int consumers,
                                                                     int tile_n = NarrowConfig::kBlockN) {

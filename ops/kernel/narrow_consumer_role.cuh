@@ -271,83 +271,113 @@ struct PairEpilogue {
   }
 };
 
-// The fp32 partial sums of the first half of a pair split's tile
-// (RunPairSplitJob) in the plan's workspace, in the accumulator layout,
-// kThreads (128, or 256 with the tall pair split) accumulator threads a
-// tile, 16 KiB (32 KiB): float4 q of thread t at [q][t] (each store and load
-// of a warp's 32 threads one contiguous 512-byte run). The node's workspace
-// holds one such block per tile (sched::PartialSlices is 1; the tile's
-// tile.m x tile.n floats).
+// How a split job's tile is shaped and who multiplies it (RunPairSplitJob):
+// kPair, a 64 x 64 tile over half of K, one warpgroup's (33-64 rows, the
+// two consumers in turns); kTall, 128 x 64 over half of K, warpgroup w rows
+// 64 w onwards (65-128 rows); kWide, 64 x 128 over a quarter of K,
+// warpgroup w columns 64 w onwards (33-64 rows). The last two: both
+// warpgroups on every job, no turns.
+enum class SplitForm : uint8_t { kPair, kTall, kWide };
+template <SplitForm kForm>
+struct SplitShape {
+  static constexpr bool kBothWarpgroups = kForm != SplitForm::kPair;
+  static constexpr int kTileN = kForm == SplitForm::kWide ? NarrowConfig::kWideSplitBlockN
+                                                          : NarrowConfig::kPairSplitBlockN;
+  static constexpr int kSplits = kForm == SplitForm::kWide ? NarrowConfig::kWideSplits : NarrowConfig::kPairSplits;
+  // Threads holding the tile's accumulators: one warpgroup's, or both's.
+  static constexpr int kTileThreads = kBothWarpgroups ? 256 : 128;
+};
+
+// The fp32 partial sums of one split of a split job's tile (RunPairSplitJob)
+// in the plan's workspace, in the accumulator layout, kThreads (128, or 256
+// with both warpgroups on the tile) accumulator threads a tile, 32 floats
+// each (16 KiB, 32 KiB): float4 q of thread t at [q][t] (each store and
+// load of a warp's 32 threads one contiguous 512-byte run). The node's
+// workspace holds kSplits - 1 such blocks per tile (sched::PartialSlices:
+// every split's but the last, which sums them), tile by tile, split by
+// split within a tile (the tile's tile.m x tile.n floats each).
 inline constexpr int kPairPartialFloat4s = 8;  // 32 accumulators a thread
-template <int kThreads>
-__device__ __forceinline__ float4* PairPartialOf(const NarrowContext& ctx, const CtaWork& work) {
+template <int kThreads, int kSplits>
+__device__ __forceinline__ float4* SplitPartialOf(const NarrowContext& ctx, const CtaWork& work, int split) {
   const sched::NodeSchedule& schedule = work.node->schedule;
   const int64_t tile = int64_t{work.m_block} * schedule.n_blocks + work.n_block;
   return reinterpret_cast<float4*>(ctx.params.workspace + schedule.workspace_offset) +
-         tile * kPairPartialFloat4s * kThreads;
+         (tile * (kSplits - 1) + split) * kPairPartialFloat4s * kThreads;
 }
 
-// A pair split's job (NarrowConfig::kPairSplitBlockN; 33-64 rows): a 64 x
-// 64 tile over its half of K (job.split 0 the first, 1 the second), wgmma
-// m64n64k16 with both operands from shared memory, A as in RunWgmmaJob,
-// B's 64 rows of a k-block one 8 KiB tile. A stage is 16 wgmmas into two
-// accumulator sets (as RunPairedWgmmaJob's: with four, 128 accumulator
-// registers), one group, its slots freed as in RunWgmmaJob (the loop written
-// out again, as RunPairedWgmmaJob's is, and for its reason). Then:
-//   first half: its sums to the workspace (PairPartialOf), plain stores,
-//     handed to the publisher as a tile is, which releases the partial flag
-//     (sched::PartialFlagIndex);
-//   second half: its leader waits for that flag (acquire; bounded by the
-//     watchdog, after which the launch's outputs are unspecified), the
-//     warpgroup meets, each thread adds the first half's sums to its own
-//     (first + second, a fixed order: the same bits every run), drops the
-//     lines it read from L2 unwritten (DiscardWarpPartials' reason: dirty
-//     scratch written back while the next launch streams), and stores both
-//     32-column halves through the fused epilogue.
-// Deadlock-free: the first half is earlier in the queue than the second,
+// A split job (NarrowConfig::Split::kPair or kWide; SplitForm says which
+// tile): its tile over its part of K (job.split 0 the first), wgmma
+// m64n64k16 with both operands from shared memory, A as in RunWgmmaJob, B's
+// 64 rows of a k-block (of the warpgroup's half of the tile with kWide) one
+// 8 KiB run. A stage is 16 wgmmas into two accumulator sets (as
+// RunPairedWgmmaJob's: with four, 128 accumulator registers), one group,
+// its slots freed as in RunWgmmaJob (the loop written out again, as
+// RunPairedWgmmaJob's is, and for its reason). Then:
+//   every split but the last: its sums to the workspace (SplitPartialOf),
+//     plain stores, handed to the publisher as a tile is, which releases
+//     the split's partial flag (sched::PartialFlagIndex);
+//   the last split: its leader waits for the others' flags (acquire;
+//     bounded by the watchdog, after which the launch's outputs are
+//     unspecified), the warpgroup meets, each thread adds the others' sums
+//     to its own, split 0's first (a fixed order: the same bits every
+//     run), drops the lines it read from L2 unwritten
+//     (DiscardWarpPartials' reason: dirty scratch written back while the
+//     next launch streams), and stores its 32-column parts of the tile
+//     through the fused epilogue.
+// Deadlock-free: every other split is earlier in the queue than the last,
 // and waits for nothing after its main loop.
 // kTall (NarrowConfig::TallPairSplit, 65-128 rows): the tile is 128 x 64 and
 // both warpgroups run every job, this one (rings.warpgroup) on rows 64 w
 // onwards: its A descriptors start that many rows into each k-block's tile
 // (the rows past the plan's read what follows, as in RunWgmmaJob), its
-// epilogue's rows too, and its partial sums are threads 128 w onwards of
-// the tile's 256. Each warpgroup's first thread waits for the flag itself
-// (the acquire its own threads' loads need); `leader` (warpgroup 0's) alone
-// records the trace. And a stage's slots are freed before the next stage is
-// waited for, not once its wgmmas are issued (the loop's first lines).
-template <int kConsumers, ElementType kHalf, bool kTall>
+// epilogue's rows too. kWide: the tile is 64 x 128, this warpgroup on
+// columns 64 w onwards: its B descriptors start that many rows into each
+// k-block's 16 KiB of B, its epilogue's columns too. With both warpgroups,
+// the partial sums are threads 128 w onwards of the tile's 256, each
+// warpgroup's first thread waits for the flags itself (the acquire its own
+// threads' loads need), `leader` (warpgroup 0's) alone records the trace,
+// and a stage's slots are freed before the next stage is waited for, not
+// once its wgmmas are issued (the loop's first lines).
+template <int kConsumers, ElementType kHalf, SplitForm kForm>
 __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                 int lane, ConsumerRings& rings) {
-  constexpr int kTileN = NarrowConfig::kPairSplitBlockN;
+  using Shape = SplitShape<kForm>;
+  constexpr int kTileN = Shape::kTileN;
+  constexpr int kSplits = Shape::kSplits;
+  constexpr int kTileThreads = Shape::kTileThreads;
   constexpr uint32_t kBKBlockBytes = kTileN * NarrowConfig::kBlockK * 2;
-  constexpr int kTileThreads = kTall ? 256 : 128;
-  static_assert(!kTall || kConsumers == 2, "the tall pair split's 128 rows are two warpgroups' 64");
-  // This warpgroup's first row of the tile, and its first A row's bytes into a k-block's tile.
-  const int row_offset = kTall ? NarrowConfig::kBlockM * rings.warpgroup : 0;
+  static_assert(!Shape::kBothWarpgroups || kConsumers == 2, "the tile's halves are the two warpgroups'");
+  // This warpgroup's first row of the tile, and its first A row's bytes into
+  // a k-block's tile; its first column, and its first B row's bytes.
+  const int row_offset = kForm == SplitForm::kTall ? NarrowConfig::kBlockM * rings.warpgroup : 0;
+  const int column_part = kForm == SplitForm::kWide ? 2 * rings.warpgroup : 0;  // in 32-column parts
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring)) +
                           static_cast<uint32_t>(row_offset) * NarrowConfig::kBlockK * 2;
-  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring)) +
+                          static_cast<uint32_t>(column_part * NarrowConfig::kBlockN) * NarrowConfig::kBlockK * 2;
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
-  const bool second = work.job->split == NarrowConfig::kPairSplits - 1;
+  const bool last = work.job->split == kSplits - 1;
   // The epilogue's rows are 16 * warp onwards: warps 4-7 are warpgroup 1's.
   const int row_warp = warp + row_offset / 16;
-  PairEpilogue<kHalf> epilogue{NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, 0),
-                               NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, 1), second};
+  PairEpilogue<kHalf> epilogue{NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, column_part),
+                               NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, column_part + 1),
+                               last};
   float chains[2][32] = {};
   RingCursor a_release = rings.a, b_release = rings.b;
   bool pending = false;
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
-    if constexpr (kTall) {
-      // Two A stages (64 KiB each at 128 rows): freed only once the next
-      // stage's wgmmas were issued, as below, a slot would wait for that
-      // stage to land, and the loader would have one A stage in flight (at
-      // 128 tokens on H100s the MLP block took ~17 us longer than main so,
-      // ~2 us freed here; bench/NOTES.md v2.03). So the warpgroup waits for its last
-      // group and frees that stage's slots before it waits for the next:
-      // the other warpgroup's wgmmas fill the tensor pipes meanwhile. The
-      // same at every stage, so that the warpgroup's wgmma.wait_group is
-      // uniform (a wait chosen by a poll's outcome would not be).
+    if constexpr (Shape::kBothWarpgroups) {
+      // Two stages of the larger operand (A's 64 KiB at 128 rows, B's 64
+      // KiB with 128 columns): freed only once the next stage's wgmmas were
+      // issued, as below, a slot would wait for that stage to land, and the
+      // loader would have one stage in flight (at 128 tokens on H100s the
+      // MLP block took ~17 us longer than main so, ~2 us freed here;
+      // bench/NOTES.md v2.03). So the warpgroup waits for its last group and
+      // frees that stage's slots before it waits for the next: the other
+      // warpgroup's wgmmas fill the tensor pipes meanwhile. The same at
+      // every stage, so that the warpgroup's wgmma.wait_group is uniform (a
+      // wait chosen by a poll's outcome would not be).
       if (pending) {
         ptx::wgmma_wait_group<0>();
         ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
@@ -369,7 +399,7 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
       }
     }
     ptx::wgmma_commit_group();
-    if constexpr (!kTall) {
+    if constexpr (!Shape::kBothWarpgroups) {
       ptx::wgmma_wait_group<1>();
       if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
     }
@@ -377,14 +407,20 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
     rings.a.Advance(ctx.params.a_stages);
     rings.b.Advance(ctx.params.b_stages);
   }
-  if constexpr (!kTall) PassTurn<kConsumers>(ctx, rings, lane);
+  if constexpr (!Shape::kBothWarpgroups) PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
   if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
   float acc[32];
 #pragma unroll
   for (int r = 0; r < 32; ++r) acc[r] = chains[0][r] + chains[1][r];
-  float4* partial = PairPartialOf<kTileThreads>(ctx, work) + (threadIdx.x - 128) % kTileThreads;
-  if (!second) {
+  // This thread's float4s of split 0's partial; split s's are s blocks on.
+  float4* const partials = SplitPartialOf<kTileThreads, kSplits>(ctx, work, 0) + (threadIdx.x - 128) % kTileThreads;
+  constexpr int kPartialFloat4s = kPairPartialFloat4s * kTileThreads;
+  if (!last) {
+    // (With two splits the one that stores is split 0: a constant, where
+    // the job's split read again kept a register more and the pair split's
+    // two-consumer kernel spilled 28 bytes.)
+    float4* partial = partials + (kSplits == 2 ? 0 : work.job->split) * kPartialFloat4s;
 #pragma unroll
     for (int q = 0; q < kPairPartialFloat4s; ++q) {
       partial[q * kTileThreads] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
@@ -393,22 +429,31 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
     return;
   }
   if (threadIdx.x % 128 == 0) {
-    WaitForFlag(ctx, sched::PartialFlagIndex(work.node->schedule, work.m_block, work.n_block, 0), index);
+    for (int split = 0; split < kSplits - 1; ++split) {
+      WaitForFlag(ctx, sched::PartialFlagIndex(work.node->schedule, work.m_block, work.n_block, split), index);
+    }
   }
   ptx::barrier_at<128>(rings.barrier());  // the first thread's acquire, for every thread's loads below
+  // Its own sums, then split 0's, split 1's, ... added in that order (in
+  // place: a second array of 32 sums beside acc and the epilogue's
+  // prefetched values made the wide split's kernel spill).
 #pragma unroll
-  for (int q = 0; q < kPairPartialFloat4s; ++q) {
-    const uint4 bits = ptx::ld_relaxed_gpu_v4(reinterpret_cast<const uint32_t*>(partial + q * kTileThreads));
-    acc[4 * q] = __uint_as_float(bits.x) + acc[4 * q];
-    acc[4 * q + 1] = __uint_as_float(bits.y) + acc[4 * q + 1];
-    acc[4 * q + 2] = __uint_as_float(bits.z) + acc[4 * q + 2];
-    acc[4 * q + 3] = __uint_as_float(bits.w) + acc[4 * q + 3];
+  for (int split = 0; split < kSplits - 1; ++split) {
+    const float4* partial = partials + split * kPartialFloat4s;
+#pragma unroll
+    for (int q = 0; q < kPairPartialFloat4s; ++q) {
+      const uint4 bits = ptx::ld_relaxed_gpu_v4(reinterpret_cast<const uint32_t*>(partial + q * kTileThreads));
+      acc[4 * q] += __uint_as_float(bits.x);
+      acc[4 * q + 1] += __uint_as_float(bits.y);
+      acc[4 * q + 2] += __uint_as_float(bits.z);
+      acc[4 * q + 3] += __uint_as_float(bits.w);
+    }
+    // The warp's lanes read float4s [q][32 warp, + 32) for every q: 32
+    // lines of 128 bytes, lane l's line l % 4 of q = l / 4. Every load is
+    // consumed above, so done, before the warp meets.
+    __syncwarp();
+    ptx::discard_global_l2(partial - lane + (lane / 4) * kTileThreads + (lane % 4) * 8);
   }
-  // The warp's lanes read float4s [q][32 warp, + 32) for every q: 32 lines
-  // of 128 bytes, lane l's line l % 4 of q = l / 4. Every load is consumed
-  // above, so done, before the warp meets.
-  __syncwarp();
-  ptx::discard_global_l2(partial - lane + (lane / 4) * kTileThreads + (lane % 4) * 8);
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
   epilogue.left.Store(*reinterpret_cast<const float(*)[16]>(&acc[0]));
   epilogue.right.Store(*reinterpret_cast<const float(*)[16]>(&acc[16]));
@@ -544,20 +589,21 @@ __device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int i
 // the other multiplies the next job's stages as they land.
 // After a time-out it goes on as usual (its rings drain: the top of the
 // file) until the job stream ends.
-// kPath: 24 or 32, RunPairedWgmmaJob for A tiles of that many rows;
-// kPairSplitPath, RunPairSplitJob; kTallPairSplitPath, RunPairSplitJob's
-// tall form, whose every job both warpgroups run (no turns); 0, the others
-// by the plan's rows (RunMmaSyncJob up to 16, RunWgmmaJob past 32).
+// kPath: kPaired24 or kPaired32, RunPairedWgmmaJob for A tiles of that many
+// rows; kPairSplit, RunPairSplitJob; kTallPairSplit and kWideSplit, its
+// tall and wide forms, whose every job both warpgroups run (no turns);
+// kByRows, the others by the plan's rows (RunMmaSyncJob up to 16,
+// RunWgmmaJob past 32).
 // NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
 // spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
 // 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
 // loop of their own (bench/NOTES.md v1.24).
-inline constexpr int kPairSplitPath = NarrowConfig::kPairSplitBlockN;
-inline constexpr int kTallPairSplitPath = NarrowConfig::kMaxRows;
-template <int kPath, int kConsumers, bool kTagged, ElementType kHalf>
+enum class ConsumerPath : uint8_t { kByRows, kPaired24, kPaired32, kPairSplit, kTallPairSplit, kWideSplit };
+template <ConsumerPath kPath, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
   static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
-  constexpr bool kTurns = kConsumers > 1 && kPath != kTallPairSplitPath;
+  constexpr bool kTurns =
+      kConsumers > 1 && kPath != ConsumerPath::kTallPairSplit && kPath != ConsumerPath::kWideSplit;
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
   JobStream jobs;
   ConsumerRings rings{warpgroup};
@@ -583,9 +629,13 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     }
     StartTrace(ctx, index, leader);
     const CtaWork work = ResolveJob(ctx, index);
-    if constexpr (kPath == kPairSplitPath || kPath == kTallPairSplitPath) {
-      RunPairSplitJob<kConsumers, kHalf, kPath == kTallPairSplitPath>(ctx, work, index, leader, warp, lane, rings);
-    } else if constexpr (kPath == 0) {
+    if constexpr (kPath == ConsumerPath::kPairSplit) {
+      RunPairSplitJob<kConsumers, kHalf, SplitForm::kPair>(ctx, work, index, leader, warp, lane, rings);
+    } else if constexpr (kPath == ConsumerPath::kTallPairSplit) {
+      RunPairSplitJob<kConsumers, kHalf, SplitForm::kTall>(ctx, work, index, leader, warp, lane, rings);
+    } else if constexpr (kPath == ConsumerPath::kWideSplit) {
+      RunPairSplitJob<kConsumers, kHalf, SplitForm::kWide>(ctx, work, index, leader, warp, lane, rings);
+    } else if constexpr (kPath == ConsumerPath::kByRows) {
       if (tile_rows <= 8) {
         RunMmaSyncJob<1, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
       } else if (tile_rows <= NarrowConfig::kMmaSyncRows) {
@@ -599,7 +649,8 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
         RunWgmmaJob<kConsumers, kHalf>(ctx, work, index, leader, warp, lane, rings);
       }
     } else {
-      RunPairedWgmmaJob<kPath, kConsumers, kHalf>(ctx, work, index, leader, warp, lane, rings);
+      RunPairedWgmmaJob<kPath == ConsumerPath::kPaired24 ? 24 : 32, kConsumers, kHalf>(ctx, work, index, leader, warp,
+                                                                                    lane, rings);
     }
     __syncwarp();  // the lanes' stores to C, before lane 0's arrival
     if (lane == 0) {
@@ -612,27 +663,33 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
   }
 }
 
-// kTallPairSplit: both warpgroups run every job (NarrowConfig::TallPairSplit);
-// the first's first thread records its trace.
-template <bool kPaired, bool kPairSplit, bool kTallPairSplit, int kConsumers, bool kTagged, ElementType kHalf>
+// The consumers of the kernel instantiation kKind (NarrowConfig::
+// Instantiation). kTallPairSplit and kWideSplit: both warpgroups run every
+// job; the first's first thread records its trace.
+template <NarrowConfig::Instantiation kKind, int kConsumers, ElementType kHalf>
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
+  using Kind = NarrowConfig::Instantiation;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int warpgroup = threadIdx.x / 128 - 1;
+  constexpr bool kBothWarpgroups = kKind == Kind::kTallPairSplit || kKind == Kind::kWideSplit;
   // Writes its jobs' traces (the publisher releases the flag).
-  const bool leader = kTallPairSplit ? threadIdx.x == 128 : threadIdx.x % 128 == 0;
-  if constexpr (kTallPairSplit) {
-    ConsumeJobs<kTallPairSplitPath, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
-  } else if constexpr (kPairSplit) {
-    ConsumeJobs<kPairSplitPath, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
-  } else if constexpr (kPaired) {
+  const bool leader = kBothWarpgroups ? threadIdx.x == 128 : threadIdx.x % 128 == 0;
+  if constexpr (kKind == Kind::kTallPairSplit) {
+    ConsumeJobs<ConsumerPath::kTallPairSplit, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+  } else if constexpr (kKind == Kind::kWideSplit) {
+    ConsumeJobs<ConsumerPath::kWideSplit, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+  } else if constexpr (kKind == Kind::kPairSplit) {
+    ConsumeJobs<ConsumerPath::kPairSplit, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+  } else if constexpr (kKind == Kind::kPaired) {
     if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {
-      ConsumeJobs<24, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+      ConsumeJobs<ConsumerPath::kPaired24, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
     } else {
-      ConsumeJobs<32, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+      ConsumeJobs<ConsumerPath::kPaired32, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
     }
   } else {
-    ConsumeJobs<0, kConsumers, kTagged, kHalf>(ctx, warpgroup, warp, lane, leader);
+    ConsumeJobs<ConsumerPath::kByRows, kConsumers, kKind == Kind::kTaggedHandoff, kHalf>(ctx, warpgroup, warp, lane,
+                                                                                          leader);
   }
 }
 

@@ -94,7 +94,7 @@ struct NarrowContext {
   uint32_t epoch;  // this launch's epoch, once AwaitPreviousLaunch has read it
   Watchdog watchdog;
   int32_t rows_per_block;  // the scheduler's tile.m: a constant but in the kShortRowBlocks kernels
-  int32_t tile_n;          // the scheduler's tile.n: a constant, kBlockN but in the kPairSplit kernels
+  int32_t tile_n;          // the scheduler's tile.n: a constant, NarrowConfig::TileN of the kernel's split
   // The job slots' waits in the shared protocol code (JobStream, RunScheduler;
   // this kernel's own ring waits call WaitPhase): no time limit, since every
   // role keeps reading and releasing slots until the job stream ends, even
@@ -169,7 +169,7 @@ struct NarrowContext {
   __device__ uint8_t* a_stage(int s) const { return a_ring + s * params.a_stage_bytes; }
   __device__ uint8_t* b_stage(int s) const { return b_ring + s * NarrowConfig::BStageBytes(tile_n); }
   // The scheduler's tile: m, the rows of the plan's row blocks (NarrowConfig::BlockRows);
-  // n, kBlockN (kPairSplitBlockN for the pair split).
+  // n, NarrowConfig::TileN of the plan's split.
   __device__ sched::TileShape tile() const { return {rows_per_block, tile_n, NarrowConfig::kBlockK}; }
   __device__ DeviceJobTrace* trace_of(int job, bool recorder) const {
     if (params.trace == nullptr || !recorder) return nullptr;
@@ -183,12 +183,13 @@ struct NarrowContext {
 // lane's reads of a slot are released by its own arrival before the
 // loader's stores into it (with one lane's arrival after a __syncwarp,
 // compute-sanitizer racecheck reported each pair as a hazard: bench/NOTES.md
-// v1.34-v1.35). kTall: the tall pair split's (NarrowConfig::TallPairSplit),
-// whose every job both consumer warpgroups read, release and hand over.
-template <int kConsumers, bool kEveryLaneOnA, bool kTall = false>
+// v1.34-v1.35). kBothWarpgroups: the tall pair split's
+// (NarrowConfig::TallPairSplit) or the wide split's, whose every job both
+// consumer warpgroups read, release and hand over.
+template <int kConsumers, bool kEveryLaneOnA, bool kBothWarpgroups = false>
 __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams& params) {
   constexpr uint32_t kLanes = kEveryLaneOnA ? 32 : 1;
-  constexpr uint32_t kReleasingWarps = NarrowConfig::ReleasingWarpsPerCta(kTall);
+  constexpr uint32_t kReleasingWarps = NarrowConfig::ReleasingWarpsPerCta(kBothWarpgroups);
   for (int s = 0; s < params.a_stages; ++s) {
     cuda::ptx::mbarrier_init(&barriers->a_full[s], kLanes);
     cuda::ptx::mbarrier_init(&barriers->a_empty[s], kReleasingWarps * kLanes);

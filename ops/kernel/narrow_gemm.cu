@@ -35,7 +35,8 @@ namespace {
 // kPairSplit, the pair split's 64-column tiles over half of K
 // (RunPairSplitJob), its own instantiation so that the others keep their code;
 // kTallPairSplit, the same at 65-128 rows, both consumer warpgroups on every job
-// (two consumers only).
+// (two consumers only); kWideSplit, the wide split's 128-column tiles over
+// quarters of K, both consumer warpgroups on every job (two consumers only).
 // kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
 // kHalf: the plan's 16-bit type, bf16 or fp16 (half_types.cuh; the tagged
 // handoff's words hold pairs of it).
@@ -50,9 +51,15 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
   constexpr bool kTall = kKind == NarrowConfig::Instantiation::kTallPairSplit;
-  constexpr bool kPairSplit = kKind == NarrowConfig::Instantiation::kPairSplit || kTall;
-  static_assert(!kTall || kConsumers == 2, "the tall pair split's 128 rows are two warpgroups' 64");
-  constexpr int kTileN = NarrowConfig::TileN(kPairSplit);
+  constexpr bool kWide = kKind == NarrowConfig::Instantiation::kWideSplit;
+  // Jobs over a part of K, the last part summing: the pair split (tall or
+  // not) and the wide split.
+  constexpr bool kSplitK = kKind == NarrowConfig::Instantiation::kPairSplit || kTall || kWide;
+  constexpr bool kBothWarpgroups = kTall || kWide;
+  static_assert(!kBothWarpgroups || kConsumers == 2, "the tile's halves are the two consumer warpgroups'");
+  constexpr int kTileN =
+      NarrowConfig::TileN(kWide ? NarrowConfig::Split::kWide
+                                : (kSplitK ? NarrowConfig::Split::kPair : NarrowConfig::Split::kNone));
   const NarrowSmemLayout layout =
       ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages, kConsumers, kTileN);
   auto* barriers = reinterpret_cast<NarrowBarriers*>(smem + layout.barriers);
@@ -61,7 +68,8 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   // barriers, and the prefetches of what every job's first steps read
   // (PrefetchPlanRecords).
   if (threadIdx.x == 0) {
-    InitNarrowBarriers<kConsumers, kKind == NarrowConfig::Instantiation::kTaggedHandoff, kTall>(barriers, params);
+    InitNarrowBarriers<kConsumers, kKind == NarrowConfig::Instantiation::kTaggedHandoff, kBothWarpgroups>(barriers,
+                                                                                                       params);
   } else if (threadIdx.x / 32 == 3) {
     constexpr const CUtensorMap KernelNode::*kMaps[] = {&KernelNode::a_map, &KernelNode::b_map};
     PrefetchPlanRecords(params, static_cast<int>(threadIdx.x % 32), kMaps);
@@ -101,7 +109,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
           break;
         default:
           ctx.AwaitPreviousLaunch();
-          RunNarrowPublisher<kPairSplit>(ctx);
+          RunNarrowPublisher<kSplitK>(ctx);
           break;
       }
     }
@@ -109,8 +117,7 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   } else {
     if constexpr (kConsumers > 1) ptx::setmaxnreg_inc<NarrowConfig::kConsumerRegisters>();
     ctx.AwaitPreviousLaunch();
-    RunNarrowConsumer<kKind == NarrowConfig::Instantiation::kPaired, kPairSplit, kTall, kConsumers,
-                      kKind == NarrowConfig::Instantiation::kTaggedHandoff, kHalf>(ctx);
+    RunNarrowConsumer<kKind, kConsumers, kHalf>(ctx);
   }
   // Every TMA load this CTA issued has landed (its consumer waited for it)
   // before anyone leaves.
@@ -126,8 +133,9 @@ using NarrowKernel = void (*)(KernelParams);
 // A plan's instantiations by kind (NarrowConfig::InstantiationFor) and
 // consumer warpgroups, for packed weights or not and the 16-bit type kHalf.
 // (No tagged handoff with two consumer warpgroups: that slot is the default
-// kernel's; no tall pair split with one: none, LaunchNarrowGemm refuses it.)
-inline constexpr int kInstantiations = 6;
+// kernel's; no tall pair split or wide split with one: none, LaunchNarrowGemm
+// refuses it.)
+inline constexpr int kInstantiations = 7;
 template <bool kPackedB, ElementType kHalf>
 constexpr std::array<std::array<NarrowKernel, 2>, kInstantiations> KernelsOf() {
   using K = NarrowConfig::Instantiation;
@@ -139,7 +147,8 @@ constexpr std::array<std::array<NarrowKernel, 2>, kInstantiations> KernelsOf() {
             NarrowGemmKernel<kPackedB, K::kDefault, 2, kHalf>},
            {NarrowGemmKernel<kPackedB, K::kPairSplit, 1, kHalf>,
             NarrowGemmKernel<kPackedB, K::kPairSplit, 2, kHalf>},
-           {nullptr, NarrowGemmKernel<kPackedB, K::kTallPairSplit, 2, kHalf>}}};
+           {nullptr, NarrowGemmKernel<kPackedB, K::kTallPairSplit, 2, kHalf>},
+           {nullptr, NarrowGemmKernel<kPackedB, K::kWideSplit, 2, kHalf>}}};
 }
 
 // The instantiation for packed weights or not, the kind, one or two consumer
@@ -173,9 +182,10 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
       for (NarrowConfig::Instantiation kind :
            {NarrowConfig::Instantiation::kDefault, NarrowConfig::Instantiation::kPaired,
             NarrowConfig::Instantiation::kShortRowBlocks, NarrowConfig::Instantiation::kTaggedHandoff,
-            NarrowConfig::Instantiation::kPairSplit, NarrowConfig::Instantiation::kTallPairSplit}) {
+            NarrowConfig::Instantiation::kPairSplit, NarrowConfig::Instantiation::kTallPairSplit,
+            NarrowConfig::Instantiation::kWideSplit}) {
         const NarrowKernel kernel = NarrowKernelFor(packed_b, kind, consumers, half);
-        if (kernel == nullptr) continue;  // no such instantiation (the tall pair split with one consumer)
+        if (kernel == nullptr) continue;  // no such instantiation (both warpgroups on every job, one consumer)
         if (cudaError_t error =
                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem);
             error != cudaSuccess) {
@@ -198,13 +208,14 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 }
 
 cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
-                             bool pair_split, ElementType half, bool overlap_previous, cudaStream_t stream) {
+                             NarrowConfig::Split split, ElementType half, bool overlap_previous,
+                             cudaStream_t stream) {
   if (consumers < 1 || consumers > NarrowConfig::kMaxConsumerWarpgroups) return cudaErrorInvalidValue;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
   config.blockDim = dim3(static_cast<unsigned>(NarrowConfig::Threads(consumers)), 1, 1);
   config.dynamicSmemBytes = NarrowSharedMemoryBytes(
-      params.a_stages, params.a_stage_bytes, params.b_stages, consumers, NarrowConfig::TileN(pair_split));
+      params.a_stages, params.a_stage_bytes, params.b_stages, consumers, NarrowConfig::TileN(split));
   config.stream = stream;
   cudaLaunchAttribute overlap;
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -215,7 +226,7 @@ cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b
   }
   const NarrowConfig::Instantiation kind =
       NarrowConfig::InstantiationFor(NarrowConfig::ATileRows(params.a_stage_bytes), params.block_m, tagged_handoffs,
-                                     pair_split);
+                                     split);
   const NarrowKernel kernel = NarrowKernelFor(packed_b, kind, consumers, half);
   if (kernel == nullptr) return cudaErrorInvalidValue;
   return cudaLaunchKernelEx(&config, kernel, params);

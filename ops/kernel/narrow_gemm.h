@@ -13,7 +13,7 @@ namespace loom::kernel {
 
 // Dynamic shared memory one CTA of the narrow kernel needs, with
 // `consumers` consumer warpgroups (1 or NarrowConfig::kMaxConsumerWarpgroups),
-// for tiles `tile_n` wide (NarrowConfig::kBlockN, or kPairSplitBlockN).
+// for tiles `tile_n` wide (NarrowConfig::TileN).
 inline uint32_t NarrowSharedMemoryBytes(int a_stages, uint32_t a_stage_bytes, int b_stages, int consumers,
                                         int tile_n = NarrowConfig::kBlockN) {
   return ComputeNarrowSmemLayout(a_stages, a_stage_bytes, b_stages, consumers, tile_n).total;
@@ -34,12 +34,13 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // cudaErrorInvalidValue). tagged_handoffs: some node reads a tagged copy
 // (KernelNode::tagged_a; one consumer warpgroup): launches the
 // instantiation that has them (bf16 only: else cudaErrorInvalidValue).
-// pair_split: the plan is lowered for the pair split (64-column tiles, K in
-// two halves: NarrowConfig::kPairSplitBlockN; past 64 rows, A tiles of all
-// of them, two consumers only, else cudaErrorInvalidValue). half:
-// the plan's 16-bit type (ElementType::kBF16 or kFP16). overlap_previous:
-// launched
-// with programmatic stream serialization, so that its CTAs start on the SMs
+// split: how the plan was lowered to divide K (NarrowConfig::Split): not at
+// all; the pair split (64-column tiles, K in two halves; past 64 rows, A
+// tiles of all of them, two consumers only, else cudaErrorInvalidValue); or
+// the wide split (128-column tiles, K in quarters, two consumers only,
+// else cudaErrorInvalidValue). half: the plan's 16-bit type
+// (ElementType::kBF16 or kFP16). overlap_previous: launched with
+// programmatic stream serialization, so that its CTAs start on the SMs
 // the previous kernel on the stream leaves while that kernel's last CTAs
 // still run (each role waits for it before touching what a launch writes:
 // NarrowContext::AwaitPreviousLaunch). The first stages of packed weights
@@ -47,7 +48,8 @@ cudaError_t MaxCoresidentNarrowCtas(uint32_t smem_bytes, int consumers, int* cta
 // before (Plan::RepackWeights' kernel: the runtime's next launch does not
 // overlap it).
 cudaError_t LaunchNarrowGemm(const KernelParams& params, int ctas, bool packed_b, int consumers, bool tagged_handoffs,
-                             bool pair_split, ElementType half, bool overlap_previous, cudaStream_t stream);
+                             NarrowConfig::Split split, ElementType half, bool overlap_previous,
+                             cudaStream_t stream);
 
 }  // namespace loom::kernel
 

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernel_params.h"
+#include "narrow_config.h"
 #include "loom/graph.h"
 #include "loom/runtime.h"
 #include "loom/scheduler/schedule.h"
@@ -110,13 +111,21 @@ bool PairSplitPaysByDefault(const GemmGraph& graph, int64_t rows, int sms);
 // (sched::SplitKRange, the second half PairSplitLastExtraKBlocks longer) on
 // a stage boundary, a stage at least each.
 bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows, int sms);
+// Whether a narrow plan of a graph of at most `rows` rows takes the wide
+// split (CompileOptions::narrow_wide_split): asked for, 33-64 rows
+// (NarrowConfig::WideSplitRows), not with one consumer warpgroup asked for,
+// and every node's K split in four (sched::SplitKRange, the last quarter
+// PairSplitLastExtraKBlocks longer) on stage boundaries, a stage at least
+// each. Compile checks it before the pair split, which CheckOptions keeps
+// from being asked for beside it (kOn).
+bool NarrowWideSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows);
 // The narrow kernel's rings for a graph of at most `rows` rows and K at most
-// `max_k`; InvalidArgument for options it cannot run. `pair_split`:
-// NarrowPairSplitApplies (B stages of 64-row tiles, A stages of half a job's
-// K at most).
+// `max_k`; InvalidArgument for options it cannot run. `split`: how the plan
+// divides K (NarrowPairSplitApplies, NarrowWideSplitApplies): B stages of
+// NarrowConfig::TileN(split)-row tiles, A stages of a job's part of K at most.
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
                                               int64_t rows, int64_t max_k, bool one_wave_chain, bool packed,
-                                              bool pair_split = false);
+                                              kernel::NarrowConfig::Split split = kernel::NarrowConfig::Split::kNone);
 
 }  // namespace loom::internal
 

@@ -33,11 +33,14 @@ struct Plan::Impl {
   int narrow_consumers = 0;  // the narrow kernel's consumer warpgroups (CompileOptions::narrow_consumers)
   int narrow_claim_stages = 0;  // the narrow kernel's claim pacing (NarrowRings::claim_stages); 0: off
   int tile_n = 0;  // the tiled kernel's tile width (CompileOptions::tile_n); 0 on the narrow kernel
-  // The narrow kernel runs the pair split (CompileOptions::narrow_pair_split
-  // and NarrowPairSplitApplies): 64-column tiles, K in two halves.
-  bool narrow_pair_split = false;
-  // The narrow kernel's tile width: kPairSplitBlockN with the pair split.
-  int narrow_tile_n() const { return kernel::NarrowConfig::TileN(narrow_pair_split); }
+  // How the narrow kernel's jobs divide K: the pair split
+  // (CompileOptions::narrow_pair_split and NarrowPairSplitApplies; 64-column
+  // tiles, K in two halves), the wide split (narrow_wide_split and
+  // NarrowWideSplitApplies; 128-column tiles, K in quarters), or not at all.
+  kernel::NarrowConfig::Split narrow_split = kernel::NarrowConfig::Split::kNone;
+  bool narrow_pair_split() const { return narrow_split == kernel::NarrowConfig::Split::kPair; }
+  // The narrow kernel's tile width (NarrowConfig::TileN).
+  int narrow_tile_n() const { return kernel::NarrowConfig::TileN(narrow_split); }
   // The graph's 16-bit type (HalfTypeOf, compile_choices.cc): the tiled kernel's
   // instantiation; bf16 on the narrow kernel.
   kernel::ElementType half = kernel::ElementType::kBF16;

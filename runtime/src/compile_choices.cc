@@ -190,6 +190,10 @@ absl::Status CheckOptions(const CompileOptions& options) {
         absl::StrFormat("CompileOptions.narrow_pair_split: %d is not one of kAuto, kOn, kOff",
                         static_cast<int>(options.narrow_pair_split)));
   }
+  if (options.narrow_wide_split && options.narrow_pair_split == PairSplitChoice::kOn) {
+    return absl::InvalidArgumentError(
+        "CompileOptions: narrow_wide_split and narrow_pair_split = kOn each ask for a split of K; set one");
+  }
   if (options.spin_timeout_ns <= 0 || options.spin_timeout_ns > kMaxSpinTimeoutNs) {
     return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.spin_timeout_ns: %d is outside [1, %d]",
                                                       options.spin_timeout_ns, kMaxSpinTimeoutNs));
@@ -382,6 +386,10 @@ constexpr int kPairSplitClaimStages = 8;
 // chain from 164.7-165.0 to 159.2-159.4; at 100 tokens 3 A stages left 2
 // B stages, and 182 us against 151; bench/NOTES.md v2.03).
 constexpr int kTallPairSplitBStages = 3;
+// ChooseNarrowRings: the B stages (64 KiB each) the wide split's A ring
+// leaves room for: two, which with A's 32-KiB stages at 64 rows leaves A
+// three (a first guess, not yet measured).
+constexpr int kWideSplitBStages = 2;
 // PairSplitPaysByDefault: the tall pair split under PairSplitChoice::kAuto
 // needs every node with jobs to have at least this many quarters of a wave
 // of them. On H100s (bench/NOTES.md v2.03) the nodes of 4096 columns (128
@@ -548,17 +556,22 @@ bool IsChainOfOneWaveLayers(const GemmGraph& graph, const std::vector<DataDepend
 
 namespace {
 
-// Whether every node of `graph` splits K in two halves that Lower, given
-// `extra` (sched::SplitKRange's last_extra, clamped as
-// sched::ChooseLastSplitExtra does), starts on a stage, the first at least a
-// stage (so the second too).
-bool PairSplitHalvesOnStages(const GemmGraph& graph, int32_t extra) {
+// Whether every node of `graph` splits K in `splits` parts that Lower,
+// given `extra` (sched::SplitKRange's last_extra, clamped as
+// sched::ChooseLastSplitExtra does), starts on stages, each part at least a
+// stage.
+bool SplitsOnStages(const GemmGraph& graph, int32_t splits, int32_t extra) {
   for (const GemmNode& node : graph.nodes()) {
     if (!HasJobs(node)) continue;
     const int32_t k_blocks = static_cast<int32_t>((node.k() + NarrowConfig::kBlockK - 1) / NarrowConfig::kBlockK);
-    const int32_t used = std::min(extra, std::max(k_blocks - NarrowConfig::kPairSplits, 0));
-    const int32_t first = sched::SplitKRange(k_blocks, NarrowConfig::kPairSplits, 0, used).end;
-    if (first < NarrowConfig::kKBlocksPerStage || first % NarrowConfig::kKBlocksPerStage != 0) return false;
+    const int32_t used = std::min(extra, std::max(k_blocks - splits, 0));
+    for (int32_t split = 0; split < splits; ++split) {
+      const sched::KBlockRange range = sched::SplitKRange(k_blocks, splits, split, used);
+      if (range.end - range.begin < NarrowConfig::kKBlocksPerStage ||
+          range.begin % NarrowConfig::kKBlocksPerStage != 0) {
+        return false;
+      }
+    }
   }
   return true;
 }
@@ -590,7 +603,12 @@ bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& grap
       (options.narrow_pair_split == PairSplitChoice::kAuto && PairSplitPaysByDefault(graph, rows, sms));
   return wanted && NarrowConfig::PairSplitRows(rows) &&
          (!NarrowConfig::TallPairSplit(rows) || options.narrow_consumers != 1) &&
-         PairSplitHalvesOnStages(graph, PairSplitLastExtraKBlocks(options));
+         SplitsOnStages(graph, NarrowConfig::kPairSplits, PairSplitLastExtraKBlocks(options));
+}
+
+bool NarrowWideSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {
+  return options.narrow_wide_split && NarrowConfig::WideSplitRows(rows) && options.narrow_consumers != 1 &&
+         SplitsOnStages(graph, NarrowConfig::kWideSplits, PairSplitLastExtraKBlocks(options));
 }
 
 // The narrow decode kernel's rings for a graph of at most `rows` rows and K
@@ -632,7 +650,7 @@ bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& grap
 // at 65-80 rows, 2 past that.
 absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, const DeviceDescription& device,
                                               int64_t rows, int64_t max_k, bool one_wave_chain, bool packed,
-                                              bool pair_split) {
+                                              NarrowConfig::Split split) {
   // What only the tiled kernel has (kAuto never picks the narrow one then).
   if (options.split_k > 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -647,26 +665,31 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
         NarrowConfig::kMaxRows));
   }
   NarrowRings rings;
-  // The tall pair split's jobs are both consumer warpgroups' (two only:
-  // NarrowPairSplitApplies).
-  const bool tall = pair_split && NarrowConfig::TallPairSplit(rows);
+  const bool splits_k = split != NarrowConfig::Split::kNone;
+  // The tall pair split's and the wide split's jobs are both consumer
+  // warpgroups' (two only: NarrowPairSplitApplies, NarrowWideSplitApplies).
+  const bool wide = split == NarrowConfig::Split::kWide;
+  const bool both_warpgroups = wide || (splits_k && NarrowConfig::TallPairSplit(rows));
   rings.consumers = options.narrow_consumers > 0
                         ? options.narrow_consumers
-                        : (tall || (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain) ? 2 : 1);
-  rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(NarrowConfig::TileRows(rows, pair_split), 1));
+                        : (both_warpgroups || (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain) ? 2 : 1);
+  rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(NarrowConfig::TileRows(rows, splits_k), 1));
   const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
   // 96 KiB for the 16-row mma.sync tiles and the paired wgmma's tiles.
   const bool smaller_a = tile_rows > 8 && NarrowConfig::MultiplyFor(tile_rows) != NarrowConfig::Multiply::kWgmma;
-  const int tile_n = NarrowConfig::TileN(pair_split);
+  const int tile_n = NarrowConfig::TileN(split);
   const uint32_t b_stage_bytes = NarrowConfig::BStageBytes(tile_n);
-  // The tall pair split: as many A stages as leave kTallPairSplitBStages.
+  // The tall pair split and the wide split: as many A stages as leave
+  // kTallPairSplitBStages or kWideSplitBStages.
   const int64_t auto_a_bytes =
-      tall ? device.shared_memory_per_block -
-                 int64_t{kernel::NarrowSharedMemoryBytes(0, rings.a_stage_bytes, kTallPairSplitBStages,
-                                                         rings.consumers, tile_n)}
-           : (smaller_a || pair_split ? int64_t{96} * 1024 : int64_t{128} * 1024);
+      both_warpgroups ? device.shared_memory_per_block -
+                            int64_t{kernel::NarrowSharedMemoryBytes(
+                                0, rings.a_stage_bytes, wide ? kWideSplitBStages : kTallPairSplitBStages,
+                                rings.consumers, tile_n)}
+                      : (smaller_a || splits_k ? int64_t{96} * 1024 : int64_t{128} * 1024);
   constexpr int64_t kStageK = NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK;
-  const int64_t job_stages = ((pair_split ? (max_k + 1) / 2 : max_k) + kStageK - 1) / kStageK;
+  const int64_t splits = NarrowConfig::Splits(split);
+  const int64_t job_stages = ((max_k + splits - 1) / splits + kStageK - 1) / kStageK;
   // With packed weights on the mma.sync path (at most 16 rows) at most
   // kPackedMmaSyncAStages: the rest of shared memory goes to B, which each
   // launch fills with packed weights while the launch before it ends
@@ -714,12 +737,12 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   // At most b_stages - 1: the oldest stage in flight is then waited for
   // before its slot is loaded again (RunNarrowBLoader).
   const int default_in_flight =
-      pair_split ? kPairSplitBStagesInFlight
-                 : (packed && !one_wave_chain ? NarrowConfig::kPackedBStagesInFlight : NarrowConfig::kBStagesInFlight);
+      splits_k ? kPairSplitBStagesInFlight
+               : (packed && !one_wave_chain ? NarrowConfig::kPackedBStagesInFlight : NarrowConfig::kBStagesInFlight);
   rings.b_in_flight = options.narrow_b_in_flight > 0 ? options.narrow_b_in_flight
                                                      : std::min(default_in_flight, rings.b_stages - 1);
   rings.claim_stages =
-      options.narrow_claim_stages == 0 && pair_split ? kPairSplitClaimStages : options.narrow_claim_stages;
+      options.narrow_claim_stages == 0 && splits_k ? kPairSplitClaimStages : options.narrow_claim_stages;
   if (rings.b_in_flight > rings.b_stages - 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.narrow_b_in_flight: %d, but at most the B ring's %d stages - 1 can be in flight",

@@ -56,6 +56,7 @@ using internal::IsChainOfOneWaveLayers;
 using internal::MaxK;
 using internal::MaxRows;
 using internal::NarrowPairSplitApplies;
+using internal::NarrowWideSplitApplies;
 using internal::NarrowRings;
 using internal::PairSplitLastExtraKBlocks;
 using internal::ProblemsOf;
@@ -73,22 +74,22 @@ using internal::IdleClustersToSpread;
 using internal::RestoreCurrentDevice;
 using internal::AllocateDeviceResources;
 
-// What the pair split's kernel (RunPairSplitJob) takes for granted of a
-// schedule, beyond what Lower gives any split-K schedule: every node in two
-// splits, the second summing (no reduce jobs), and every job starting on a
-// stage (its packed weights are laid out by stages). Lower gives that for
-// the options Compile sets where NarrowPairSplitApplies; anything else is a
-// loom bug, refused here rather than run.
-absl::Status CheckPairSplitSchedule(const sched::Schedule& schedule) {
+// What the split kernels (RunPairSplitJob) take for granted of a schedule,
+// beyond what Lower gives any split-K schedule: every node in `splits` parts
+// of K (NarrowConfig::Splits: the pair split's two, the wide split's four),
+// the last summing (no reduce jobs), and every job starting on a stage (its
+// packed weights are laid out by stages). Lower gives that for the options
+// Compile sets where NarrowPairSplitApplies or NarrowWideSplitApplies;
+// anything else is a loom bug, refused here rather than run.
+absl::Status CheckSplitSchedule(const sched::Schedule& schedule, int32_t splits) {
   for (const sched::TileJob& job : schedule.queue) {
     const sched::NodeSchedule& node = schedule.nodes[job.node];
-    if (node.split_k != NarrowConfig::kPairSplits || node.reduce_parts != 0 ||
-        job.kind != static_cast<uint8_t>(sched::JobKind::kGemm) ||
+    if (node.split_k != splits || node.reduce_parts != 0 || job.kind != static_cast<uint8_t>(sched::JobKind::kGemm) ||
         job.k_block_begin % NarrowConfig::kKBlocksPerStage != 0) {
       return absl::InternalError(absl::StrFormat(
-          "scheduler: the pair split's node %d has split_k %d, reduce_parts %d, and a job of kind %d, split %d, "
-          "from k-block %d: not two halves of K on a stage boundary, the second summing (a loom bug)",
-          job.node, node.split_k, node.reduce_parts, job.kind, job.split, job.k_block_begin));
+          "scheduler: the split node %d has split_k %d, reduce_parts %d, and a job of kind %d, split %d, from "
+          "k-block %d: not %d parts of K on stage boundaries, the last summing (a loom bug)",
+          job.node, node.split_k, node.reduce_parts, job.kind, job.split, job.k_block_begin, splits));
     }
   }
   return absl::OkStatus();
@@ -219,14 +220,17 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal_));
   }
   if (impl->narrow) {
-    impl->narrow_pair_split = NarrowPairSplitApplies(options, graph, rows, device_.sm_count);
+    impl->narrow_split = NarrowWideSplitApplies(options, graph, rows) ? NarrowConfig::Split::kWide
+                         : NarrowPairSplitApplies(options, graph, rows, device_.sm_count)
+                             ? NarrowConfig::Split::kPair
+                             : NarrowConfig::Split::kNone;
     if (options.pack_weights) {
       impl->packed_nodes = PackedNodesOf(graph, dependencies, /*tiled=*/nullptr, impl->narrow_tile_n());
     }
     LOOM_ASSIGN_OR_RETURN(const NarrowRings rings,
                           ChooseNarrowRings(options, device_, rows, MaxK(graph),
                                             IsChainOfOneWaveLayers(graph, dependencies, device_.sm_count),
-                                            !impl->packed_nodes.empty(), impl->narrow_pair_split));
+                                            !impl->packed_nodes.empty(), impl->narrow_split));
     impl->a_stages = rings.a_stages;
     impl->b_stages = rings.b_stages;
     impl->b_in_flight = rings.b_in_flight;
@@ -307,11 +311,12 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   scheduler_options.reduce_part_rows = options.reduce_part_rows;
   scheduler_options.sum_in_last_split = options.sum_in_last_split;
   scheduler_options.last_split_extra_k_blocks = options.last_split_extra_k_blocks;
-  if (impl->narrow_pair_split) {
-    // Each tile's two halves of K, the second summing (RunPairSplitJob) and
-    // longer by PairSplitLastExtraKBlocks, on the stage boundary
-    // NarrowPairSplitApplies checked.
-    scheduler_options.split_k = NarrowConfig::kPairSplits;
+  if (impl->narrow_split != NarrowConfig::Split::kNone) {
+    // Each tile's two halves (four quarters) of K, the last summing
+    // (RunPairSplitJob) and longer by PairSplitLastExtraKBlocks, on the
+    // stage boundaries NarrowPairSplitApplies (NarrowWideSplitApplies)
+    // checked.
+    scheduler_options.split_k = NarrowConfig::Splits(impl->narrow_split);
     scheduler_options.reduce_in_parts = false;
     scheduler_options.sum_in_last_split = true;
     scheduler_options.last_split_extra_k_blocks = PairSplitLastExtraKBlocks(options);
@@ -319,7 +324,9 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
   }
   scheduler_options.name = "CompileOptions";  // Lower's option errors name the caller's options
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(problems, scheduler_options));
-  if (impl->narrow_pair_split) LOOM_RETURN_IF_ERROR(CheckPairSplitSchedule(impl->schedule));
+  if (impl->narrow_split != NarrowConfig::Split::kNone) {
+    LOOM_RETURN_IF_ERROR(CheckSplitSchedule(impl->schedule, NarrowConfig::Splits(impl->narrow_split)));
+  }
   if (!impl->narrow && options.pack_weights && TiledRingsReadPackedWeights(options)) {
     impl->packed_nodes = PackedNodesOf(graph, dependencies, &impl->schedule);
   }
@@ -424,8 +431,7 @@ absl::Status Plan::Launch(cudaStream_t stream) {
   if (impl_->narrow) {
     return LaunchStatus(kernel::LaunchNarrowGemm(impl_->params, impl_->grid_clusters, impl_->packed_weights != nullptr,
                                                  impl_->narrow_consumers, !impl_->tagged_handoffs.empty(),
-                                                 impl_->narrow_pair_split,
-                                                 impl_->half, overlap, stream),
+                                                 impl_->narrow_split, impl_->half, overlap, stream),
                         "launching the narrow decode kernel", *impl_, stream);
   }
   return LaunchStatus(kernel::LaunchPersistentGemm(impl_->params, impl_->grid_clusters, impl_->tile_n, impl_->half,
@@ -495,7 +501,14 @@ namespace {
 
 // Explain's line on how the narrow kernel multiplies A tiles of `tile_rows`
 // rows (NarrowConfig::MultiplyFor).
-std::string ExplainNarrowMultiply(uint32_t tile_rows, bool pair_split) {
+std::string ExplainNarrowMultiply(uint32_t tile_rows, NarrowConfig::Split split) {
+  const bool pair_split = split == NarrowConfig::Split::kPair;
+  if (split == NarrowConfig::Split::kWide) {
+    return absl::StrFormat(
+        "multiply: wgmma m64n64k16 in both consumer warpgroups, each 64 of the tile's 128 columns, the tokens (A "
+        "tiles of %d rows) as the 64 rows, from the same A stages\n",
+        tile_rows);
+  }
   if (pair_split && NarrowConfig::TallPairSplit(tile_rows)) {
     return absl::StrFormat(
         "multiply: wgmma m64n64k16 in both consumer warpgroups, each 64 of the tokens (A tiles of %d rows) as its "
@@ -527,13 +540,13 @@ std::string ExplainNarrowMultiply(uint32_t tile_rows, bool pair_split) {
 // it, or kOn asked for it and it does not apply (empty otherwise; the tile
 // line says where it runs).
 std::string ExplainPairSplit(const Plan::Impl& impl) {
-  if (impl.options.narrow_pair_split == PairSplitChoice::kAuto && impl.narrow_pair_split) {
+  if (impl.options.narrow_pair_split == PairSplitChoice::kAuto && impl.narrow_pair_split()) {
     return absl::StrFormat(
         "pair split: chosen by the plan (%d-%d rows, and every node has at least three quarters of a wave of its "
         "jobs: %d at fewest on %d SMs)\n",
         NarrowConfig::kBlockM + 1, NarrowConfig::kMaxRows, FewestPairSplitJobs(impl.graph), impl.device.sm_count);
   }
-  if (impl.options.narrow_pair_split != PairSplitChoice::kOn || impl.narrow_pair_split) return "";
+  if (impl.options.narrow_pair_split != PairSplitChoice::kOn || impl.narrow_pair_split()) return "";
   const int32_t extra = PairSplitLastExtraKBlocks(impl.options);
   return absl::StrFormat(
       "pair split: not taken (it needs %d-%d rows, two consumer warpgroups past %d, and every node's K split in "
@@ -541,6 +554,18 @@ std::string ExplainPairSplit(const Plan::Impl& impl) {
       NarrowConfig::kPairedRows + 1, NarrowConfig::kMaxRows, NarrowConfig::kBlockM,
       NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK,
       extra > 0 ? absl::StrFormat(", the second %d k-blocks of %d longer", extra, NarrowConfig::kBlockK) : "");
+}
+
+// Explain's account of CompileOptions::narrow_wide_split where it was asked
+// for and does not apply (empty otherwise; the tile line says where it runs).
+std::string ExplainWideSplit(const Plan::Impl& impl) {
+  if (!impl.options.narrow_wide_split || impl.narrow_split == NarrowConfig::Split::kWide) return "";
+  const int32_t extra = PairSplitLastExtraKBlocks(impl.options);
+  return absl::StrFormat(
+      "wide split: not taken (it needs the narrow kernel, %d-%d rows, two consumer warpgroups, and every node's K "
+      "split in four at multiples of %d, each quarter at least that%s)\n",
+      NarrowConfig::kPairedRows + 1, NarrowConfig::kBlockM, NarrowConfig::kKBlocksPerStage * NarrowConfig::kBlockK,
+      extra > 0 ? absl::StrFormat(", the last %d k-blocks of %d longer", extra, NarrowConfig::kBlockK) : "");
 }
 
 // Explain's account of CompileOptions::pack_weights (empty when not asked).
@@ -589,15 +614,18 @@ std::string Plan::Explain() const {
                "device: %s, narrow decode kernel (%d x %d tiles over %s), %d CTAs of %d consumer "
                "warpgroup%s, rings: A %d stages of %d bytes, B %d stages of %d bytes (%d in flight)%s\n",
                impl_->device.name, impl_->schedule.tile.m, impl_->narrow_tile_n(),
-               impl_->narrow_pair_split ? "each half of K, the second half summing (pair split)" : "the whole of K",
+               impl_->narrow_split == NarrowConfig::Split::kWide
+                   ? "each quarter of K, the last quarter summing (wide split)"
+                   : (impl_->narrow_pair_split() ? "each half of K, the second half summing (pair split)"
+                                                 : "the whole of K"),
                impl_->grid_clusters, impl_->narrow_consumers, impl_->narrow_consumers == 1 ? "" : "s",
                impl_->a_stages, impl_->a_stage_bytes, impl_->b_stages,
                NarrowConfig::BStageBytes(impl_->narrow_tile_n()), impl_->b_in_flight,
                impl_->narrow_claim_stages == 0
                    ? ""
                    : absl::StrFormat(", next job claimed at %d B stages left", impl_->narrow_claim_stages)) +
-           ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes), impl_->narrow_pair_split) +
-           ExplainPairSplit(*impl_) + ExplainPackedWeights(*impl_) +
+           ExplainNarrowMultiply(NarrowConfig::ATileRows(impl_->a_stage_bytes), impl_->narrow_split) +
+           ExplainPairSplit(*impl_) + ExplainWideSplit(*impl_) + ExplainPackedWeights(*impl_) +
            ExplainTaggedHandoffs(*impl_) + sched::ExplainSchedule(impl_->schedule, names);
   }
   const int32_t idle = IdleClustersToSpread(*impl_);

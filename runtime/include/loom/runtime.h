@@ -215,6 +215,23 @@ struct CompileOptions {
   // apply on the tiled kernel. kAuto (PairSplitChoice) takes it only past
   // 64 rows, on nodes of three quarters of a wave of jobs or more.
   PairSplitChoice narrow_pair_split = PairSplitChoice::kAuto;
+  // The wide split on the narrow kernel, for graphs of 33-64 rows with two
+  // consumer warpgroups: each job a 64 x 128 tile over a quarter of K, both
+  // consumer warpgroups multiplying it, 64 columns each, from the same A;
+  // the last quarter of a tile (the latest in the queue) adds the other
+  // three's fp32 partial sums (32 KiB each, through the plan's workspace)
+  // to its own before the fused epilogue; the same bits every run. A CTA
+  // then takes in half a byte of A per weight byte (the pair split one, 32
+  // columns over the whole of K two), and a node keeps its count of jobs.
+  // Producers are queued as for the pair split. Applies where every node's
+  // K splits in four at multiples of 256 (K a multiple of 1024, at least
+  // 1024); elsewhere the plan keeps its other tiles, and Explain says why.
+  // Taken before the pair split at 33-64 rows under kAuto; with
+  // narrow_pair_split = kOn, Compile refuses the pair of options
+  // (InvalidArgument: two splits of K asked for). Does not apply on the
+  // tiled kernel. Off by default: not yet measured against the defaults
+  // (bench/NOTES.md v2.05).
+  bool narrow_wide_split = false;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
   // copy a ring stage instead of a tensor load. On the narrow kernel, at 1
