@@ -1697,30 +1697,15 @@ std::string BuildPackedCase(const std::string& which, GpuHarness& h, Rng& rng) {
     BuildRandomGraph(graph, rng);
     return graph.description();
   }
-  if (numbered && kind == "pair_chain") {
+  if (numbered && (kind == "pair_chain" || kind == "wide_chain")) {
     // For the pair split: K of 1480 (24 k-blocks, halves of 12; the last
-    // k-block past K, no k-block maps), a bias and GELU; then N of 200
-    // (three 64-column tiles and one of 8), a bias, a residual, fp32 out.
-    h.Input("x", kBF16, rows, 1480, rng);
-    h.Input("W1", kBF16, 1024, 1480, rng);
-    h.Input("bias1", kBF16, 1, 1024, rng);
-    h.Input("W2", kBF16, 200, 1024, rng);
-    h.Input("bias2", kFP32, 1, 200, rng);
-    h.Input("residual", kBF16, rows, 200, rng);
-    h.Output("h1", kBF16, rows, 1024);
-    h.Output("y", kFP32, rows, 200);
-    h.Build([](const auto& t, GemmGraph& g) {
-      g.AddGemm("layer1", t("x"), t("W1"), t("h1"), {.activation = Activation::kGELU, .bias = t("bias1")});
-      g.AddGemm("layer2", t("h1"), t("W2"), t("y"), {.bias = t("bias2"), .residual = t("residual")});
-    });
-    return which;
-  }
-  if (numbered && kind == "wide_chain") {
-    // For the wide split: K of 2048 and 1024 (quarters of 8 and 4
-    // k-blocks), a bias and GELU; then N of 200 (one 128-column tile and
-    // one of 72), a bias, a residual, fp32 out.
-    h.Input("x", kBF16, rows, 2048, rng);
-    h.Input("W1", kBF16, 1024, 2048, rng);
+    // k-block past K, no k-block maps); for the wide split: K of 2048
+    // (quarters of 8 k-blocks). A bias and GELU; then K of 1024 (quarters
+    // of 4) and N of 200 (three 64-column tiles and one of 8; one
+    // 128-column tile and one of 72), a bias, a residual, fp32 out.
+    const int64_t k = kind == "pair_chain" ? 1480 : 2048;
+    h.Input("x", kBF16, rows, k, rng);
+    h.Input("W1", kBF16, 1024, k, rng);
     h.Input("bias1", kBF16, 1, 1024, rng);
     h.Input("W2", kBF16, 200, 1024, rng);
     h.Input("bias2", kFP32, 1, 200, rng);
@@ -1980,31 +1965,38 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPairSplitTest,
 // pair chain at 100 (a ragged last tile, a residual, fp32 out) and the
 // 8-layer chain at 128. The plans' Explain must name the tall tile and two
 // consumer warpgroups.
-class NarrowTallPairSplitTest : public ::testing::TestWithParam<std::string> {};
-TEST_P(NarrowTallPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
-  LOOM_SKIP_WITHOUT_GPU();
+// A split whose every job both consumer warpgroups run (the tall pair
+// split, the wide split; `ask` sets its option) on case `which`, with claim
+// pacing 8 (the default) and 2, through ExpectNarrowVariantsWriteTheSameBits;
+// each plan's Explain must hold `tile_line` and name two consumer
+// warpgroups, both multiplying, and the claim pacing.
+void ExpectBothWarpgroupsSplitWritesTheSameBits(const std::string& which,
+                                                const std::function<void(CompileOptions&)>& ask,
+                                                const std::string& tile_line) {
   static constexpr int kClaimStages[] = {0, 2};
   std::vector<std::function<void(CompileOptions&)>> variants;
   for (const int stages : kClaimStages) {
-    variants.push_back([stages](CompileOptions& o) {
-      o.narrow_pair_split = PairSplitChoice::kOn;
+    variants.push_back([stages, ask](CompileOptions& o) {
+      ask(o);
       o.narrow_claim_stages = stages;
     });
   }
-  ExpectNarrowVariantsWriteTheSameBits(
-      GetParam(), variants,
-      [&](size_t v, const std::string& explain) {
-        EXPECT_NE(explain.find("narrow decode kernel (128 x 64 tiles over each half of K, the second half summing "
-                               "(pair split)), "),
-                  std::string::npos)
-            << explain;
-        EXPECT_NE(explain.find("CTAs of 2 consumer warpgroups"), std::string::npos) << explain;
-        EXPECT_NE(explain.find("wgmma m64n64k16 in both consumer warpgroups"), std::string::npos) << explain;
-        EXPECT_NE(explain.find(absl::StrCat("claimed at ", kClaimStages[v] == 0 ? 8 : kClaimStages[v],
-                                            " B stages left")),
-                  std::string::npos)
-            << explain;
-      });
+  ExpectNarrowVariantsWriteTheSameBits(which, variants, [&](size_t v, const std::string& explain) {
+    EXPECT_NE(explain.find(tile_line), std::string::npos) << explain;
+    EXPECT_NE(explain.find("CTAs of 2 consumer warpgroups"), std::string::npos) << explain;
+    EXPECT_NE(explain.find("wgmma m64n64k16 in both consumer warpgroups"), std::string::npos) << explain;
+    EXPECT_NE(explain.find(absl::StrCat("claimed at ", kClaimStages[v] == 0 ? 8 : kClaimStages[v], " B stages left")),
+              std::string::npos)
+        << explain;
+  });
+}
+
+class NarrowTallPairSplitTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowTallPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
+  LOOM_SKIP_WITHOUT_GPU();
+  ExpectBothWarpgroupsSplitWritesTheSameBits(
+      GetParam(), [](CompileOptions& o) { o.narrow_pair_split = PairSplitChoice::kOn; },
+      "narrow decode kernel (128 x 64 tiles over each half of K, the second half summing (pair split)), ");
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTallPairSplitTest,
                          ::testing::Values("mlp65", "mlp100", "mlp128", "mlp128_fp16", "pair_chain100",
@@ -2027,27 +2019,9 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowTallPairSplitTest,
 class NarrowWideSplitTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(NarrowWideSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
   LOOM_SKIP_WITHOUT_GPU();
-  static constexpr int kClaimStages[] = {0, 2};
-  std::vector<std::function<void(CompileOptions&)>> variants;
-  for (const int stages : kClaimStages) {
-    variants.push_back([stages](CompileOptions& o) {
-      o.narrow_wide_split = true;
-      o.narrow_claim_stages = stages;
-    });
-  }
-  ExpectNarrowVariantsWriteTheSameBits(
-      GetParam(), variants,
-      [&](size_t v, const std::string& explain) {
-        EXPECT_NE(explain.find("narrow decode kernel (64 x 128 tiles over each quarter of K, the last quarter "
-                               "summing (wide split)), "),
-                  std::string::npos)
-            << explain;
-        EXPECT_NE(explain.find("CTAs of 2 consumer warpgroups"), std::string::npos) << explain;
-        EXPECT_NE(explain.find(absl::StrCat("claimed at ", kClaimStages[v] == 0 ? 8 : kClaimStages[v],
-                                            " B stages left")),
-                  std::string::npos)
-            << explain;
-      });
+  ExpectBothWarpgroupsSplitWritesTheSameBits(
+      GetParam(), [](CompileOptions& o) { o.narrow_wide_split = true; },
+      "narrow decode kernel (64 x 128 tiles over each quarter of K, the last quarter summing (wide split)), ");
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowWideSplitTest,
                          ::testing::Values("mlp33_h1024", "mlp48_h1024", "mlp64_h1024", "mlp64_h1024_fp16",

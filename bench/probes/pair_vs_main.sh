@@ -23,11 +23,6 @@ echo "pair split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/pair_split_
 log=$(mktemp)
 bench_in_turns "$rounds" "$dir" "$log" | tee "$out/pair_vs_main.txt"
 grep -iE "copy bandwidth" "$log" | head -1
-for variant in "" "--narrow_pair_split=on"; do
-  name=$([ -z "$variant" ] && echo main || echo pair)
-  # shellcheck disable=SC2086
-  timeout 120 "$dir/loom_graph_bench" "${flags[@]}" --tokens=64 --chain_tokens= $variant --timeline \
-    --timeline_csv="$out/tl_$name.csv" > "$out/tl_$name.txt" 2>&1
-  echo "timeline $name rc=$?: $(grep -E '^mlp +64 ' "$out/tl_$name.txt")"
-done
+traced_launch main
+traced_launch pair --narrow_pair_split=on
 rm -f "$log"

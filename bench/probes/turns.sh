@@ -33,3 +33,15 @@ bench_in_turns() {
     done
   done
 }
+
+# traced_launch NAME [FLAGS...]: one traced launch (--timeline, its jobs in
+# OUT/tl_NAME.csv) of DIR/loom_graph_bench with the caller's `flags`, the
+# MLP block at 64 tokens and FLAGS; prints its result line.
+traced_launch() {
+  local name=$1 rc
+  shift
+  timeout 120 "$dir/loom_graph_bench" "${flags[@]}" --tokens=64 --chain_tokens= "$@" --timeline \
+    --timeline_csv="$out/tl_$name.csv" > "$out/tl_$name.txt" 2>&1
+  rc=$?
+  echo "timeline $name rc=$rc: $(grep -E '^mlp +64 ' "$out/tl_$name.txt")"
+}

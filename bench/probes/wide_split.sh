@@ -35,10 +35,5 @@ case $card in
       --gtest_filter='Graphs/NarrowWideSplitTest.*/mlp64_h1024' > "$out/race_wide.txt" 2>&1
     echo "racecheck rc=$?: $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$out/race_wide.txt" | tr '\n' ' ')" ;;
 esac
-for variant in "" "--narrow_wide_split"; do
-  name=$([ -z "$variant" ] && echo main || echo wide)
-  # shellcheck disable=SC2086
-  timeout 60 "$dir/loom_graph_bench" "${flags[@]}" --tokens=64 --chain_tokens= $variant --timeline \
-    --timeline_csv="$out/tl_$name.csv" > "$out/tl_$name.txt" 2>&1
-  echo "timeline $name rc=$?: $(grep -E '^mlp +64 ' "$out/tl_$name.txt")"
-done
+traced_launch main
+traced_launch wide --narrow_wide_split
