@@ -224,8 +224,9 @@ struct CompileOptions {
   // then takes in half a byte of A per weight byte (the pair split one, 32
   // columns over the whole of K two), and a node keeps its count of jobs.
   // Producers are queued as for the pair split. Applies where every node's
-  // K splits in four at multiples of 256 (K a multiple of 1024, at least
-  // 1024); elsewhere the plan keeps its other tiles, and Explain says why.
+  // K splits in four even quarters that start at multiples of 256, each at
+  // least 256 (K a multiple of 1024 does); elsewhere the plan keeps its
+  // other tiles, and Explain says why.
   // Taken before the pair split at 33-64 rows under kAuto; with
   // narrow_pair_split = kOn, Compile refuses the pair of options
   // (InvalidArgument: two splits of K asked for). Does not apply on the
