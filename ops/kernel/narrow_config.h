@@ -270,6 +270,17 @@ struct NarrowConfig {
     if (MultiplyFor(tile_rows) == Multiply::kPairedWgmma) return Instantiation::kPaired;
     return tagged_handoffs ? Instantiation::kTaggedHandoff : Instantiation::kDefault;
   }
+  // The other way: how an instantiation's jobs divide K, and whether both
+  // consumer warpgroups run every job (the tall pair split, the wide split).
+  LOOM_HOST_DEVICE static constexpr Split SplitOf(Instantiation kind) {
+    return kind == Instantiation::kWideSplit
+               ? Split::kWide
+               : (kind == Instantiation::kPairSplit || kind == Instantiation::kTallPairSplit ? Split::kPair
+                                                                                               : Split::kNone);
+  }
+  LOOM_HOST_DEVICE static constexpr bool BothWarpgroupsOnEveryJob(Instantiation kind) {
+    return kind == Instantiation::kTallPairSplit || kind == Instantiation::kWideSplit;
+  }
 
   // Packed weights (CompileOptions::pack_weights; the layout: packed_layout.h):
   // a stage of four k-blocks of a 32-row tile is one 16 KiB block (of a

@@ -672,9 +672,8 @@ __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int warpgroup = threadIdx.x / 128 - 1;
-  constexpr bool kBothWarpgroups = kKind == Kind::kTallPairSplit || kKind == Kind::kWideSplit;
   // Writes its jobs' traces (the publisher releases the flag).
-  const bool leader = kBothWarpgroups ? threadIdx.x == 128 : threadIdx.x % 128 == 0;
+  const bool leader = NarrowConfig::BothWarpgroupsOnEveryJob(kKind) ? threadIdx.x == 128 : threadIdx.x % 128 == 0;
   if constexpr (kKind == Kind::kTallPairSplit) {
     ConsumeJobs<ConsumerPath::kTallPairSplit, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
   } else if constexpr (kKind == Kind::kWideSplit) {

@@ -51,15 +51,12 @@ __global__ void __launch_bounds__(NarrowConfig::Threads(kConsumers), 1)
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   uint8_t* smem = dynamic_smem + (((raw + 1023) & ~1023u) - raw);
   constexpr bool kTall = kKind == NarrowConfig::Instantiation::kTallPairSplit;
-  constexpr bool kWide = kKind == NarrowConfig::Instantiation::kWideSplit;
   // Jobs over a part of K, the last part summing: the pair split (tall or
   // not) and the wide split.
-  constexpr bool kSplitK = kKind == NarrowConfig::Instantiation::kPairSplit || kTall || kWide;
-  constexpr bool kBothWarpgroups = kTall || kWide;
+  constexpr bool kSplitK = NarrowConfig::SplitOf(kKind) != NarrowConfig::Split::kNone;
+  constexpr bool kBothWarpgroups = NarrowConfig::BothWarpgroupsOnEveryJob(kKind);
   static_assert(!kBothWarpgroups || kConsumers == 2, "the tile's halves are the two consumer warpgroups'");
-  constexpr int kTileN =
-      NarrowConfig::TileN(kWide ? NarrowConfig::Split::kWide
-                                : (kSplitK ? NarrowConfig::Split::kPair : NarrowConfig::Split::kNone));
+  constexpr int kTileN = NarrowConfig::TileN(NarrowConfig::SplitOf(kKind));
   const NarrowSmemLayout layout =
       ComputeNarrowSmemLayout(params.a_stages, params.a_stage_bytes, params.b_stages, kConsumers, kTileN);
   auto* barriers = reinterpret_cast<NarrowBarriers*>(smem + layout.barriers);
