@@ -373,12 +373,16 @@ absl::StatusOr<int64_t> TiledSharedMemory(int a_stages, int b_stages, const Devi
 }
 
 constexpr int64_t kOneWaveChainBStages = 6;  // ChooseNarrowRings
-constexpr int kPairSplitBStagesInFlight = 2;   // ChooseNarrowRings: 32 KiB stages
-// ChooseNarrowRings: the pair split's claim pacing where
-// CompileOptions::narrow_claim_stages leaves it 0. Unpaced, CTAs claimed
-// down's last jobs up to a job late and the 64-token MLP block took 5-7 us
-// longer on H100s (bench/NOTES.md v2.02).
-constexpr int kPairSplitClaimStages = 8;
+// ChooseNarrowRings: the B stages in flight with a split of K (the pair
+// split's 32 KiB stages; the wide split's 64 KiB ones, whose two-stage
+// ring allows one).
+constexpr int kSplitBStagesInFlight = 2;
+// ChooseNarrowRings: the claim pacing of a split of K (the pair split's,
+// the wide split's) where CompileOptions::narrow_claim_stages leaves it 0.
+// Unpaced, CTAs claimed down's last jobs up to a job late and the 64-token
+// MLP block took 5-7 us longer with the pair split on H100s (bench/NOTES.md
+// v2.02); the wide split takes it untried.
+constexpr int kSplitClaimStages = 8;
 // ChooseNarrowRings: the B stages the tall pair split's A ring leaves room
 // for (more A stages where they fit: at 65 tokens on an H100, before its
 // consumers freed each stage early, 3 A stages and 3 B stages against 2
@@ -737,12 +741,12 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   // At most b_stages - 1: the oldest stage in flight is then waited for
   // before its slot is loaded again (RunNarrowBLoader).
   const int default_in_flight =
-      splits_k ? kPairSplitBStagesInFlight
+      splits_k ? kSplitBStagesInFlight
                : (packed && !one_wave_chain ? NarrowConfig::kPackedBStagesInFlight : NarrowConfig::kBStagesInFlight);
   rings.b_in_flight = options.narrow_b_in_flight > 0 ? options.narrow_b_in_flight
                                                      : std::min(default_in_flight, rings.b_stages - 1);
   rings.claim_stages =
-      options.narrow_claim_stages == 0 && splits_k ? kPairSplitClaimStages : options.narrow_claim_stages;
+      options.narrow_claim_stages == 0 && splits_k ? kSplitClaimStages : options.narrow_claim_stages;
   if (rings.b_in_flight > rings.b_stages - 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CompileOptions.narrow_b_in_flight: %d, but at most the B ring's %d stages - 1 can be in flight",
