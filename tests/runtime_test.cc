@@ -1431,6 +1431,21 @@ TEST(RuntimeTest, NarrowClaimPacingIsExplained) {
   EXPECT_EQ(plan->Explain().find(kPaced), std::string::npos) << plan->Explain();
 }
 
+// `plan` is lowered as a narrow split of K: on the narrow kernel, tiles of
+// `tile_m` x `tile_n` in one row block, every node's K in `splits` even
+// parts, the last summing (no reduce jobs).
+void ExpectNarrowSplitPlan(const Plan& plan, int32_t tile_m, int32_t tile_n, int32_t splits) {
+  ASSERT_EQ(plan.kernel(), KernelChoice::kNarrow);
+  EXPECT_EQ(plan.schedule().tile.m, tile_m);
+  EXPECT_EQ(plan.schedule().tile.n, tile_n);
+  for (const sched::NodeSchedule& node : plan.schedule().nodes) {
+    EXPECT_EQ(node.m_blocks, 1);
+    EXPECT_EQ(node.split_k, splits);
+    EXPECT_EQ(node.reduce_parts, 0);
+    EXPECT_EQ(node.last_split_extra_k_blocks, 0);
+  }
+}
+
 // The pair split (CompileOptions::narrow_pair_split) is taken where it
 // applies: 33-64 rows on the narrow kernel, every node's K split in two on
 // a stage boundary. There the plan's tiles are 64 wide, every node splits K
@@ -1448,13 +1463,8 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     SCOPED_TRACE(absl::StrCat(rows, " rows"));
     absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(rows, /*dependent=*/true), options);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
-    EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kPairSplitBlockN);
-    for (const sched::NodeSchedule& node : plan->schedule().nodes) {
-      EXPECT_EQ(node.split_k, 2);
-      EXPECT_EQ(node.reduce_parts, 0);
-      EXPECT_EQ(node.last_split_extra_k_blocks, 0);
-    }
+    ExpectNarrowSplitPlan(*plan, kernel::NarrowConfig::kBlockM, kernel::NarrowConfig::kPairSplitBlockN, 2);
+    if (HasFatalFailure()) return;
     // up (448 column tiles), which down reads, is queued from its halves of
     // columns in turn: its first tiles are 0 and 224.
     EXPECT_EQ(plan->schedule().column_runs, (std::vector<int32_t>{2, 1}));
@@ -1563,14 +1573,8 @@ TEST(RuntimeTest, NarrowWideSplitIsTakenWhereItApplies) {
     SCOPED_TRACE(c.what);
     absl::StatusOr<Plan> plan = runtime.Compile(c.graph, options);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
-    EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kWideSplitBlockN);
-    EXPECT_EQ(plan->schedule().tile.m, kernel::NarrowConfig::kBlockM);
-    for (const sched::NodeSchedule& node : plan->schedule().nodes) {
-      EXPECT_EQ(node.split_k, 4);
-      EXPECT_EQ(node.reduce_parts, 0);
-      EXPECT_EQ(node.last_split_extra_k_blocks, 0);
-    }
+    ExpectNarrowSplitPlan(*plan, kernel::NarrowConfig::kBlockM, kernel::NarrowConfig::kWideSplitBlockN, 4);
+    if (HasFatalFailure()) return;
     for (const sched::TileJob& job : plan->schedule().queue) {
       if (job.node != 0 || job.n_block != 0) continue;
       EXPECT_EQ(job.k_block_begin, job.split * c.k_blocks / 4);
@@ -1647,13 +1651,8 @@ TEST(RuntimeTest, TallPairSplitIsOneRowBlockOnBothWarpgroups) {
       const GemmGraph graph = chain ? Layers(8, rows, 4096, /*chained=*/true) : UpDownGraph(rows, true);
       absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
       ASSERT_TRUE(plan.ok()) << plan.status();
-      ASSERT_EQ(plan->kernel(), KernelChoice::kNarrow);
-      EXPECT_EQ(plan->schedule().tile.m, kernel::NarrowConfig::kMaxRows);
-      EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kPairSplitBlockN);
-      for (const sched::NodeSchedule& node : plan->schedule().nodes) {
-        EXPECT_EQ(node.m_blocks, 1);
-        EXPECT_EQ(node.split_k, 2);
-      }
+      ExpectNarrowSplitPlan(*plan, kernel::NarrowConfig::kMaxRows, kernel::NarrowConfig::kPairSplitBlockN, 2);
+      if (HasFatalFailure()) return;
       const int64_t tile_rows = (rows + 7) / 8 * 8;
       const std::string explain = plan->Explain();
       EXPECT_NE(explain.find(absl::StrCat("narrow decode kernel (128 x 64 tiles over each half of K, the second half "
