@@ -527,6 +527,15 @@ TEST(RuntimeTest, NodesWithoutJobsDoNotSteerThePlan) {
   }
 }
 
+// `text` parses as the command-line choice `want` (AbslParseFlag).
+template <typename Choice>
+void ExpectParsesAs(absl::string_view text, Choice want) {
+  Choice parsed{};
+  std::string error;
+  EXPECT_TRUE(AbslParseFlag(text, &parsed, &error)) << error;
+  EXPECT_EQ(parsed, want) << text;
+}
+
 TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   ASSERT_EQ(runtime.device().sm_count, 132);
@@ -572,21 +581,16 @@ TEST(RuntimeTest, KernelChoiceFollowsRowsAndSplits) {
   absl::StatusOr<Plan> plan = runtime.Compile(DecodePair(1), lockstep);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->kernel(), KernelChoice::kTiled) << "lockstep rings are the tiled kernel's";
+  ExpectParsesAs("narrow", KernelChoice::kNarrow);
+  ExpectParsesAs("tiled", KernelChoice::kTiled);
   KernelChoice parsed = KernelChoice::kAuto;
   std::string error;
-  EXPECT_TRUE(AbslParseFlag("narrow", &parsed, &error));
-  EXPECT_EQ(parsed, KernelChoice::kNarrow);
-  EXPECT_TRUE(AbslParseFlag("tiled", &parsed, &error));
-  EXPECT_EQ(parsed, KernelChoice::kTiled);
   EXPECT_FALSE(AbslParseFlag("fast", &parsed, &error));
   EXPECT_EQ(error, "the kernel must be auto, tiled or narrow, got 'fast'");
+  ExpectParsesAs("on", PairSplitChoice::kOn);
+  ExpectParsesAs("off", PairSplitChoice::kOff);
+  ExpectParsesAs("auto", PairSplitChoice::kAuto);
   PairSplitChoice pair_split = PairSplitChoice::kAuto;
-  EXPECT_TRUE(AbslParseFlag("on", &pair_split, &error));
-  EXPECT_EQ(pair_split, PairSplitChoice::kOn);
-  EXPECT_TRUE(AbslParseFlag("off", &pair_split, &error));
-  EXPECT_EQ(pair_split, PairSplitChoice::kOff);
-  EXPECT_TRUE(AbslParseFlag("auto", &pair_split, &error));
-  EXPECT_EQ(pair_split, PairSplitChoice::kAuto);
   EXPECT_FALSE(AbslParseFlag("true", &pair_split, &error));
   EXPECT_EQ(error, "the pair split must be auto, on or off, got 'true'");
 }
