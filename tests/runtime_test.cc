@@ -1450,6 +1450,21 @@ void ExpectNarrowSplitPlan(const Plan& plan, int32_t tile_m, int32_t tile_n, int
   }
 }
 
+// `graph` under `options` is not lowered as a split of K: the plan keeps
+// 32-column tiles over the whole of K, and Explain holds `not_taken`, the
+// split's reason. Returns the plan's Explain.
+std::string ExpectNarrowSplitNotTaken(const Runtime& runtime, const GemmGraph& graph, const CompileOptions& options,
+                                      const std::string& not_taken) {
+  absl::StatusOr<Plan> plan = runtime.Compile(graph, options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return "";
+  EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kBlockN);
+  for (const sched::NodeSchedule& node : plan->schedule().nodes) EXPECT_EQ(node.split_k, 1);
+  const std::string explain = plan->Explain();
+  EXPECT_NE(explain.find(not_taken), std::string::npos) << explain;
+  return explain;
+}
+
 // The pair split (CompileOptions::narrow_pair_split) is taken where it
 // applies: 33-64 rows on the narrow kernel, every node's K split in two on
 // a stage boundary. There the plan's tiles are 64 wide, every node splits K
@@ -1510,12 +1525,8 @@ TEST(RuntimeTest, NarrowPairSplitIsTakenWhereItApplies) {
     SCOPED_TRACE(c.what);
     options.kernel = KernelChoice::kNarrow;
     options.narrow_consumers = c.consumers;
-    absl::StatusOr<Plan> plan = runtime.Compile(c.graph, options);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kBlockN);
-    for (const sched::NodeSchedule& node : plan->schedule().nodes) EXPECT_EQ(node.split_k, 1);
-    EXPECT_NE(plan->Explain().find(kNotTaken), std::string::npos) << plan->Explain();
-    EXPECT_EQ(plan->Explain().find("next job claimed"), std::string::npos) << plan->Explain();
+    const std::string explain = ExpectNarrowSplitNotTaken(runtime, c.graph, options, kNotTaken);
+    EXPECT_EQ(explain.find("next job claimed"), std::string::npos) << explain;
   }
   options.narrow_consumers = 0;
   // Even halves by default (up's 64 k-blocks as 32 + 32, down's 448 as 224
@@ -1618,11 +1629,7 @@ TEST(RuntimeTest, NarrowWideSplitIsTakenWhereItApplies) {
   for (const NotTaken& c : cases) {
     SCOPED_TRACE(c.what);
     options.narrow_consumers = c.consumers;
-    absl::StatusOr<Plan> plan = runtime.Compile(c.graph, options);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->schedule().tile.n, kernel::NarrowConfig::kBlockN);
-    for (const sched::NodeSchedule& node : plan->schedule().nodes) EXPECT_EQ(node.split_k, 1);
-    EXPECT_NE(plan->Explain().find(kNotTaken), std::string::npos) << plan->Explain();
+    ExpectNarrowSplitNotTaken(runtime, c.graph, options, kNotTaken);
   }
   options.narrow_consumers = 0;
   options.narrow_pair_split = PairSplitChoice::kOn;
