@@ -66,9 +66,10 @@ struct NarrowConfig {
   static constexpr bool TallPairSplit(int64_t rows) { return rows > kBlockM; }
   // The wide split (CompileOptions::narrow_wide_split; 33-64 rows, two
   // consumer warpgroups): each job a 64 x 128 tile over a quarter of K,
-  // one consumer warpgroup's (wgmma m64n128k16; RunPairSplitJob's kWide),
-  // the two in turns as with 32-column tiles, the last quarter adding the
-  // other three's partial sums. Per weight byte a CTA takes in half a byte of A
+  // multiplied by both consumer warpgroups at once, warpgroup w columns
+  // 64 w onwards (wgmma m64n64k16 each, B's rows 64 w onwards of the same
+  // stages; RunPairSplitJob's kWide), the last quarter adding the other
+  // three's partial sums. Per weight byte a CTA takes in half a byte of A
   // (the pair split one, the whole-K 32-column tile two), and a node keeps
   // as many jobs as with 32-column tiles over the whole of K.
   static constexpr int kWideSplitBlockN = 128;
@@ -117,8 +118,8 @@ struct NarrowConfig {
   // themselves: no store warp).
   static constexpr int JobReleasesPerCta(int consumers) { return 3 + 4 * consumers; }
   // Consumer warps that free a ring slot (and hand a tile over): the four of
-  // the warpgroup whose job it is; with the tall pair split (both
-  // warpgroups on every job), of both.
+  // the warpgroup whose job it is; with the tall pair split or the wide
+  // split (both warpgroups on every job), of both.
   static constexpr int kReleasingWarpsPerCta = 4;
   static constexpr int ReleasingWarpsPerCta(bool both_warpgroups) {
     return both_warpgroups ? 2 * kReleasingWarpsPerCta : kReleasingWarpsPerCta;
@@ -255,8 +256,7 @@ struct NarrowConfig {
   // plans of 33-64 rows (the runtime's NarrowPairSplitApplies);
   // kTallPairSplit, the same for 65-128 rows in one row block, both consumer
   // warpgroups on every job (TallPairSplit; two consumers only); kWideSplit,
-  // the wide split's 128-column tiles (Split::kWide; two consumers, in
-  // turns).
+  // the wide split's 128-column tiles (Split::kWide; two consumers only).
   enum class Instantiation : uint8_t {
     kDefault, kPaired, kShortRowBlocks, kTaggedHandoff, kPairSplit, kTallPairSplit, kWideSplit
   };
@@ -271,7 +271,7 @@ struct NarrowConfig {
     return tagged_handoffs ? Instantiation::kTaggedHandoff : Instantiation::kDefault;
   }
   // The other way: how an instantiation's jobs divide K, and whether both
-  // consumer warpgroups run every job (the tall pair split).
+  // consumer warpgroups run every job (the tall pair split, the wide split).
   LOOM_HOST_DEVICE static constexpr Split SplitOf(Instantiation kind) {
     return kind == Instantiation::kWideSplit
                ? Split::kWide
@@ -279,7 +279,7 @@ struct NarrowConfig {
                                                                                                : Split::kNone);
   }
   LOOM_HOST_DEVICE static constexpr bool BothWarpgroupsOnEveryJob(Instantiation kind) {
-    return kind == Instantiation::kTallPairSplit;
+    return kind == Instantiation::kTallPairSplit || kind == Instantiation::kWideSplit;
   }
 
   // Packed weights (CompileOptions::pack_weights; the layout: packed_layout.h):

@@ -272,55 +272,47 @@ struct PairEpilogue {
 };
 
 // How a split job's tile is shaped and who multiplies it (RunPairSplitJob):
-// kPair, a 64 x 64 tile over half of K (33-64 rows); kWide, 64 x 128 over a
-// quarter of K (33-64 rows); both one warpgroup's, the two consumers in
-// turns. kTall, 128 x 64 over half of K (65-128 rows), both warpgroups on
-// every job, warpgroup w rows 64 w onwards, no turns.
+// kPair, a 64 x 64 tile over half of K, one warpgroup's (33-64 rows, the
+// two consumers in turns); kTall, 128 x 64 over half of K, warpgroup w rows
+// 64 w onwards (65-128 rows); kWide, 64 x 128 over a quarter of K,
+// warpgroup w columns 64 w onwards (33-64 rows). The last two: both
+// warpgroups on every job, no turns.
 enum class SplitForm : uint8_t { kPair, kTall, kWide };
 template <SplitForm kForm>
 struct SplitShape {
-  static constexpr bool kBothWarpgroups = kForm == SplitForm::kTall;
+  static constexpr bool kBothWarpgroups = kForm != SplitForm::kPair;
   static constexpr int kTileN = kForm == SplitForm::kWide ? NarrowConfig::kWideSplitBlockN
                                                           : NarrowConfig::kPairSplitBlockN;
   static constexpr int kSplits = kForm == SplitForm::kWide ? NarrowConfig::kWideSplits : NarrowConfig::kPairSplits;
   // Threads holding the tile's accumulators: one warpgroup's, or both's.
   static constexpr int kTileThreads = kBothWarpgroups ? 256 : 128;
-  // Each thread's accumulators (32 for 64 columns a warpgroup, 64 for 128),
-  // and the float4s of its partial sums.
-  static constexpr int kAccumulators = NarrowConfig::kBlockM * kTileN / 128;
-  static constexpr int kPartialFloat4s = kAccumulators / 4;
-  // Whether a stage's slots are freed before the next stage is waited for
-  // (the 64 KiB stages of the tile's larger operand: A's at 128 rows, B's
-  // at 128 columns), rather than once the next stage's wgmmas are issued.
-  static constexpr bool kFreeBeforeNextStage = kForm != SplitForm::kPair;
 };
 
 // The fp32 partial sums of one split of a split job's tile (RunPairSplitJob)
 // in the plan's workspace, in the accumulator layout, kThreads (128, or 256
-// with both warpgroups on the tile) accumulator threads a tile, kFloat4s
-// float4s each (8: 16 KiB, 32 KiB; 16: 32 KiB): float4 q of thread t at
-// [q][t] (each store and load of a warp's 32 threads one contiguous 512-byte
-// run). The node's workspace holds kSplits - 1 such blocks per tile
-// (sched::PartialSlices: every split's but the last, which sums them), tile
-// by tile, split by split within a tile (the tile's tile.m x tile.n floats
-// each).
-template <int kThreads, int kFloat4s, int kSplits>
+// with both warpgroups on the tile) accumulator threads a tile, 32 floats
+// each (16 KiB, 32 KiB): float4 q of thread t at [q][t] (each store and
+// load of a warp's 32 threads one contiguous 512-byte run). The node's
+// workspace holds kSplits - 1 such blocks per tile (sched::PartialSlices:
+// every split's but the last, which sums them), tile by tile, split by
+// split within a tile (the tile's tile.m x tile.n floats each).
+inline constexpr int kPairPartialFloat4s = 8;  // 32 accumulators a thread
+template <int kThreads, int kSplits>
 __device__ __forceinline__ float4* SplitPartialOf(const NarrowContext& ctx, const CtaWork& work, int split) {
   const sched::NodeSchedule& schedule = work.node->schedule;
   const int64_t tile = int64_t{work.m_block} * schedule.n_blocks + work.n_block;
   return reinterpret_cast<float4*>(ctx.params.workspace + schedule.workspace_offset) +
-         (tile * (kSplits - 1) + split) * kFloat4s * kThreads;
+         (tile * (kSplits - 1) + split) * kPairPartialFloat4s * kThreads;
 }
 
 // A split job (NarrowConfig::Split::kPair or kWide; SplitForm says which
-// tile): its tile over its part of K (job.split 0 the first), both operands
-// from shared memory, A as in RunWgmmaJob. kPair and kTall: wgmma
-// m64n64k16, B's 64 rows of a k-block one 8 KiB run, a stage 16 wgmmas into
-// two accumulator sets (as RunPairedWgmmaJob's: with four, 128 accumulator
-// registers), one group. kWide: wgmma m64n128k16 into one set (64
-// registers; two would be 128), B's 128 rows of a k-block one 16 KiB run.
-// Its slots freed as in RunWgmmaJob, or with kFreeBeforeNextStage (the loop
-// written out again, as RunPairedWgmmaJob's is, and for its reason). Then:
+// tile): its tile over its part of K (job.split 0 the first), wgmma
+// m64n64k16 with both operands from shared memory, A as in RunWgmmaJob, B's
+// 64 rows of a k-block (of the warpgroup's half of the tile with kWide) one
+// 8 KiB run. A stage is 16 wgmmas into two accumulator sets (as
+// RunPairedWgmmaJob's: with four, 128 accumulator registers), one group,
+// its slots freed as in RunWgmmaJob (the loop written out again, as
+// RunPairedWgmmaJob's is, and for its reason). Then:
 //   every split but the last: its sums to the workspace (SplitPartialOf),
 //     plain stores, handed to the publisher as a tile is, which releases
 //     the split's partial flag (sched::PartialFlagIndex);
@@ -331,58 +323,51 @@ __device__ __forceinline__ float4* SplitPartialOf(const NarrowContext& ctx, cons
 //     run), drops the lines it read from L2 unwritten
 //     (DiscardWarpPartials' reason: dirty scratch written back while the
 //     next launch streams), and stores its 32-column parts of the tile
-//     through the fused epilogue (kWide: the first two prefetched in the
-//     main loop, the last two built after it).
+//     through the fused epilogue.
 // Deadlock-free: every other split is earlier in the queue than the last,
 // and waits for nothing after its main loop.
 // kTall (NarrowConfig::TallPairSplit, 65-128 rows): the tile is 128 x 64 and
 // both warpgroups run every job, this one (rings.warpgroup) on rows 64 w
 // onwards: its A descriptors start that many rows into each k-block's tile
 // (the rows past the plan's read what follows, as in RunWgmmaJob), its
-// epilogue's rows too, its partial sums threads 128 w onwards of the tile's
-// 256; each warpgroup's first thread waits for the flags itself (the
-// acquire its own threads' loads need), and `leader` (warpgroup 0's) alone
-// records the trace.
-// NOTE: kWide was first built as kTall is, both warpgroups on every job (64
-// columns each, from the same A stages). On an H100 the 64-token MLP block
-// took ~139 us against main's ~118 (bench/NOTES.md v2.06): with no
-// warpgroup left streaming, every job's partial stores and hand-over (~2 us)
-// and every last quarter's flag waits and sums (~5 us) stopped the CTA's
-// stream. In turns, the other warpgroup streams through them.
+// epilogue's rows too. kWide: the tile is 64 x 128, this warpgroup on
+// columns 64 w onwards: its B descriptors start that many rows into each
+// k-block's 16 KiB of B, its epilogue's columns too. With both warpgroups,
+// the partial sums are threads 128 w onwards of the tile's 256, each
+// warpgroup's first thread waits for the flags itself (the acquire its own
+// threads' loads need), `leader` (warpgroup 0's) alone records the trace,
+// and a stage's slots are freed before the next stage is waited for, not
+// once its wgmmas are issued (the loop's first lines).
 template <int kConsumers, ElementType kHalf, SplitForm kForm>
 __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                 int lane, ConsumerRings& rings) {
   using Shape = SplitShape<kForm>;
-  constexpr bool kWide = kForm == SplitForm::kWide;
   constexpr int kTileN = Shape::kTileN;
   constexpr int kSplits = Shape::kSplits;
   constexpr int kTileThreads = Shape::kTileThreads;
-  constexpr int kAccumulators = Shape::kAccumulators;
-  constexpr int kFloat4s = Shape::kPartialFloat4s;
   constexpr uint32_t kBKBlockBytes = kTileN * NarrowConfig::kBlockK * 2;
   static_assert(!Shape::kBothWarpgroups || kConsumers == 2, "the tile's halves are the two warpgroups'");
   // This warpgroup's first row of the tile, and its first A row's bytes into
-  // a k-block's tile.
+  // a k-block's tile; its first column, and its first B row's bytes.
   const int row_offset = kForm == SplitForm::kTall ? NarrowConfig::kBlockM * rings.warpgroup : 0;
+  const int column_part = kForm == SplitForm::kWide ? 2 * rings.warpgroup : 0;  // in 32-column parts
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring)) +
                           static_cast<uint32_t>(row_offset) * NarrowConfig::kBlockK * 2;
-  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring)) +
+                          static_cast<uint32_t>(column_part * NarrowConfig::kBlockN) * NarrowConfig::kBlockK * 2;
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
   const bool last = work.job->split == kSplits - 1;
   // The epilogue's rows are 16 * warp onwards: warps 4-7 are warpgroup 1's.
   const int row_warp = warp + row_offset / 16;
-  // The first 64 columns' epilogue, prefetched while the main loop runs;
-  // kWide's none (built after it, below). (Built through a lambda shared
-  // with kWide's, it changed the other forms' code.)
-  PairEpilogue<kHalf> epilogue{NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, 0),
-                               NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, 1), last && !kWide};
-  // kWide: one accumulator set; the others: two, added after the loop.
-  float chains[kWide ? 1 : 2][kAccumulators] = {};
+  PairEpilogue<kHalf> epilogue{NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, column_part),
+                               NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, column_part + 1),
+                               last};
+  float chains[2][32] = {};
   RingCursor a_release = rings.a, b_release = rings.b;
   bool pending = false;
   const uint32_t a_tile_bytes = ctx.params.a_stage_bytes / NarrowConfig::kKBlocksPerStage;
   for (int kb0 = 0; kb0 < k_blocks; kb0 += NarrowConfig::kKBlocksPerStage) {
-    if constexpr (Shape::kFreeBeforeNextStage) {
+    if constexpr (Shape::kBothWarpgroups) {
       // Two stages of the larger operand (A's 64 KiB at 128 rows, B's 64
       // KiB with 128 columns): freed only once the next stage's wgmmas were
       // issued, as below, a slot would wait for that stage to land, and the
@@ -390,10 +375,9 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
       // MLP block took ~17 us longer than main so, ~2 us freed here;
       // bench/NOTES.md v2.03). So the warpgroup waits for its last group and
       // frees that stage's slots before it waits for the next: the other
-      // warpgroup's wgmmas (kTall), or the stage's bytes still to land,
-      // take the time. The same at every stage, so that the warpgroup's
-      // wgmma.wait_group is uniform (a wait chosen by a poll's outcome would
-      // not be).
+      // warpgroup's wgmmas fill the tensor pipes meanwhile. The same at
+      // every stage, so that the warpgroup's wgmma.wait_group is uniform (a
+      // wait chosen by a poll's outcome would not be).
       if (pending) {
         ptx::wgmma_wait_group<0>();
         ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
@@ -410,17 +394,12 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
       const uint32_t desc_b = Swizzle128DescriptorLow(b_stage + kb * kBKBlockBytes);
 #pragma unroll
       for (int k16 = 0; k16 < NarrowConfig::kBlockK / 16; ++k16) {
-        if constexpr (kWide) {
-          wgmma_m64n128k16_ss<kHalf>(chains[0], AdvanceDescriptorLowK16(desc_a, k16),
-                                     AdvanceDescriptorLowK16(desc_b, k16));
-        } else {
-          wgmma_m64n64k16_ss<kHalf>(chains[k16 % 2], AdvanceDescriptorLowK16(desc_a, k16),
-                                    AdvanceDescriptorLowK16(desc_b, k16));
-        }
+        wgmma_m64n64k16_ss<kHalf>(chains[k16 % 2], AdvanceDescriptorLowK16(desc_a, k16),
+                                AdvanceDescriptorLowK16(desc_b, k16));
       }
     }
     ptx::wgmma_commit_group();
-    if constexpr (!Shape::kFreeBeforeNextStage) {
+    if constexpr (!Shape::kBothWarpgroups) {
       ptx::wgmma_wait_group<1>();
       if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
     }
@@ -431,26 +410,19 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
   if constexpr (!Shape::kBothWarpgroups) PassTurn<kConsumers>(ctx, rings, lane);
   ptx::wgmma_wait_group<0>();
   if (pending) ReleaseSlots<false>(ctx, lane == 0, a_release, b_release);
-  float acc[kAccumulators];
+  float acc[32];
 #pragma unroll
-  for (int r = 0; r < kAccumulators; ++r) {
-    if constexpr (kWide) {
-      acc[r] = chains[0][r];
-    } else {
-      acc[r] = chains[0][r] + chains[1][r];
-    }
-  }
+  for (int r = 0; r < 32; ++r) acc[r] = chains[0][r] + chains[1][r];
   // This thread's float4s of split 0's partial; split s's are s blocks on.
-  float4* const partials =
-      SplitPartialOf<kTileThreads, kFloat4s, kSplits>(ctx, work, 0) + (threadIdx.x - 128) % kTileThreads;
-  constexpr int kPartialFloat4s = kFloat4s * kTileThreads;
+  float4* const partials = SplitPartialOf<kTileThreads, kSplits>(ctx, work, 0) + (threadIdx.x - 128) % kTileThreads;
+  constexpr int kPartialFloat4s = kPairPartialFloat4s * kTileThreads;
   if (!last) {
     // (With two splits the one that stores is split 0: a constant, where
     // the job's split read again kept a register more and the pair split's
     // two-consumer kernel spilled 28 bytes.)
     float4* partial = partials + (kSplits == 2 ? 0 : work.job->split) * kPartialFloat4s;
 #pragma unroll
-    for (int q = 0; q < kFloat4s; ++q) {
+    for (int q = 0; q < kPairPartialFloat4s; ++q) {
       partial[q * kTileThreads] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
     }
     RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
@@ -463,46 +435,28 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
   }
   ptx::barrier_at<128>(rings.barrier());  // the first thread's acquire, for every thread's loads below
   // Its own sums, then split 0's, split 1's, ... added in that order (in
-  // place: a second array of sums beside acc and the epilogue's prefetched
-  // values made the first wide split's kernel spill).
+  // place: a second array of 32 sums beside acc and the epilogue's
+  // prefetched values made the wide split's kernel spill).
 #pragma unroll
   for (int split = 0; split < kSplits - 1; ++split) {
     const float4* partial = partials + split * kPartialFloat4s;
 #pragma unroll
-    for (int q = 0; q < kFloat4s; ++q) {
+    for (int q = 0; q < kPairPartialFloat4s; ++q) {
       const uint4 bits = ptx::ld_relaxed_gpu_v4(reinterpret_cast<const uint32_t*>(partial + q * kTileThreads));
       acc[4 * q] += __uint_as_float(bits.x);
       acc[4 * q + 1] += __uint_as_float(bits.y);
       acc[4 * q + 2] += __uint_as_float(bits.z);
       acc[4 * q + 3] += __uint_as_float(bits.w);
     }
-    // The warp's lanes read float4s [q][32 warp, + 32) for every q: kFloat4s
-    // runs of 512 bytes, lane l's line l % 4 of q = l / 4 (and, with 16
-    // float4s, of q = 8 + l / 4 too). Every load is consumed above, so done,
-    // before the warp meets.
+    // The warp's lanes read float4s [q][32 warp, + 32) for every q: 32
+    // lines of 128 bytes, lane l's line l % 4 of q = l / 4. Every load is
+    // consumed above, so done, before the warp meets.
     __syncwarp();
-#pragma unroll
-    for (int q0 = 0; q0 < kFloat4s; q0 += 8) {
-      ptx::discard_global_l2(partial - lane + (q0 + lane / 4) * kTileThreads + (lane % 4) * 8);
-    }
+    ptx::discard_global_l2(partial - lane + (lane / 4) * kTileThreads + (lane % 4) * 8);
   }
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
-  if constexpr (kWide) {
-    // 64 columns at a time, their bias and residual read now (kept across
-    // the main loop beside 64 accumulators, they made ptxas spill), while
-    // the other warpgroup streams the next job.
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      PairEpilogue<kHalf> part{NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, 2 * half),
-                               NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, 2 * half + 1), true};
-      part.Prefetch();
-      part.left.Store(*reinterpret_cast<const float(*)[16]>(&acc[32 * half]));
-      part.right.Store(*reinterpret_cast<const float(*)[16]>(&acc[32 * half + 16]));
-    }
-  } else {
-    epilogue.left.Store(*reinterpret_cast<const float(*)[16]>(&acc[0]));
-    epilogue.right.Store(*reinterpret_cast<const float(*)[16]>(&acc[16]));
-  }
+  epilogue.left.Store(*reinterpret_cast<const float(*)[16]>(&acc[0]));
+  epilogue.right.Store(*reinterpret_cast<const float(*)[16]>(&acc[16]));
 }
 
 // The same for a job of at most 16 rows, on mma.sync m16n8k16 with the
@@ -636,9 +590,8 @@ __device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int i
 // After a time-out it goes on as usual (its rings drain: the top of the
 // file) until the job stream ends.
 // kPath: kPaired24 or kPaired32, RunPairedWgmmaJob for A tiles of that many
-// rows; kPairSplit and kWideSplit, RunPairSplitJob's 64- and 128-column
-// forms; kTallPairSplit, its tall form, whose every job both warpgroups run
-// (no turns);
+// rows; kPairSplit, RunPairSplitJob; kTallPairSplit and kWideSplit, its
+// tall and wide forms, whose every job both warpgroups run (no turns);
 // kByRows, the others by the plan's rows (RunMmaSyncJob up to 16,
 // RunWgmmaJob past 32).
 // NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
@@ -649,7 +602,8 @@ enum class ConsumerPath : uint8_t { kByRows, kPaired24, kPaired32, kPairSplit, k
 template <ConsumerPath kPath, int kConsumers, bool kTagged, ElementType kHalf>
 __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
   static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
-  constexpr bool kTurns = kConsumers > 1 && kPath != ConsumerPath::kTallPairSplit;
+  constexpr bool kTurns =
+      kConsumers > 1 && kPath != ConsumerPath::kTallPairSplit && kPath != ConsumerPath::kWideSplit;
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
   JobStream jobs;
   ConsumerRings rings{warpgroup};
@@ -710,8 +664,8 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
 }
 
 // The consumers of the kernel instantiation kKind (NarrowConfig::
-// Instantiation). kTallPairSplit: both warpgroups run every job; the
-// first's first thread records its trace.
+// Instantiation). kTallPairSplit and kWideSplit: both warpgroups run every
+// job; the first's first thread records its trace.
 template <NarrowConfig::Instantiation kKind, int kConsumers, ElementType kHalf>
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
   using Kind = NarrowConfig::Instantiation;

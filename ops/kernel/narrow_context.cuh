@@ -184,8 +184,8 @@ struct NarrowContext {
 // loader's stores into it (with one lane's arrival after a __syncwarp,
 // compute-sanitizer racecheck reported each pair as a hazard: bench/NOTES.md
 // v1.34-v1.35). kBothWarpgroups: the tall pair split's
-// (NarrowConfig::TallPairSplit), whose every job both consumer warpgroups
-// read, release and hand over.
+// (NarrowConfig::TallPairSplit) or the wide split's, whose every job both
+// consumer warpgroups read, release and hand over.
 template <int kConsumers, bool kEveryLaneOnA, bool kBothWarpgroups = false>
 __device__ void InitNarrowBarriers(NarrowBarriers* barriers, const KernelParams& params) {
   constexpr uint32_t kLanes = kEveryLaneOnA ? 32 : 1;

@@ -36,7 +36,7 @@ namespace {
 // (RunPairSplitJob), its own instantiation so that the others keep their code;
 // kTallPairSplit, the same at 65-128 rows, both consumer warpgroups on every job
 // (two consumers only); kWideSplit, the wide split's 128-column tiles over
-// quarters of K, one consumer warpgroup's each (two consumers only).
+// quarters of K, both consumer warpgroups on every job (two consumers only).
 // kConsumers: consumer warpgroups (NarrowConfig::kMaxConsumerWarpgroups).
 // kHalf: the plan's 16-bit type, bf16 or fp16 (half_types.cuh; the tagged
 // handoff's words hold pairs of it).

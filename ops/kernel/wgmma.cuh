@@ -140,14 +140,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint32_t desc
   LOOM_WGMMA_IN_HALF_TYPE(LOOM_WGMMA_SS_LOW, "m64n64k16", LOOM_WGMMA_REGS32, LOOM_WGMMA_D32, d, "%32", "%33", "%34")
 }
 
-// The same, m64n128k16: the wide split's 128-column tiles (narrow_consumer_role.cuh,
-// RunPairSplitJob). d[64] holds the first 64 registers of the m64n256k16
-// layout (columns 0..127).
-template <ElementType kHalf>
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint32_t desc_a_low, uint32_t desc_b_low) {
-  LOOM_WGMMA_IN_HALF_TYPE(LOOM_WGMMA_SS_LOW, "m64n128k16", LOOM_WGMMA_REGS64, LOOM_WGMMA_D64, d, "%64", "%65", "%66")
-}
-
 #undef LOOM_WGMMA_IN_HALF_TYPE
 #undef LOOM_WGMMA_SS_LOW
 #undef LOOM_WGMMA_SS

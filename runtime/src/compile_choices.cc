@@ -670,14 +670,13 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   }
   NarrowRings rings;
   const bool splits_k = split != NarrowConfig::Split::kNone;
-  // Two consumer warpgroups: the tall pair split's jobs are both's, the
-  // wide split's theirs in turns (NarrowPairSplitApplies,
-  // NarrowWideSplitApplies: never one).
+  // The tall pair split's and the wide split's jobs are both consumer
+  // warpgroups' (two only: NarrowPairSplitApplies, NarrowWideSplitApplies).
   const bool wide = split == NarrowConfig::Split::kWide;
-  const bool two_consumers = wide || (splits_k && NarrowConfig::TallPairSplit(rows));
+  const bool both_warpgroups = wide || (splits_k && NarrowConfig::TallPairSplit(rows));
   rings.consumers = options.narrow_consumers > 0
                         ? options.narrow_consumers
-                        : (two_consumers || (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain) ? 2 : 1);
+                        : (both_warpgroups || (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain) ? 2 : 1);
   rings.a_stage_bytes = NarrowConfig::AStageBytes(std::max<int64_t>(NarrowConfig::TileRows(rows, splits_k), 1));
   const uint32_t tile_rows = NarrowConfig::ATileRows(rings.a_stage_bytes);
   // 96 KiB for the 16-row mma.sync tiles and the paired wgmma's tiles.
@@ -687,7 +686,7 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   // The tall pair split and the wide split: as many A stages as leave
   // kTallPairSplitBStages or kWideSplitBStages.
   const int64_t auto_a_bytes =
-      two_consumers ? device.shared_memory_per_block -
+      both_warpgroups ? device.shared_memory_per_block -
                             int64_t{kernel::NarrowSharedMemoryBytes(
                                 0, rings.a_stage_bytes, wide ? kWideSplitBStages : kTallPairSplitBStages,
                                 rings.consumers, tile_n)}

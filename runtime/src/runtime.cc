@@ -505,8 +505,8 @@ std::string ExplainNarrowMultiply(uint32_t tile_rows, NarrowConfig::Split split)
   const bool pair_split = split == NarrowConfig::Split::kPair;
   if (split == NarrowConfig::Split::kWide) {
     return absl::StrFormat(
-        "multiply: wgmma m64n128k16, the tokens (A tiles of %d rows) as the 64 rows, the two consumer warpgroups "
-        "taking the jobs in turns\n",
+        "multiply: wgmma m64n64k16 in both consumer warpgroups, each 64 of the tile's 128 columns, the tokens (A "
+        "tiles of %d rows) as the 64 rows, from the same A stages\n",
         tile_rows);
   }
   if (pair_split && NarrowConfig::TallPairSplit(tile_rows)) {

@@ -216,8 +216,8 @@ struct CompileOptions {
   // 64 rows, on nodes of three quarters of a wave of jobs or more.
   PairSplitChoice narrow_pair_split = PairSplitChoice::kAuto;
   // The wide split on the narrow kernel, for graphs of 33-64 rows with two
-  // consumer warpgroups: each job a 64 x 128 tile over a quarter of K, one
-  // consumer warpgroup's (the two in turns, as with 32-column tiles);
+  // consumer warpgroups: each job a 64 x 128 tile over a quarter of K, both
+  // consumer warpgroups multiplying it, 64 columns each, from the same A;
   // the last quarter of a tile (the latest in the queue) adds the other
   // three's fp32 partial sums (32 KiB each, through the plan's workspace)
   // to its own before the fused epilogue; the same bits every run. A CTA
