@@ -392,7 +392,8 @@ constexpr int kSplitClaimStages = 8;
 constexpr int kTallPairSplitBStages = 3;
 // ChooseNarrowRings: the B stages (64 KiB each) the wide split's A ring
 // leaves room for: two, which with A's 32-KiB stages at 64 rows leaves A
-// three (a first guess, not yet measured).
+// three (a first guess; no other depth measured. On an H100 its jobs'
+// main loops streamed faster than main's, bench/NOTES.md v2.06).
 constexpr int kWideSplitBStages = 2;
 // PairSplitPaysByDefault: the tall pair split under PairSplitChoice::kAuto
 // needs every node with jobs to have at least this many quarters of a wave
