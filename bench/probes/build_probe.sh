@@ -11,6 +11,12 @@
 #     half_a_down, half_a_gateup
 #             the same for one node of the MLP block only: the down
 #             projection (K past 8192: XARD) or gate/up (XARG)
+#     wide_turns
+#             the wide split in turns (bench/NOTES.md v2.06): each 64 x 128
+#             job one consumer warpgroup's (m64n128k16), non-last quarters
+#             releasing their own flags; right on an H100 but ~56 us
+#             slower than main at 64 tokens. Kept as the start of a next
+#             attempt (its tests too: build graph_gpu_test in the tree)
 #   DEST:   where the binary goes, as DEST/loom_graph_bench-NAME (default:
 #           .device-carry, after bench/pack_for_h200.sh has filled it: the
 #           probe links the libraries that script bundles for main's bench)
