@@ -271,19 +271,23 @@ struct PairEpilogue {
   }
 };
 
-// How a split job's tile is shaped and who multiplies it (RunPairSplitJob):
-// kPair, a 64 x 64 tile over half of K, one warpgroup's (33-64 rows, the
-// two consumers in turns); kTall, 128 x 64 over half of K, warpgroup w rows
-// 64 w onwards (65-128 rows); kWide, 64 x 128 over a quarter of K,
-// warpgroup w columns 64 w onwards (33-64 rows). The last two: both
-// warpgroups on every job, no turns.
-enum class SplitForm : uint8_t { kPair, kTall, kWide };
-template <SplitForm kForm>
+// How the split job of kernel instantiation kKind (kPairSplit,
+// kTallPairSplit or kWideSplit) is shaped and who multiplies it
+// (RunPairSplitJob): the pair split's a 64 x 64 tile over half of K, one
+// warpgroup's (33-64 rows, the two consumers in turns); the tall pair
+// split's 128 x 64 over half of K, warpgroup w rows 64 w onwards (65-128
+// rows); the wide split's 64 x 128 over a quarter of K, warpgroup w columns
+// 64 w onwards (33-64 rows). The last two: both warpgroups on every job
+// (NarrowConfig::BothWarpgroupsOnEveryJob), no turns.
+template <NarrowConfig::Instantiation kKind>
 struct SplitShape {
-  static constexpr bool kBothWarpgroups = kForm != SplitForm::kPair;
-  static constexpr int kTileN = kForm == SplitForm::kWide ? NarrowConfig::kWideSplitBlockN
-                                                          : NarrowConfig::kPairSplitBlockN;
-  static constexpr int kSplits = kForm == SplitForm::kWide ? NarrowConfig::kWideSplits : NarrowConfig::kPairSplits;
+  static constexpr NarrowConfig::Split kSplit = NarrowConfig::SplitOf(kKind);
+  static_assert(kSplit != NarrowConfig::Split::kNone, "a split job's instantiation");
+  static constexpr bool kTall = kKind == NarrowConfig::Instantiation::kTallPairSplit;
+  static constexpr bool kWide = kSplit == NarrowConfig::Split::kWide;
+  static constexpr bool kBothWarpgroups = NarrowConfig::BothWarpgroupsOnEveryJob(kKind);
+  static constexpr int kTileN = NarrowConfig::TileN(kSplit);
+  static constexpr int kSplits = NarrowConfig::Splits(kSplit);
   // Threads holding the tile's accumulators: one warpgroup's, or both's.
   static constexpr int kTileThreads = kBothWarpgroups ? 256 : 128;
 };
@@ -305,10 +309,10 @@ __device__ __forceinline__ float4* SplitPartialOf(const NarrowContext& ctx, cons
          (tile * (kSplits - 1) + split) * kPairPartialFloat4s * kThreads;
 }
 
-// A split job (NarrowConfig::Split::kPair or kWide; SplitForm says which
-// tile): its tile over its part of K (job.split 0 the first), wgmma
+// A split job (NarrowConfig::Split::kPair or kWide; SplitShape<kKind> says
+// which tile): its tile over its part of K (job.split 0 the first), wgmma
 // m64n64k16 with both operands from shared memory, A as in RunWgmmaJob, B's
-// 64 rows of a k-block (of the warpgroup's half of the tile with kWide) one
+// 64 rows of a k-block (of the warpgroup's half of the tile, wide) one
 // 8 KiB run. A stage is 16 wgmmas into two accumulator sets (as
 // RunPairedWgmmaJob's: with four, 128 accumulator registers), one group,
 // its slots freed as in RunWgmmaJob (the loop written out again, as
@@ -326,11 +330,11 @@ __device__ __forceinline__ float4* SplitPartialOf(const NarrowContext& ctx, cons
 //     through the fused epilogue.
 // Deadlock-free: every other split is earlier in the queue than the last,
 // and waits for nothing after its main loop.
-// kTall (NarrowConfig::TallPairSplit, 65-128 rows): the tile is 128 x 64 and
+// Shape::kTall (NarrowConfig::TallPairSplit, 65-128 rows): the tile is 128 x 64 and
 // both warpgroups run every job, this one (rings.warpgroup) on rows 64 w
 // onwards: its A descriptors start that many rows into each k-block's tile
 // (the rows past the plan's read what follows, as in RunWgmmaJob), its
-// epilogue's rows too. kWide: the tile is 64 x 128, this warpgroup on
+// epilogue's rows too. Shape::kWide: the tile is 64 x 128, this warpgroup on
 // columns 64 w onwards: its B descriptors start that many rows into each
 // k-block's 16 KiB of B, its epilogue's columns too. With both warpgroups,
 // the partial sums are threads 128 w onwards of the tile's 256, each
@@ -338,10 +342,10 @@ __device__ __forceinline__ float4* SplitPartialOf(const NarrowContext& ctx, cons
 // threads' loads need), `leader` (warpgroup 0's) alone records the trace,
 // and a stage's slots are freed before the next stage is waited for, not
 // once its wgmmas are issued (the loop's first lines).
-template <int kConsumers, ElementType kHalf, SplitForm kForm>
+template <int kConsumers, ElementType kHalf, NarrowConfig::Instantiation kKind>
 __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, int index, bool leader, int warp,
                                 int lane, ConsumerRings& rings) {
-  using Shape = SplitShape<kForm>;
+  using Shape = SplitShape<kKind>;
   constexpr int kTileN = Shape::kTileN;
   constexpr int kSplits = Shape::kSplits;
   constexpr int kTileThreads = Shape::kTileThreads;
@@ -349,8 +353,8 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
   static_assert(!Shape::kBothWarpgroups || kConsumers == 2, "the tile's halves are the two warpgroups'");
   // This warpgroup's first row of the tile, and its first A row's bytes into
   // a k-block's tile; its first column, and its first B row's bytes.
-  const int row_offset = kForm == SplitForm::kTall ? NarrowConfig::kBlockM * rings.warpgroup : 0;
-  const int column_part = kForm == SplitForm::kWide ? 2 * rings.warpgroup : 0;  // in 32-column parts
+  const int row_offset = Shape::kTall ? NarrowConfig::kBlockM * rings.warpgroup : 0;
+  const int column_part = Shape::kWide ? 2 * rings.warpgroup : 0;  // in 32-column parts
   const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.a_ring)) +
                           static_cast<uint32_t>(row_offset) * NarrowConfig::kBlockK * 2;
   const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ctx.b_ring)) +
@@ -590,20 +594,20 @@ __device__ void PassOverJob(const NarrowContext& ctx, const CtaWork& work, int i
 // After a time-out it goes on as usual (its rings drain: the top of the
 // file) until the job stream ends.
 // kPath: kPaired24 or kPaired32, RunPairedWgmmaJob for A tiles of that many
-// rows; kPairSplit, RunPairSplitJob; kTallPairSplit and kWideSplit, its
-// tall and wide forms, whose every job both warpgroups run (no turns);
+// rows; kSplit, RunPairSplitJob in kKind's form (without turns where both
+// warpgroups run every job: NarrowConfig::BothWarpgroupsOnEveryJob);
 // kByRows, the others by the plan's rows (RunMmaSyncJob up to 16,
-// RunWgmmaJob past 32).
+// RunWgmmaJob past 32; kKind kTaggedHandoff: with the tagged handoff).
 // NOTE: the paired jobs chosen per job beside the others in one loop, ptxas
 // spilled (255 registers, 24 bytes) and the MLP block at 24 / 32 tokens took
 // 111.2-111.9 / 111.6-111.7 us against 106.7-107.7 / 109.2-110.0 with a
 // loop of their own (bench/NOTES.md v1.24).
-enum class ConsumerPath : uint8_t { kByRows, kPaired24, kPaired32, kPairSplit, kTallPairSplit, kWideSplit };
-template <ConsumerPath kPath, int kConsumers, bool kTagged, ElementType kHalf>
+enum class ConsumerPath : uint8_t { kByRows, kPaired24, kPaired32, kSplit };
+template <ConsumerPath kPath, NarrowConfig::Instantiation kKind, int kConsumers, ElementType kHalf>
 __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, int lane, bool leader) {
   static_assert(kConsumers == 1 || kConsumers == 2, "the turn passes to the other warpgroup");
-  constexpr bool kTurns =
-      kConsumers > 1 && kPath != ConsumerPath::kTallPairSplit && kPath != ConsumerPath::kWideSplit;
+  constexpr bool kTurns = kConsumers > 1 && !NarrowConfig::BothWarpgroupsOnEveryJob(kKind);
+  constexpr bool kTagged = kKind == NarrowConfig::Instantiation::kTaggedHandoff;
   const uint32_t tile_rows = NarrowConfig::ATileRows(ctx.params.a_stage_bytes);
   JobStream jobs;
   ConsumerRings rings{warpgroup};
@@ -629,12 +633,8 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
     }
     StartTrace(ctx, index, leader);
     const CtaWork work = ResolveJob(ctx, index);
-    if constexpr (kPath == ConsumerPath::kPairSplit) {
-      RunPairSplitJob<kConsumers, kHalf, SplitForm::kPair>(ctx, work, index, leader, warp, lane, rings);
-    } else if constexpr (kPath == ConsumerPath::kTallPairSplit) {
-      RunPairSplitJob<kConsumers, kHalf, SplitForm::kTall>(ctx, work, index, leader, warp, lane, rings);
-    } else if constexpr (kPath == ConsumerPath::kWideSplit) {
-      RunPairSplitJob<kConsumers, kHalf, SplitForm::kWide>(ctx, work, index, leader, warp, lane, rings);
+    if constexpr (kPath == ConsumerPath::kSplit) {
+      RunPairSplitJob<kConsumers, kHalf, kKind>(ctx, work, index, leader, warp, lane, rings);
     } else if constexpr (kPath == ConsumerPath::kByRows) {
       if (tile_rows <= 8) {
         RunMmaSyncJob<1, kConsumers, kTagged, kHalf>(ctx, work, index, leader, warp, lane, rings);
@@ -664,31 +664,26 @@ __device__ void ConsumeJobs(const NarrowContext& ctx, int warpgroup, int warp, i
 }
 
 // The consumers of the kernel instantiation kKind (NarrowConfig::
-// Instantiation). kTallPairSplit and kWideSplit: both warpgroups run every
-// job; the first's first thread records its trace.
+// Instantiation). Where both warpgroups run every job
+// (NarrowConfig::BothWarpgroupsOnEveryJob), the first's first thread records
+// its trace.
 template <NarrowConfig::Instantiation kKind, int kConsumers, ElementType kHalf>
 __device__ void RunNarrowConsumer(const NarrowContext& ctx) {
-  using Kind = NarrowConfig::Instantiation;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int warpgroup = threadIdx.x / 128 - 1;
   // Writes its jobs' traces (the publisher releases the flag).
   const bool leader = NarrowConfig::BothWarpgroupsOnEveryJob(kKind) ? threadIdx.x == 128 : threadIdx.x % 128 == 0;
-  if constexpr (kKind == Kind::kTallPairSplit) {
-    ConsumeJobs<ConsumerPath::kTallPairSplit, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
-  } else if constexpr (kKind == Kind::kWideSplit) {
-    ConsumeJobs<ConsumerPath::kWideSplit, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
-  } else if constexpr (kKind == Kind::kPairSplit) {
-    ConsumeJobs<ConsumerPath::kPairSplit, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
-  } else if constexpr (kKind == Kind::kPaired) {
+  if constexpr (NarrowConfig::SplitOf(kKind) != NarrowConfig::Split::kNone) {
+    ConsumeJobs<ConsumerPath::kSplit, kKind, kConsumers, kHalf>(ctx, warpgroup, warp, lane, leader);
+  } else if constexpr (kKind == NarrowConfig::Instantiation::kPaired) {
     if (NarrowConfig::ATileRows(ctx.params.a_stage_bytes) <= 24) {
-      ConsumeJobs<ConsumerPath::kPaired24, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+      ConsumeJobs<ConsumerPath::kPaired24, kKind, kConsumers, kHalf>(ctx, warpgroup, warp, lane, leader);
     } else {
-      ConsumeJobs<ConsumerPath::kPaired32, kConsumers, false, kHalf>(ctx, warpgroup, warp, lane, leader);
+      ConsumeJobs<ConsumerPath::kPaired32, kKind, kConsumers, kHalf>(ctx, warpgroup, warp, lane, leader);
     }
   } else {
-    ConsumeJobs<ConsumerPath::kByRows, kConsumers, kKind == Kind::kTaggedHandoff, kHalf>(ctx, warpgroup, warp, lane,
-                                                                                          leader);
+    ConsumeJobs<ConsumerPath::kByRows, kKind, kConsumers, kHalf>(ctx, warpgroup, warp, lane, leader);
   }
 }
 
