@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds a timing build of loom_graph_bench: main's HEAD with one probe diff
+# Builds a timing build of loom_graph_bench: main's HEAD (or BASE) with one probe diff
 # of this folder applied, in a git worktree of its own, so the probe never
 # touches main's kernels. Timing builds give wrong results on purpose (their
 # checks fail); they exist to time one change (bench/NOTES.md names each).
-#   usage: bench/probes/build_probe.sh NAME [DEST]
+#   usage: [BASE=COMMIT] bench/probes/build_probe.sh NAME [DEST]
 #   NAME: a diff here, without .diff:
 #     half_a  every narrow A stage loads half its rows (the "XAR" builds of
 #             bench/NOTES.md v1.92-v1.99: do A's bytes bound the 64-token block?
@@ -16,7 +16,9 @@
 #             job one consumer warpgroup's (m64n128k16), non-last quarters
 #             releasing their own flags; right on an H100 but ~56 us
 #             slower than main at 64 tokens. Kept as the start of a next
-#             attempt (its tests too: build graph_gpu_test in the tree)
+#             attempt (its tests too: build graph_gpu_test in the tree).
+#             It applies to bc62d2b, before 804daa1 reshaped the split
+#             jobs' code: BASE=bc62d2b build_probe.sh wide_turns
 #   DEST:   where the binary goes, as DEST/loom_graph_bench-NAME (default:
 #           .device-carry, after bench/pack_for_h200.sh has filled it: the
 #           probe links the libraries that script bundles for main's bench)
@@ -30,11 +32,14 @@ diff=$PWD/bench/probes/$name.diff
 [ -f "$diff" ] || { echo "no probe diff $diff" >&2; exit 2; }
 tree=/tmp/loom-probe-$name
 export PATH=/usr/local/cuda/bin:$PATH
-if [ -d "$tree" ] && [ "$(git -C "$tree" rev-parse HEAD)" != "$(git rev-parse HEAD)" ]; then
-  git worktree remove --force "$tree"  # an older HEAD's: rebuilt from this one
+# The commit the diff applies to: main's HEAD, or BASE where a diff names
+# an older one (below).
+base=$(git rev-parse "${BASE:-HEAD}")
+if [ -d "$tree" ] && [ "$(git -C "$tree" rev-parse HEAD)" != "$base" ]; then
+  git worktree remove --force "$tree"  # another commit's: rebuilt from this one
 fi
 if [ ! -d "$tree" ]; then
-  git worktree add -q --detach "$tree" HEAD
+  git worktree add -q --detach "$tree" "$base"
   git -C "$tree" apply "$diff"
 fi
 cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
