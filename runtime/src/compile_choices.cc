@@ -674,7 +674,8 @@ absl::StatusOr<NarrowRings> ChooseNarrowRings(const CompileOptions& options, con
   // The tall pair split's and the wide split's jobs are both consumer
   // warpgroups' (two only: NarrowPairSplitApplies, NarrowWideSplitApplies).
   const bool wide = split == NarrowConfig::Split::kWide;
-  const bool both_warpgroups = wide || (splits_k && NarrowConfig::TallPairSplit(rows));
+  const bool both_warpgroups = NarrowConfig::BothWarpgroupsOnEveryJob(NarrowConfig::InstantiationFor(
+      static_cast<uint32_t>(rows), NarrowConfig::kBlockM, /*tagged_handoffs=*/false, split));
   rings.consumers = options.narrow_consumers > 0
                         ? options.narrow_consumers
                         : (both_warpgroups || (rows > NarrowConfig::kMmaSyncRows && !one_wave_chain) ? 2 : 1);
