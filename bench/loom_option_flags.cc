@@ -33,6 +33,9 @@ ABSL_FLAG(loom::PairSplitChoice, narrow_pair_split, loom::PairSplitChoice::kAuto
 ABSL_FLAG(bool, narrow_wide_split, false,
           "loom: the narrow kernel at 33-64 rows runs 128-column tiles over each quarter of K on both consumer "
           "warpgroups, the last quarter summing (CompileOptions::narrow_wide_split)");
+ABSL_FLAG(bool, narrow_split_whole_tiles, false,
+          "loom: with the pair or wide split, a node of two waves of tiles or more splits only its last one to two "
+          "waves' tiles, the others one job over all of K each (CompileOptions::narrow_split_whole_tiles)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two "
           "row blocks, split rings; CompileOptions::pack_weights)");
@@ -70,6 +73,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.narrow_claim_stages = absl::GetFlag(FLAGS_narrow_claim_stages);
   options.narrow_pair_split = absl::GetFlag(FLAGS_narrow_pair_split);
   options.narrow_wide_split = absl::GetFlag(FLAGS_narrow_wide_split);
+  options.narrow_split_whole_tiles = absl::GetFlag(FLAGS_narrow_split_whole_tiles);
   options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
   options.tagged_handoff = absl::GetFlag(FLAGS_tagged_handoff);
   options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);

@@ -10,7 +10,7 @@ namespace loom::bench {
 
 // CompileOptions with --a_stages, --b_stages, --tile_n, --max_clusters, --kernel, --narrow_a_stages,
 // --narrow_b_stages, --narrow_b_in_flight, --narrow_consumers, --narrow_claim_stages,
-// --narrow_pair_split, --narrow_wide_split, --pack_weights, --tagged_handoff, --overlap_launches, --reduce_in_parts, --reduce_part_rows,
+// --narrow_pair_split, --narrow_wide_split, --narrow_split_whole_tiles, --pack_weights, --tagged_handoff, --overlap_launches, --reduce_in_parts, --reduce_part_rows,
 // --sum_in_last_split, --last_split_extra, --split_k and --group_size
 // applied; every other field at its default.
 CompileOptions LoomOptionsFromFlags();

@@ -21,6 +21,7 @@ ABSL_DECLARE_FLAG(int, narrow_consumers);
 ABSL_DECLARE_FLAG(int, narrow_claim_stages);
 ABSL_DECLARE_FLAG(loom::PairSplitChoice, narrow_pair_split);
 ABSL_DECLARE_FLAG(bool, narrow_wide_split);
+ABSL_DECLARE_FLAG(bool, narrow_split_whole_tiles);
 ABSL_DECLARE_FLAG(bool, pack_weights);
 ABSL_DECLARE_FLAG(bool, tagged_handoff);
 ABSL_DECLARE_FLAG(bool, overlap_launches);
@@ -51,6 +52,7 @@ TEST(LoomOptionFlagsTest, DefaultsAreCompileOptionsDefaults) {
   EXPECT_EQ(options.narrow_claim_stages, defaults.narrow_claim_stages);
   EXPECT_EQ(options.narrow_pair_split, defaults.narrow_pair_split);
   EXPECT_EQ(options.narrow_wide_split, defaults.narrow_wide_split);
+  EXPECT_EQ(options.narrow_split_whole_tiles, defaults.narrow_split_whole_tiles);
   EXPECT_EQ(options.pack_weights, defaults.pack_weights);
   EXPECT_EQ(options.tagged_handoff, defaults.tagged_handoff);
   EXPECT_EQ(options.overlap_launches, defaults.overlap_launches);
@@ -77,6 +79,7 @@ TEST(LoomOptionFlagsTest, EachFlagSetsItsOwnField) {
   absl::SetFlag(&FLAGS_narrow_claim_stages, 12);
   absl::SetFlag(&FLAGS_narrow_pair_split, loom::PairSplitChoice::kOn);
   absl::SetFlag(&FLAGS_narrow_wide_split, true);
+  absl::SetFlag(&FLAGS_narrow_split_whole_tiles, true);
   absl::SetFlag(&FLAGS_pack_weights, true);
   absl::SetFlag(&FLAGS_tagged_handoff, false);
   absl::SetFlag(&FLAGS_overlap_launches, false);
@@ -99,6 +102,7 @@ TEST(LoomOptionFlagsTest, EachFlagSetsItsOwnField) {
   EXPECT_EQ(options.narrow_claim_stages, 12);
   EXPECT_EQ(options.narrow_pair_split, PairSplitChoice::kOn);
   EXPECT_TRUE(options.narrow_wide_split);
+  EXPECT_TRUE(options.narrow_split_whole_tiles);
   EXPECT_TRUE(options.pack_weights);
   EXPECT_FALSE(options.tagged_handoff);
   EXPECT_FALSE(options.overlap_launches);

@@ -1810,26 +1810,28 @@ INSTANTIATE_TEST_SUITE_P(Graphs, TiledPackedWeightsTest,
 
 // Runs case `which` (BuildPackedCase; six random graphs for "random") on
 // the narrow kernel once for each of `variants` (NarrowOptions() changed by
-// each), packed and unpacked, on every CTA the GPU holds and on 16
-// (CompileOptions::max_clusters: the cases have at most ~160 jobs, so only a
-// grid of 16 has every CTA run several). Each run's nodes must match the
-// reference and its replay write the same bits, every run of a graph must
-// write its first run's bits, and `check_explain(variant, Explain())` must
-// hold. For options that change which warpgroup, CTA or moment runs a job,
-// never the job's arithmetic.
+// each), packed and unpacked, on each grid of `grids`
+// (CompileOptions::max_clusters; by default every CTA the GPU holds and
+// kFewNarrowCtas: the cases have at most ~160 jobs, so only a grid of 16
+// has every CTA run several). Each run's nodes must match the reference and
+// its replay write the same bits, every run of a graph must write its first
+// run's bits, and `check_explain(variant, Explain())` must hold. For options
+// that change which warpgroup, CTA or moment runs a job, never the job's
+// arithmetic.
+constexpr int kFewNarrowCtas = 16;
 void ExpectNarrowVariantsWriteTheSameBits(
     const std::string& which, const std::vector<std::function<void(CompileOptions&)>>& variants,
-    const std::function<void(size_t variant, const std::string& explain)>& check_explain) {
+    const std::function<void(size_t variant, const std::string& explain)>& check_explain,
+    const std::vector<int>& grids = {0, kFewNarrowCtas}) {
   const bool random = which == "random";
   const int graphs = random ? 6 : 1;
-  constexpr int kFewCtas = 16;
   Rng rng;
   for (int i = 0; i < graphs && !::testing::Test::HasFailure(); ++i) {
     SCOPED_TRACE(absl::StrCat("graph ", i));
     GpuHarness h;
     SCOPED_TRACE(BuildPackedCase(which, h, rng));
     std::optional<Snapshot> first;
-    for (const int ctas : {0, kFewCtas}) {
+    for (const int ctas : grids) {
       for (const bool packed : {false, true}) {
         for (size_t v = 0; v < variants.size(); ++v) {
           SCOPED_TRACE(absl::StrCat("variant ", v, ", ", packed ? "packed" : "unpacked", ", ",
@@ -1842,10 +1844,10 @@ void ExpectNarrowVariantsWriteTheSameBits(
           const std::string explain = h.plan().Explain();
           check_explain(v, explain);
           if (ctas != 0) {
-            ASSERT_EQ(h.plan().grid_clusters(), kFewCtas);
+            ASSERT_EQ(h.plan().grid_clusters(), ctas);
             // Every CTA runs three jobs or more on average (random graphs may be smaller).
             if (!random) {
-              EXPECT_GT(h.plan().schedule().queue.size(), size_t{2 * kFewCtas}) << explain;
+              EXPECT_GT(h.plan().schedule().queue.size(), size_t{2} * ctas) << explain;
             }
           }
           ExpectNodesRightAndReplayIdentical(h);
@@ -1952,6 +1954,51 @@ TEST_P(NarrowPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPairSplitTest,
                          ::testing::Values("mlp33", "mlp48", "mlp64", "mlp64_fp16", "pair_chain40", "pair_chain64",
                                            "eight_layers64"),
+                         [](const auto& info) { return info.param; });
+
+// CompileOptions::narrow_split_whole_tiles with the pair split: a node of
+// two waves of tiles or more multiplies all but its last one to two waves'
+// tiles whole, each one job over all of K that sums no partials. Which
+// tiles are whole follows the grid, and a whole tile sums K in another order
+// than its halves, so each grid's plans are compared among themselves: one
+// consumer warpgroup or two, packed or not, must write the same bits and
+// replay them, and match the reference node by node. Grids of 16 and 4
+// CTAs: the MLP block's gate/up (32 tiles) has whole tiles on both, its
+// down projection (8 tiles at hidden 512, 16 at hidden 1024: whole tiles
+// whose A waits for gate/up's) on the grid of 4, as the 8-layer chain's
+// layers (8 tiles) do. The plans' Explain must say that tiles are whole.
+class NarrowSplitWholeTilesTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowSplitWholeTilesTest, MatchesTheReferenceAndWritesTheSameBitsOnEachGrid) {
+  LOOM_SKIP_WITHOUT_GPU();
+  static constexpr int kConsumers[] = {1, 2};
+  for (const int grid : {kFewNarrowCtas, 4}) {
+    SCOPED_TRACE(absl::StrCat("grid of ", grid));
+    const bool small_chain = absl::StartsWith(GetParam(), "eight_layers") && grid == kFewNarrowCtas;
+    std::vector<std::function<void(CompileOptions&)>> variants;
+    for (const int consumers : kConsumers) {
+      variants.push_back([consumers](CompileOptions& o) {
+        o.narrow_pair_split = PairSplitChoice::kOn;
+        o.narrow_split_whole_tiles = true;
+        o.narrow_consumers = consumers;
+      });
+    }
+    ExpectNarrowVariantsWriteTheSameBits(
+        GetParam(), variants,
+        [&](size_t v, const std::string& explain) {
+          EXPECT_NE(explain.find("x 64 tiles over each half of K, the second half summing (pair split)"),
+                    std::string::npos)
+              << explain;
+          EXPECT_NE(explain.find(absl::StrCat("CTAs of ", kConsumers[v], " consumer warpgroup")), std::string::npos)
+              << explain;
+          EXPECT_EQ(explain.find("cluster tiles multiplied whole, one job each") != std::string::npos, !small_chain)
+              << explain;
+        },
+        {grid});
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowSplitWholeTilesTest,
+                         ::testing::Values("mlp33", "mlp64", "mlp64_fp16", "mlp48_h1024", "eight_layers64"),
                          [](const auto& info) { return info.param; });
 
 // The tall pair split (65-128 rows): one row block of up to 128 rows, each

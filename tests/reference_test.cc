@@ -648,7 +648,7 @@ TEST(GraphTest, MlpBlockLoweredForTheNarrowKernel) {
 // last summing (no reduce jobs). In queue order and on virtual SMs it must
 // equal the naive loop.
 void ExpectSplitLoweredMlpBlockMatchesNaive(const CompileOptions& options, int tile_n, int splits, int64_t hidden,
-                                            int64_t intermediate) {
+                                            int64_t intermediate, std::vector<int64_t> whole_tiles = {0, 0}) {
   Rng rng;
   HostGraph g(rng);
   AddMlpBlock(g, /*tokens=*/48, hidden, intermediate);
@@ -658,23 +658,33 @@ void ExpectSplitLoweredMlpBlockMatchesNaive(const CompileOptions& options, int t
   ASSERT_EQ(schedule.tile.n, tile_n);
   EXPECT_EQ(schedule.nodes[0].out_tile_n, tile_n / 2);
   std::map<std::tuple<int, uint32_t, uint32_t>, int> parts_seen;  // (node, m-block, n-block): earlier parts
+  std::vector<int64_t> whole_seen(schedule.nodes.size(), 0);
   for (const sched::TileJob& job : schedule.queue) {
     const sched::NodeSchedule& node = schedule.nodes[job.node];
     ASSERT_EQ(node.split_k, splits);
     ASSERT_EQ(node.reduce_parts, 0);
     ASSERT_EQ(job.kind, static_cast<uint8_t>(sched::JobKind::kGemm));
     EXPECT_EQ(node.last_split_extra_k_blocks, 0);  // even parts
+    int& seen = parts_seen[std::make_tuple(int{job.node}, job.m_block, job.n_block)];
+    if (sched::WholeTileOfSplitNode(node, job)) {  // the last split's index over all of K
+      EXPECT_EQ(job.k_block_end, node.k_blocks);
+      EXPECT_EQ(seen, 0) << "a whole tile also split: node " << job.node;
+      seen = -1;  // no part of this tile may follow
+      ++whole_seen[job.node];
+      continue;
+    }
     const int part = node.k_blocks / splits;
     EXPECT_EQ(part % 4, 0) << "a part starts on a stage";
     EXPECT_EQ(job.k_block_begin, job.split * part);
     EXPECT_EQ(job.k_block_end, job.split == splits - 1 ? node.k_blocks : (job.split + 1) * part);
-    int& seen = parts_seen[std::make_tuple(int{job.node}, job.m_block, job.n_block)];
     if (job.split == splits - 1) {
       EXPECT_EQ(seen, splits - 1) << "the last part before an earlier one: node " << job.node;
     } else {
+      EXPECT_GE(seen, 0) << "a part of a whole tile: node " << job.node;
       ++seen;
     }
   }
+  EXPECT_EQ(whole_seen, whole_tiles);
   const std::vector<HostMatrix> expected = g.NaiveOutputs();
   g.ExpectExecutorMatches(schedule, {}, expected);
   for (int sms : {1, 7, 132}) {
@@ -691,6 +701,19 @@ TEST(GraphTest, MlpBlockLoweredForThePairSplit) {
   options.narrow_pair_split = PairSplitChoice::kOn;
   ExpectSplitLoweredMlpBlockMatchesNaive(options, /*tile_n=*/64, /*splits=*/2, /*hidden=*/512,
                                          /*intermediate=*/1024);
+}
+
+// The same with CompileOptions::narrow_split_whole_tiles on a grid of 4
+// CTAs: gate/up's 32 tiles (8 waves) are 28 whole and 4 split, the down
+// projection's 8 (2 waves) 4 and 4.
+TEST(GraphTest, MlpBlockLoweredForThePairSplitWithWholeTiles) {
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.narrow_pair_split = PairSplitChoice::kOn;
+  options.narrow_split_whole_tiles = true;
+  options.max_clusters = 4;
+  ExpectSplitLoweredMlpBlockMatchesNaive(options, /*tile_n=*/64, /*splits=*/2, /*hidden=*/512,
+                                         /*intermediate=*/1024, /*whole_tiles=*/{28, 4});
 }
 
 // The wide split (CompileOptions::narrow_wide_split): 64 x 128 tiles, K in
@@ -916,7 +939,8 @@ TEST_F(BrokenScheduleTest, MissingJobIsReported) {
 
 TEST_F(BrokenScheduleTest, PartialKRangeIsReported) {
   schedule_.queue.front().k_block_end = 1;
-  ExpectInternal(RunReference(g_->graph(), schedule_), "without split-K");
+  ExpectInternal(RunReference(g_->graph(), schedule_),
+                 "unsplit (split_k 1, or a whole tile of a split node) but covers k-blocks [0, 1)");
 }
 
 // A split count no schedule has is Internal, before the executor sizes its

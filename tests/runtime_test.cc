@@ -1642,6 +1642,47 @@ TEST(RuntimeTest, NarrowWideSplitIsTakenWhereItApplies) {
   EXPECT_EQ(plan->Explain().find("wide split"), std::string::npos) << plan->Explain();
 }
 
+// CompileOptions::narrow_split_whole_tiles: with the pair split at 64 rows
+// on the H200's 132 SMs, the 28672-column node's 448 tiles are 264 whole
+// (one job each over all of K) and 184 split; the 4096-column node's 64
+// (under two waves) all split; Explain says so. Where no split is taken it
+// changes nothing; with no split asked for, Compile refuses it.
+TEST(RuntimeTest, NarrowSplitWholeTilesKeepAllButTheLastWavesWhole) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions options;
+  options.narrow_pair_split = PairSplitChoice::kOn;
+  options.narrow_split_whole_tiles = true;
+  absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(64, true), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const sched::Schedule& schedule = plan->schedule();
+  ASSERT_EQ(schedule.tile.n, kernel::NarrowConfig::kPairSplitBlockN);
+  std::vector<int64_t> whole(2, 0), parts(2, 0);
+  for (const sched::TileJob& job : schedule.queue) {
+    ++(sched::WholeTileOfSplitNode(schedule.nodes[job.node], job) ? whole : parts)[job.node];
+  }
+  EXPECT_EQ(whole, (std::vector<int64_t>{264, 0}));
+  EXPECT_EQ(parts, (std::vector<int64_t>{2 * 184, 2 * 64}));
+  // The first wave is whole tiles.
+  for (int i = 0; i < 132; ++i) {
+    EXPECT_TRUE(sched::WholeTileOfSplitNode(schedule.nodes[0], schedule.queue[i])) << "queue position " << i;
+  }
+  EXPECT_NE(plan->Explain().find("but the first 264 cluster tiles multiplied whole, one job each"), std::string::npos)
+      << plan->Explain();
+  // kAuto takes no pair split at 64 rows: the plan is the one without the option.
+  options.narrow_pair_split = PairSplitChoice::kAuto;
+  absl::StatusOr<Plan> unsplit = runtime.Compile(UpDownGraph(64, true), options);
+  ASSERT_TRUE(unsplit.ok()) << unsplit.status();
+  EXPECT_EQ(unsplit->schedule().tile.n, kernel::NarrowConfig::kBlockN);
+  EXPECT_TRUE(unsplit->schedule().whole_tiles.empty());
+  options.narrow_pair_split = PairSplitChoice::kOff;
+  const absl::StatusOr<Plan> refused = runtime.Compile(UpDownGraph(64, true), options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("CompileOptions.narrow_split_whole_tiles: set, but narrow_pair_split is "
+                                            "kOff and narrow_wide_split is unset"),
+            absl::string_view::npos)
+      << refused.status();
+}
+
 // Past 64 rows the pair split is one row block of up to 128 rows (the
 // scheduler's tile 128 x 64, so one m block), both consumer warpgroups on
 // every job (two by default even for a chain of one-wave layers, which

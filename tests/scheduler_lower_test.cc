@@ -179,6 +179,68 @@ TEST(LowerTest, ProducersOfASplitAAreQueuedFromEachRunInTurn) {
   EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
 }
 
+// SchedulerOptions::whole_leading_tiles: a node whose last split sums and
+// whose tiles make two waves or more has all but its last wave and the part
+// wave whole, each one job over all of K with the last split's index
+// (WholeTileOfSplitNode, summing no partials); the queue keeps every other
+// tile's parts, the last after the first.
+TEST(LowerTest, WholeLeadingTilesLeaveTheLastWavesSplit) {
+  SchedulerOptions o = Options();
+  o.tile = {64, 64, 64};
+  o.cluster_size = 1;
+  o.max_clusters = 4;
+  o.split_k = 2;
+  o.reduce_in_parts = false;
+  o.last_split_extra_k_blocks = 0;
+  o.whole_leading_tiles = true;
+  // 19 tiles (4 waves and 3): 12 whole; 8 (2 waves): 4; 7 (1 wave and 3): none.
+  const std::vector<NodeProblem> graph = {Gemm(64, 19 * 64, 512), Gemm(64, 8 * 64, 512), Gemm(64, 7 * 64, 512)};
+  absl::StatusOr<Schedule> s = Lower(graph, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->whole_tiles, (std::vector<int64_t>{12, 4, 0}));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(WholeLeadingTiles(s->nodes[i], 1, o.max_clusters), s->whole_tiles[i]);
+    const std::vector<TileJob> jobs = NodeJobs(*s, i);
+    ASSERT_EQ(static_cast<int64_t>(jobs.size()), NodeJobCount(*s, i));
+    const int64_t tiles = s->nodes[i].n_blocks;
+    EXPECT_EQ(NodeJobCount(*s, i), s->whole_tiles[i] + 2 * (tiles - s->whole_tiles[i]));
+    std::map<uint32_t, std::vector<int>> splits_of_tile;  // n-block: the splits of its jobs, in order
+    for (int64_t j = 0; j < static_cast<int64_t>(jobs.size()); ++j) {
+      const TileJob& job = jobs[j];
+      const bool whole = WholeTileOfSplitNode(s->nodes[i], job);
+      EXPECT_EQ(whole, j < s->whole_tiles[i]) << "node " << i << " job " << j;  // the leading tiles
+      EXPECT_EQ(PartialsSummed(s->nodes[i], job), job.split == 1 && !whole ? 1 : 0);
+      if (whole) {
+        EXPECT_EQ(job.split, 1);
+        EXPECT_EQ(job.k_block_end, 8);
+      }
+      splits_of_tile[job.n_block].push_back(whole ? -1 : job.split);
+    }
+    ASSERT_EQ(static_cast<int64_t>(splits_of_tile.size()), tiles);
+    int64_t whole_seen = 0;
+    for (const auto& [n_block, splits] : splits_of_tile) {
+      if (splits == std::vector<int>{-1}) {
+        ++whole_seen;
+      } else {
+        EXPECT_EQ(splits, (std::vector<int>{0, 1})) << "node " << i << " n-block " << n_block;
+      }
+    }
+    EXPECT_EQ(whole_seen, s->whole_tiles[i]);
+  }
+  EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
+  // Not where the tiles are summed by reduce jobs, nor without the option.
+  o.sum_in_last_split = false;
+  s = Lower(graph, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->whole_tiles, (std::vector<int64_t>{0, 0, 0}));
+  o.sum_in_last_split = true;
+  o.whole_leading_tiles = false;
+  s = Lower(graph, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->whole_tiles.empty());
+  EXPECT_EQ(NodeJobCount(*s, 0), 38);
+}
+
 // Each split node's partials start on a 128-byte line, whatever the tile
 // (the kernels' few-row sums drop whole lines; their own tiles keep every
 // offset aligned anyway).

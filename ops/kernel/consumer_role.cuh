@@ -111,7 +111,7 @@ __device__ __forceinline__ void RunConsumer(const CtaContext<Config>& ctx, int w
           // The last split sums the tile: the others' partials added to its
           // own accumulators, then the epilogue, as a reduce job's would be
           // (whatever the partials hold when their waits gave up: draining).
-          const int32_t summed = sched::PartialsSummed(tile.node->schedule, *tile.job);
+          const int32_t summed = sched::PartialsSummedWithoutWholeTiles(tile.node->schedule, *tile.job);
           WaitForPartials(ctx, tile, summed, warpgroup, index);
           AddPartials(ctx, tile, warpgroup, summed, accumulators);
         }

@@ -327,7 +327,10 @@ __device__ __forceinline__ float4* SplitPartialOf(const NarrowContext& ctx, cons
 //     run), drops the lines it read from L2 unwritten
 //     (DiscardWarpPartials' reason: dirty scratch written back while the
 //     next launch streams), and stores its 32-column parts of the tile
-//     through the fused epilogue.
+//     through the fused epilogue;
+//   a whole tile (the last split's index from k-block 0, all of K:
+//     sched::WholeTileOfSplitNode, SchedulerOptions::whole_leading_tiles):
+//     the epilogue at once, as an unsplit job's.
 // Deadlock-free: every other split is earlier in the queue than the last,
 // and waits for nothing after its main loop.
 // Shape::kTall (NarrowConfig::TallPairSplit, 65-128 rows): the tile is 128 x 64 and
@@ -361,6 +364,11 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
                           static_cast<uint32_t>(column_part * NarrowConfig::kBlockN) * NarrowConfig::kBlockK * 2;
   const int k_blocks = work.job->k_block_end - work.job->k_block_begin;
   const bool last = work.job->split == kSplits - 1;
+  // Whether it adds the other splits' partials: the last split, unless it
+  // covers all of K (the whole tile: sched::WholeTileOfSplitNode, which asks
+  // whether it starts at k-block 0, the same for a last split; asked so,
+  // ptxas spills nothing more in the two-consumer kernels).
+  const bool sums = last && k_blocks != work.node->schedule.k_blocks;
   // The epilogue's rows are 16 * warp onwards: warps 4-7 are warpgroup 1's.
   const int row_warp = warp + row_offset / 16;
   PairEpilogue<kHalf> epilogue{NarrowEpilogue<kHalf>(work, ctx.tile().m, row_warp, lane, kTileN, column_part),
@@ -432,31 +440,33 @@ __device__ void RunPairSplitJob(const NarrowContext& ctx, const CtaWork& work, i
     RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
     return;
   }
-  if (threadIdx.x % 128 == 0) {
+  if (sums) {
+    if (threadIdx.x % 128 == 0) {
+      for (int split = 0; split < kSplits - 1; ++split) {
+        WaitForFlag(ctx, sched::PartialFlagIndex(work.node->schedule, work.m_block, work.n_block, split), index);
+      }
+    }
+    ptx::barrier_at<128>(rings.barrier());  // the first thread's acquire, for every thread's loads below
+    // Its own sums, then split 0's, split 1's, ... added in that order (in
+    // place: a second array of 32 sums beside acc and the epilogue's
+    // prefetched values made the wide split's kernel spill).
+#pragma unroll
     for (int split = 0; split < kSplits - 1; ++split) {
-      WaitForFlag(ctx, sched::PartialFlagIndex(work.node->schedule, work.m_block, work.n_block, split), index);
-    }
-  }
-  ptx::barrier_at<128>(rings.barrier());  // the first thread's acquire, for every thread's loads below
-  // Its own sums, then split 0's, split 1's, ... added in that order (in
-  // place: a second array of 32 sums beside acc and the epilogue's
-  // prefetched values made the wide split's kernel spill).
+      const float4* partial = partials + split * kPartialFloat4s;
 #pragma unroll
-  for (int split = 0; split < kSplits - 1; ++split) {
-    const float4* partial = partials + split * kPartialFloat4s;
-#pragma unroll
-    for (int q = 0; q < kPairPartialFloat4s; ++q) {
-      const uint4 bits = ptx::ld_relaxed_gpu_v4(reinterpret_cast<const uint32_t*>(partial + q * kTileThreads));
-      acc[4 * q] += __uint_as_float(bits.x);
-      acc[4 * q + 1] += __uint_as_float(bits.y);
-      acc[4 * q + 2] += __uint_as_float(bits.z);
-      acc[4 * q + 3] += __uint_as_float(bits.w);
+      for (int q = 0; q < kPairPartialFloat4s; ++q) {
+        const uint4 bits = ptx::ld_relaxed_gpu_v4(reinterpret_cast<const uint32_t*>(partial + q * kTileThreads));
+        acc[4 * q] += __uint_as_float(bits.x);
+        acc[4 * q + 1] += __uint_as_float(bits.y);
+        acc[4 * q + 2] += __uint_as_float(bits.z);
+        acc[4 * q + 3] += __uint_as_float(bits.w);
+      }
+      // The warp's lanes read float4s [q][32 warp, + 32) for every q: 32
+      // lines of 128 bytes, lane l's line l % 4 of q = l / 4. Every load is
+      // consumed above, so done, before the warp meets.
+      __syncwarp();
+      ptx::discard_global_l2(partial - lane + (lane / 4) * kTileThreads + (lane % 4) * 8);
     }
-    // The warp's lanes read float4s [q][32 warp, + 32) for every q: 32
-    // lines of 128 bytes, lane l's line l % 4 of q = l / 4. Every load is
-    // consumed above, so done, before the warp meets.
-    __syncwarp();
-    ptx::discard_global_l2(partial - lane + (lane / 4) * kTileThreads + (lane % 4) * 8);
   }
   RecordTrace(ctx, index, leader, &DeviceJobTrace::mma_done);
   epilogue.left.Store(*reinterpret_cast<const float(*)[16]>(&acc[0]));

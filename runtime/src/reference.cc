@@ -524,7 +524,7 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
     LOOM_RETURN_IF_ERROR(CheckReadsWritten(job, extent, index));
     if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
       LOOM_RETURN_IF_ERROR(ReduceTile(job, tile, extent, index));
-    } else if (ns.split_k > 1) {
+    } else if (ns.split_k > 1 && !sched::WholeTileOfSplitNode(ns, job)) {
       LOOM_RETURN_IF_ERROR(ComputePartial(job, tile, extent, index));
       // The last split that sums: the kernel adds the other partials to its
       // accumulators, the reference sums all of them as a reduce job would.
@@ -559,7 +559,8 @@ absl::Status ReferenceExecutor::ComputeTile(const sched::TileJob& job, const sch
   const GemmNode& node = graph_.nodes()[job.node];
   if (job.k_block_begin != 0 || job.k_block_end != ns.k_blocks) {
     return absl::InternalError(absl::StrFormat(
-        "schedule: %s covers k-blocks [%d, %d) of a node without split-K (k_blocks %d)",
+        "schedule: %s runs its tile's epilogue unsplit (split_k 1, or a whole tile of a split node) but covers "
+        "k-blocks [%d, %d) of [0, %d)",
         DescribeJob(index), job.k_block_begin, job.k_block_end, ns.k_blocks));
   }
   uint8_t& done = state_[job.node].tile_done[static_cast<size_t>(tile.m_block) * ns.n_blocks +

@@ -92,6 +92,9 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
         if (node.last_split_extra_k_blocks > 0) {
           absl::StrAppendFormat(&out, " (%d k-blocks longer than the others)", node.last_split_extra_k_blocks);
         }
+        if (const int64_t whole = WholeTilesOf(schedule, i); whole > 0) {
+          absl::StrAppendFormat(&out, ", but the first %d cluster tiles multiplied whole, one job each", whole);
+        }
       }
       absl::StrAppendFormat(&out, "; %d jobs\n", NodeJobCount(schedule, i));
       if (node.flag_row_stride == node.n_blocks || node.m_blocks <= 1) {

@@ -313,6 +313,12 @@ absl::StatusOr<Schedule> Lower(const std::vector<NodeProblem>& problems,
   for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
     schedule.nodes[i].last_split_extra_k_blocks = ChooseLastSplitExtra(schedule, i, options);
   }
+  if (options.whole_leading_tiles) {
+    schedule.whole_tiles.assign(schedule.nodes.size(), 0);
+    for (int i = 0; i < static_cast<int>(schedule.nodes.size()); ++i) {
+      schedule.whole_tiles[i] = WholeLeadingTiles(schedule.nodes[i], schedule.cluster_size, options.max_clusters);
+    }
+  }
 
   int64_t expected_jobs = 0;
   int largest = 0;  // the node with the most jobs, for the message below

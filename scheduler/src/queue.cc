@@ -49,6 +49,7 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
   const int32_t split_k = std::max(node.split_k, 1);
   const int32_t runs = schedule.column_runs.empty() ? 1 : schedule.column_runs[node_index];
   const std::vector<int32_t> columns = runs > 1 ? InterleavedColumns(grid.cols, runs) : std::vector<int32_t>{};
+  const int64_t whole = WholeTilesOf(schedule, node_index);
   jobs.reserve(static_cast<size_t>(NodeJobCount(schedule, node_index)));
   for (int64_t i = 0; i < grid.size(); ++i) {
     ClusterCoord c = RasterizedClusterTile(i, grid, node.raster, node.group_size);
@@ -59,7 +60,8 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
     job.m_block = static_cast<uint32_t>(first.m_block);
     job.n_block = static_cast<uint32_t>(first.n_block);
     job.kind = static_cast<uint8_t>(JobKind::kGemm);
-    if (split_k == 1) {
+    if (split_k == 1 || i < whole) {
+      job.split = static_cast<uint8_t>(split_k - 1);  // a whole tile: the last split's index (WholeTileOfSplitNode)
       job.k_block_begin = 0;
       job.k_block_end = static_cast<uint16_t>(node.k_blocks);
       jobs.push_back(job);
@@ -86,7 +88,13 @@ std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index) {
 int64_t NodeJobCount(const Schedule& schedule, int node_index) {
   const NodeSchedule& node = schedule.nodes[node_index];
   const int64_t clusters = std::max<int64_t>(ClusterGridOf(node, schedule.cluster_size).size(), 0);
-  return clusters * (node.split_k <= 1 ? 1 : node.split_k + node.reduce_parts);
+  if (node.split_k <= 1) return clusters;
+  const int64_t whole = WholeTilesOf(schedule, node_index);
+  return whole + (clusters - whole) * (node.split_k + node.reduce_parts);
+}
+
+int64_t WholeTilesOf(const Schedule& schedule, int node_index) {
+  return schedule.whole_tiles.empty() ? 0 : schedule.whole_tiles[node_index];
 }
 
 namespace {

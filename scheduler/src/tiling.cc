@@ -173,6 +173,13 @@ int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const Sch
   return kLastSplitExtraKBlocks;
 }
 
+int64_t WholeLeadingTiles(const NodeSchedule& node, int32_t cluster_size, int32_t max_clusters) {
+  if (node.split_k <= 1 || node.reduce_parts != 0 || max_clusters <= 0) return 0;
+  const int64_t tiles = std::max<int64_t>(ClusterGridOf(node, cluster_size).size(), 0);
+  const int64_t waves = tiles / max_clusters;
+  return waves >= 2 ? (waves - 1) * max_clusters : 0;
+}
+
 std::vector<int32_t> NodeDepths(const std::vector<NodeProblem>& problems) {
   std::vector<int32_t> depth(problems.size(), 0);
   for (size_t i = 0; i < problems.size(); ++i) {

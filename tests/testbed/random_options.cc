@@ -48,6 +48,8 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
       Pick(rng, {PairSplitChoice::kAuto, PairSplitChoice::kAuto, PairSplitChoice::kOn, PairSplitChoice::kOff});
   // Beside the pair split's kOn, refused (compile_fuzz_test: a clean refusal).
   options.narrow_wide_split = OneIn(rng, 4);
+  // With neither split asked for, refused (compile_fuzz_test: a clean refusal).
+  options.narrow_split_whole_tiles = OneIn(rng, 3);
   options.tagged_handoff = !OneIn(rng, 3);
   options.overlap_launches = !OneIn(rng, 3);
   options.trace = OneIn(rng, 4);
@@ -58,14 +60,14 @@ std::string DescribeOptions(const CompileOptions& options) {
   return absl::StrFormat(
       "kernel %s, ring %s, stages %d/%d, max_clusters %d, split_k %d, tile_n %d, group %d, reduce in parts %d of "
       "%d rows, last split sums %d (extra %d), narrow stages %d/%d, %d in flight, %d consumers, claim at %d, "
-      "pair split %s, wide split %d, pack %d, tagged %d, overlap %d, timeout %d ns, trace %d",
+      "pair split %s, wide split %d, whole tiles %d, pack %d, tagged %d, overlap %d, timeout %d ns, trace %d",
       AbslUnparseFlag(options.kernel), options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
       options.a_stages, options.b_stages, options.max_clusters, options.split_k, options.tile_n, options.group_size,
       options.reduce_in_parts, options.reduce_part_rows, options.sum_in_last_split,
       options.last_split_extra_k_blocks, options.narrow_a_stages,
       options.narrow_b_stages,
       options.narrow_b_in_flight, options.narrow_consumers, options.narrow_claim_stages,
-      AbslUnparseFlag(options.narrow_pair_split), options.narrow_wide_split,
+      AbslUnparseFlag(options.narrow_pair_split), options.narrow_wide_split, options.narrow_split_whole_tiles,
       options.pack_weights,
       options.tagged_handoff, options.overlap_launches, options.spin_timeout_ns, options.trace);
 }

@@ -233,6 +233,16 @@ struct CompileOptions {
   // tiled kernel. Off by default: on an H100 the 64-token MLP block took
   // ~139 us with it against ~118 without (bench/NOTES.md v2.06).
   bool narrow_wide_split = false;
+  // With the pair split or the wide split (above) taken, a node of two waves
+  // of tiles or more (on the grid's CTAs) splits only the tiles of its last
+  // one to two waves: the others are each one job over the whole of K that
+  // writes no partial sums (the MLP block 4096/14336's gate/up at 64 tokens
+  // on 132 SMs: 264 of its 448 tiles whole, 184 split in two). Fewer
+  // partials through memory, and the split still evens out the node's end.
+  // Where no split is taken it changes nothing; with narrow_pair_split =
+  // kOff and narrow_wide_split unset, Compile refuses it (InvalidArgument:
+  // nothing to split).
+  bool narrow_split_whole_tiles = false;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
   // copy a ring stage instead of a tensor load. On the narrow kernel, at 1

@@ -51,14 +51,19 @@ namespace loom::sched {
 
 // The jobs of node `node_index` in raster order of its cluster tiles (its
 // cluster columns taken from Schedule::column_runs runs in turn). Per
-// cluster tile: one kGemm job over all k-blocks when split_k == 1; else the
-// split_k kGemm jobs (split 0, 1, ...) followed by that tile's reduce_parts
-// kReduce jobs (part 0, 1, ...; none where the last split sums).
+// cluster tile: one kGemm job over all k-blocks when split_k == 1, or for
+// the first WholeTilesOf cluster tiles (split split_k - 1: a whole tile,
+// WholeTileOfSplitNode); else the split_k kGemm jobs (split 0, 1, ...)
+// followed by that tile's reduce_parts kReduce jobs (part 0, 1, ...; none
+// where the last split sums).
 // Needs schedule.tile, cluster_size and nodes[node_index]'s tiling.
 std::vector<TileJob> NodeJobs(const Schedule& schedule, int node_index);
 
 // NodeJobs(schedule, node_index).size(), without building them.
 int64_t NodeJobCount(const Schedule& schedule, int node_index);
+
+// Schedule::whole_tiles of node `node_index` (0 where it is empty).
+int64_t WholeTilesOf(const Schedule& schedule, int node_index);
 
 // Which ready node a wavefront order takes first (see above).
 enum class NodePriority { kDeepestFirst, kShallowestFirst };

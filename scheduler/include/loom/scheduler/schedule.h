@@ -190,6 +190,13 @@ struct SchedulerOptions {
   // split's k-range of A fills at the same pace rather than the last
   // split's only at the producer's end.
   bool interleave_split_producers = false;
+  // Where a node's last split sums (NodeSchedule::reduce_parts == 0) and
+  // its tiles make at least two waves of jobs (max_clusters), all its tiles
+  // but the last one to two waves' (in NodeJobs's order) are multiplied
+  // whole, each by one job over all of K (WholeTileOfSplitNode) that writes
+  // no partial and sums none: the split is kept for the jobs that end the
+  // node, where it evens out when the SMs finish (Schedule::whole_tiles).
+  bool whole_leading_tiles = false;
   // How errors about these options name them: "<name>.<field> must be ...".
   // The runtime passes its own options' name (CompileOptions), whose fields
   // a caller sets carry the same names as these.
@@ -210,6 +217,10 @@ struct Schedule {
   // SchedulerOptions::interleave_split_producers; empty: every node's
   // columns left to right.
   std::vector<int32_t> column_runs;
+  // Per node, how many of its cluster tiles, the first in NodeJobs's order,
+  // one job multiplies whole in a node that splits K
+  // (SchedulerOptions::whole_leading_tiles); empty: none anywhere.
+  std::vector<int64_t> whole_tiles;
 };
 
 // InvalidArgument unless `edge`, an edge of node `consumer`, names an earlier
@@ -423,12 +434,26 @@ LOOM_HOST_DEVICE inline bool JobRunsEpilogue(const NodeSchedule& node, const Til
   return job.kind == static_cast<uint8_t>(JobKind::kReduce) || node.split_k <= 1 || FinishesSplitTile(node, job);
 }
 
-// How many split-K partials of each of its tiles `job` sums, splits 0, 1, ...:
-// every split's for a kReduce job, the earlier splits' for a
-// FinishesSplitTile job, else none.
-LOOM_HOST_DEVICE inline int32_t PartialsSummed(const NodeSchedule& node, const TileJob& job) {
+// Whether `job`, a FinishesSplitTile job, multiplies its tile over all of K
+// (Schedule::whole_tiles): the last split's index from k-block 0, which no
+// last split of a tile split in two or more parts has (each part keeps a
+// k-block at least). It sums no partials.
+LOOM_HOST_DEVICE inline bool WholeTileOfSplitNode(const NodeSchedule& node, const TileJob& job) {
+  return FinishesSplitTile(node, job) && job.k_block_begin == 0;
+}
+
+// PartialsSummed (below) in a schedule without whole tiles (the tiled
+// kernel's: only the narrow kernel's splits keep tiles whole).
+LOOM_HOST_DEVICE inline int32_t PartialsSummedWithoutWholeTiles(const NodeSchedule& node, const TileJob& job) {
   if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) return node.split_k;
   return FinishesSplitTile(node, job) ? node.split_k - 1 : 0;
+}
+
+// How many split-K partials of each of its tiles `job` sums, splits 0, 1, ...:
+// every split's for a kReduce job, the earlier splits' for a
+// FinishesSplitTile job that does not multiply its tile whole, else none.
+LOOM_HOST_DEVICE inline int32_t PartialsSummed(const NodeSchedule& node, const TileJob& job) {
+  return WholeTileOfSplitNode(node, job) ? 0 : PartialsSummedWithoutWholeTiles(node, job);
 }
 
 // The word in which the reduce parts of tile (m_block, n_block) of a node

@@ -206,6 +206,14 @@ inline constexpr int32_t kLastSplitExtraKBlocks = 8;
 // together, and every split keeps at least 8 k-blocks; else 0.
 int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const SchedulerOptions& options);
 
+// Schedule::whole_tiles of `node` (tiled) under
+// SchedulerOptions::whole_leading_tiles: where its last split sums
+// (reduce_parts == 0 with split_k > 1) and it has at least two waves of
+// cluster tiles (`max_clusters` a wave), all but its last wave and the part
+// wave past the whole ones (the 64-column MLP gate/up of 448 tiles on 132
+// SMs: 264 whole, 184 split); else 0.
+int64_t WholeLeadingTiles(const NodeSchedule& node, int32_t cluster_size, int32_t max_clusters);
+
 }  // namespace loom::sched
 
 #endif  // LOOM_SCHEDULER_TILING_H_
