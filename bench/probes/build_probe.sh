@@ -19,6 +19,15 @@
 #             attempt (its tests too: build graph_gpu_test in the tree).
 #             It applies to bc62d2b, before 804daa1 reshaped the split
 #             jobs' code: BASE=bc62d2b build_probe.sh wide_turns
+#     short_node_splits
+#             not a timing build (right results; its GPU tests pass on an
+#             H100): CompileOptions::narrow_short_node_splits, a pair-split
+#             node of fewer tiles than the grid split in 3-4 parts of K
+#             (bench/NOTES.md v2.07). ~1.5 us slower at 64 tokens on an
+#             H100; never timed on an H200; its runtime part count makes
+#             the pair kernel spill 28 bytes. Applies to 17472e4:
+#             BASE=17472e4 build_probe.sh short_node_splits (h200_short.sh
+#             times it, with its tests, from a full build of that tree)
 #   DEST:   where the binary goes, as DEST/loom_graph_bench-NAME (default:
 #           .device-carry, after bench/pack_for_h200.sh has filled it: the
 #           probe links the libraries that script bundles for main's bench)
