@@ -96,7 +96,8 @@ enum class PairSplitChoice : uint8_t {
   // 0.76 of cuBLAS against 0.73, while nodes of 1024-2048 columns, half a
   // wave of jobs or less, were far slower (128 x 2048 x 8192 0.65 against
   // 0.94; bench/NOTES.md v2.03). Off elsewhere: at 33-64 rows it was ~1-1.7
-  // us slower on the MLP block at 64 tokens on H100s (v2.02).
+  // us slower on the MLP block at 64 tokens on H100s (v2.02), ~0.3 us
+  // faster on the H200 and 27 us slower on the 64-token chain (v2.07).
   kAuto,
   kOn,   // wherever it applies (CompileOptions::narrow_pair_split)
   kOff,  // never
@@ -230,8 +231,9 @@ struct CompileOptions {
   // Taken before the pair split at 33-64 rows under kAuto; with
   // narrow_pair_split = kOn, Compile refuses the pair of options
   // (InvalidArgument: two splits of K asked for). Does not apply on the
-  // tiled kernel. Off by default: on an H100 the 64-token MLP block took
-  // ~139 us with it against ~118 without (bench/NOTES.md v2.06).
+  // tiled kernel. Off by default: the 64-token MLP block took ~139 us with
+  // it against ~118 without on an H100 (bench/NOTES.md v2.06), ~120
+  // against ~96.7 on the H200 (v2.07).
   bool narrow_wide_split = false;
   // With the pair split or the wide split (above) taken, a node of two waves
   // of tiles or more (on the grid's CTAs) splits only the tiles of its last
@@ -241,7 +243,10 @@ struct CompileOptions {
   // partials through memory, and the split still evens out the node's end.
   // Where no split is taken it changes nothing; with narrow_pair_split =
   // kOff and narrow_wide_split unset, Compile refuses it (InvalidArgument:
-  // nothing to split).
+  // nothing to split). With the pair split, the 64-token MLP block took
+  // 94.9-95.1 us on the H200 against 96.2-96.5 without and 96.6-96.8 for
+  // the default plan; on an H100 ~2.2 us slower than the default
+  // (bench/NOTES.md v2.07), so off by default.
   bool narrow_split_whole_tiles = false;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
