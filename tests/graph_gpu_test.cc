@@ -1929,6 +1929,14 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowClaimPacingTest,
 // (K = 1480, no k-block maps, the last k-block in part; a bias, GELU; then
 // a ragged 64-column tile, a bias, a residual, fp32 out); the 8-layer
 // chain at 64 tokens.
+// What Explain must say of a pair-split plan (33-64 rows) of `consumers`
+// consumer warpgroups.
+void ExpectPairSplitExplained(const std::string& explain, int consumers) {
+  EXPECT_NE(explain.find("x 64 tiles over each half of K, the second half summing (pair split)"), std::string::npos)
+      << explain;
+  EXPECT_NE(explain.find(absl::StrCat("CTAs of ", consumers, " consumer warpgroup")), std::string::npos) << explain;
+}
+
 class NarrowPairSplitTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(NarrowPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
   LOOM_SKIP_WITHOUT_GPU();
@@ -1943,13 +1951,7 @@ TEST_P(NarrowPairSplitTest, MatchesTheReferenceAndWritesTheSameBitsEverywhere) {
          o.narrow_pair_split = PairSplitChoice::kOn;
          o.narrow_consumers = kConsumers[1];
        }},
-      [&](size_t v, const std::string& explain) {
-        EXPECT_NE(explain.find("x 64 tiles over each half of K, the second half summing (pair split)"),
-                  std::string::npos)
-            << explain;
-        EXPECT_NE(explain.find(absl::StrCat("CTAs of ", kConsumers[v], " consumer warpgroup")), std::string::npos)
-            << explain;
-      });
+      [&](size_t v, const std::string& explain) { ExpectPairSplitExplained(explain, kConsumers[v]); });
 }
 INSTANTIATE_TEST_SUITE_P(Graphs, NarrowPairSplitTest,
                          ::testing::Values("mlp33", "mlp48", "mlp64", "mlp64_fp16", "pair_chain40", "pair_chain64",
@@ -1985,11 +1987,7 @@ TEST_P(NarrowSplitWholeTilesTest, MatchesTheReferenceAndWritesTheSameBitsOnEachG
     ExpectNarrowVariantsWriteTheSameBits(
         GetParam(), variants,
         [&](size_t v, const std::string& explain) {
-          EXPECT_NE(explain.find("x 64 tiles over each half of K, the second half summing (pair split)"),
-                    std::string::npos)
-              << explain;
-          EXPECT_NE(explain.find(absl::StrCat("CTAs of ", kConsumers[v], " consumer warpgroup")), std::string::npos)
-              << explain;
+          ExpectPairSplitExplained(explain, kConsumers[v]);
           EXPECT_EQ(explain.find("cluster tiles multiplied whole, one job each") != std::string::npos, !small_chain)
               << explain;
         },

@@ -13,10 +13,7 @@ set -u
 source "$(dirname "$0")/turns.sh"
 probe_setup "${1:-3}" "${2:-.device-carry}"
 echo "card: $card"
-timeout 240 "$dir/graph_gpu_test" --gtest_filter='*PairSplit*:*NarrowWideSplit*:*WholeTiles*' \
-  > "$out/split_tests.log" 2>&1
-echo "split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/split_tests.log" | tr '\n' ' ')"
-grep -E '^\[  FAILED' "$out/split_tests.log" | head -8
+gpu_tests split_tests '*PairSplit*:*NarrowWideSplit*:*WholeTiles*'
 flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
 variants=("--tokens=48,64 --chain_tokens=64"
           "--tokens=48,64 --chain_tokens=64 --narrow_pair_split=on"

@@ -15,6 +15,17 @@ probe_setup() {
   export LD_LIBRARY_PATH=$PWD/$dir/lib:${LD_LIBRARY_PATH:-}
 }
 
+# gpu_tests NAME FILTER: DIR/graph_gpu_test's tests matching FILTER
+# (within 240 s), logged to OUT/NAME.log; prints the exit status, the
+# summary lines and the first failures.
+gpu_tests() {
+  local name=$1 filter=$2 rc
+  timeout 240 "$dir/graph_gpu_test" --gtest_filter="$filter" > "$out/$name.log" 2>&1
+  rc=$?
+  echo "$name rc=$rc: $(grep -E '^\[  (PASSED|FAILED)' "$out/$name.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED' "$out/$name.log" | head -8
+}
+
 # bench_in_turns ROUNDS DIR LOG runs
 # DIR/loom_graph_bench once for each of the caller's `variants` (the
 # caller's `flags`, then the variant's own), ROUNDS times over, in turns,

@@ -14,9 +14,7 @@ set -u
 source "$(dirname "$0")/turns.sh"
 probe_setup "$@"
 echo "card: $card"
-timeout 200 "$dir/graph_gpu_test" --gtest_filter='*NarrowWideSplit*' > "$out/wide_tests.log" 2>&1
-echo "wide split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/wide_tests.log" | tr '\n' ' ')"
-grep -E '^\[  FAILED' "$out/wide_tests.log" | head -8
+gpu_tests wide_tests '*NarrowWideSplit*'
 flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
 variants=("--tokens=48,64 --chain_tokens=64"
           "--tokens=48,64 --chain_tokens=64 --narrow_pair_split=on"
