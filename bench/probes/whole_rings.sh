@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The pair split with whole leading tiles (bench/NOTES.md v2.07) at 64
-# tokens on whatever card comes: its ring depths, B stages in flight and
+# The whole leading tiles' GPU tests (pair and wide split), then the pair
+# split with whole leading tiles (bench/NOTES.md v2.07) at 64 tokens on
+# whatever card comes: its ring depths, B stages in flight and
 # claim pacing (first guesses, v2.02, never tried on an H200) against its
 # defaults and main, in turns, each run a separate process beside cuBLAS.
 #   usage (on the device, carry [".device-carry"]):
@@ -10,6 +11,7 @@ set -u
 source "$(dirname "$0")/turns.sh"
 probe_setup "${1:-3}" "${2:-.device-carry}"
 echo "card: $card"
+gpu_tests whole_tests '*WholeTiles*'
 flags=(--pack_weights --run_length=10 --iters=40 --rounds=1 --tokens=64 --chain_tokens=)
 whole="--narrow_pair_split=on --narrow_split_whole_tiles"
 variants=("" "$whole" "$whole --narrow_b_in_flight=3" "$whole --narrow_a_stages=2 --narrow_b_stages=5 --narrow_b_in_flight=4"
