@@ -34,8 +34,8 @@ ABSL_FLAG(bool, narrow_wide_split, false,
           "loom: the narrow kernel at 33-64 rows runs 128-column tiles over each quarter of K on both consumer "
           "warpgroups, the last quarter summing (CompileOptions::narrow_wide_split)");
 ABSL_FLAG(bool, narrow_split_whole_tiles, false,
-          "loom: with the pair or wide split, a node of two waves of tiles or more splits only its last one to two "
-          "waves' tiles, the others one job over all of K each (CompileOptions::narrow_split_whole_tiles)");
+          "loom: with the pair split, a node of two waves of tiles or more splits only its last one to two waves' "
+          "tiles, the others one job over all of K each (CompileOptions::narrow_split_whole_tiles)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two "
           "row blocks, split rings; CompileOptions::pack_weights)");

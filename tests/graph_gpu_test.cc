@@ -1999,31 +1999,6 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowSplitWholeTilesTest,
                          ::testing::Values("mlp33", "mlp64", "mlp64_fp16", "mlp48_h1024", "eight_layers64"),
                          [](const auto& info) { return info.param; });
 
-// The same with the wide split (64 x 128 tiles over quarters of K, both
-// consumer warpgroups on every job), on a grid of 4 CTAs: the MLP block of
-// hidden 1024 has 16 gate/up tiles, 12 of them whole; the 8-layer 1024-wide
-// chain's layers have 8, 4 whole.
-class NarrowWideSplitWholeTilesTest : public ::testing::TestWithParam<std::string> {};
-TEST_P(NarrowWideSplitWholeTilesTest, MatchesTheReferenceAndWritesTheSameBits) {
-  LOOM_SKIP_WITHOUT_GPU();
-  ExpectNarrowVariantsWriteTheSameBits(
-      GetParam(),
-      {[](CompileOptions& o) {
-        o.narrow_wide_split = true;
-        o.narrow_split_whole_tiles = true;
-      }},
-      [](size_t, const std::string& explain) {
-        EXPECT_NE(explain.find("x 128 tiles over each quarter of K, the last quarter summing (wide split)"),
-                  std::string::npos)
-            << explain;
-        EXPECT_NE(explain.find("cluster tiles multiplied whole, one job each"), std::string::npos) << explain;
-      },
-      {4});
-}
-INSTANTIATE_TEST_SUITE_P(Graphs, NarrowWideSplitWholeTilesTest,
-                         ::testing::Values("mlp64_h1024", "mlp48_h1024_fp16", "eight_layers64_w1024"),
-                         [](const auto& info) { return info.param; });
-
 // The tall pair split (65-128 rows): one row block of up to 128 rows, each
 // job's 128 x 64 tile multiplied by both consumer warpgroups, 64 rows each,
 // from the same B stages, the first half's partial sums those of all 256

@@ -1646,7 +1646,8 @@ TEST(RuntimeTest, NarrowWideSplitIsTakenWhereItApplies) {
 // on the H200's 132 SMs, the 28672-column node's 448 tiles are 264 whole
 // (one job each over all of K) and 184 split; the 4096-column node's 64
 // (under two waves) all split; Explain says so. Where no split is taken it
-// changes nothing; with no split asked for, Compile refuses it.
+// changes nothing; without the pair split asked for, or beside the wide
+// split, Compile refuses it.
 TEST(RuntimeTest, NarrowSplitWholeTilesKeepAllButTheLastWavesWhole) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;
@@ -1678,9 +1679,17 @@ TEST(RuntimeTest, NarrowSplitWholeTilesKeepAllButTheLastWavesWhole) {
   const absl::StatusOr<Plan> refused = runtime.Compile(UpDownGraph(64, true), options);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("CompileOptions.narrow_split_whole_tiles: set, but narrow_pair_split is "
-                                            "kOff and narrow_wide_split is unset"),
+                                            "kOff"),
             absl::string_view::npos)
       << refused.status();
+  options.narrow_pair_split = PairSplitChoice::kAuto;
+  options.narrow_wide_split = true;
+  const absl::StatusOr<Plan> wide = runtime.Compile(UpDownGraph(64, true), options);
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wide.status().message().find("CompileOptions.narrow_split_whole_tiles: set, but narrow_wide_split is set "
+                                         "too"),
+            absl::string_view::npos)
+      << wide.status();
 }
 
 // Past 64 rows the pair split is one row block of up to 128 rows (the

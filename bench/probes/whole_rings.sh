@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole leading tiles' GPU tests (pair and wide split), then the pair
+# The whole leading tiles' GPU tests, then the pair
 # split with whole leading tiles (bench/NOTES.md v2.07) at 64 tokens on
 # whatever card comes: its ring depths, B stages in flight and
 # claim pacing (first guesses, v2.02, never tried on an H200) against its

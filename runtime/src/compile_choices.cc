@@ -190,11 +190,12 @@ absl::Status CheckOptions(const CompileOptions& options) {
         absl::StrFormat("CompileOptions.narrow_pair_split: %d is not one of kAuto, kOn, kOff",
                         static_cast<int>(options.narrow_pair_split)));
   }
-  if (options.narrow_split_whole_tiles && options.narrow_pair_split == PairSplitChoice::kOff &&
-      !options.narrow_wide_split) {
-    return absl::InvalidArgumentError(
-        "CompileOptions.narrow_split_whole_tiles: set, but narrow_pair_split is kOff and narrow_wide_split is "
-        "unset: there is no split of K whose tiles it could keep whole");
+  if (options.narrow_split_whole_tiles &&
+      (options.narrow_pair_split == PairSplitChoice::kOff || options.narrow_wide_split)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.narrow_split_whole_tiles: set, but %s: it keeps the pair split's tiles whole, and only "
+        "those (the wide split's whole tiles have not run on a GPU)",
+        options.narrow_wide_split ? "narrow_wide_split is set too" : "narrow_pair_split is kOff"));
   }
   if (options.narrow_wide_split && options.narrow_pair_split == PairSplitChoice::kOn) {
     return absl::InvalidArgumentError(

@@ -321,6 +321,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     scheduler_options.sum_in_last_split = true;
     scheduler_options.last_split_extra_k_blocks = PairSplitLastExtraKBlocks(options);
     scheduler_options.interleave_split_producers = true;
+    // Only the pair split's (CheckOptions refuses the option beside the wide split).
     scheduler_options.whole_leading_tiles = options.narrow_split_whole_tiles;
   }
   scheduler_options.name = "CompileOptions";  // Lower's option errors name the caller's options

@@ -48,7 +48,7 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
       Pick(rng, {PairSplitChoice::kAuto, PairSplitChoice::kAuto, PairSplitChoice::kOn, PairSplitChoice::kOff});
   // Beside the pair split's kOn, refused (compile_fuzz_test: a clean refusal).
   options.narrow_wide_split = OneIn(rng, 4);
-  // With neither split asked for, refused (compile_fuzz_test: a clean refusal).
+  // Without the pair split or beside the wide split, refused (compile_fuzz_test: a clean refusal).
   options.narrow_split_whole_tiles = OneIn(rng, 3);
   options.tagged_handoff = !OneIn(rng, 3);
   options.overlap_launches = !OneIn(rng, 3);

@@ -235,15 +235,16 @@ struct CompileOptions {
   // it against ~118 without on an H100 (bench/NOTES.md v2.06), ~120
   // against ~96.7 on the H200 (v2.07).
   bool narrow_wide_split = false;
-  // With the pair split or the wide split (above) taken, a node of two waves
+  // With the pair split (above) taken, a node of two waves
   // of tiles or more (on the grid's CTAs) splits only the tiles of its last
   // one to two waves: the others are each one job over the whole of K that
   // writes no partial sums (the MLP block 4096/14336's gate/up at 64 tokens
   // on 132 SMs: 264 of its 448 tiles whole, 184 split in two). Fewer
   // partials through memory, and the split still evens out the node's end.
-  // Where no split is taken it changes nothing; with narrow_pair_split =
-  // kOff and narrow_wide_split unset, Compile refuses it (InvalidArgument:
-  // nothing to split). With the pair split, the 64-token MLP block took
+  // Where the pair split is not taken it changes nothing; with
+  // narrow_pair_split = kOff or narrow_wide_split set, Compile refuses it
+  // (InvalidArgument; the kernel would keep the wide split's tiles whole
+  // the same way, but that has not run on a GPU). With the pair split, the 64-token MLP block took
   // 94.9-95.1 us on the H200 against 96.2-96.5 without and 96.6-96.8 for
   // the default plan; on an H100 ~2.2 us slower than the default
   // (bench/NOTES.md v2.07), so off by default.
