@@ -1675,21 +1675,17 @@ TEST(RuntimeTest, NarrowSplitWholeTilesKeepAllButTheLastWavesWhole) {
   ASSERT_TRUE(unsplit.ok()) << unsplit.status();
   EXPECT_EQ(unsplit->schedule().tile.n, kernel::NarrowConfig::kBlockN);
   EXPECT_TRUE(unsplit->schedule().whole_tiles.empty());
-  options.narrow_pair_split = PairSplitChoice::kOff;
-  const absl::StatusOr<Plan> refused = runtime.Compile(UpDownGraph(64, true), options);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("CompileOptions.narrow_split_whole_tiles: set, but narrow_pair_split is "
-                                            "kOff"),
-            absl::string_view::npos)
-      << refused.status();
-  options.narrow_pair_split = PairSplitChoice::kAuto;
-  options.narrow_wide_split = true;
-  const absl::StatusOr<Plan> wide = runtime.Compile(UpDownGraph(64, true), options);
-  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(wide.status().message().find("CompileOptions.narrow_split_whole_tiles: set, but narrow_wide_split is set "
-                                         "too"),
-            absl::string_view::npos)
-      << wide.status();
+  // Refused without the pair split, and beside the wide split.
+  for (const auto& [pair, wide, why] : {std::tuple{PairSplitChoice::kOff, false, "narrow_pair_split is kOff"},
+                                        std::tuple{PairSplitChoice::kAuto, true, "narrow_wide_split is set too"}}) {
+    options.narrow_pair_split = pair;
+    options.narrow_wide_split = wide;
+    const absl::StatusOr<Plan> refused = runtime.Compile(UpDownGraph(64, true), options);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(absl::StrCat("CompileOptions.narrow_split_whole_tiles: set, but ", why)),
+              absl::string_view::npos)
+        << refused.status();
+  }
 }
 
 // Past 64 rows the pair split is one row block of up to 128 rows (the
