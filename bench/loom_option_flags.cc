@@ -36,6 +36,9 @@ ABSL_FLAG(bool, narrow_wide_split, false,
 ABSL_FLAG(bool, narrow_split_whole_tiles, false,
           "loom: with the pair split, a node of two waves of tiles or more splits only its last one to two waves' "
           "tiles, the others one job over all of K each (CompileOptions::narrow_split_whole_tiles)");
+ABSL_FLAG(int, narrow_split_lead_k_blocks, 0,
+          "loom: with the pair split, on a node of one wave of jobs, the first half of K this many k-blocks longer "
+          "than the second (CompileOptions::narrow_split_lead_k_blocks)");
 ABSL_FLAG(bool, pack_weights, false,
           "loom: copy the weights into the kernel's stage order at Compile (the tiled kernel: nodes of at most two "
           "row blocks, split rings; CompileOptions::pack_weights)");
@@ -74,6 +77,7 @@ CompileOptions LoomOptionsFromFlags() {
   options.narrow_pair_split = absl::GetFlag(FLAGS_narrow_pair_split);
   options.narrow_wide_split = absl::GetFlag(FLAGS_narrow_wide_split);
   options.narrow_split_whole_tiles = absl::GetFlag(FLAGS_narrow_split_whole_tiles);
+  options.narrow_split_lead_k_blocks = absl::GetFlag(FLAGS_narrow_split_lead_k_blocks);
   options.pack_weights = absl::GetFlag(FLAGS_pack_weights);
   options.tagged_handoff = absl::GetFlag(FLAGS_tagged_handoff);
   options.overlap_launches = absl::GetFlag(FLAGS_overlap_launches);

@@ -22,6 +22,7 @@ ABSL_DECLARE_FLAG(int, narrow_claim_stages);
 ABSL_DECLARE_FLAG(loom::PairSplitChoice, narrow_pair_split);
 ABSL_DECLARE_FLAG(bool, narrow_wide_split);
 ABSL_DECLARE_FLAG(bool, narrow_split_whole_tiles);
+ABSL_DECLARE_FLAG(int, narrow_split_lead_k_blocks);
 ABSL_DECLARE_FLAG(bool, pack_weights);
 ABSL_DECLARE_FLAG(bool, tagged_handoff);
 ABSL_DECLARE_FLAG(bool, overlap_launches);
@@ -53,6 +54,7 @@ TEST(LoomOptionFlagsTest, DefaultsAreCompileOptionsDefaults) {
   EXPECT_EQ(options.narrow_pair_split, defaults.narrow_pair_split);
   EXPECT_EQ(options.narrow_wide_split, defaults.narrow_wide_split);
   EXPECT_EQ(options.narrow_split_whole_tiles, defaults.narrow_split_whole_tiles);
+  EXPECT_EQ(options.narrow_split_lead_k_blocks, defaults.narrow_split_lead_k_blocks);
   EXPECT_EQ(options.pack_weights, defaults.pack_weights);
   EXPECT_EQ(options.tagged_handoff, defaults.tagged_handoff);
   EXPECT_EQ(options.overlap_launches, defaults.overlap_launches);
@@ -80,6 +82,7 @@ TEST(LoomOptionFlagsTest, EachFlagSetsItsOwnField) {
   absl::SetFlag(&FLAGS_narrow_pair_split, loom::PairSplitChoice::kOn);
   absl::SetFlag(&FLAGS_narrow_wide_split, true);
   absl::SetFlag(&FLAGS_narrow_split_whole_tiles, true);
+  absl::SetFlag(&FLAGS_narrow_split_lead_k_blocks, 24);
   absl::SetFlag(&FLAGS_pack_weights, true);
   absl::SetFlag(&FLAGS_tagged_handoff, false);
   absl::SetFlag(&FLAGS_overlap_launches, false);
@@ -103,6 +106,7 @@ TEST(LoomOptionFlagsTest, EachFlagSetsItsOwnField) {
   EXPECT_EQ(options.narrow_pair_split, PairSplitChoice::kOn);
   EXPECT_TRUE(options.narrow_wide_split);
   EXPECT_TRUE(options.narrow_split_whole_tiles);
+  EXPECT_EQ(options.narrow_split_lead_k_blocks, 24);
   EXPECT_TRUE(options.pack_weights);
   EXPECT_FALSE(options.tagged_handoff);
   EXPECT_FALSE(options.overlap_launches);

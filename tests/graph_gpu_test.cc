@@ -1999,6 +1999,42 @@ INSTANTIATE_TEST_SUITE_P(Graphs, NarrowSplitWholeTilesTest,
                          ::testing::Values("mlp33", "mlp64", "mlp64_fp16", "mlp48_h1024", "eight_layers64"),
                          [](const auto& info) { return info.param; });
 
+// CompileOptions::narrow_split_lead_k_blocks with the pair split: on a node
+// whose jobs fit one wave, each tile's first half of K 8 k-blocks longer
+// than its second. Which nodes take the lead follows the grid, and the
+// halves' sums change with it, so each grid's plans are compared among
+// themselves: one consumer warpgroup or two, packed or not, must write the
+// same bits and replay them, and match the reference node by node. On every
+// CTA both nodes of the MLP block (hidden 1024: 64 and 32 jobs) and both
+// layers of the pair chain fit one wave; on 32 CTAs only the down
+// projection (and the pair chain's second layer, 8 jobs).
+class NarrowSplitLeadTest : public ::testing::TestWithParam<std::string> {};
+TEST_P(NarrowSplitLeadTest, MatchesTheReferenceAndWritesTheSameBitsOnEachGrid) {
+  LOOM_SKIP_WITHOUT_GPU();
+  static constexpr int kConsumers[] = {1, 2};
+  for (const int grid : {0, 32}) {
+    SCOPED_TRACE(absl::StrCat("grid of ", grid));
+    std::vector<std::function<void(CompileOptions&)>> variants;
+    for (const int consumers : kConsumers) {
+      variants.push_back([consumers](CompileOptions& o) {
+        o.narrow_pair_split = PairSplitChoice::kOn;
+        o.narrow_split_lead_k_blocks = 8;
+        o.narrow_consumers = consumers;
+      });
+    }
+    ExpectNarrowVariantsWriteTheSameBits(
+        GetParam(), variants,
+        [&](size_t v, const std::string& explain) {
+          ExpectPairSplitExplained(explain, kConsumers[v]);
+          EXPECT_NE(explain.find("(8 k-blocks shorter than the first)"), std::string::npos) << explain;
+        },
+        {grid});
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Graphs, NarrowSplitLeadTest, ::testing::Values("mlp48_h1024", "mlp64_h1024", "pair_chain64"),
+                         [](const auto& info) { return info.param; });
+
 // The tall pair split (65-128 rows): one row block of up to 128 rows, each
 // job's 128 x 64 tile multiplied by both consumer warpgroups, 64 rows each,
 // from the same B stages, the first half's partial sums those of all 256

@@ -648,7 +648,8 @@ TEST(GraphTest, MlpBlockLoweredForTheNarrowKernel) {
 // last summing (no reduce jobs). In queue order and on virtual SMs it must
 // equal the naive loop.
 void ExpectSplitLoweredMlpBlockMatchesNaive(const CompileOptions& options, int tile_n, int splits, int64_t hidden,
-                                            int64_t intermediate, std::vector<int64_t> whole_tiles = {0, 0}) {
+                                            int64_t intermediate, std::vector<int64_t> whole_tiles = {0, 0},
+                                            std::vector<int32_t> leads = {0, 0}) {
   Rng rng;
   HostGraph g(rng);
   AddMlpBlock(g, /*tokens=*/48, hidden, intermediate);
@@ -664,7 +665,9 @@ void ExpectSplitLoweredMlpBlockMatchesNaive(const CompileOptions& options, int t
     ASSERT_EQ(node.split_k, splits);
     ASSERT_EQ(node.reduce_parts, 0);
     ASSERT_EQ(job.kind, static_cast<uint8_t>(sched::JobKind::kGemm));
-    EXPECT_EQ(node.last_split_extra_k_blocks, 0);  // even parts
+    // Even parts, or (two splits) the first `lead` k-blocks longer.
+    const int32_t lead = leads[job.node];
+    EXPECT_EQ(node.last_split_extra_k_blocks, -lead);
     int& seen = parts_seen[std::make_tuple(int{job.node}, job.m_block, job.n_block)];
     if (sched::WholeTileOfSplitNode(node, job)) {  // the last split's index over all of K
       EXPECT_EQ(job.k_block_end, node.k_blocks);
@@ -673,7 +676,7 @@ void ExpectSplitLoweredMlpBlockMatchesNaive(const CompileOptions& options, int t
       ++whole_seen[job.node];
       continue;
     }
-    const int part = node.k_blocks / splits;
+    const int part = (node.k_blocks + lead) / splits;
     EXPECT_EQ(part % 4, 0) << "a part starts on a stage";
     EXPECT_EQ(job.k_block_begin, job.split * part);
     EXPECT_EQ(job.k_block_end, job.split == splits - 1 ? node.k_blocks : (job.split + 1) * part);
@@ -714,6 +717,19 @@ TEST(GraphTest, MlpBlockLoweredForThePairSplitWithWholeTiles) {
   options.max_clusters = 4;
   ExpectSplitLoweredMlpBlockMatchesNaive(options, /*tile_n=*/64, /*splits=*/2, /*hidden=*/512,
                                          /*intermediate=*/1024, /*whole_tiles=*/{28, 4});
+}
+
+// The same with CompileOptions::narrow_split_lead_k_blocks on a grid of 32:
+// the down projection's 32 jobs (hidden 1024) fit one wave, so its halves
+// of K (16 k-blocks) are 12 and 4; gate/up's 64 jobs do not, so 8 and 8.
+TEST(GraphTest, MlpBlockLoweredForThePairSplitWithALead) {
+  CompileOptions options;
+  options.kernel = KernelChoice::kNarrow;
+  options.narrow_pair_split = PairSplitChoice::kOn;
+  options.narrow_split_lead_k_blocks = 8;
+  options.max_clusters = 32;
+  ExpectSplitLoweredMlpBlockMatchesNaive(options, /*tile_n=*/64, /*splits=*/2, /*hidden=*/1024,
+                                         /*intermediate=*/1024, /*whole_tiles=*/{0, 0}, /*leads=*/{0, 8});
 }
 
 // The wide split (CompileOptions::narrow_wide_split): 64 x 128 tiles, K in

@@ -1688,6 +1688,53 @@ TEST(RuntimeTest, NarrowSplitWholeTilesKeepAllButTheLastWavesWhole) {
   }
 }
 
+// CompileOptions::narrow_split_lead_k_blocks: with the pair split, the down
+// projection at 64 rows (64 tiles, 128 jobs: one wave on 132 SMs) splits K
+// of 448 k-blocks at 236; gate/up (448 tiles) keeps even halves. A lead that
+// would start a half off a ring stage (4: gate/up's halves at 34) leaves
+// the pair split untaken. Refused below 0, and beside what else sets the
+// halves' lengths or no pair split.
+TEST(RuntimeTest, NarrowSplitLeadLengthensTheFirstHalfOnNodesOfOneWave) {
+  const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
+  CompileOptions options;
+  options.narrow_pair_split = PairSplitChoice::kOn;
+  options.narrow_split_lead_k_blocks = 24;
+  absl::StatusOr<Plan> plan = runtime.Compile(UpDownGraph(64, true), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const sched::Schedule& schedule = plan->schedule();
+  ASSERT_EQ(schedule.tile.n, kernel::NarrowConfig::kPairSplitBlockN);
+  const int32_t split_at[] = {32, 236};
+  for (const sched::TileJob& job : schedule.queue) {
+    EXPECT_EQ(job.k_block_begin, job.split == 0 ? 0 : split_at[job.node]) << "node " << job.node;
+    EXPECT_EQ(job.k_block_end, job.split == 0 ? split_at[job.node] : schedule.nodes[job.node].k_blocks);
+  }
+  EXPECT_NE(plan->Explain().find("(24 k-blocks shorter than the first)"), std::string::npos) << plan->Explain();
+  options.narrow_split_lead_k_blocks = 4;
+  absl::StatusOr<Plan> off_stage = runtime.Compile(UpDownGraph(64, true), options);
+  ASSERT_TRUE(off_stage.ok()) << off_stage.status();
+  EXPECT_EQ(off_stage->schedule().tile.n, kernel::NarrowConfig::kBlockN);
+  options.narrow_split_lead_k_blocks = -8;
+  absl::StatusOr<Plan> refused = runtime.Compile(UpDownGraph(64, true), options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("CompileOptions.narrow_split_lead_k_blocks: must be >= 0, got -8"),
+            absl::string_view::npos)
+      << refused.status();
+  options.narrow_split_lead_k_blocks = 8;
+  for (const auto& [pair, wide, extra, why] :
+       {std::tuple{PairSplitChoice::kOff, false, -1, "narrow_pair_split is kOff"},
+        std::tuple{PairSplitChoice::kAuto, true, -1, "narrow_wide_split is set too"},
+        std::tuple{PairSplitChoice::kOn, false, 8, "last_split_extra_k_blocks lengthens it"}}) {
+    options.narrow_pair_split = pair;
+    options.narrow_wide_split = wide;
+    options.last_split_extra_k_blocks = extra;
+    refused = runtime.Compile(UpDownGraph(64, true), options);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(absl::StrCat("CompileOptions.narrow_split_lead_k_blocks: 8, but ", why)),
+              absl::string_view::npos)
+        << refused.status();
+  }
+}
+
 // Past 64 rows the pair split is one row block of up to 128 rows (the
 // scheduler's tile 128 x 64, so one m block), both consumer warpgroups on
 // every job (two by default even for a chain of one-wave layers, which

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "loom/scheduler/explain.h"
 #include "loom/scheduler/queue.h"
@@ -239,6 +240,41 @@ TEST(LowerTest, WholeLeadingTilesLeaveTheLastWavesSplit) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->whole_tiles.empty());
   EXPECT_EQ(NodeJobCount(*s, 0), 38);
+}
+
+// SchedulerOptions::first_split_lead_k_blocks: a node of two splits whose
+// jobs fit one wave (max_clusters) has its first split that many k-blocks
+// longer than its last (clamped so that the last keeps one); a node of more
+// jobs, even halves.
+TEST(LowerTest, FirstSplitLeadsOnNodesOfOneWave) {
+  SchedulerOptions o = Options();
+  o.tile = {64, 64, 64};
+  o.cluster_size = 1;
+  o.max_clusters = 8;
+  o.split_k = 2;
+  o.reduce_in_parts = false;
+  o.first_split_lead_k_blocks = 8;
+  // K of 24 k-blocks: 4 tiles (8 jobs, one wave): 16 and 8; 5 tiles (10
+  // jobs): 12 and 12. K of 6 k-blocks, 2 tiles: the lead clamped to 4, 5 and 1.
+  const std::vector<NodeProblem> graph = {Gemm(64, 4 * 64, 24 * 64), Gemm(64, 5 * 64, 24 * 64),
+                                          Gemm(64, 2 * 64, 6 * 64)};
+  absl::StatusOr<Schedule> s = Lower(graph, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int32_t first_end[] = {16, 12, 5};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(absl::StrCat("node ", i));
+    EXPECT_EQ(s->nodes[i].last_split_extra_k_blocks, (std::vector<int32_t>{-8, 0, -4})[i]);
+    for (const TileJob& job : NodeJobs(*s, i)) {
+      EXPECT_EQ(job.k_block_begin, job.split == 0 ? 0 : first_end[i]);
+      EXPECT_EQ(job.k_block_end, job.split == 0 ? first_end[i] : s->nodes[i].k_blocks);
+    }
+  }
+  EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
+  const std::string explain = ExplainSchedule(*s, {"a", "b", "c"});
+  EXPECT_NE(explain.find("(8 k-blocks shorter than the first)"), std::string::npos) << explain;
+  // Refused below 0.
+  o.first_split_lead_k_blocks = -1;
+  ExpectInvalid(Lower(graph, o), "first_split_lead_k_blocks must be in [0, 65535], got -1");
 }
 
 // Each split node's partials start on a 128-byte line, whatever the tile

@@ -197,6 +197,21 @@ absl::Status CheckOptions(const CompileOptions& options) {
         "those (the wide split's whole tiles have not run on a GPU)",
         options.narrow_wide_split ? "narrow_wide_split is set too" : "narrow_pair_split is kOff"));
   }
+  if (options.narrow_split_lead_k_blocks < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_split_lead_k_blocks: must be >= 0, got %d",
+                                                      options.narrow_split_lead_k_blocks));
+  }
+  if (options.narrow_split_lead_k_blocks > 0 &&
+      (options.narrow_pair_split == PairSplitChoice::kOff || options.narrow_wide_split ||
+       options.last_split_extra_k_blocks > 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CompileOptions.narrow_split_lead_k_blocks: %d, but %s: it shortens the pair split's last half, and only "
+        "that",
+        options.narrow_split_lead_k_blocks,
+        options.narrow_wide_split                   ? "narrow_wide_split is set too"
+        : options.narrow_pair_split == PairSplitChoice::kOff ? "narrow_pair_split is kOff"
+                                                    : "last_split_extra_k_blocks lengthens it"));
+  }
   if (options.narrow_wide_split && options.narrow_pair_split == PairSplitChoice::kOn) {
     return absl::InvalidArgumentError(
         "CompileOptions: narrow_wide_split and narrow_pair_split = kOn each ask for a split of K; set one");
@@ -615,7 +630,9 @@ bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& grap
       (options.narrow_pair_split == PairSplitChoice::kAuto && PairSplitPaysByDefault(graph, rows, sms));
   return wanted && NarrowConfig::PairSplitRows(rows) &&
          (!NarrowConfig::TallPairSplit(rows) || options.narrow_consumers != 1) &&
-         SplitsOnStages(graph, NarrowConfig::kPairSplits, PairSplitLastExtraKBlocks(options));
+         SplitsOnStages(graph, NarrowConfig::kPairSplits, PairSplitLastExtraKBlocks(options)) &&
+         (options.narrow_split_lead_k_blocks == 0 ||
+          SplitsOnStages(graph, NarrowConfig::kPairSplits, -options.narrow_split_lead_k_blocks));
 }
 
 bool NarrowWideSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {

@@ -91,6 +91,8 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
         out += ", each tile summed by its last split";
         if (node.last_split_extra_k_blocks > 0) {
           absl::StrAppendFormat(&out, " (%d k-blocks longer than the others)", node.last_split_extra_k_blocks);
+        } else if (node.last_split_extra_k_blocks < 0) {
+          absl::StrAppendFormat(&out, " (%d k-blocks shorter than the first)", -node.last_split_extra_k_blocks);
         }
         if (const int64_t whole = WholeTilesOf(schedule, i); whole > 0) {
           absl::StrAppendFormat(&out, ", but the first %d cluster tiles multiplied whole, one job each", whole);

@@ -57,6 +57,10 @@ absl::Status ValidateOptions(const SchedulerOptions& options) {
     return refuse("last_split_extra_k_blocks must be -1 (the scheduler decides) or in [0, ", kMaxKBlocks, "], got ",
                   options.last_split_extra_k_blocks);
   }
+  if (options.first_split_lead_k_blocks < 0 || options.first_split_lead_k_blocks > kMaxKBlocks) {
+    return refuse("first_split_lead_k_blocks must be in [0, ", kMaxKBlocks, "], got ",
+                  options.first_split_lead_k_blocks);
+  }
   if (options.reduce_part_rows < 0 || options.reduce_part_rows > kFewRowReduceRows) {
     return refuse("reduce_part_rows must be in [0, ", kFewRowReduceRows, "] (a part is one few-row reduce), got ",
                   options.reduce_part_rows);
@@ -162,6 +166,10 @@ int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const Sch
   const NodeSchedule& node = schedule.nodes[node_index];
   if (node.split_k <= 1 || node.reduce_parts != 0) return 0;
   const int32_t most = std::max(node.k_blocks - node.split_k, 0);
+  if (options.first_split_lead_k_blocks > 0 && node.split_k == 2 &&
+      NodeJobCount(schedule, node_index) <= options.max_clusters) {
+    return -std::min(options.first_split_lead_k_blocks, most);
+  }
   if (options.last_split_extra_k_blocks >= 0) return std::min(options.last_split_extra_k_blocks, most);
   constexpr int32_t kMinKBlocksPerSplit = 8;
   if ((node.k_blocks - kLastSplitExtraKBlocks) / node.split_k < kMinKBlocksPerSplit) return 0;

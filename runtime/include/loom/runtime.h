@@ -249,6 +249,23 @@ struct CompileOptions {
   // the default plan; on an H100 ~2.2 us slower than the default
   // (bench/NOTES.md v2.07), so off by default.
   bool narrow_split_whole_tiles = false;
+  // With the pair split, on a node whose split jobs fit one wave (the MLP
+  // block's down projection at 33-64 rows: 64 tiles, 128 jobs), each tile's
+  // first half of K takes this many k-blocks (of 64 columns) more than its
+  // second: the first halves are queued, so fetched, before every second
+  // half, which then ends sooner (SchedulerOptions::
+  // first_split_lead_k_blocks). 0: even halves. The pair split is taken
+  // only where both halves of every node then start on a ring stage (a
+  // multiple of 8 k-blocks keeps them there where even halves are) and
+  // keep one; with narrow_pair_split = kOff, narrow_wide_split set or
+  // last_split_extra_k_blocks > 0, Compile refuses it (InvalidArgument).
+  // Traced on the H200 (bench/NOTES.md v2.08), the 64-token block's second
+  // halves are fetched ~5 us after the first and end it ~8 us after them;
+  // a lead of ~24 k-blocks would even them out. Not yet run on a GPU: the
+  // kernel runs any halves on stage boundaries (last_split_extra_k_blocks
+  // makes the second longer), but this option's GPU test
+  // (NarrowSplitLeadTest) has found no machine yet.
+  int narrow_split_lead_k_blocks = 0;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
   // copy a ring stage instead of a tensor load. On the narrow kernel, at 1

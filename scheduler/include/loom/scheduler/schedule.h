@@ -159,8 +159,9 @@ struct NodeSchedule {
   int32_t part_count_base = -1;
   // Where the last split sums (reduce_parts == 0): the k-blocks it takes
   // beyond an even share (SplitKRange, ChooseLastSplitExtra in tiling.h), so
-  // that the others' partials are ready when its main loop ends. The jobs
-  // carry their k-block ranges; only the scheduler reads this.
+  // that the others' partials are ready when its main loop ends; negative,
+  // fewer (SchedulerOptions::first_split_lead_k_blocks). The jobs carry
+  // their k-block ranges; only the scheduler reads this.
   int32_t last_split_extra_k_blocks = 0;
 };
 
@@ -197,6 +198,14 @@ struct SchedulerOptions {
   // no partial and sums none: the split is kept for the jobs that end the
   // node, where it evens out when the SMs finish (Schedule::whole_tiles).
   bool whole_leading_tiles = false;
+  // Where a node splits K in two, its last split sums (NodeSchedule::
+  // reduce_parts == 0) and all its jobs fit one wave (max_clusters), the
+  // first split takes this many k-blocks more than the last
+  // (NodeSchedule::last_split_extra_k_blocks = -first_split_lead_k_blocks):
+  // the first splits are queued, so fetched, before every last split, which
+  // waits for their partials. 0: even halves (or last_split_extra_k_blocks).
+  // At most k_blocks - 2 on each such node.
+  int32_t first_split_lead_k_blocks = 0;
   // How errors about these options name them: "<name>.<field> must be ...".
   // The runtime passes its own options' name (CompileOptions), whose fields
   // a caller sets carry the same names as these.

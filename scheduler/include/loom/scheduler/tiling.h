@@ -177,7 +177,9 @@ int32_t ChooseSplitK(int64_t cluster_tiles, int32_t k_blocks, int32_t max_cluste
 // k_blocks - last_extra, is shared by all splits with sizes differing by at
 // most one (the first (k_blocks - last_extra) % split_k get the extra
 // block). Needs 0 <= last_extra <= k_blocks - split_k, so that every split
-// keeps a k-block when k_blocks >= split_k.
+// keeps a k-block when k_blocks >= split_k; or, with two splits, a negative
+// last_extra of at least 2 - k_blocks: the last split that many k-blocks
+// shorter than the first (SchedulerOptions::first_split_lead_k_blocks).
 struct KBlockRange {
   int32_t begin = 0;
   int32_t end = 0;
@@ -203,7 +205,10 @@ inline constexpr int32_t kLastSplitExtraKBlocks = 8;
 // when that is >= 0 (clamped to k_blocks - split_k); when it is -1 (the
 // scheduler decides), kLastSplitExtraKBlocks where the node's jobs and each
 // of its producers' fit one wave (max_clusters), so that its splits start
-// together, and every split keeps at least 8 k-blocks; else 0.
+// together, and every split keeps at least 8 k-blocks; else 0. With
+// options.first_split_lead_k_blocks > 0, a node of two splits whose jobs
+// fit one wave takes -first_split_lead_k_blocks (clamped to k_blocks - 2)
+// instead.
 int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const SchedulerOptions& options);
 
 // Schedule::whole_tiles of `node` (tiled) under
