@@ -28,6 +28,16 @@
 #             the pair kernel spill 28 bytes. Applies to 17472e4:
 #             BASE=17472e4 build_probe.sh short_node_splits (h200_short.sh
 #             times it, with its tests, from a full build of that tree)
+#     gathered_stores
+#             not a timing build (meant to be right; never run on a GPU
+#             yet): the narrow epilogue gathers each row's outputs across
+#             the lane quad and stores 16-byte runs (8-byte under SwiGLU)
+#             instead of one 2-byte store an element (bench/NOTES.md
+#             v2.08). Its pair kernels spill 16 bytes (0 on main), the wide
+#             ones 20 (8). Build with TESTS=1 for its GPU tests;
+#             h200_store.sh times it and runs them.
+#   TESTS=1: also builds the tree's graph_gpu_test and gemm_gpu_test, as
+#           DEST/graph_gpu_test-NAME and DEST/gemm_gpu_test-NAME
 #   DEST:   where the binary goes, as DEST/loom_graph_bench-NAME (default:
 #           .device-carry, after bench/pack_for_h200.sh has filled it: the
 #           probe links the libraries that script bundles for main's bench)
@@ -51,9 +61,14 @@ if [ ! -d "$tree" ]; then
   git worktree add -q --detach "$tree" "$base"
   git -C "$tree" apply "$diff"
 fi
+tests=${TESTS:-0}
+targets=(bench/loom_graph_bench)
+[ "$tests" = 1 ] && targets+=(tests/graph_gpu_test tests/gemm_gpu_test)
 cmake -S "$tree" -B "$tree/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_DEMOS=OFF >/dev/null
-ninja -C "$tree/build" bench/loom_graph_bench
+  -DLOOM_BUILD_TESTS="$([ "$tests" = 1 ] && echo ON || echo OFF)" -DLOOM_BUILD_DEMOS=OFF >/dev/null
+ninja -C "$tree/build" "${targets[@]}"
 mkdir -p "$dest"
-cp "$tree/build/bench/loom_graph_bench" "$dest/loom_graph_bench-$name"
+for target in "${targets[@]}"; do
+  cp "$tree/build/$target" "$dest/$(basename "$target")-$name"
+done
 echo "built $dest/loom_graph_bench-$name (main $(git -C "$tree" rev-parse --short HEAD) + $name.diff)"
