@@ -180,18 +180,25 @@ TEST(LowerTest, ProducersOfASplitAAreQueuedFromEachRunInTurn) {
   EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
 }
 
+// Options of the narrow kernel's pair split: one-CTA clusters of 64 x 64
+// tiles, K in two halves, the last summing; `max_clusters` a wave.
+SchedulerOptions PairSplitOptions(int32_t max_clusters) {
+  SchedulerOptions o = Options();
+  o.tile = {64, 64, 64};
+  o.cluster_size = 1;
+  o.max_clusters = max_clusters;
+  o.split_k = 2;
+  o.reduce_in_parts = false;
+  return o;
+}
+
 // SchedulerOptions::whole_leading_tiles: a node whose last split sums and
 // whose tiles make two waves or more has all but its last wave and the part
 // wave whole, each one job over all of K with the last split's index
 // (WholeTileOfSplitNode, summing no partials); the queue keeps every other
 // tile's parts, the last after the first.
 TEST(LowerTest, WholeLeadingTilesLeaveTheLastWavesSplit) {
-  SchedulerOptions o = Options();
-  o.tile = {64, 64, 64};
-  o.cluster_size = 1;
-  o.max_clusters = 4;
-  o.split_k = 2;
-  o.reduce_in_parts = false;
+  SchedulerOptions o = PairSplitOptions(/*max_clusters=*/4);
   o.last_split_extra_k_blocks = 0;
   o.whole_leading_tiles = true;
   // 19 tiles (4 waves and 3): 12 whole; 8 (2 waves): 4; 7 (1 wave and 3): none.
@@ -247,12 +254,7 @@ TEST(LowerTest, WholeLeadingTilesLeaveTheLastWavesSplit) {
 // longer than its last (clamped so that the last keeps one); a node of more
 // jobs, even halves.
 TEST(LowerTest, FirstSplitLeadsOnNodesOfOneWave) {
-  SchedulerOptions o = Options();
-  o.tile = {64, 64, 64};
-  o.cluster_size = 1;
-  o.max_clusters = 8;
-  o.split_k = 2;
-  o.reduce_in_parts = false;
+  SchedulerOptions o = PairSplitOptions(/*max_clusters=*/8);
   o.first_split_lead_k_blocks = 8;
   // K of 24 k-blocks: 4 tiles (8 jobs, one wave): 16 and 8; 5 tiles (10
   // jobs): 12 and 12. K of 6 k-blocks, 2 tiles: the lead clamped to 4, 5 and 1.
