@@ -1692,8 +1692,8 @@ TEST(RuntimeTest, NarrowSplitWholeTilesKeepAllButTheLastWavesWhole) {
 // projection at 64 rows (64 tiles, 128 jobs: one wave on 132 SMs) splits K
 // of 448 k-blocks at 236; gate/up (448 tiles) keeps even halves. A lead that
 // would start a half off a ring stage (4: gate/up's halves at 34) leaves
-// the pair split untaken. Refused below 0, and beside what else sets the
-// halves' lengths or no pair split.
+// the pair split untaken. Refused outside [0, 65535] (TileJob's 16-bit
+// k-blocks), and beside what else sets the halves' lengths or no pair split.
 TEST(RuntimeTest, NarrowSplitLeadLengthensTheFirstHalfOnNodesOfOneWave) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;
@@ -1713,12 +1713,16 @@ TEST(RuntimeTest, NarrowSplitLeadLengthensTheFirstHalfOnNodesOfOneWave) {
   absl::StatusOr<Plan> off_stage = runtime.Compile(UpDownGraph(64, true), options);
   ASSERT_TRUE(off_stage.ok()) << off_stage.status();
   EXPECT_EQ(off_stage->schedule().tile.n, kernel::NarrowConfig::kBlockN);
-  options.narrow_split_lead_k_blocks = -8;
-  absl::StatusOr<Plan> refused = runtime.Compile(UpDownGraph(64, true), options);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("CompileOptions.narrow_split_lead_k_blocks: must be >= 0, got -8"),
-            absl::string_view::npos)
-      << refused.status();
+  absl::StatusOr<Plan> refused;
+  for (const int lead : {-8, 65536}) {
+    options.narrow_split_lead_k_blocks = lead;
+    refused = runtime.Compile(UpDownGraph(64, true), options);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(
+                  absl::StrCat("CompileOptions.narrow_split_lead_k_blocks: ", lead, " is outside [0, 65535]")),
+              absl::string_view::npos)
+        << refused.status();
+  }
   options.narrow_split_lead_k_blocks = 8;
   for (const auto& [pair, wide, extra, why] :
        {std::tuple{PairSplitChoice::kOff, false, -1, "narrow_pair_split is kOff"},

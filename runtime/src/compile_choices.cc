@@ -197,9 +197,9 @@ absl::Status CheckOptions(const CompileOptions& options) {
         "those (the wide split's whole tiles have not run on a GPU)",
         options.narrow_wide_split ? "narrow_wide_split is set too" : "narrow_pair_split is kOff"));
   }
-  if (options.narrow_split_lead_k_blocks < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_split_lead_k_blocks: must be >= 0, got %d",
-                                                      options.narrow_split_lead_k_blocks));
+  if (options.narrow_split_lead_k_blocks < 0 || options.narrow_split_lead_k_blocks > sched::kMaxKBlocks) {
+    return absl::InvalidArgumentError(absl::StrFormat("CompileOptions.narrow_split_lead_k_blocks: %d is outside [0, %d]",
+                                                      options.narrow_split_lead_k_blocks, sched::kMaxKBlocks));
   }
   if (options.narrow_split_lead_k_blocks > 0 &&
       (options.narrow_pair_split == PairSplitChoice::kOff || options.narrow_wide_split ||

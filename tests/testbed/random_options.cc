@@ -1,6 +1,7 @@
 #include "testbed/random_options.h"
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -50,6 +51,12 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
   options.narrow_wide_split = OneIn(rng, 4);
   // Without the pair split or beside the wide split, refused (compile_fuzz_test: a clean refusal).
   options.narrow_split_whole_tiles = OneIn(rng, 3);
+  // Off the ring stages, the pair split untaken; outside [0, 65535], without
+  // the pair split or beside what else sets its halves, refused
+  // (compile_fuzz_test: a clean refusal).
+  options.narrow_split_lead_k_blocks = ranges == OptionRanges::kAny && OneIn(rng, 4)
+                                           ? Pick(rng, {-1, 4, 65536, std::numeric_limits<int>::max()})
+                                           : Pick(rng, {0, 0, 0, 8, 24});
   options.tagged_handoff = !OneIn(rng, 3);
   options.overlap_launches = !OneIn(rng, 3);
   options.trace = OneIn(rng, 4);
@@ -60,7 +67,7 @@ std::string DescribeOptions(const CompileOptions& options) {
   return absl::StrFormat(
       "kernel %s, ring %s, stages %d/%d, max_clusters %d, split_k %d, tile_n %d, group %d, reduce in parts %d of "
       "%d rows, last split sums %d (extra %d), narrow stages %d/%d, %d in flight, %d consumers, claim at %d, "
-      "pair split %s, wide split %d, whole tiles %d, pack %d, tagged %d, overlap %d, timeout %d ns, trace %d",
+      "pair split %s, wide split %d, whole tiles %d, lead %d, pack %d, tagged %d, overlap %d, timeout %d ns, trace %d",
       AbslUnparseFlag(options.kernel), options.ring_mode == RingMode::kSplit ? "split" : "lockstep",
       options.a_stages, options.b_stages, options.max_clusters, options.split_k, options.tile_n, options.group_size,
       options.reduce_in_parts, options.reduce_part_rows, options.sum_in_last_split,
@@ -68,7 +75,7 @@ std::string DescribeOptions(const CompileOptions& options) {
       options.narrow_b_stages,
       options.narrow_b_in_flight, options.narrow_consumers, options.narrow_claim_stages,
       AbslUnparseFlag(options.narrow_pair_split), options.narrow_wide_split, options.narrow_split_whole_tiles,
-      options.pack_weights,
+      options.narrow_split_lead_k_blocks, options.pack_weights,
       options.tagged_handoff, options.overlap_launches, options.spin_timeout_ns, options.trace);
 }
 
