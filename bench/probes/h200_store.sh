@@ -8,9 +8,10 @@
 # beside cuBLAS, in turns: main and whole tiles (--narrow_pair_split=on
 # --narrow_split_whole_tiles) at 48 and 64 tokens and on the 64-token chain,
 # whole tiles with leads of 16, 24 and 32 k-blocks at 48 and 64 tokens; main
-# against DIR/loom_graph_bench-gathered_stores for main, whole tiles, and
-# whole tiles with a lead of 24. Last, one traced launch at 64 tokens of
-# whole tiles with and without a lead of 24 under $OUT.
+# against DIR/loom_graph_bench-gathered_stores for the default plans (24-64
+# tokens, the 64-token chain), whole tiles with and without a lead of 24,
+# and the tall pair split at 128 tokens. Last, one traced launch at 64
+# tokens of whole tiles with and without a lead of 24 under $OUT.
 #   usage (on the device, carry [".device-carry"]):
 #     bash bench/probes/h200_store.sh [ROUNDS=3] [DIR=.device-carry]
 set -u
@@ -39,11 +40,17 @@ bench_in_turns "$rounds" "$dir" "$log" | tee "$out/lead.txt"
 grep -iE "copy bandwidth" "$log" | head -1
 rm -f "$log"
 if [ -x "$dir/loom_graph_bench-gathered_stores" ]; then
-  for variant in "" "$whole" "$whole --narrow_split_lead_k_blocks=24"; do
-    echo "main against gathered stores: [${variant:-main}]"
+  # The default plans at 24-64 tokens and on the 64-token chain; whole
+  # tiles, with and without a lead; the tall pair split at 128 tokens
+  # (--kernel=narrow; the default there is the tiled kernel, whose stores
+  # the diff leaves alone).
+  for variant in "--tokens=24,48,64 --chain_tokens=64" "--tokens=48,64 --chain_tokens= $whole" \
+                 "--tokens=48,64 --chain_tokens= $whole --narrow_split_lead_k_blocks=24" \
+                 "--tokens=128 --chain_tokens= --kernel=narrow --narrow_pair_split=on"; do
+    echo "main against gathered stores: [$variant]"
     # shellcheck disable=SC2086  # the variant is several flags
-    timeout 150 bash "$(dirname "$0")/time_in_turns.sh" "$dir" "$rounds" '^(mlp|chain) +(48|64) ' "${flags[@]}" \
-      --tokens=48,64 --chain_tokens=64 $variant
+    timeout 150 bash "$(dirname "$0")/time_in_turns.sh" "$dir" "$rounds" '^(mlp|chain) +[0-9]+ ' "${flags[@]}" \
+      $variant
   done | tee "$out/gathered.txt"
 fi
 # shellcheck disable=SC2086  # $whole is several flags
