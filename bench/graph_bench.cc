@@ -596,17 +596,20 @@ absl::StatusOr<double> MeasureCopyGBps(BenchContext& ctx) {
 // --- loom's side of a case. ---
 
 // Appends one CSV row per traced job and CTA (times in us from the launch's
-// first fetch; -1 where the event did not happen), with a header if the file
-// is new, for looking at a launch's critical path off the device.
+// first fetch; -1 where the event did not happen; part: JobTrace::part), with
+// a header if the file is new, for looking at a launch's critical path off
+// the device.
 absl::Status AppendTimelineCsv(const std::string& path, const std::string& step, const std::vector<JobTrace>& jobs) {
   FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) return absl::InvalidArgumentError(absl::StrCat("--timeline_csv: cannot open ", path));
   if (std::ftell(file) == 0) {
-    std::fprintf(file, "case,job,rank,node,sm,reduce,fetched,data_ready,mma_done,staged,published,a_dependency\n");
+    std::fprintf(file,
+                 "case,job,rank,node,sm,reduce,fetched,data_ready,mma_done,staged,published,a_dependency,part\n");
   }
   for (const JobTrace& t : jobs) {
-    std::fprintf(file, "\"%s\",%d,%d,%d,%d,%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n", step.c_str(), t.job, t.rank, t.node,
-                 t.sm, t.reduce ? 1 : 0, t.fetched, t.data_ready, t.mma_done, t.staged, t.published, t.a_dependency);
+    std::fprintf(file, "\"%s\",%d,%d,%d,%d,%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%d\n", step.c_str(), t.job, t.rank,
+                 t.node, t.sm, t.reduce ? 1 : 0, t.fetched, t.data_ready, t.mma_done, t.staged, t.published,
+                 t.a_dependency, t.part);
   }
   const bool ok = std::fclose(file) == 0;
   return ok ? absl::OkStatus() : absl::InternalError(absl::StrCat("--timeline_csv: cannot write ", path));

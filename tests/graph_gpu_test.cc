@@ -1422,7 +1422,8 @@ TEST(GraphTest, MlpBlockWithForcedSplitK) {
 
 // A traced launch (CompileOptions::trace) of the split MLP block: the
 // results are unchanged, every queue entry has a timeline, each timeline's
-// events are in order, and no down-projection job found its data ready before
+// events are in order and its part of K is its queue entry's split, and no
+// down-projection job found its data ready before
 // gate_up had published any output tile (the dependency wait, seen from the
 // clock). %globaltimer ticks about once a microsecond: comparisons between
 // threads allow one tick.
@@ -1460,6 +1461,10 @@ TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
     if (t.published >= 0) {
       EXPECT_GE(t.published + kTick, t.mma_done) << "job " << t.job;
     }
+    // Its part of K: a split node's gemm jobs by split (no whole tiles in
+    // this plan), reduce jobs and unsplit nodes' none.
+    const bool split_gemm = !t.reduce && schedule.nodes[t.node].split_k > 1;
+    EXPECT_EQ(t.part, split_gemm ? int{schedule.queue[t.job].split} : -1) << "job " << t.job;
     if (t.node == 0 && t.reduce && t.published >= 0) {
       first_gate_up_publish = std::min(first_gate_up_publish, t.published);
     }
@@ -1491,6 +1496,7 @@ TEST(GraphTest, TracedLaunchRecordsOrderedTimelines) {
   LOOM_ASSERT_OK(explained.status());
   EXPECT_NE(explained->find("gate_up"), std::string::npos) << *explained;
   EXPECT_NE(explained->find("reduce"), std::string::npos) << *explained;
+  EXPECT_NE(explained->find("part 0"), std::string::npos) << *explained;
 }
 
 // The scheduler's own choice (split_k = 0) on a skinny, long-K GEMM, the

@@ -280,6 +280,30 @@ TEST(RuntimeTest, TimelineTableSummarisesEachNodeAndKind) {
 // A span whose first event never happened (time -1) is left out of the
 // medians, not measured from -1: a job with no data-ready stamp has no wait
 // and no main-loop span, only its epilogue and store.
+// A split node's jobs by part of K (JobTrace::part): a row for its whole
+// tiles ("gemm"), one for each part, in that order.
+TEST(RuntimeTest, TimelineTableGivesEachPartOfKItsRow) {
+  std::vector<JobTrace> timeline = {
+      Trace(0, 0, false, 0.0, 1.0, 11.0, 12.0, 13.0),   // a whole tile
+      Trace(1, 0, false, 1.0, 2.0, 7.0, 7.1, 8.0),      // part 0
+      Trace(2, 0, false, 6.0, 8.0, 13.0, 16.0, 17.0),   // part 1
+      Trace(3, 0, false, 7.0, 9.0, 14.0, 17.0, 18.0),   // part 1
+  };
+  timeline[1].part = 0;
+  timeline[2].part = timeline[3].part = 1;
+  const std::string table = internal::FormatTimeline(timeline, {"down"});
+  const size_t whole = table.find("down         gemm           1  0.0-0.0        13.0-13.0");
+  const size_t first = table.find("down         part 0         1  1.0-1.0        8.0-8.0");
+  const size_t last = table.find("down         part 1         2  6.0-7.0        17.0-18.0");
+  EXPECT_NE(whole, std::string::npos) << table;
+  EXPECT_NE(first, std::string::npos) << table;
+  EXPECT_NE(last, std::string::npos) << table;
+  EXPECT_LT(whole, first);
+  EXPECT_LT(first, last);
+  // Part 1's epilogue (staged - mma_done) of {3, 3}.
+  EXPECT_NE(table.find("3.0 us 1.0 us"), std::string::npos) << table;
+}
+
 TEST(RuntimeTest, TimelineLeavesOutSpansWhoseFirstEventIsMissing) {
   const std::vector<JobTrace> timeline = {Trace(0, 0, false, 5.0, -1, 8.0, 9.0, 10.0)};
   const std::string table = internal::FormatTimeline(timeline, {"only"});

@@ -10,7 +10,9 @@
 
 namespace loom::internal {
 
-// The table Plan::ExplainTimeline prints: per node and job kind, the number
+// The table Plan::ExplainTimeline prints: per node and job kind (over all of
+// K, "gemm"; each part of K of a node that splits it, "part N" after
+// JobTrace::part; "reduce"), the number
 // of CTA-jobs, when they were fetched and published, the median wait for
 // data, main loop, epilogue and store of the jobs where both events of a span
 // happened, and the median time the A loader spent on A's producers (gemm

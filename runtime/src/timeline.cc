@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "internal/cuda_status.h"
 #include "internal/plan_impl.h"
 #include "internal/timeline.h"
 #include "loom/runtime.h"
+#include "loom/scheduler/schedule.h"
 #include "loom/status.h"
 
 namespace loom {
@@ -83,6 +85,8 @@ absl::StatusOr<std::vector<JobTrace>> Plan::Timeline() const {
     trace.node = job.node;
     trace.sm = r.sm;
     trace.reduce = job.kind == static_cast<uint8_t>(sched::JobKind::kReduce);
+    const sched::NodeSchedule& node = impl_->schedule.nodes[job.node];
+    if (!trace.reduce && node.split_k > 1 && !sched::WholeTileOfSplitNode(node, job)) trace.part = job.split;
     trace.fetched = micros(r.fetched);
     trace.data_ready = micros(r.data_ready);
     trace.mma_done = micros(r.mma_done);
@@ -111,13 +115,19 @@ std::string FormatTimeline(const std::vector<JobTrace>& timeline, const std::vec
       "timeline (us from the first job fetch; %%globaltimer, ~1 us ticks): %d CTA-jobs, last store at %s\n",
       static_cast<int>(timeline.size()), stores.last < 0 ? std::string("-") : FormatMicros(stores.last));
   out += "  node / kind          CTA-jobs  fetched        published      median: wait  main loop  epilogue  store  A deps\n";
+  int most_parts = 0;
+  for (const JobTrace& t : timeline) most_parts = std::max(most_parts, t.part + 1);
   for (int node = 0; node < static_cast<int>(node_names.size()); ++node) {
-    for (bool reduce : {false, true}) {
+    // A row per kind of job: over all of K ("gemm", part -1), each part of
+    // K of a split node ("part N", JobTrace::part), reduce jobs.
+    for (int kind = -1; kind <= most_parts; ++kind) {
+      const bool reduce = kind == most_parts;
+      const int part = reduce ? -1 : kind;
       Range fetched, published;
       std::vector<double> wait, main_loop, epilogue, store, a_dependency;
       int count = 0;
       for (const JobTrace& t : timeline) {
-        if (t.node != node || t.reduce != reduce) continue;
+        if (t.node != node || t.reduce != reduce || t.part != part) continue;
         ++count;
         fetched.Add(t.fetched);
         published.Add(t.published);
@@ -128,8 +138,9 @@ std::string FormatTimeline(const std::vector<JobTrace>& timeline, const std::vec
         if (t.a_dependency >= 0) a_dependency.push_back(t.a_dependency);
       }
       if (count == 0) continue;
+      const std::string kind_name = reduce ? "reduce" : part < 0 ? "gemm" : absl::StrCat("part ", part);
       out += absl::StrFormat("  %-12s %-7s %8d  %-13s  %-13s  %12s %10s %9s %6s %7s\n", node_names[node].substr(0, 12),
-                             reduce ? "reduce" : "gemm", count, fetched.ToString(), published.ToString(),
+                             kind_name, count, fetched.ToString(), published.ToString(),
                              FormatMicros(Median(wait)), FormatMicros(Median(main_loop)),
                              FormatMicros(Median(epilogue)), FormatMicros(Median(store)),
                              FormatMicros(Median(a_dependency)));

@@ -330,6 +330,10 @@ struct JobTrace {
   int node = -1;  // graph node
   int sm = -1;
   bool reduce = false;     // a split-K reduce job
+  // A gemm job's part of K where its node splits K: its split, 0 the first
+  // (the last sums the others' partials, or a reduce job does); -1 where it
+  // covers all of K (an unsplit node, a whole tile) and for reduce jobs.
+  int part = -1;
   double fetched = -1;     // the consumers received the job
   double data_ready = -1;  // first A slot full (gemm) / every partial published (reduce)
   double mma_done = -1;    // main loop (or partial sum) finished
