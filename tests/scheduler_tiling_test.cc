@@ -314,7 +314,7 @@ TEST_P(SplitKRangeTest, PartitionsKExactlyInOrderWithSizesWithinOne) {
 
 // A longer last split: the others share k_blocks - last_extra evenly, the last
 // takes its share of that and last_extra more, and the ranges still partition
-// K in order.
+// K in order; with two splits, a shorter one.
 TEST(SplitKRangeTest, LastSplitTakesItsExtraKBlocks) {
   auto sizes = [](int32_t k_blocks, int32_t split_k, int32_t extra) {
     std::vector<int32_t> out;
@@ -336,6 +336,12 @@ TEST(SplitKRangeTest, LastSplitTakesItsExtraKBlocks) {
   EXPECT_EQ(sizes(64, 2, 62), V({1, 63}));  // the most: every other split keeps one
   EXPECT_EQ(sizes(7, 3, 4), V({1, 1, 5}));
   EXPECT_EQ(sizes(10, 1, 0), V({10}));
+  // Two splits, a negative extra: the first longer by that much
+  // (SchedulerOptions::first_split_lead_k_blocks), or by one more where the
+  // sum is odd; at most k_blocks - 2, the last keeping one.
+  EXPECT_EQ(sizes(448, 2, -24), V({236, 212}));
+  EXPECT_EQ(sizes(25, 2, -8), V({17, 8}));
+  EXPECT_EQ(sizes(64, 2, -62), V({63, 1}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SplitKRangeTest,
