@@ -53,10 +53,15 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
   options.narrow_split_whole_tiles = OneIn(rng, 3);
   // Off the ring stages, the pair split untaken; outside [0, 65535], without
   // the pair split or beside what else sets its halves, refused
-  // (compile_fuzz_test: a clean refusal).
-  options.narrow_split_lead_k_blocks = ranges == OptionRanges::kAny && OneIn(rng, 4)
-                                           ? Pick(rng, {-1, 4, 65536, std::numeric_limits<int>::max()})
-                                           : Pick(rng, {0, 0, 0, 8, 24});
+  // (compile_fuzz_test: a clean refusal). Usable: only where it may be set,
+  // so that it costs the soak no plans.
+  const bool lead_allowed = options.narrow_pair_split != PairSplitChoice::kOff && !options.narrow_wide_split &&
+                            options.last_split_extra_k_blocks <= 0;
+  if (ranges == OptionRanges::kAny && OneIn(rng, 4)) {
+    options.narrow_split_lead_k_blocks = Pick(rng, {-1, 4, 8, 65536, std::numeric_limits<int>::max()});
+  } else if (lead_allowed) {
+    options.narrow_split_lead_k_blocks = Pick(rng, {0, 0, 8, 24});
+  }
   options.tagged_handoff = !OneIn(rng, 3);
   options.overlap_launches = !OneIn(rng, 3);
   options.trace = OneIn(rng, 4);
