@@ -1712,10 +1712,11 @@ TEST(RuntimeTest, NarrowSplitWholeTilesKeepAllButTheLastWavesWhole) {
 
 // CompileOptions::narrow_split_lead_k_blocks: with the pair split, the down
 // projection at 64 rows (64 tiles, 128 jobs: one wave on 132 SMs) splits K
-// of 448 k-blocks at 236; gate/up (448 tiles) keeps even halves. A lead that
-// would start a half off a ring stage (4: gate/up's halves at 34) leaves
-// the pair split untaken. Refused outside [0, 65535] (TileJob's 16-bit
-// k-blocks), and beside what else sets the halves' lengths or no pair split.
+// of 448 k-blocks at 236; gate/up (448 tiles) keeps even halves. A lead
+// that would start the second half off a ring stage is rounded down: 10
+// (the split at 229) to 8 (228), 4 (226) to none. Refused outside
+// [0, 65535] (TileJob's 16-bit k-blocks), and beside what else sets the
+// halves' lengths or no pair split.
 TEST(RuntimeTest, NarrowSplitLeadLengthensTheFirstHalfOnNodesOfOneWave) {
   const Runtime runtime = Runtime::ForDescription(DeviceDescription::H200());
   CompileOptions options;
@@ -1731,10 +1732,14 @@ TEST(RuntimeTest, NarrowSplitLeadLengthensTheFirstHalfOnNodesOfOneWave) {
     EXPECT_EQ(job.k_block_end, job.split == 0 ? split_at[job.node] : schedule.nodes[job.node].k_blocks);
   }
   EXPECT_NE(plan->Explain().find("(24 k-blocks shorter than the first)"), std::string::npos) << plan->Explain();
-  options.narrow_split_lead_k_blocks = 4;
-  absl::StatusOr<Plan> off_stage = runtime.Compile(UpDownGraph(64, true), options);
-  ASSERT_TRUE(off_stage.ok()) << off_stage.status();
-  EXPECT_EQ(off_stage->schedule().tile.n, kernel::NarrowConfig::kBlockN);
+  for (const auto& [lead, taken] : {std::pair{10, 8}, {4, 0}}) {
+    options.narrow_split_lead_k_blocks = lead;
+    absl::StatusOr<Plan> rounded = runtime.Compile(UpDownGraph(64, true), options);
+    ASSERT_TRUE(rounded.ok()) << rounded.status();
+    EXPECT_EQ(rounded->schedule().tile.n, kernel::NarrowConfig::kPairSplitBlockN);
+    EXPECT_EQ(rounded->schedule().nodes[1].last_split_extra_k_blocks, -taken) << "lead " << lead;
+    EXPECT_EQ(rounded->schedule().nodes[0].last_split_extra_k_blocks, 0) << "lead " << lead;
+  }
   for (const int lead : {-8, 65536}) {
     options.narrow_split_lead_k_blocks = lead;
     EXPECT_TRUE(HasStatus(runtime.Compile(UpDownGraph(64, true), options).status(),

@@ -251,8 +251,9 @@ TEST(LowerTest, WholeLeadingTilesLeaveTheLastWavesSplit) {
 
 // SchedulerOptions::first_split_lead_k_blocks: a node of two splits whose
 // jobs fit one wave (max_clusters) has its first split that many k-blocks
-// longer than its last (clamped so that the last keeps one); a node of more
-// jobs, even halves.
+// longer than its last (clamped so that the last keeps a granule, its start
+// moved down onto SchedulerOptions::split_granule_k_blocks); a node of
+// more jobs, even halves.
 TEST(LowerTest, FirstSplitLeadsOnNodesOfOneWave) {
   SchedulerOptions o = PairSplitOptions(/*max_clusters=*/8);
   o.first_split_lead_k_blocks = 8;
@@ -274,9 +275,21 @@ TEST(LowerTest, FirstSplitLeadsOnNodesOfOneWave) {
   EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
   const std::string explain = ExplainSchedule(*s, {"a", "b", "c"});
   EXPECT_NE(explain.find("(8 k-blocks shorter than the first)"), std::string::npos) << explain;
-  // Refused below 0.
+  // On a granule of 4: a lead of 10 at K = 24 ends the first split at 17,
+  // moved down to 16 (a lead of 8); at K = 6 the first split would end past
+  // K - 4 = 2, moved down to 0: even halves.
+  o.split_granule_k_blocks = 4;
+  o.first_split_lead_k_blocks = 10;
+  s = Lower(graph, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->nodes[0].last_split_extra_k_blocks, -8);
+  EXPECT_EQ(s->nodes[2].last_split_extra_k_blocks, 0);
+  // Refused below 0, and a granule below 1.
   o.first_split_lead_k_blocks = -1;
   ExpectInvalid(Lower(graph, o), "first_split_lead_k_blocks must be in [0, 65535], got -1");
+  o.first_split_lead_k_blocks = 8;
+  o.split_granule_k_blocks = 0;
+  ExpectInvalid(Lower(graph, o), "split_granule_k_blocks must be in [1, 65535], got 0");
 }
 
 // Each split node's partials start on a 128-byte line, whatever the tile

@@ -630,9 +630,7 @@ bool NarrowPairSplitApplies(const CompileOptions& options, const GemmGraph& grap
       (options.narrow_pair_split == PairSplitChoice::kAuto && PairSplitPaysByDefault(graph, rows, sms));
   return wanted && NarrowConfig::PairSplitRows(rows) &&
          (!NarrowConfig::TallPairSplit(rows) || options.narrow_consumers != 1) &&
-         SplitsOnStages(graph, NarrowConfig::kPairSplits, PairSplitLastExtraKBlocks(options)) &&
-         (options.narrow_split_lead_k_blocks == 0 ||
-          SplitsOnStages(graph, NarrowConfig::kPairSplits, -options.narrow_split_lead_k_blocks));
+         SplitsOnStages(graph, NarrowConfig::kPairSplits, PairSplitLastExtraKBlocks(options));
 }
 
 bool NarrowWideSplitApplies(const CompileOptions& options, const GemmGraph& graph, int64_t rows) {

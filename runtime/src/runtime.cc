@@ -324,6 +324,7 @@ absl::StatusOr<Plan> Runtime::Compile(const GemmGraph& graph, const CompileOptio
     // Only the pair split's (CheckOptions refuses the option beside the wide split).
     scheduler_options.whole_leading_tiles = options.narrow_split_whole_tiles;
     scheduler_options.first_split_lead_k_blocks = options.narrow_split_lead_k_blocks;
+    scheduler_options.split_granule_k_blocks = NarrowConfig::kKBlocksPerStage;  // halves start on stages
   }
   scheduler_options.name = "CompileOptions";  // Lower's option errors name the caller's options
   LOOM_ASSIGN_OR_RETURN(impl->schedule, sched::Lower(problems, scheduler_options));

@@ -61,6 +61,9 @@ absl::Status ValidateOptions(const SchedulerOptions& options) {
     return refuse("first_split_lead_k_blocks must be in [0, ", kMaxKBlocks, "], got ",
                   options.first_split_lead_k_blocks);
   }
+  if (options.split_granule_k_blocks < 1 || options.split_granule_k_blocks > kMaxKBlocks) {
+    return refuse("split_granule_k_blocks must be in [1, ", kMaxKBlocks, "], got ", options.split_granule_k_blocks);
+  }
   if (options.reduce_part_rows < 0 || options.reduce_part_rows > kFewRowReduceRows) {
     return refuse("reduce_part_rows must be in [0, ", kFewRowReduceRows, "] (a part is one few-row reduce), got ",
                   options.reduce_part_rows);
@@ -168,7 +171,12 @@ int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const Sch
   const int32_t most = std::max(node.k_blocks - node.split_k, 0);
   if (options.first_split_lead_k_blocks > 0 && node.split_k == 2 &&
       NodeJobCount(schedule, node_index) <= options.max_clusters) {
-    return -std::min(options.first_split_lead_k_blocks, most);
+    // The first split's end, (k_blocks + lead) / 2 rounded up as SplitKRange
+    // rounds it, moved down onto the granule and a granule short of K.
+    const int32_t granule = options.split_granule_k_blocks;
+    const int32_t wanted = (node.k_blocks + options.first_split_lead_k_blocks + 1) / 2;
+    const int32_t end = std::min(wanted, node.k_blocks - granule) / granule * granule;
+    return -std::max(2 * end - node.k_blocks, 0);
   }
   if (options.last_split_extra_k_blocks >= 0) return std::min(options.last_split_extra_k_blocks, most);
   constexpr int32_t kMinKBlocksPerSplit = 8;

@@ -51,7 +51,7 @@ CompileOptions RandomCompileOptions(Rng& rng, OptionRanges ranges) {
   options.narrow_wide_split = OneIn(rng, 4);
   // Without the pair split or beside the wide split, refused (compile_fuzz_test: a clean refusal).
   options.narrow_split_whole_tiles = OneIn(rng, 3);
-  // Off the ring stages, the pair split untaken; outside [0, 65535], without
+  // Rounded onto the ring stages where it is taken; outside [0, 65535], without
   // the pair split or beside what else sets its halves, refused
   // (compile_fuzz_test: a clean refusal). Usable: only where it may be set,
   // so that it costs the soak no plans.

@@ -254,11 +254,12 @@ struct CompileOptions {
   // first half of K takes this many k-blocks (of 64 columns) more than its
   // second: the first halves are queued, so fetched, before every second
   // half, which then ends sooner (SchedulerOptions::
-  // first_split_lead_k_blocks). 0: even halves. The pair split is taken
-  // only where both halves of every node then start on a ring stage (a
-  // multiple of 8 k-blocks keeps them there where even halves are) and
-  // keep one; with narrow_pair_split = kOff, narrow_wide_split set or
-  // last_split_extra_k_blocks > 0, Compile refuses it (InvalidArgument).
+  // first_split_lead_k_blocks). 0: even halves. The second half still
+  // starts on a ring stage (4 k-blocks) and keeps one: the lead a node takes
+  // is rounded down to a multiple of 8 and clamped so (Explain says how
+  // much). With narrow_pair_split = kOff, narrow_wide_split set or
+  // last_split_extra_k_blocks > 0, or outside [0, 65535], Compile refuses
+  // it (InvalidArgument).
   // Traced on the H200 (bench/NOTES.md v2.08), the 64-token block's second
   // halves are fetched ~5 us after the first and end it ~8 us after them;
   // a lead of ~24 k-blocks would even them out. Not yet run on a GPU: the

@@ -204,8 +204,13 @@ struct SchedulerOptions {
   // (NodeSchedule::last_split_extra_k_blocks = -first_split_lead_k_blocks):
   // the first splits are queued, so fetched, before every last split, which
   // waits for their partials. 0: even halves (or last_split_extra_k_blocks).
-  // At most k_blocks - 2 on each such node.
+  // On each such node the first split's end is then moved down onto a
+  // multiple of split_granule_k_blocks and kept a granule short of K, and
+  // the lead is what that leaves (0 where it falls to the middle).
   int32_t first_split_lead_k_blocks = 0;
+  // The k-blocks a lead moves a split's start by at a time (the narrow
+  // kernel's ring stage); >= 1.
+  int32_t split_granule_k_blocks = 1;
   // How errors about these options name them: "<name>.<field> must be ...".
   // The runtime passes its own options' name (CompileOptions), whose fields
   // a caller sets carry the same names as these.

@@ -207,8 +207,8 @@ inline constexpr int32_t kLastSplitExtraKBlocks = 8;
 // of its producers' fit one wave (max_clusters), so that its splits start
 // together, and every split keeps at least 8 k-blocks; else 0. With
 // options.first_split_lead_k_blocks > 0, a node of two splits whose jobs
-// fit one wave takes -first_split_lead_k_blocks (clamped to k_blocks - 2)
-// instead.
+// fit one wave takes minus the lead that remains once its first split's end
+// is on options.split_granule_k_blocks and a granule short of K, instead.
 int32_t ChooseLastSplitExtra(const Schedule& schedule, int node_index, const SchedulerOptions& options);
 
 // Schedule::whole_tiles of `node` (tiled) under
