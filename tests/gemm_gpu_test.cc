@@ -1087,8 +1087,12 @@ void AddFusedGemm(GpuHarness& h, Rng& rng, const Shape& shape, Activation activa
 }
 
 // `tile_n`: the tiled kernel's tile width (CompileOptions::tile_n).
+// `pair_split`: whether the narrow kernel's plan is expected to take the
+// pair split (PairSplitChoice::kAuto's rule: 64-column tiles over two
+// halves of K, through the workspace).
 void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType out_type, DType bias_type,
-                  DType residual_type, bool narrow = false, int tile_n = 256, bool pack_weights = false) {
+                  DType residual_type, bool narrow = false, int tile_n = 256, bool pack_weights = false,
+                  bool pair_split = false) {
   Rng rng;
   GpuHarness h;
   AddFusedGemm(h, rng, shape, activation, out_type, bias_type, residual_type);
@@ -1098,8 +1102,10 @@ void RunFusedGemm(const Shape& shape, int split_k, Activation activation, DType 
   options.tile_n = tile_n;
   options.pack_weights = pack_weights;
   LOOM_ASSERT_OK(h.Run(TestRuntime(), options));
-  EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1) << "split_k " << split_k;
-  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? 32 : tile_n) << "narrow " << narrow;
+  EXPECT_EQ(h.plan().schedule().workspace_elements > 0, split_k > 1 || pair_split)
+      << "split_k " << split_k << ", pair split " << pair_split;
+  EXPECT_EQ(h.plan().schedule().tile.n, narrow ? (pair_split ? 64 : 32) : tile_n)
+      << "narrow " << narrow << ", pair split " << pair_split;
   ExpectMatchesReferenceAndReplayIdentical(h);
 }
 
@@ -1296,22 +1302,26 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Decode shapes of the benchmarks on the narrow kernel: long K (the jobs'
 // weights are several times the B ring), K not a multiple of 64, N not a
-// multiple of 32.
-class NarrowShapeTest : public ::testing::TestWithParam<std::tuple<Shape, Activation>> {};
+// multiple of 32. The plans kAuto gives: 128 x 4096 x 4096 takes the tall
+// pair split (past 64 rows, 128 jobs of two halves of K, at least three
+// quarters of a wave on any Hopper); 97 x 2000 x 4104 does not (K splits
+// in two off a multiple of 256), nor does any plan of at most 64 rows.
+class NarrowShapeTest : public ::testing::TestWithParam<std::tuple<Shape, Activation, bool>> {};
 TEST_P(NarrowShapeTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
-  const auto [shape, activation] = GetParam();
-  RunFusedGemm(shape, /*split_k=*/1, activation, DType::kBF16, DType::kFP32, DType::kBF16, /*narrow=*/true);
+  const auto [shape, activation, pair_split] = GetParam();
+  RunFusedGemm(shape, /*split_k=*/1, activation, DType::kBF16, DType::kFP32, DType::kBF16, /*narrow=*/true,
+               /*tile_n=*/256, /*pack_weights=*/false, pair_split);
 }
 INSTANTIATE_TEST_SUITE_P(
     NarrowShapes, NarrowShapeTest,
-    ::testing::Values(std::tuple{Shape{1, 4096, 4096}, Activation::kNone},
-                      std::tuple{Shape{16, 4096, 14336}, Activation::kNone},
-                      std::tuple{Shape{8, 28672, 4096}, Activation::kSwiGLU},
-                      std::tuple{Shape{64, 1000, 4104}, Activation::kGELU},
-                      std::tuple{Shape{3, 100, 72}, Activation::kReLU},
-                      std::tuple{Shape{128, 4096, 4096}, Activation::kNone},
-                      std::tuple{Shape{97, 2000, 4104}, Activation::kSwiGLU}),
+    ::testing::Values(std::tuple{Shape{1, 4096, 4096}, Activation::kNone, false},
+                      std::tuple{Shape{16, 4096, 14336}, Activation::kNone, false},
+                      std::tuple{Shape{8, 28672, 4096}, Activation::kSwiGLU, false},
+                      std::tuple{Shape{64, 1000, 4104}, Activation::kGELU, false},
+                      std::tuple{Shape{3, 100, 72}, Activation::kReLU, false},
+                      std::tuple{Shape{128, 4096, 4096}, Activation::kNone, true},
+                      std::tuple{Shape{97, 2000, 4104}, Activation::kSwiGLU, false}),
     [](const auto& info) { return ShapeName(std::get<0>(info.param)); });
 
 // The narrow kernel at the row counts where its path or its tiles change,
