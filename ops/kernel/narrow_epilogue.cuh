@@ -110,7 +110,124 @@ class NarrowEpilogue {
     }
   }
 
+  // C of the plan's 16-bit type: each row's outputs gathered across the
+  // lane quad (GatherQuadWords) so that a lane stores whole 16-byte (8-byte
+  // under SwiGLU) runs, full 32-byte sectors a warp; fp32 C, one store an
+  // element (StoreEach).
+  // NOTE: with a store an element (2 bytes, 8 bytes a sector across the
+  // quad), the tile's stores took ~1.5 us a 32-column tile, ~3.3 us a pair
+  // split's 64-column one, where its partial sums' coalesced float4 stores
+  // took ~0.1 (H200 traces, bench/NOTES.md v2.08): the last job's stores
+  // were the end of each launch. Gathered, on an H100 (v2.09): the 64-token
+  // MLP block 0.3-0.5 us faster, the 64-token chain ~1.3, the 128-token
+  // tall pair split ~2.
   __device__ void Store(const float (&acc)[16]) const {
+    if (out_type_ != kHalf) {
+      StoreEach(acc);
+      return;
+    }
+    const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
+    const int quad_lane = static_cast<int>(col0_ % 8) / 2;  // col0_: the tile's column + 2 * (lane % 4)
+    const int64_t tile_col = col0_ - 2 * quad_lane;
+    if (swiglu) {
+      // Output column tile_col / 2 + 4c + quad_lane of rows h = 0, 1 in one
+      // word (row 0 low); after the gather, lane q holds columns
+      // tile_col / 2 + 4q + s, s = 0..3, of both rows.
+      uint32_t words[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float out[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float gate = acc[4 * c + 2 * h] + bias_[c][0], up = acc[4 * c + 2 * h + 1] + bias_[c][1];
+          out[h] = Silu(gate) * up + residual_[h][c][0];
+        }
+        words[c] = HalfType<kHalf>::Pack(out[0], out[1]);
+      }
+      uint32_t run[4];
+      GatherQuadWords(words, quad_lane, run);
+      const int64_t col = tile_col / 2 + 4 * quad_lane;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // Row h's halves of the four words: bytes 0-1 (row 0) or 2-3 (row 1).
+        const uint32_t selector = h == 0 ? 0x5410u : 0x7632u;
+        const uint32_t lo = __byte_perm(run[0], run[1], selector), hi = __byte_perm(run[2], run[3], selector);
+        StoreRun(row0_ + 8 * h, col, 4, make_uint4(lo, hi, 0, 0));
+      }
+      return;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Columns tile_col + 8c + 2 * quad_lane, + 1 of row h a word; after
+      // the gather, lane q holds columns tile_col + 8q + 2s, + 1, s = 0..3.
+      uint32_t words[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          v[e] = Activate(node_.activation, acc[4 * c + 2 * h + e] + bias_[c][e]) + residual_[h][c][e];
+        }
+        words[c] = HalfType<kHalf>::Pack(v[0], v[1]);
+      }
+      uint32_t run[4];
+      GatherQuadWords(words, quad_lane, run);
+      StoreRun(row0_ + 8 * h, tile_col + 8 * quad_lane, 8, make_uint4(run[0], run[1], run[2], run[3]));
+    }
+  }
+
+ private:
+  // The quad's 4 x 4 word transpose: lane q of each four holds words[c] for
+  // column group c; afterwards run[s] is lane s's words[q]. Two exchanges of
+  // two words (across lanes q ^ 2, then q ^ 1), so that few words are live
+  // at once. Every lane takes part (rows past M included).
+  __device__ static void GatherQuadWords(const uint32_t (&words)[4], int quad_lane, uint32_t (&run)[4]) {
+    // Groups 2b, 2b + 1 (b = bit 1 of the lane) stay, the other two go to
+    // lane q ^ 2, which sends its groups 2b, 2b + 1.
+    const bool high = (quad_lane & 2) != 0;
+    const uint32_t own0 = high ? words[2] : words[0], own1 = high ? words[3] : words[1];
+    const uint32_t got0 = __shfl_xor_sync(0xffffffffu, high ? words[0] : words[2], 2);
+    const uint32_t got1 = __shfl_xor_sync(0xffffffffu, high ? words[1] : words[3], 2);
+    // Group q stays (this lane's and lane q ^ 2's word), group q ^ 1 goes to
+    // lane q ^ 1, which sends group q (its word and lane q ^ 3's).
+    const bool odd = (quad_lane & 1) != 0;
+    const uint32_t mine = odd ? own1 : own0, across = odd ? got1 : got0;  // from lanes q, q ^ 2
+    const uint32_t next = __shfl_xor_sync(0xffffffffu, odd ? own0 : own1, 1);  // from lane q ^ 1
+    const uint32_t far = __shfl_xor_sync(0xffffffffu, odd ? got0 : got1, 1);   // from lane q ^ 3
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int from = s ^ quad_lane;  // run[s] came from lane q ^ from
+      run[s] = from == 0 ? mine : from == 1 ? next : from == 2 ? across : far;
+    }
+  }
+
+  // `count` (4 or 8) outputs of row `row` from column `col` on, packed in
+  // `run` (16 bits each, in column order): one 8- or 16-byte store where the
+  // run lies inside C and on its alignment, else one store an element
+  // inside C.
+  __device__ void StoreRun(int64_t row, int64_t col, int count, uint4 run) const {
+    if (row >= node_.m) return;
+    uint8_t* const address = static_cast<uint8_t*>(node_.c) + (row * node_.c_stride + col) * 2;
+    const uintptr_t bytes = static_cast<uintptr_t>(2 * count);
+    if (col + count <= node_.out_cols && reinterpret_cast<uintptr_t>(address) % bytes == 0) {
+      if (count == 8) {
+        *reinterpret_cast<uint4*>(address) = run;
+      } else {
+        *reinterpret_cast<uint2*>(address) = make_uint2(run.x, run.y);
+      }
+      return;
+    }
+    const uint32_t words[4] = {run.x, run.y, run.z, run.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (i >= count || col + i >= node_.out_cols) break;
+      const uint16_t bits = static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2)));
+      *reinterpret_cast<uint16_t*>(address + 2 * i) = bits;
+    }
+  }
+
+  // One store an element (fp32 C).
+  __device__ void StoreEach(const float (&acc)[16]) const {
     const bool swiglu = node_.activation == EpilogueActivation::kSwiGLU;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -137,7 +254,6 @@ class NarrowEpilogue {
     }
   }
 
- private:
   EpilogueFields node_;  // m: the end of the job's rows (M, or its row block's end)
   ElementType out_type_;
   int64_t row0_;  // this thread's first row (16 * warp + lane / 4 of the tile)
