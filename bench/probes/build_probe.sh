@@ -28,14 +28,6 @@
 #             the pair kernel spill 28 bytes. Applies to 17472e4:
 #             BASE=17472e4 build_probe.sh short_node_splits (h200_short.sh
 #             times it, with its tests, from a full build of that tree)
-#     gathered_stores
-#             not a timing build (meant to be right; never run on a GPU
-#             yet): the narrow epilogue gathers each row's outputs across
-#             the lane quad and stores 16-byte runs (8-byte under SwiGLU)
-#             instead of one 2-byte store an element (bench/NOTES.md
-#             v2.08). Its pair kernels spill 16 bytes (0 on main), the wide
-#             ones 20 (8). Build with TESTS=1 for its GPU tests;
-#             h200_store.sh times it and runs them.
 #   TESTS=1: also builds the tree's graph_gpu_test and gemm_gpu_test, as
 #           DEST/graph_gpu_test-NAME and DEST/gemm_gpu_test-NAME
 #   DEST:   where the binary goes, as DEST/loom_graph_bench-NAME (default:

@@ -12,6 +12,9 @@
 # tokens, the 64-token chain), whole tiles with and without a lead of 24,
 # and the tall pair split at 128 tokens. Last, one traced launch at 64
 # tokens of whole tiles with and without a lead of 24 under $OUT.
+# Ran once (bench/NOTES.md v2.09, on an H100): the diff then landed on main
+# as 92745b7 and is gone from this folder. To time the same pair again,
+# pack c4730ea's binaries as main's and 92745b7's as DIR/*-gathered_stores.
 #   usage (on the device, carry [".device-carry"]):
 #     bash bench/probes/h200_store.sh [ROUNDS=3] [DIR=.device-carry]
 set -u

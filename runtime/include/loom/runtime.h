@@ -262,10 +262,10 @@ struct CompileOptions {
   // it (InvalidArgument).
   // Traced on the H200 (bench/NOTES.md v2.08), the 64-token block's second
   // halves are fetched ~5 us after the first and end it ~8 us after them;
-  // a lead of ~24 k-blocks would even them out. Not yet run on a GPU: the
-  // kernel runs any halves on stage boundaries (last_split_extra_k_blocks
-  // makes the second longer), but this option's GPU test
-  // (NarrowSplitLeadTest) has found no machine yet.
+  // a lead of ~24 k-blocks would even them out. On an H100 (v2.09) its GPU
+  // tests pass (NarrowSplitLeadTest) and a lead of 24 takes ~1 us off whole
+  // tiles at 64 tokens (118.6 us against 119.3-119.6; main 117.8), there
+  // still slower than main; never timed on an H200, so off by default.
   int narrow_split_lead_k_blocks = 0;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
