@@ -263,9 +263,10 @@ struct CompileOptions {
   // Traced on the H200 (bench/NOTES.md v2.08), the 64-token block's second
   // halves are fetched ~5 us after the first and end it ~8 us after them;
   // a lead of ~24 k-blocks would even them out. On an H100 (v2.09) its GPU
-  // tests pass (NarrowSplitLeadTest) and a lead of 24 takes ~1 us off whole
-  // tiles at 64 tokens (118.6 us against 119.3-119.6; main 117.8), there
-  // still slower than main; never timed on an H200, so off by default.
+  // tests pass (NarrowSplitLeadTest) and a lead of 24 takes 0.5-1 us off
+  // whole tiles at 64 tokens (118.6-118.9 us against 119.3-119.6; main
+  // 117.8-117.9), still slower than main there; never timed on an H200,
+  // so off by default.
   int narrow_split_lead_k_blocks = 0;
   // The kernel reads each node's B (the weights) from a copy the plan makes
   // at Compile, laid out in the order its B loader streams them: one bulk
