@@ -1305,7 +1305,8 @@ INSTANTIATE_TEST_SUITE_P(
 // multiple of 32. The plans kAuto gives: 128 x 4096 x 4096 takes the tall
 // pair split (past 64 rows, 128 jobs of two halves of K, at least three
 // quarters of a wave on any Hopper); 97 x 2000 x 4104 does not (K splits
-// in two off a multiple of 256), nor does any plan of at most 64 rows.
+// in two off a multiple of 256, and its 64 jobs would fill less than three
+// quarters of a wave), nor does any plan of at most 64 rows.
 class NarrowShapeTest : public ::testing::TestWithParam<std::tuple<Shape, Activation, bool>> {};
 TEST_P(NarrowShapeTest, MatchesReference) {
   LOOM_SKIP_WITHOUT_GPU();
