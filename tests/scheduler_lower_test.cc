@@ -217,6 +217,7 @@ TEST(LowerTest, WholeLeadingTilesLeaveTheLastWavesSplit) {
       const TileJob& job = jobs[j];
       const bool whole = WholeTileOfSplitNode(s->nodes[i], job);
       EXPECT_EQ(whole, j < s->whole_tiles[i]) << "node " << i << " job " << j;  // the leading tiles
+      EXPECT_EQ(MultipliesPartOfK(s->nodes[i], job), !whole) << "node " << i << " job " << j;
       EXPECT_EQ(PartialsSummed(s->nodes[i], job), job.split == 1 && !whole ? 1 : 0);
       if (whole) {
         EXPECT_EQ(job.split, 1);
@@ -236,6 +237,10 @@ TEST(LowerTest, WholeLeadingTilesLeaveTheLastWavesSplit) {
     EXPECT_EQ(whole_seen, s->whole_tiles[i]);
   }
   EXPECT_TRUE(CheckQueue(*s).ok()) << CheckQueue(*s);
+  // Explain's queue names a whole tile's job as such, a part's by its split.
+  const std::string explain = ExplainSchedule(*s, {"a", "b", "c"});
+  EXPECT_NE(explain.find("k[0, 8) whole\n"), std::string::npos) << explain;
+  EXPECT_EQ(explain.find("k[0, 8) split"), std::string::npos) << explain;
   // Not where the tiles are summed by reduce jobs, nor without the option.
   o.sum_in_last_split = false;
   s = Lower(graph, o);

@@ -524,7 +524,7 @@ absl::Status ReferenceExecutor::Execute(size_t index) {
     LOOM_RETURN_IF_ERROR(CheckReadsWritten(job, extent, index));
     if (job.kind == static_cast<uint8_t>(JobKind::kReduce)) {
       LOOM_RETURN_IF_ERROR(ReduceTile(job, tile, extent, index));
-    } else if (ns.split_k > 1 && !sched::WholeTileOfSplitNode(ns, job)) {
+    } else if (sched::MultipliesPartOfK(ns, job)) {
       LOOM_RETURN_IF_ERROR(ComputePartial(job, tile, extent, index));
       // The last split that sums: the kernel adds the other partials to its
       // accumulators, the reference sums all of them as a reduce job would.

@@ -85,8 +85,7 @@ absl::StatusOr<std::vector<JobTrace>> Plan::Timeline() const {
     trace.node = job.node;
     trace.sm = r.sm;
     trace.reduce = job.kind == static_cast<uint8_t>(sched::JobKind::kReduce);
-    const sched::NodeSchedule& node = impl_->schedule.nodes[job.node];
-    if (!trace.reduce && node.split_k > 1 && !sched::WholeTileOfSplitNode(node, job)) trace.part = job.split;
+    if (sched::MultipliesPartOfK(impl_->schedule.nodes[job.node], job)) trace.part = job.split;
     trace.fetched = micros(r.fetched);
     trace.data_ready = micros(r.data_ready);
     trace.mma_done = micros(r.mma_done);

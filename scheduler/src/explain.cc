@@ -163,8 +163,10 @@ std::string ExplainSchedule(const Schedule& schedule, const std::vector<std::str
                           reduce ? "reduce" : "gemm  ", job.m_block, job.n_block);
     if (!reduce) {
       absl::StrAppendFormat(&out, " k[%d, %d)", job.k_block_begin, job.k_block_end);
-      if (job.node < num_nodes && schedule.nodes[job.node].split_k > 1) {
+      if (job.node < num_nodes && MultipliesPartOfK(schedule.nodes[job.node], job)) {
         absl::StrAppendFormat(&out, " split %d", job.split);
+      } else if (job.node < num_nodes && WholeTileOfSplitNode(schedule.nodes[job.node], job)) {
+        out += " whole";  // the last split's index, all of K
       }
     } else if (job.node < num_nodes && schedule.nodes[job.node].reduce_parts > 1) {
       absl::StrAppendFormat(&out, " part %d", job.split);

@@ -456,6 +456,13 @@ LOOM_HOST_DEVICE inline bool WholeTileOfSplitNode(const NodeSchedule& node, cons
   return FinishesSplitTile(node, job) && job.k_block_begin == 0;
 }
 
+// Whether `job` multiplies one part of its tile's K (its split, `job.split`):
+// a kGemm job of a node that splits K, but not a whole tile
+// (WholeTileOfSplitNode).
+LOOM_HOST_DEVICE inline bool MultipliesPartOfK(const NodeSchedule& node, const TileJob& job) {
+  return job.kind == static_cast<uint8_t>(JobKind::kGemm) && node.split_k > 1 && !WholeTileOfSplitNode(node, job);
+}
+
 // PartialsSummed (below) in a schedule without whole tiles (the tiled
 // kernel's: only the narrow kernel's splits keep tiles whole).
 LOOM_HOST_DEVICE inline int32_t PartialsSummedWithoutWholeTiles(const NodeSchedule& node, const TileJob& job) {
