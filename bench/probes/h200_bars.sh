@@ -25,7 +25,4 @@ variants=("--tokens=1,16,64,128 --chain_tokens=1,64"
           "--tokens=64 --chain_tokens= $whole"
           "--tokens=64 --chain_tokens= $whole --narrow_split_lead_k_blocks=24"
           "--tokens=128 --chain_tokens= --kernel=narrow --narrow_pair_split=on")
-log=$(mktemp)
-bench_in_turns "$rounds" "$dir" "$log" | tee "$out/bars.txt"
-grep -iE "copy bandwidth" "$log" | head -1
-rm -f "$log"
+bench_table bars

@@ -19,10 +19,7 @@ variants=("--tokens=48,64 --chain_tokens=64"
           "--tokens=48,64 --chain_tokens=64 --narrow_pair_split=on"
           "--tokens=48,64 --chain_tokens=64 --narrow_pair_split=on --narrow_split_whole_tiles")
 case $card in *H200*) variants+=("--tokens=48,64 --chain_tokens=64 --narrow_wide_split") ;; esac
-log=$(mktemp)
-bench_in_turns "$rounds" "$dir" "$log" | tee "$out/splits.txt"
-grep -iE "copy bandwidth" "$log" | head -1
-rm -f "$log"
+bench_table splits
 case $card in
   *H200*)
     if ls "$dir"/loom_graph_bench-* > /dev/null 2>&1; then

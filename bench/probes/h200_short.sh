@@ -22,8 +22,5 @@ flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
 variants=("--tokens=48,64 --chain_tokens=64"
           "--tokens=48,64 --chain_tokens=64 --narrow_pair_split=on --narrow_split_whole_tiles"
           "--tokens=48,64 --chain_tokens=64 --narrow_pair_split=on --narrow_split_whole_tiles --narrow_short_node_splits=4")
-log=$(mktemp)
-bench_in_turns "$rounds" "$dir" "$log" | tee "$out/splits.txt"
-grep -iE "copy bandwidth" "$log" | head -1
-rm -f "$log"
+bench_table splits
 traced_launch short --narrow_pair_split=on --narrow_split_whole_tiles --narrow_short_node_splits=4

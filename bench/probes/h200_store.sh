@@ -38,10 +38,7 @@ variants=("--tokens=48,64 --chain_tokens=64"
 for lead in 16 24 32; do
   variants+=("--tokens=48,64 --chain_tokens= $whole --narrow_split_lead_k_blocks=$lead")
 done
-log=$(mktemp)
-bench_in_turns "$rounds" "$dir" "$log" | tee "$out/lead.txt"
-grep -iE "copy bandwidth" "$log" | head -1
-rm -f "$log"
+bench_table lead
 if [ -x "$dir/loom_graph_bench-gathered_stores" ]; then
   # The default plans at 24-64 tokens and on the 64-token chain; whole
   # tiles, with and without a lead; the tall pair split at 128 tokens

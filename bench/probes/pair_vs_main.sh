@@ -20,9 +20,6 @@ variants=("--tokens=1,16,48,64 --chain_tokens=1,64"
           "--tokens=64 --chain_tokens= --narrow_pair_split=on --narrow_claim_stages=4")
 timeout 120 "$dir/graph_gpu_test" --gtest_filter='*PairSplit*' > "$out/pair_split_tests.log" 2>&1
 echo "pair split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/pair_split_tests.log" | tr '\n' ' ')"
-log=$(mktemp)
-bench_in_turns "$rounds" "$dir" "$log" | tee "$out/pair_vs_main.txt"
-grep -iE "copy bandwidth" "$log" | head -1
+bench_table pair_vs_main
 traced_launch main
 traced_launch pair --narrow_pair_split=on
-rm -f "$log"

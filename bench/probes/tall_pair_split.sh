@@ -42,7 +42,4 @@ if [ -z "${skip_tests:-}" ]; then
   echo "pair split tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$out/tall_tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED' "$out/tall_tests.log" | head -5
 fi
-log=$(mktemp)
-bench_in_turns "$rounds" "$dir" "$log" | tee "$out/tall_vs_main.txt"
-grep -iE "copy bandwidth" "$log" | head -1
-rm -f "$log"
+bench_table tall_vs_main

@@ -45,6 +45,17 @@ bench_in_turns() {
   done
 }
 
+# bench_table NAME: bench_in_turns over the caller's `rounds` and `dir`,
+# its lines also kept in OUT/NAME.txt, then the last run's copy bandwidth
+# line.
+bench_table() {
+  local log
+  log=$(mktemp)
+  bench_in_turns "$rounds" "$dir" "$log" | tee "$out/$1.txt"
+  grep -iE "copy bandwidth" "$log" | head -1
+  rm -f "$log"
+}
+
 # traced_launch NAME [FLAGS...]: one traced launch (--timeline, its jobs in
 # OUT/tl_NAME.csv) of DIR/loom_graph_bench with the caller's `flags`, the
 # MLP block at 64 tokens and FLAGS; prints its result line.

@@ -17,7 +17,4 @@ whole="--narrow_pair_split=on --narrow_split_whole_tiles"
 variants=("" "$whole" "$whole --narrow_b_in_flight=3" "$whole --narrow_a_stages=2 --narrow_b_stages=5 --narrow_b_in_flight=4"
           "$whole --narrow_a_stages=4 --narrow_b_stages=3" "$whole --narrow_claim_stages=16" "$whole --narrow_claim_stages=4"
           "$whole --narrow_split_lead_k_blocks=24" "$whole --narrow_split_lead_k_blocks=24 --narrow_claim_stages=16")
-log=$(mktemp)
-bench_in_turns "$rounds" "$dir" "$log" | tee "$out/whole_rings.txt"
-grep -iE "copy bandwidth" "$log" | head -1
-rm -f "$log"
+bench_table whole_rings

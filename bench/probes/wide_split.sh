@@ -19,10 +19,7 @@ flags=(--pack_weights --run_length=10 --iters=40 --rounds=1)
 variants=("--tokens=48,64 --chain_tokens=64"
           "--tokens=48,64 --chain_tokens=64 --narrow_pair_split=on"
           "--tokens=48,64 --chain_tokens=64 --narrow_wide_split")
-log=$(mktemp)
-bench_in_turns "$rounds" "$dir" "$log" | tee "$out/wide_vs_main.txt"
-grep -iE "copy bandwidth" "$log" | head -1
-rm -f "$log"
+bench_table wide_vs_main
 case $card in
   *H200*)
     if ls "$dir"/loom_graph_bench-* > /dev/null 2>&1; then
