@@ -20,5 +20,6 @@ here=$(dirname "$0")
 logs=$(mktemp -d)
 OUT=$logs timeout 300 bash "$here/h200_bars.sh" "${1:-3}" > "$logs/bars_stdout.txt" 2>&1
 OUT=$logs timeout 200 bash "$here/whole_rings.sh" "${2:-2}" > "$logs/rings_stdout.txt" 2>&1
+mkdir -p "${OUT:-/tmp/out}"
 tar czf "${OUT:-/tmp/out}/logs.tgz" -C "$logs" .
 cat "$logs/bars_stdout.txt" "$logs/rings_stdout.txt"
